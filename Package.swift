@@ -1,0 +1,96 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Dependencies point inward: ParleyCluster knows nothing of NIO or any database;
+// ParleyTransport implements ClusterSystem's transport on SwiftNIO + TLS; executables assemble.
+let upcoming: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "Parley",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "parley-node", targets: ["parley-node"]),
+        .library(name: "ParleyCluster", targets: ["ParleyCluster"]),
+        .library(name: "ParleyTransport", targets: ["ParleyTransport"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        .target(
+            name: "ParleyCluster",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .target(
+            name: "ParleyTransport",
+            dependencies: [
+                "ParleyCluster",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .target(
+            name: "ParleyTestKit",
+            dependencies: ["ParleyCluster"],
+            swiftSettings: upcoming
+        ),
+        .executableTarget(
+            name: "parley-node",
+            dependencies: [
+                "ParleyCluster",
+                "ParleyTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyClusterTests",
+            dependencies: ["ParleyCluster", "ParleyTestKit"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyTransportTests",
+            dependencies: [
+                "ParleyCluster",
+                "ParleyTransport",
+                "ParleyTestKit",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcoming
+        ),
+    ]
+)

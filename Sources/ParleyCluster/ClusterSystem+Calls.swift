@@ -1,0 +1,145 @@
+import Distributed
+import Logging
+import Metrics
+import Synchronization
+
+extension ClusterSystem {
+    /// Routes a call to the owner of `id` and waits for its outcome, for at most the call timeout.
+    ///
+    /// Retried within the deadline, because the call certainly did not run: no worker up yet, no
+    /// connection to the owner yet, or the owner answered `not_owner` (its ring moved first).
+    /// Not retried: a call that was sent and then lost its connection (it may have run).
+    func call(_ id: ClusterActorID, target: String, arguments: [[UInt8]]) async -> ReplyEnvelope.Outcome {
+        let started = clock.now
+        let deadline = started.advanced(by: settings.callTimeout)
+        var backoff = Duration.milliseconds(2)
+        var lastProblem = ClusterCallError(code: .unavailable, message: "no worker is up to own \(id)")
+        while true {
+            if let owner = owner(of: id) {
+                let outcome = await attempt(id, target: target, arguments: arguments, owner: owner, deadline: deadline)
+                switch outcome {
+                case .sent(let outcome):
+                    guard case .error(let error) = outcome, error.code == .notOwner else {
+                        Self.calls.increment()
+                        return outcome
+                    }
+                    lastProblem = error
+                case .notSent(let problem):
+                    lastProblem = problem
+                }
+            }
+            let now = clock.now
+            guard now < deadline, !state.withLock({ $0.isShutDown }) else {
+                Self.callFailures.increment()
+                if lastProblem.code == .notOwner || lastProblem.code == .unavailable {
+                    return .error(ClusterCallError(code: lastProblem.code, message: "\(lastProblem.message) (gave up after \(started.duration(to: now)))"))
+                }
+                return .error(lastProblem)
+            }
+            try? await Task.sleep(until: min(now.advanced(by: backoff), deadline), clock: clock)
+            backoff = min(backoff * 2, .milliseconds(100))
+        }
+    }
+
+    enum Attempt {
+        case sent(ReplyEnvelope.Outcome)
+        case notSent(ClusterCallError)
+    }
+
+    private func attempt(
+        _ id: ClusterActorID, target: String, arguments: [[UInt8]], owner: String, deadline: Instant
+    ) async -> Attempt {
+        let remaining = clock.now.duration(to: deadline)
+        if owner == settings.name {
+            let envelope = CallEnvelope(callID: 0, recipient: id, target: target, arguments: arguments, timeout: remaining)
+            let slot = ReplySlot()
+            await execute(envelope, reply: slot.complete)
+            return .sent(await slot.wait())
+        }
+        let slot = ReplySlot()
+        let callID = state.withLock { state -> UInt64 in
+            let callID = state.calls.makeCallID()
+            state.calls.register(callID, peer: owner, deadline: deadline, pending: slot)
+            return callID
+        }
+        let envelope = CallEnvelope(callID: callID, recipient: id, target: target, arguments: arguments, timeout: remaining)
+        do {
+            try await transport.send(.call(envelope), to: owner, deadline: deadline)
+        } catch {
+            _ = state.withLock { $0.calls.complete(callID) }
+            if let address = state.withLock({ $0.membership.member(named: owner)?.address }) {
+                transport.connect(to: address, node: owner)
+            }
+            return .notSent(ClusterCallError(code: .unavailable, message: "cannot reach \(owner), the owner of \(id): \(error)"))
+        }
+        return .sent(await slot.wait())
+    }
+
+    /// Runs a call on this node and hands its outcome to `reply`.
+    func execute(_ envelope: CallEnvelope, reply: @escaping @Sendable (ReplyEnvelope.Outcome) -> Void) async {
+        let actor: any DistributedActor
+        do {
+            actor = try await activeActor(for: envelope.recipient)
+        } catch {
+            reply(.error(ClusterCallError(converting: error)))
+            return
+        }
+        var decoder = ClusterInvocationDecoder(serialization: serialization, arguments: envelope.arguments)
+        let handler = ClusterResultHandler(serialization: serialization, sink: reply)
+        do {
+            try await executeDistributedTarget(
+                on: actor, target: RemoteCallTarget(envelope.target), invocationDecoder: &decoder, handler: handler)
+        } catch {
+            // The target could not be invoked at all (unknown method, undecodable arguments).
+            reply(.error(ClusterCallError(code: .serialization, message: "cannot invoke \(envelope.recipient): \(error)")))
+        }
+    }
+
+    /// The local actor for `id`, activating a virtual actor through its kind's factory. Concurrent
+    /// first calls share one activation.
+    func activeActor(for id: ClusterActorID) async throws -> any DistributedActor {
+        enum Found {
+            case active(any DistributedActor)
+            case activating(Task<any DistributedActor, any Error>)
+        }
+        let found = try state.withLock { state -> Found in
+            if let actor = state.local[id]?.actor { return .active(actor) }
+            guard id.isVirtual else {
+                throw ClusterCallError(code: .actorNotFound, message: "no actor \(id) on \(settings.name)")
+            }
+            if let task = state.activations[id] { return .activating(task) }
+            guard let factory = state.factories[id.kind] else {
+                throw ClusterCallError(code: .actorNotFound, message: "no factory for actor kind '\(id.kind)' on \(settings.name)")
+            }
+            let task = Task<any DistributedActor, any Error> { [self] in
+                let actor = try await Self.$activatingID.withValue(id) { try await factory(id, self) }
+                guard (actor.id as? ClusterActorID) == id else {
+                    throw ClusterCallError(code: .actorNotFound, message: "the factory for '\(id.kind)' made an actor with another ID")
+                }
+                return actor
+            }
+            state.activations[id] = task
+            return .activating(task)
+        }
+        switch found {
+        case .active(let actor):
+            return actor
+        case .activating(let task):
+            defer { state.withLock { $0.activations[id] = nil } }
+            let actor = try await task.value
+            logger.debug("actor activated", metadata: ["actor.id": "\(id)"])
+            return actor
+        }
+    }
+
+    /// Fails calls whose deadline passed.
+    func expireCalls() {
+        let expired = state.withLock { $0.calls.expire(now: clock.now) }
+        for (callID, slot) in expired {
+            slot.complete(.error(ClusterCallError(code: .deadlineExceeded, message: "no reply to call \(callID) within \(settings.callTimeout)")))
+        }
+    }
+
+    static let calls = Counter(label: "parley.rpc.calls")
+    static let callFailures = Counter(label: "parley.rpc.failures")
+}

@@ -1,0 +1,159 @@
+import Logging
+import Metrics
+import Synchronization
+
+extension ClusterSystem {
+    /// One membership heartbeat: time passes in the state machine, then its directives are carried
+    /// out, connections to live peers are kept, and seeds are dialed while this node is alone.
+    func tick() {
+        let (directives, peers, dialSeeds) = state.withLock { state -> ([MembershipDirective], [Member], Bool) in
+            guard !state.isShutDown else { return ([], [], false) }
+            state.ticks += 1
+            let directives = state.membership.tick(now: clock.now)
+            let peers = state.membership.livePeers
+            // Seeds are dialed while joining or alone, and every 10th tick anyway, so that two
+            // groups that formed apart (seeds that started at once) find each other.
+            let dialSeeds = state.membership.me.status == .joining || peers.isEmpty || state.ticks % 10 == 0
+            return (directives, peers, dialSeeds)
+        }
+        perform(directives)
+        let connected = Set(transport.connectedPeers)
+        for peer in peers where !connected.contains(peer.name) {
+            transport.connect(to: peer.address, node: peer.name)
+        }
+        if dialSeeds {
+            let myAddress = address
+            for seed in settings.seeds where seed != myAddress {
+                transport.connect(to: seed, node: nil)
+            }
+        }
+    }
+
+    /// Carries out membership directives: gossip goes out, changes are logged, the ring is rebuilt.
+    func perform(_ directives: [MembershipDirective]) {
+        var membershipChanged = false
+        for directive in directives {
+            switch directive {
+            case .gossip(let gossip):
+                transport.broadcast(.gossip(gossip))
+            case .selfUp(let formed):
+                membershipChanged = true
+                logger.info(formed ? "no other seed answered: formed a new cluster" : "joined the cluster", metadata: ["member.status": "up"])
+            case .selfPaused(let pause):
+                logger.warning("this node was paused; peers' failure timers restarted", metadata: ["pause": "\(pause)"])
+            case .selfDowned(let me):
+                membershipChanged = true
+                rejoin(after: me)
+            case .selfReplaced(let newer):
+                logger.error("a newer process with this node's name exists; this one is stale", metadata: ["member.newer": "\(newer)"])
+            case .memberJoined(let member):
+                membershipChanged = true
+                logger.info("member joined", metadata: ["member": "\(member)"])
+            case .memberUp(let member):
+                membershipChanged = true
+                logger.info("member up", metadata: ["member": "\(member)"])
+            case .memberSuspected(let member, let silence):
+                logger.warning("member suspected", metadata: ["member": "\(member)", "silence": "\(silence)"])
+            case .memberReachable(let member):
+                logger.info("member reachable again", metadata: ["member": "\(member)"])
+            case .memberDowned(let member, let silence):
+                membershipChanged = true
+                logger.warning("member down", metadata: [
+                    "member": "\(member)", "decided.by": "\(silence.map { "this node after \($0) of silence" } ?? "gossip")",
+                ])
+                failCalls(to: member.name, because: "node \(member.id) was declared down")
+            case .memberLeft(let member):
+                membershipChanged = true
+                logger.info("member left", metadata: ["member": "\(member)"])
+            case .memberReplaced(let old, let new):
+                membershipChanged = true
+                logger.info("member restarted", metadata: ["member.old": "\(old.id)", "member": "\(new)"])
+                failCalls(to: new.name, because: "node \(old.id) was replaced by \(new.id)")
+            }
+        }
+        if membershipChanged { updateRing() }
+    }
+
+    /// Rebuilds the ring when the set of `up` workers changed, and lets go of actors it moved away.
+    func updateRing() {
+        let (changed, ring, movedAway) = state.withLock { state -> (Bool, HashRing, [ClusterActorID]) in
+            let workers = state.membership.ringWorkers
+            guard workers != state.ring.workers else { return (false, state.ring, []) }
+            state.ring = HashRing(workers: workers, settings: settings.ring)
+            let moved = state.local.keys.filter { $0.isVirtual && state.ring.owner(of: $0.placementKey) != settings.name }
+            for id in moved { state.local[id] = nil }
+            return (true, state.ring, moved)
+        }
+        guard changed else { return }
+        Self.ringWorkers.record(ring.workers.count)
+        logger.info("ring changed", metadata: [
+            "ring.workers": "\(ring.workers)", "actors.deactivated": "\(movedAway.count)",
+        ])
+    }
+
+    /// The cluster declared this incarnation down (it was paused or cut off): its actors may have
+    /// moved, so it drops them all and comes back as a new incarnation.
+    private func rejoin(after me: Member) {
+        let incarnation = max(me.id.incarnation + 1, ClusterSettings.incarnationNow())
+        let identity = state.withLock { state -> PeerIdentity in
+            state.membership.rejoin(incarnation: incarnation, now: clock.now)
+            state.local = state.local.filter { !$0.key.isVirtual }
+            return PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address)
+        }
+        logger.warning("this node was declared down; rejoining as a new incarnation", metadata: [
+            "node.incarnation.old": "\(me.id.incarnation)", "node.incarnation": "\(incarnation)",
+        ])
+        transport.updateIdentity(identity)
+    }
+
+    func failCalls(to peer: String, because reason: String) {
+        let lost = state.withLock { $0.calls.removeAll(peer: peer) }
+        for (_, slot) in lost {
+            slot.complete(.error(ClusterCallError(code: .connectionLost, message: reason)))
+        }
+    }
+
+    static let ringWorkers = Gauge(label: "parley.ring.workers")
+}
+
+extension ClusterSystem {
+    public func transport(received message: ClusterMessage, from peer: PeerIdentity) {
+        switch message {
+        case .gossip(let gossip):
+            let directives = state.withLock { $0.membership.gossipReceived(gossip, now: clock.now) }
+            perform(directives)
+        case .reply(let reply):
+            state.withLock { $0.calls.complete(reply.callID) }?.complete(reply.outcome)
+        case .call(let envelope):
+            receiveCall(envelope, from: peer)
+        }
+    }
+
+    public func transport(connectedTo peer: PeerIdentity) {
+        logger.debug("connected", metadata: ["peer": "\(peer.id)", "peer.address": "\(peer.address)"])
+        // Greet with our member list at once: a joining node needs it to become up.
+        let gossip = state.withLock { $0.membership.gossip }
+        try? transport.sendWithoutWaiting(.gossip(gossip), to: peer.id.name)
+    }
+
+    public func transport(disconnectedFrom peer: PeerIdentity) {
+        logger.debug("disconnected", metadata: ["peer": "\(peer.id)"])
+        failCalls(to: peer.id.name, because: "the connection to \(peer.id) closed")
+    }
+
+    private func receiveCall(_ envelope: CallEnvelope, from peer: PeerIdentity) {
+        let respond: @Sendable (ReplyEnvelope.Outcome) -> Void = { [transport] outcome in
+            try? transport.sendWithoutWaiting(.reply(ReplyEnvelope(callID: envelope.callID, outcome: outcome)), to: peer.id.name)
+        }
+        if envelope.recipient.isVirtual {
+            let owner = state.withLock { $0.ring.owner(of: envelope.recipient.placementKey) }
+            guard owner == settings.name else {
+                respond(.error(ClusterCallError(
+                    code: .notOwner,
+                    message: "\(settings.name) does not own \(envelope.recipient); its ring says \(owner ?? "nobody")")))
+                return
+            }
+        }
+        Task { await execute(envelope, reply: respond) }
+    }
+}

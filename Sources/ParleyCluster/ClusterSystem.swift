@@ -1,0 +1,246 @@
+import Distributed
+import Foundation
+import Logging
+import Metrics
+import Synchronization
+
+/// Parley's `DistributedActorSystem`: actor IDs every node can resolve, remote calls with deadlines
+/// over a ``ClusterTransport``, membership by gossip, placement by a ``HashRing``, and virtual
+/// actors activated on their owner by the first call.
+///
+/// The system is a shell: membership, the ring and the call table are pure values kept under one
+/// lock; this class feeds them events (time, frames, calls) and carries out what they return.
+public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelegate, Sendable {
+    public typealias ActorID = ClusterActorID
+    public typealias InvocationEncoder = ClusterInvocationEncoder
+    public typealias InvocationDecoder = ClusterInvocationDecoder
+    public typealias ResultHandler = ClusterResultHandler
+    public typealias SerializationRequirement = any Codable
+    typealias Instant = ContinuousClock.Instant
+
+    /// Makes the actor for a virtual ID on its owner. It must create the actor with this system
+    /// (the system hands the ID to `assignID`) and may load its state first.
+    public typealias Factory = @Sendable (ClusterActorID, ClusterSystem) async throws -> any DistributedActor
+
+    public let settings: ClusterSettings
+    public let logger: Logger
+    let transport: any ClusterTransport
+    let serialization: any ClusterSerialization
+    let clock = ContinuousClock()
+    let state: Mutex<State>
+
+    /// The ID `assignID` hands out while a factory runs.
+    @TaskLocal static var activatingID: ClusterActorID?
+
+    struct State {
+        var membership: MembershipStateMachine<Instant>
+        var ring: HashRing
+        var calls = CallTable<Instant, ReplySlot>()
+        var local: [ClusterActorID: LocalActor] = [:]
+        var activations: [ClusterActorID: Task<any DistributedActor, any Error>] = [:]
+        var factories: [String: Factory] = [:]
+        var address: NodeAddress
+        var loops: [Task<Void, Never>] = []
+        var isShutDown = false
+        var ticks = 0
+    }
+
+    /// A local actor: virtual ones are held by the system (it owns their lifetime); pinned ones
+    /// only weakly, so they go away with their last user.
+    enum LocalActor {
+        case virtual(any DistributedActor)
+        case pinned(WeakActor)
+
+        var actor: (any DistributedActor)? {
+            switch self {
+            case .virtual(let actor): actor
+            case .pinned(let box): box.actor
+            }
+        }
+    }
+
+    final class WeakActor: Sendable {
+        weak let actor: (any DistributedActor)?
+        init(_ actor: any DistributedActor) { self.actor = actor }
+    }
+
+    public init(
+        settings: ClusterSettings,
+        transport: any ClusterTransport,
+        serialization: any ClusterSerialization = JSONClusterSerialization(),
+        logger: Logger? = nil
+    ) {
+        self.settings = settings
+        var logger = logger ?? Logger(label: "parley.cluster")
+        logger[metadataKey: "node.id"] = "\(settings.name)"
+        self.logger = logger
+        self.transport = transport
+        self.serialization = serialization
+        let address = settings.advertisedAddress ?? settings.bindAddress
+        let me = Member(
+            id: NodeID(name: settings.name, incarnation: settings.incarnation),
+            address: address, roles: settings.roles, status: .joining)
+        let otherSeeds = settings.seeds.filter { $0 != address }
+        let isSeed = settings.seeds.contains(address)
+        let membership = MembershipStateMachine<Instant>(
+            me: me, isSeed: isSeed, hasOtherSeeds: !otherSeeds.isEmpty, settings: settings.membership, now: .now)
+        self.state = Mutex(State(membership: membership, ring: HashRing(workers: [], settings: settings.ring), address: address))
+    }
+
+    // MARK: Lifecycle
+
+    /// Starts the transport and the membership and deadline loops. Returns at once; the node
+    /// becomes `up` when it meets the cluster (see ``isUp``).
+    public func start() async throws {
+        let identity = state.withLock { PeerIdentity(id: $0.membership.me.id, roles: settings.roles, address: $0.address) }
+        let bound = try await transport.start(identity: identity, delegate: self)
+        if settings.bindAddress.port == 0 && settings.advertisedAddress == nil {
+            // Tests bind port 0: advertise the port the kernel picked.
+            let me = state.withLock { state -> PeerIdentity in
+                state.address = NodeAddress(host: settings.bindAddress.host, port: bound.port)
+                state.membership = MembershipStateMachine(
+                    me: Member(id: state.membership.me.id, address: state.address, roles: settings.roles, status: .joining),
+                    isSeed: false, hasOtherSeeds: !settings.seeds.isEmpty, settings: settings.membership, now: .now)
+                return PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address)
+            }
+            transport.updateIdentity(me)
+        }
+        logger.info("cluster node starting", metadata: [
+            "cluster.address": "\(address)", "node.roles": "\(settings.roles)",
+            "node.incarnation": "\(settings.incarnation)", "cluster.seeds": "\(settings.seeds.map(\.description))",
+        ])
+        let membershipLoop = Task { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: settings.membership.heartbeatInterval)
+                if Task.isCancelled { break }
+                tick()
+            }
+        }
+        let deadlineLoop = Task { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(25))
+                expireCalls()
+            }
+        }
+        state.withLock { $0.loops = [membershipLoop, deadlineLoop] }
+        tick()
+    }
+
+    /// Leaves gracefully: peers take this node off the ring at once. Then stops.
+    public func shutdown() async {
+        let directives = state.withLock { $0.membership.leave() }
+        if !directives.isEmpty {
+            logger.info("leaving the cluster")
+            perform(directives)
+            // One heartbeat for the `left` gossip to go out before the connections close.
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        await stop()
+    }
+
+    /// Stops without leaving, like a crash as far as peers can tell (tests use it).
+    public func stop() async {
+        let (loops, pending) = state.withLock { state -> ([Task<Void, Never>], [(callID: UInt64, pending: ReplySlot)]) in
+            state.isShutDown = true
+            defer { state.loops = [] }
+            return (state.loops, state.calls.removeAll())
+        }
+        loops.forEach { $0.cancel() }
+        for (_, slot) in pending {
+            slot.complete(.error(ClusterCallError(code: .shutdown, message: "node \(settings.name) is shutting down")))
+        }
+        await transport.shutdown()
+    }
+
+    // MARK: Views
+
+    /// This node as it gossips itself.
+    public var me: Member { state.withLock { $0.membership.me } }
+
+    /// True once this node is an `up` member.
+    public var isUp: Bool { me.status == .up }
+
+    /// Every known member with this node's opinion applied, this node first.
+    public var members: [Member] { state.withLock { $0.membership.view } }
+
+    /// The ring as this node sees it now.
+    public var ring: HashRing { state.withLock { $0.ring } }
+
+    /// The address peers dial.
+    public var address: NodeAddress { state.withLock { $0.address } }
+
+    /// The worker that owns a virtual actor, by this node's ring; nil when no worker is up.
+    public func owner(of id: ClusterActorID) -> String? {
+        if let node = id.node { return node }
+        return state.withLock { $0.ring.owner(of: id.placementKey) }
+    }
+
+    /// IDs of the actors active on this node.
+    public var activeActorIDs: [ClusterActorID] {
+        state.withLock { $0.local.filter { $0.value.actor != nil }.map(\.key) }
+    }
+
+    // MARK: Virtual actors
+
+    /// Registers how to activate actors of `kind` on their owner.
+    public func register(kind: String, factory: @escaping Factory) {
+        state.withLock { $0.factories[kind] = factory }
+    }
+
+    // MARK: DistributedActorSystem
+
+    public func makeInvocationEncoder() -> InvocationEncoder {
+        ClusterInvocationEncoder(serialization: serialization)
+    }
+
+    public func assignID<Act: DistributedActor>(_ actorType: Act.Type) -> ActorID where Act.ID == ActorID {
+        if let id = Self.activatingID { return id }
+        return ClusterActorID(kind: "\(actorType)", key: UUID().uuidString.lowercased(), node: settings.name)
+    }
+
+    public func actorReady<Act: DistributedActor>(_ actor: Act) where Act.ID == ActorID {
+        state.withLock { state in
+            state.local[actor.id] = actor.id.isVirtual ? .virtual(actor) : .pinned(WeakActor(actor))
+        }
+    }
+
+    public func resignID(_ id: ActorID) {
+        state.withLock { state in
+            if case .pinned = state.local[id] { state.local[id] = nil }
+        }
+    }
+
+    public func resolve<Act: DistributedActor>(id: ActorID, as actorType: Act.Type) throws -> Act? where Act.ID == ActorID {
+        // Virtual actors are always reached through `remoteCall`, which checks the ring on every
+        // call: a direct reference would outlive a move of the actor to another node.
+        guard let node = id.node, node == settings.name else { return nil }
+        return state.withLock { $0.local[id]?.actor } as? Act
+    }
+
+    public func remoteCall<Act, Err, Res>(
+        on actor: Act, target: RemoteCallTarget, invocation: inout InvocationEncoder,
+        throwing: Err.Type, returning: Res.Type
+    ) async throws -> Res where Act: DistributedActor, Act.ID == ActorID, Err: Error, Res: Codable {
+        switch await call(actor.id, target: target.identifier, arguments: invocation.arguments) {
+        case .value(let bytes):
+            do {
+                return try serialization.decode(Res.self, from: bytes)
+            } catch {
+                throw ClusterCallError(code: .serialization, message: "cannot decode result as \(Res.self): \(error)")
+            }
+        case .void:
+            throw ClusterCallError(code: .serialization, message: "expected a \(Res.self) result, the target returned nothing")
+        case .error(let error):
+            throw error
+        }
+    }
+
+    public func remoteCallVoid<Act, Err>(
+        on actor: Act, target: RemoteCallTarget, invocation: inout InvocationEncoder, throwing: Err.Type
+    ) async throws where Act: DistributedActor, Act.ID == ActorID, Err: Error {
+        switch await call(actor.id, target: target.identifier, arguments: invocation.arguments) {
+        case .value, .void: return
+        case .error(let error): throw error
+        }
+    }
+}

@@ -1,0 +1,272 @@
+/// Membership and failure detection as a pure state machine: no IO, no clock of its own.
+///
+/// The shell (``ClusterSystem``) feeds it events — a tick, a gossip received, a leave — with the
+/// current instant, and carries out the ``MembershipDirective``s it returns: send this gossip,
+/// log that a member went down, rejoin under a new incarnation.
+///
+/// The rules:
+/// - A member's entry is owned by that member: only it moves itself `joining → up → left`.
+///   Anyone may declare it `down`. For one incarnation, statuses only move forward
+///   (`joining < up < left < down`), so merging gossip is taking the maximum.
+/// - A higher incarnation of a name replaces the lower one: a restarted node replaces its old self.
+/// - Failure detection is direct: every node hears every peer's gossip each heartbeat interval;
+///   silence past `suspectAfter` makes a peer suspect (a local opinion), past `downAfter` down.
+/// - A node that learns it was declared down rejoins under a new incarnation (the shell supplies
+///   it); its old incarnation is gone for good, so a paused node cannot come back as a stale owner.
+/// - A node that was itself paused (a tick arrives long after the previous one) does not blame its
+///   peers for the silence it caused: it restarts their timers instead of declaring them down.
+/// - A node declares others down only while it hears from at least half of the members it
+///   considers live (itself included): a node cut off alone does not down the rest of the cluster.
+/// - Gossip from an incarnation this node already holds ended is ignored, except what it says
+///   about this node itself (so that both sides of a healed split learn they were declared down).
+public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where Instant.Duration == Duration {
+    public let settings: MembershipSettings
+    /// This node as it gossips itself.
+    public private(set) var me: Member
+    private var peers: [String: PeerEntry] = [:]
+    /// True when this node is in the seed list; a seed alone forms a cluster after a while.
+    private let isSeed: Bool
+    private var joiningSince: Instant
+    private var lastTick: Instant?
+
+    struct PeerEntry: Sendable {
+        var member: Member
+        /// The last time this incarnation was heard from directly (or learned of, as a grace).
+        var lastHeard: Instant
+        var suspectedSince: Instant?
+        /// When the entry became `down` or `left`; it is forgotten `tombstoneTTL` later.
+        var endedAt: Instant?
+    }
+
+    /// - Parameters:
+    ///   - me: this node; its status is set to `joining`.
+    ///   - isSeed: whether this node is one of the configured seeds.
+    ///   - hasOtherSeeds: false when the seed list names no other node: it then forms a cluster
+    ///     at the first tick instead of waiting for others.
+    public init(me: Member, isSeed: Bool, hasOtherSeeds: Bool = true, settings: MembershipSettings = .default, now: Instant) {
+        self.settings = settings
+        var me = me
+        me.status = .joining
+        self.me = me
+        self.isSeed = isSeed || !hasOtherSeeds
+        self.joiningSince = hasOtherSeeds ? now : now.advanced(by: .zero - settings.formClusterAfter)
+    }
+
+    // MARK: Views
+
+    /// Every known member, this node first, with this node's local opinion (`suspect`) applied.
+    public var view: [Member] {
+        [me] + peers.values.map(\.viewMember).sorted { $0.name < $1.name }
+    }
+
+    /// The member with this name, as in ``view``.
+    public func member(named name: String) -> Member? {
+        name == me.name ? me : peers[name]?.viewMember
+    }
+
+    /// Names of the `up` workers: exactly what the hash ring is built from.
+    public var ringWorkers: [String] {
+        var names = peers.values.filter { $0.member.status == .up && $0.member.roles.contains(.worker) }.map(\.member.name)
+        if me.status == .up && me.roles.contains(.worker) { names.append(me.name) }
+        return names.sorted()
+    }
+
+    /// Peers this node should keep a connection to: those not ended.
+    public var livePeers: [Member] {
+        peers.values.filter { !$0.member.status.isTerminal }.map(\.member).sorted { $0.name < $1.name }
+    }
+
+    /// The gossip this node sends now.
+    public var gossip: Gossip {
+        Gossip(from: me.id, members: [me] + peers.values.map(\.member).sorted { $0.name < $1.name })
+    }
+
+    // MARK: Events
+
+    /// Time passes: promote this node, suspect and down silent peers, forget old tombstones, and
+    /// gossip.
+    public mutating func tick(now: Instant) -> [MembershipDirective] {
+        var directives: [MembershipDirective] = []
+        if let lastTick, lastTick.duration(to: now) > settings.suspectAfter {
+            // This node was paused (SIGSTOP, a long GC-like stall): the silence is ours, not theirs.
+            for name in peers.keys { peers[name]?.lastHeard = now }
+            directives.append(.selfPaused(lastTick.duration(to: now)))
+        }
+        lastTick = now
+
+        if me.status == .joining, isSeed, joiningSince.duration(to: now) >= settings.formClusterAfter {
+            me.status = .up
+            directives.append(.selfUp(formedCluster: true))
+        }
+
+        let canDown = hasQuorum
+        for name in peers.keys.sorted() {
+            guard var entry = peers[name] else { continue }
+            if let endedAt = entry.endedAt {
+                if endedAt.duration(to: now) >= settings.tombstoneTTL {
+                    peers[name] = nil
+                }
+                continue
+            }
+            let silence = entry.lastHeard.duration(to: now)
+            if silence >= settings.downAfter, me.status == .up, canDown {
+                entry.member.status = .down
+                entry.endedAt = now
+                entry.suspectedSince = nil
+                directives.append(.memberDowned(entry.member, silence: silence))
+            } else if silence >= settings.suspectAfter, entry.suspectedSince == nil {
+                entry.suspectedSince = now
+                directives.append(.memberSuspected(entry.member, silence: silence))
+            }
+            peers[name] = entry
+        }
+        directives.append(.gossip(gossip))
+        return directives
+    }
+
+    /// A peer's gossip arrived: it is alive, and its member list is merged into ours.
+    public mutating func gossipReceived(_ gossip: Gossip, now: Instant) -> [MembershipDirective] {
+        var directives: [MembershipDirective] = []
+        if gossip.from.name == me.name { return [] }
+        if let sender = peers[gossip.from.name], sender.endedAt != nil,
+            sender.member.id.incarnation >= gossip.from.incarnation
+        {
+            // A stale incarnation: its opinions of others are not trusted, but it may tell us we are down.
+            for member in gossip.members where member.name == me.name {
+                merge(member, now: now, into: &directives)
+            }
+            return directives
+        }
+        for member in gossip.members {
+            merge(member, now: now, into: &directives)
+        }
+        // The sender's own arrival is a heartbeat for exactly its incarnation.
+        if gossip.from.name != me.name, var entry = peers[gossip.from.name],
+            entry.member.id == gossip.from, entry.endedAt == nil
+        {
+            entry.lastHeard = now
+            if entry.suspectedSince != nil {
+                entry.suspectedSince = nil
+                directives.append(.memberReachable(entry.member))
+            }
+            peers[gossip.from.name] = entry
+            if me.status == .joining, entry.member.status == .up {
+                me.status = .up
+                directives.append(.selfUp(formedCluster: false))
+            }
+        }
+        return directives
+    }
+
+    /// This node leaves gracefully: it gossips `left` so its peers take it off the ring at once.
+    public mutating func leave() -> [MembershipDirective] {
+        guard !me.status.isTerminal else { return [] }
+        me.status = .left
+        return [.gossip(gossip)]
+    }
+
+    /// After ``MembershipDirective/selfDowned``: come back as a new incarnation, joining again.
+    public mutating func rejoin(incarnation: UInt64, now: Instant) {
+        precondition(incarnation > me.id.incarnation, "rejoin incarnation \(incarnation) must exceed \(me.id.incarnation)")
+        me.id.incarnation = incarnation
+        me.status = .joining
+        joiningSince = now
+        lastTick = nil
+        // Start afresh, like a restarted process: our old verdicts about others must not spread.
+        peers = [:]
+    }
+
+    /// True while this node hears from at least half of the members it considers live.
+    var hasQuorum: Bool {
+        let live = peers.values.filter { $0.endedAt == nil }
+        let reachable = live.filter { $0.suspectedSince == nil }.count + 1
+        return reachable * 2 >= live.count + 1
+    }
+
+    private mutating func merge(_ incoming: Member, now: Instant, into directives: inout [MembershipDirective]) {
+        if incoming.name == me.name {
+            if incoming.id.incarnation == me.id.incarnation, incoming.status == .down, me.status != .down {
+                me.status = .down
+                directives.append(.selfDowned(me))
+            } else if incoming.id.incarnation > me.id.incarnation {
+                directives.append(.selfReplaced(by: incoming))
+            }
+            return
+        }
+        let incomingForMerge = incoming.status == .suspect ? with(incoming, status: .up) : incoming
+        guard var entry = peers[incoming.name] else {
+            let ended = incomingForMerge.status.isTerminal
+            peers[incoming.name] = PeerEntry(member: incomingForMerge, lastHeard: now, endedAt: ended ? now : nil)
+            if !ended { directives.append(.memberJoined(incomingForMerge)) }
+            return
+        }
+        if incoming.id.incarnation > entry.member.id.incarnation {
+            let old = entry.member
+            let ended = incomingForMerge.status.isTerminal
+            entry = PeerEntry(member: incomingForMerge, lastHeard: now, endedAt: ended ? now : nil)
+            peers[incoming.name] = entry
+            directives.append(.memberReplaced(old: old, new: incomingForMerge))
+            return
+        }
+        guard incoming.id.incarnation == entry.member.id.incarnation, incomingForMerge.status > entry.member.status else {
+            return
+        }
+        entry.member.status = incomingForMerge.status
+        entry.member.address = incoming.address
+        entry.member.roles = incoming.roles
+        switch incomingForMerge.status {
+        case .up, .suspect: directives.append(.memberUp(entry.member))
+        case .left:
+            entry.endedAt = now
+            directives.append(.memberLeft(entry.member))
+        case .down:
+            entry.endedAt = now
+            directives.append(.memberDowned(entry.member, silence: nil))
+        case .joining: break
+        }
+        peers[incoming.name] = entry
+    }
+
+    private func with(_ member: Member, status: MemberStatus) -> Member {
+        var member = member
+        member.status = status
+        return member
+    }
+}
+
+extension MembershipStateMachine.PeerEntry {
+    var viewMember: Member {
+        guard suspectedSince != nil, !member.status.isTerminal else { return member }
+        var member = member
+        member.status = .suspect
+        return member
+    }
+}
+
+/// What the membership asks its shell to do, or tells it happened.
+public enum MembershipDirective: Sendable, Equatable {
+    /// Send this gossip to every connected peer (including seeds not yet named).
+    case gossip(Gossip)
+    /// This node became `up`: by meeting an `up` member, or as a seed that found nobody.
+    case selfUp(formedCluster: Bool)
+    /// This node's ticks stopped for this long; peers' timers were restarted, not blamed.
+    case selfPaused(Duration)
+    /// The cluster declared this incarnation down: deactivate everything and ``MembershipStateMachine/rejoin(incarnation:now:)``.
+    case selfDowned(Member)
+    /// A newer process with this node's name exists: this one is stale and should stop.
+    case selfReplaced(by: Member)
+    /// A member was learned of.
+    case memberJoined(Member)
+    /// A member became `up`.
+    case memberUp(Member)
+    /// A member went silent past `suspectAfter`.
+    case memberSuspected(Member, silence: Duration)
+    /// A suspected member was heard from again.
+    case memberReachable(Member)
+    /// A member was declared down: by this node after `silence`, or by gossip (`silence` nil).
+    case memberDowned(Member, silence: Duration?)
+    /// A member left gracefully.
+    case memberLeft(Member)
+    /// A restarted node replaced its old incarnation.
+    case memberReplaced(old: Member, new: Member)
+}
