@@ -1,0 +1,134 @@
+import Crypto
+import Foundation
+import SwiftASN1
+import X509
+
+/// The cluster's certificate authority and the node certificates it signs, made without openssl.
+///
+/// A TLS directory holds `ca.pem` (the CA certificate every node trusts), `ca-key.pem` (its key:
+/// keep it off the nodes in production) and, per node, `NAME.pem` and `NAME-key.pem`.
+public enum ClusterCertificates {
+    /// File names inside a TLS directory.
+    public static let caCertificateFile = "ca.pem"
+    public static let caKeyFile = "ca-key.pem"
+    public static func certificateFile(node: String) -> String { "\(node).pem" }
+    public static func keyFile(node: String) -> String { "\(node)-key.pem" }
+
+    /// Why certificates could not be made or read.
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Creates a new cluster CA in `directory` (P-256, valid 10 years). Refuses to overwrite one.
+    @discardableResult
+    public static func initAuthority(in directory: URL, commonName: String = "Parley cluster CA") throws -> Certificate {
+        let certificatePath = directory.appendingPathComponent(caCertificateFile)
+        guard !FileManager.default.fileExists(atPath: certificatePath.path) else {
+            throw Failure(description: "\(certificatePath.path) already exists; delete it to make a new CA (every node certificate must then be issued again)")
+        }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let key = Certificate.PrivateKey(P256.Signing.PrivateKey())
+        let name = try DistinguishedName {
+            OrganizationName("Parley")
+            CommonName(commonName)
+        }
+        let now = Date()
+        let certificate = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: key.publicKey,
+            notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(10 * 365 * 86400),
+            issuer: name, subject: name, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                SubjectKeyIdentifier(hash: key.publicKey)
+            },
+            issuerPrivateKey: key)
+        try write(key.serializeAsPEM().pemString, to: directory.appendingPathComponent(caKeyFile), private: true)
+        try write(certificate.serializeAsPEM().pemString, to: certificatePath, private: false)
+        return certificate
+    }
+
+    /// Issues a certificate for node `name`, signed by the CA in `directory`, valid for the DNS
+    /// names and IP addresses given (always `name`, `localhost` and `127.0.0.1` as well), for both
+    /// server and client authentication (valid 2 years).
+    @discardableResult
+    public static func issue(node name: String, in directory: URL, dnsNames: [String] = [], ipAddresses: [String] = []) throws -> Certificate {
+        guard isValidNodeName(name) else {
+            throw Failure(description: "'\(name)' is not a valid node name (1–64 characters of a-z A-Z 0-9 . _ -)")
+        }
+        let caCertificate = try readCertificate(directory.appendingPathComponent(caCertificateFile))
+        let caKey = try readKey(directory.appendingPathComponent(caKeyFile))
+        var names: [GeneralName] = []
+        for dns in Array(NSOrderedSet(array: [name, "localhost"] + dnsNames)) as? [String] ?? [] {
+            names.append(.dnsName(dns))
+        }
+        for ip in Array(NSOrderedSet(array: ["127.0.0.1"] + ipAddresses)) as? [String] ?? [] {
+            guard let bytes = ipAddressBytes(ip) else { throw Failure(description: "'\(ip)' is not an IP address") }
+            names.append(.ipAddress(ASN1OctetString(contentBytes: bytes[...])))
+        }
+        let key = Certificate.PrivateKey(P256.Signing.PrivateKey())
+        let now = Date()
+        let certificate = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: key.publicKey,
+            notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(2 * 365 * 86400),
+            issuer: caCertificate.subject,
+            subject: try DistinguishedName {
+                OrganizationName("Parley")
+                CommonName(name)
+            },
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true, keyEncipherment: true))
+                try ExtendedKeyUsage([.serverAuth, .clientAuth])
+                SubjectAlternativeNames(names)
+                if let authorityKeyID = try? caCertificate.extensions.subjectKeyIdentifier {
+                    AuthorityKeyIdentifier(keyIdentifier: authorityKeyID.keyIdentifier)
+                }
+            },
+            issuerPrivateKey: caKey)
+        try write(key.serializeAsPEM().pemString, to: directory.appendingPathComponent(keyFile(node: name)), private: true)
+        try write(certificate.serializeAsPEM().pemString, to: directory.appendingPathComponent(certificateFile(node: name)), private: false)
+        return certificate
+    }
+
+    /// 1–64 characters of `a-z A-Z 0-9 . _ -`: safe as a file name and in logs.
+    public static func isValidNodeName(_ name: String) -> Bool {
+        (1...64).contains(name.count)
+            && name.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0)) }
+            && !name.hasPrefix(".")
+    }
+
+    static func readCertificate(_ url: URL) throws -> Certificate {
+        do {
+            return try Certificate(pemEncoded: String(contentsOf: url, encoding: .utf8))
+        } catch {
+            throw Failure(description: "cannot read certificate \(url.path): \(error)")
+        }
+    }
+
+    static func readKey(_ url: URL) throws -> Certificate.PrivateKey {
+        do {
+            return try Certificate.PrivateKey(pemEncoded: String(contentsOf: url, encoding: .utf8))
+        } catch {
+            throw Failure(description: "cannot read private key \(url.path): \(error)")
+        }
+    }
+
+    private static func write(_ text: String, to url: URL, private isPrivate: Bool) throws {
+        try Data(text.utf8).write(to: url, options: .atomic)
+        try FileManager.default.setAttributes([.posixPermissions: isPrivate ? 0o600 : 0o644], ofItemAtPath: url.path)
+    }
+
+    static func ipAddressBytes(_ text: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, text, &v4) == 1 {
+            return withUnsafeBytes(of: &v4) { Array($0) }
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, text, &v6) == 1 {
+            return withUnsafeBytes(of: &v6) { Array($0) }
+        }
+        return nil
+    }
+}
