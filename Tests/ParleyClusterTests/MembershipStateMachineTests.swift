@@ -1,0 +1,177 @@
+import ParleyCluster
+import ParleyTestKit
+import Testing
+
+@Suite struct MembershipStateMachineTests {
+    typealias Machine = MembershipStateMachine<ContinuousClock.Instant>
+    static let settings = MembershipSettings(
+        heartbeatInterval: .milliseconds(100), suspectAfter: .milliseconds(1000), downAfter: .milliseconds(2000),
+        formClusterAfter: .milliseconds(1500))
+
+    static func member(_ name: String, _ incarnation: UInt64 = 1, _ status: MemberStatus = .up, roles: NodeRoles = .worker) -> Member {
+        Member(id: NodeID(name: name, incarnation: incarnation), address: NodeAddress(host: "127.0.0.1", port: 7000 + Int(name.utf8.last ?? 0)), roles: roles, status: status)
+    }
+
+    /// A machine for node `name` that is already up, knowing `peers` (up, heard at `time.now`).
+    static func upMachine(_ name: String, peers: [Member], time: ManualTime) -> Machine {
+        var machine = Machine(me: member(name, 1, .joining), isSeed: true, hasOtherSeeds: false, settings: settings, now: time.now)
+        _ = machine.tick(now: time.now)
+        #expect(machine.me.status == .up)
+        _ = machine.gossipReceived(Gossip(from: NodeID(name: "seedless", incarnation: 0), members: peers), now: time.now)
+        return machine
+    }
+
+    static func events(_ directives: [MembershipDirective]) -> [String] {
+        directives.compactMap { directive in
+            switch directive {
+            case .gossip: nil
+            case .selfUp(let formed): "selfUp(\(formed))"
+            case .selfPaused: "selfPaused"
+            case .selfDowned: "selfDowned"
+            case .selfReplaced: "selfReplaced"
+            case .memberJoined(let m): "joined \(m.name)"
+            case .memberUp(let m): "up \(m.name)"
+            case .memberSuspected(let m, _): "suspected \(m.name)"
+            case .memberReachable(let m): "reachable \(m.name)"
+            case .memberDowned(let m, _): "down \(m.name)"
+            case .memberLeft(let m): "left \(m.name)"
+            case .memberReplaced(_, let new): "replaced \(new.id)"
+            }
+        }
+    }
+
+    /// Ticks every 100 ms, `count` times; the events they produced.
+    static func ticks(_ machine: inout Machine, _ time: inout ManualTime, count: Int) -> [String] {
+        (0..<count).flatMap { _ in events(machine.tick(now: time.advance(by: .milliseconds(100)))) }
+    }
+
+    @Test func aSeedWaitsThenFormsTheCluster() {
+        var time = ManualTime()
+        var machine = Machine(me: Self.member("a", 1, .joining), isSeed: true, settings: Self.settings, now: time.now)
+        #expect(Self.ticks(&machine, &time, count: 14) == [])
+        #expect(machine.me.status == .joining)
+        #expect(Self.ticks(&machine, &time, count: 1) == ["selfUp(true)"])
+        #expect(machine.ringWorkers == ["a"])
+    }
+
+    @Test func aNonSeedJoinsOnlyThroughAnUpMember() {
+        var time = ManualTime()
+        var machine = Machine(me: Self.member("b", 1, .joining), isSeed: false, settings: Self.settings, now: time.now)
+        _ = Self.ticks(&machine, &time, count: 100)
+        #expect(machine.me.status == .joining, "a non-seed never forms a cluster by itself")
+        let seed = Self.member("a")
+        let directives = machine.gossipReceived(Gossip(from: seed.id, members: [seed]), now: time.now)
+        #expect(Self.events(directives) == ["joined a", "selfUp(false)"])
+        #expect(machine.ringWorkers == ["a", "b"])
+    }
+
+    @Test func silenceMakesSuspectThenDownAtTheConfiguredTimes() {
+        var time = ManualTime()
+        let b = Self.member("b"), c = Self.member("c")
+        var machine = Self.upMachine("a", peers: [b, c], time: time)
+        var log: [String] = []
+        // c keeps talking every 100 ms; b is silent from the start.
+        for _ in 0..<25 {
+            time.advance(by: .milliseconds(100))
+            _ = machine.gossipReceived(Gossip(from: c.id, members: [c]), now: time.now)
+            log += Self.events(machine.tick(now: time.now)).map { "\(time.origin.duration(to: time.now)): \($0)" }
+        }
+        #expect(log == ["1.0 seconds: suspected b", "2.0 seconds: down b"])
+        #expect(machine.member(named: "b")?.status == .down)
+        #expect(machine.ringWorkers == ["a", "c"])
+    }
+
+    @Test func aLateHeartbeatRefutesSuspicion() {
+        var time = ManualTime()
+        let b = Self.member("b")
+        var machine = Self.upMachine("a", peers: [b], time: time)
+        #expect(Self.ticks(&machine, &time, count: 12) == ["suspected b"])
+        #expect(machine.member(named: "b")?.status == .suspect)
+        #expect(machine.ringWorkers == ["a", "b"], "suspicion alone does not move actors")
+        #expect(Self.events(machine.gossipReceived(Gossip(from: b.id, members: [b]), now: time.advance(by: .milliseconds(50)))) == ["reachable b"])
+        #expect(Self.ticks(&machine, &time, count: 9) == [])
+        #expect(machine.member(named: "b")?.status == .up)
+    }
+
+    @Test func aHigherIncarnationReplacesTheOldAndALowerOneIsIgnored() {
+        let time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b", 5)], time: time)
+        let restarted = Self.member("b", 9, .joining)
+        #expect(Self.events(machine.gossipReceived(Gossip(from: restarted.id, members: [restarted]), now: time.now)) == ["replaced b#9"])
+        #expect(machine.member(named: "b")?.id.incarnation == 9)
+        #expect(machine.ringWorkers == ["a"], "the new incarnation is joining: not on the ring yet")
+        let stale = Self.member("b", 5, .up)
+        #expect(Self.events(machine.gossipReceived(Gossip(from: stale.id, members: [stale]), now: time.now)) == [])
+        #expect(machine.member(named: "b")?.id.incarnation == 9)
+    }
+
+    @Test func statusesOfOneIncarnationOnlyMoveForward() {
+        let time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b", 1, .down)], time: time)
+        #expect(machine.member(named: "b")?.status == .down)
+        _ = machine.gossipReceived(Gossip(from: NodeID(name: "c", incarnation: 1), members: [Self.member("b", 1, .up)]), now: time.now)
+        #expect(machine.member(named: "b")?.status == .down, "stale gossip cannot bring a down member back")
+    }
+
+    @Test func gracefulLeaveGossipsLeftAndPeersDropItAtOnce() {
+        let time = ManualTime()
+        var leaver = Self.upMachine("b", peers: [Self.member("a")], time: time)
+        var stayer = Self.upMachine("a", peers: [Self.member("b")], time: time)
+        let directives = leaver.leave()
+        guard case .gossip(let gossip)? = directives.first else {
+            Issue.record("leave must gossip")
+            return
+        }
+        #expect(gossip.members.first { $0.name == "b" }?.status == .left)
+        #expect(Self.events(stayer.gossipReceived(gossip, now: time.now)) == ["left b"])
+        #expect(stayer.ringWorkers == ["a"])
+        #expect(stayer.livePeers.isEmpty)
+    }
+
+    @Test func onlyUpWorkersAreOnTheRing() {
+        let time = ManualTime()
+        let machine = Self.upMachine("a", peers: [
+            Self.member("b", 1, .joining), Self.member("g", 1, .up, roles: .gateway),
+            Self.member("h", 1, .up, roles: [.worker, .gateway]), Self.member("d", 1, .left),
+        ], time: time)
+        #expect(machine.ringWorkers == ["a", "h"])
+    }
+
+    @Test func aDownedNodeLearnsItAndRejoinsAsANewIncarnation() {
+        var time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b")], time: time)
+        let verdict = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down), Self.member("b")])
+        #expect(Self.events(machine.gossipReceived(verdict, now: time.advance(by: .milliseconds(50)))) == ["selfDowned"])
+        machine.rejoin(incarnation: 2, now: time.now)
+        #expect(machine.me.id.incarnation == 2)
+        #expect(machine.me.status == .joining)
+        #expect(machine.livePeers.isEmpty, "a rejoining node forgets its old opinions")
+        let hello = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down), Self.member("b")])
+        #expect(Self.events(machine.gossipReceived(hello, now: time.now)) == ["joined b", "selfUp(false)"], "the old incarnation's tombstone is not about us")
+    }
+
+    @Test func aPausedNodeDoesNotBlameItsPeers() {
+        var time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b"), Self.member("c")], time: time)
+        _ = machine.tick(now: time.advance(by: .milliseconds(100)))
+        // SIGSTOP for 30 s: the next tick comes late.
+        #expect(Self.events(machine.tick(now: time.advance(by: .seconds(30)))) == ["selfPaused"])
+        #expect(machine.livePeers.map(\.name) == ["b", "c"])
+    }
+
+    @Test func aNodeCutOffAloneDoesNotDownTheOthers() {
+        var time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b"), Self.member("c")], time: time)
+        #expect(Self.ticks(&machine, &time, count: 50) == ["suspected b", "suspected c"], "hearing from 1 of 3, it may suspect but not down")
+    }
+
+    @Test func gossipFromAnEndedIncarnationIsIgnoredButForWhatItSaysAboutUs() {
+        let time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b", 1, .down), Self.member("c")], time: time)
+        let stale = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("b"), Self.member("c", 1, .down)])
+        #expect(Self.events(machine.gossipReceived(stale, now: time.now)) == [])
+        #expect(machine.member(named: "c")?.status == .up)
+        let verdict = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down)])
+        #expect(Self.events(machine.gossipReceived(verdict, now: time.now)) == ["selfDowned"])
+    }
+}
