@@ -1,0 +1,130 @@
+import Distributed
+import Foundation
+import ParleyCluster
+import ParleyTransport
+import Synchronization
+import Testing
+
+@Suite(.serialized) struct ClusterSystemTests {
+    static func probe(_ key: String, on system: ClusterSystem) throws -> Probe {
+        try Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: system)
+    }
+
+    @Test func aVirtualActorIsReachableFromEveryNodeAndActivatedOnceOnItsOwner() async throws {
+        let cluster = try TestCluster()
+        for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b", "node-c"])
+
+        for key in (0..<12).map({ "key-\($0)" }) {
+            let owner = try #require(cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: key)))
+            // 30 concurrent first calls, 10 from each node.
+            let answers = try await withThrowingTaskGroup(of: String.self) { group in
+                for name in ["node-a", "node-b", "node-c"] {
+                    let system = cluster[name]
+                    for _ in 0..<10 {
+                        group.addTask { try await Self.probe(key, on: system).whereAreYou() }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(Set(answers) == [owner], "\(key) answered from \(Set(answers)), owner is \(owner)")
+            let id = ClusterActorID(kind: "probe", key: key)
+            #expect(cluster.activations.withLock { $0[id] } == [owner], "\(key) activated \(cluster.activations.withLock { $0[id] ?? [] })")
+            #expect(try await Self.probe(key, on: cluster["node-b"]).count() == 1)
+            #expect(try await Self.probe(key, on: cluster["node-c"]).count() == 2, "the same activation serves every node")
+        }
+    }
+
+    @Test func argumentsResultsAndTypedErrorsCrossNodes() async throws {
+        let cluster = try TestCluster()
+        for name in ["node-a", "node-b"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b"])
+        // A key owned by node-b, called from node-a: a real network hop.
+        let key = try #require((0..<100).map { "k\($0)" }.first { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-b" })
+        let probe = try Self.probe(key, on: cluster["node-a"])
+        #expect(try await probe.echo("héllo 👋", times: 3) == ["héllo 👋", "héllo 👋", "héllo 👋"])
+        try await probe.doNothing()
+        do {
+            try await probe.fail(code: "test_refused")
+            Issue.record("fail(code:) must throw")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "test_refused")
+            #expect(error.message == "failed on purpose on node-b")
+        }
+        do {
+            _ = try await ClusterSystemTests.unknownKind(on: cluster["node-a"])
+            Issue.record("an unknown kind must fail")
+        } catch let error as ClusterCallError {
+            #expect(error.code == .actorNotFound)
+        }
+    }
+
+    static func unknownKind(on system: ClusterSystem) async throws -> String {
+        try await Probe.resolve(id: ClusterActorID(kind: "no-such-kind", key: "x"), using: system).whereAreYou()
+    }
+
+    @Test func whenANodeStopsAbruptlyItsActorsMoveToSurvivors() async throws {
+        let cluster = try TestCluster()
+        for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b", "node-c"])
+        let keys = (0..<30).map { "key-\($0)" }
+        let onC = keys.filter { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-c" }
+        try #require(!onC.isEmpty)
+        for key in onC { #expect(try await Self.probe(key, on: cluster["node-a"]).whereAreYou() == "node-c") }
+
+        let victim = cluster["node-c"]
+        cluster.remove("node-c")
+        await victim.stop()  // no leave: peers must find out by failure detection
+
+        try await eventually(timeout: .seconds(10), "both survivors mark node-c down") {
+            ["node-a", "node-b"].allSatisfy { cluster[$0].members.first { $0.name == "node-c" }?.status == .down }
+        }
+        for key in onC {
+            for caller in ["node-a", "node-b"] {
+                let answer = try await Self.probe(key, on: cluster[caller]).whereAreYou()
+                #expect(answer == "node-a" || answer == "node-b")
+            }
+        }
+    }
+
+    @Test func aGracefulLeaveMovesActorsWithoutWaitingForFailureDetection() async throws {
+        let cluster = try TestCluster()
+        for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b", "node-c"])
+        let leaver = cluster["node-b"]
+        cluster.remove("node-b")
+        await leaver.shutdown()
+        try await eventually(timeout: .seconds(5), "survivors see node-b as left") {
+            ["node-a", "node-c"].allSatisfy { cluster[$0].members.first { $0.name == "node-b" }?.status == .left }
+        }
+        // Left, not down: the ring moved on the leave itself, not after a failure-detection timeout.
+        #expect(cluster["node-a"].ring.workers == ["node-a", "node-c"])
+        let key = try #require((0..<100).map { "k\($0)" }.first { HashRingOwner.before(["node-a", "node-b", "node-c"], $0) == "node-b" })
+        let answer = try await Self.probe(key, on: cluster["node-c"]).whereAreYou()
+        #expect(answer == "node-a" || answer == "node-c")
+    }
+
+    @Test func aRestartedNodeReplacesItsOldIncarnation() async throws {
+        let cluster = try TestCluster()
+        for name in ["node-a", "node-b"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b"])
+        let old = cluster["node-b"]
+        let oldIncarnation = old.me.id.incarnation
+        cluster.remove("node-b")
+        await old.stop()
+        try await cluster.start("node-b", incarnation: oldIncarnation + 1)
+        try await cluster.waitForUp(["node-a", "node-b"])
+        #expect(cluster["node-a"].members.first { $0.name == "node-b" }?.id.incarnation == oldIncarnation + 1)
+    }
+}
+
+enum HashRingOwner {
+    static func before(_ workers: [String], _ key: String) -> String? {
+        HashRing(workers: workers).owner(of: ClusterActorID(kind: "probe", key: key).placementKey)
+    }
+}
