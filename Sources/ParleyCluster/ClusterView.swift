@@ -1,0 +1,35 @@
+/// The cluster as one node sees it, in the shape of `GET /v1/cluster` (API.md, "Operations").
+public struct ClusterView: Codable, Sendable, Equatable {
+    public struct MemberView: Codable, Sendable, Equatable {
+        public var name: String
+        public var address: String
+        public var roles: [String]
+        public var status: String
+        public var incarnation: UInt64
+    }
+
+    public struct RingView: Codable, Sendable, Equatable {
+        /// The `up` workers on the ring, sorted.
+        public var workers: [String]
+        /// Points per worker.
+        public var virtualNodes: Int
+    }
+
+    /// This node's name.
+    public var `self`: String
+    public var members: [MemberView]
+    public var ring: RingView
+}
+
+extension ClusterSystem {
+    /// What `GET /v1/cluster` shows.
+    public var view: ClusterView {
+        let ring = self.ring
+        return ClusterView(
+            self: settings.name,
+            members: members.map {
+                .init(name: $0.name, address: $0.address.description, roles: $0.roles.names, status: $0.status.rawValue, incarnation: $0.id.incarnation)
+            },
+            ring: .init(workers: ring.workers, virtualNodes: ring.settings.virtualNodes))
+    }
+}

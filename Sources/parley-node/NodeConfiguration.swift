@@ -1,0 +1,74 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ParleyCluster
+import ParleyTransport
+
+/// `parley-node run`'s options resolved: flag, else environment variable, else default; checked.
+struct NodeConfiguration {
+    var cluster: ClusterSettings
+    var tlsDirectory: URL
+    var opsHost: String
+    var opsPort: Int
+    var adminToken: String?
+    var logLevel: Logger.Level
+
+    init(_ run: Run, environment: [String: String]) throws {
+        func value(_ flag: String?, _ variable: String) -> String? {
+            if let flag { return flag }
+            guard let text = environment[variable], !text.isEmpty else { return nil }
+            return text
+        }
+        func port(_ flag: Int?, _ variable: String, default fallback: Int) throws -> Int {
+            if let flag { return try checkedPort(flag, variable) }
+            guard let text = environment[variable], !text.isEmpty else { return fallback }
+            guard let number = Int(text) else { throw ValidationError("\(variable)='\(text)' is not a port number") }
+            return try checkedPort(number, variable)
+        }
+        func checkedPort(_ number: Int, _ what: String) throws -> Int {
+            guard (0...65535).contains(number) else { throw ValidationError("\(what) \(number) is not a port (0–65535)") }
+            return number
+        }
+
+        guard let name = value(run.name, "PARLEY_NAME") else {
+            throw ValidationError("a node name is required: --name or PARLEY_NAME")
+        }
+        guard ClusterCertificates.isValidNodeName(name) else {
+            throw ValidationError("'\(name)' is not a valid node name (1–64 characters of a-z A-Z 0-9 . _ -)")
+        }
+        let rolesText = value(run.roles, "PARLEY_ROLES") ?? "worker"
+        guard let roles = NodeRoles(parsing: rolesText) else {
+            throw ValidationError("--roles '\(rolesText)' must be worker, gateway or worker,gateway")
+        }
+        let clusterHost = value(run.clusterHost, "PARLEY_CLUSTER_HOST") ?? "127.0.0.1"
+        let clusterPort = try port(run.clusterPort, "PARLEY_CLUSTER_PORT", default: 7600)
+        let advertiseHost = value(run.advertiseHost, "PARLEY_ADVERTISE_HOST")
+        if advertiseHost == nil, clusterHost == "0.0.0.0" || clusterHost == "::" {
+            throw ValidationError("--cluster-host \(clusterHost) binds every address: give --advertise-host, the address other nodes dial")
+        }
+        var seeds: [NodeAddress] = []
+        for text in (value(run.seeds, "PARLEY_SEEDS") ?? "").split(separator: ",") where !text.trimmingCharacters(in: .whitespaces).isEmpty {
+            guard let seed = NodeAddress(parsing: String(text)) else {
+                throw ValidationError("seed '\(text)' is not host:port")
+            }
+            seeds.append(seed)
+        }
+        guard let tlsDir = value(run.tlsDir, "PARLEY_TLS_DIR") else {
+            throw ValidationError("a TLS directory is required: --tls-dir or PARLEY_TLS_DIR (make one with `parley-node certs init` and `certs issue \(name)`)")
+        }
+        let levelText = value(run.logLevel, "PARLEY_LOG_LEVEL") ?? "info"
+        guard let level = Logger.Level(rawValue: levelText) else {
+            throw ValidationError("log level '\(levelText)' must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let bind = NodeAddress(host: clusterHost, port: clusterPort)
+        self.cluster = ClusterSettings(
+            name: name, roles: roles, bindAddress: bind,
+            advertisedAddress: advertiseHost.map { NodeAddress(host: $0, port: clusterPort) },
+            seeds: seeds)
+        self.tlsDirectory = URL(fileURLWithPath: tlsDir)
+        self.opsHost = value(run.opsHost, "PARLEY_OPS_HOST") ?? "127.0.0.1"
+        self.opsPort = try port(run.opsPort, "PARLEY_OPS_PORT", default: 7700)
+        self.adminToken = value(run.adminToken, "PARLEY_ADMIN_TOKEN")
+        self.logLevel = level
+    }
+}

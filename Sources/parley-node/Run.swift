@@ -1,0 +1,132 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Metrics
+import NIOHTTP1
+import ParleyCluster
+import ParleyTransport
+import Prometheus
+import ServiceLifecycle
+import UnixSignals
+
+/// `parley-node run`: every option is also an environment variable; the flag wins.
+struct Run: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a node: join the cluster, host actors (worker) and/or serve clients (gateway).",
+        discussion: """
+            Every option can also be given as the environment variable named beside it; a flag \
+            wins over the variable. Start every node with the same --seeds: a node skips itself in \
+            the list, and the first seed up forms the cluster. SIGTERM or SIGINT leaves the cluster \
+            gracefully (its actors move at once) and exits within 5 s.
+            """)
+
+    @Option(help: "This node's name, unique in the cluster; its certificate is TLS-DIR/NAME.pem. (env PARLEY_NAME)")
+    var name: String?
+
+    @Option(help: "worker, gateway, or worker,gateway. (env PARLEY_ROLES; default worker)")
+    var roles: String?
+
+    @Option(help: "Address the cluster port binds to. (env PARLEY_CLUSTER_HOST; default 127.0.0.1)")
+    var clusterHost: String?
+
+    @Option(help: "The cluster port (mutual TLS between nodes). (env PARLEY_CLUSTER_PORT; default 7600)")
+    var clusterPort: Int?
+
+    @Option(help: "Host other nodes dial to reach this one, when it differs from --cluster-host (e.g. 0.0.0.0). (env PARLEY_ADVERTISE_HOST; default the cluster host)")
+    var advertiseHost: String?
+
+    @Option(help: "Comma-separated host:port of seed nodes' cluster ports. (env PARLEY_SEEDS; default none: form a cluster alone)")
+    var seeds: String?
+
+    @Option(help: "Directory with ca.pem, NAME.pem and NAME-key.pem (see `parley-node certs`). (env PARLEY_TLS_DIR)")
+    var tlsDir: String?
+
+    @Option(help: "Address of the operations port (/healthz, /readyz, /metrics, /v1/cluster). (env PARLEY_OPS_HOST; default 127.0.0.1)")
+    var opsHost: String?
+
+    @Option(help: "The operations port. (env PARLEY_OPS_PORT; default 7700)")
+    var opsPort: Int?
+
+    @Option(help: "Bearer token required by GET /v1/cluster; without one the route is open. (env PARLEY_ADMIN_TOKEN)")
+    var adminToken: String?
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical. (env PARLEY_LOG_LEVEL; default info)")
+    var logLevel: String?
+
+    func run() async throws {
+        let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = config.logLevel
+            return handler
+        }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        var logger = Logger(label: "parley.node")
+        logger[metadataKey: "node.id"] = "\(config.cluster.name)"
+
+        let tls: ClusterTLS
+        do {
+            tls = try ClusterTLS.load(directory: config.tlsDirectory, node: config.cluster.name)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        let transport = NIOClusterTransport(bindAddress: config.cluster.bindAddress, tls: tls, logger: Logger(label: "parley.transport"))
+        let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
+        let ops = OpsServer(host: config.opsHost, port: config.opsPort, logger: logger) { method, path, headers in
+            OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)
+        }
+        let node = NodeService(system: system, ops: ops, logger: logger)
+        var groupConfig = ServiceGroupConfiguration(
+            services: [.init(service: node)], gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
+        groupConfig.maximumGracefulShutdownDuration = .seconds(4)
+        groupConfig.maximumCancellationDuration = .seconds(1)
+        try await ServiceGroup(configuration: groupConfig).run()
+        logger.info("stopped")
+    }
+}
+
+/// Runs the node until a graceful shutdown, then leaves the cluster.
+struct NodeService: Service {
+    let system: ClusterSystem
+    let ops: OpsServer
+    let logger: Logger
+
+    func run() async throws {
+        try await system.start()
+        try await ops.start()
+        try? await gracefulShutdown()
+        logger.info("shutdown requested: leaving the cluster")
+        await system.shutdown()
+        await ops.stop()
+    }
+}
+
+enum OpsRoutes {
+    static func respond(
+        method: HTTPMethod, path: String, headers: HTTPHeaders, system: ClusterSystem,
+        registry: PrometheusCollectorRegistry, adminToken: String?
+    ) -> OpsServer.Response {
+        guard method == .GET || method == .HEAD else {
+            return .error(.methodNotAllowed, code: "invalid_request", message: "only GET is served on the operations port")
+        }
+        switch path {
+        case "/healthz":
+            return .text(.ok, "ok")
+        case "/readyz":
+            let me = system.me
+            return me.status == .up ? .text(.ok, "ready") : .text(.serviceUnavailable, "not ready: \(me.status.rawValue)")
+        case "/metrics":
+            var body: [UInt8] = []
+            registry.emit(into: &body)
+            return OpsServer.Response(status: .ok, contentType: "text/plain; version=0.0.4", body: body)
+        case "/v1/cluster":
+            if let adminToken, headers.first(name: "Authorization") != "Bearer \(adminToken)" {
+                return .error(.unauthorized, code: "unauthorized", message: "the admin token is required")
+            }
+            return .json(.ok, system.view)
+        default:
+            return .error(.notFound, code: "not_found", message: "no route \(path)")
+        }
+    }
+}
