@@ -74,6 +74,17 @@ let package = Package(
             ],
             swiftSettings: upcoming
         ),
+        .executableTarget(
+            name: "parley-rpc-bench",
+            dependencies: [
+                "ParleyCluster",
+                "ParleyTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/parley-rpc-bench",
+            swiftSettings: upcoming
+        ),
         .testTarget(
             name: "ParleyClusterTests",
             dependencies: ["ParleyCluster", "ParleyTestKit"],

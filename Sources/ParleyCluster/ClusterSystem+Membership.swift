@@ -38,7 +38,9 @@ extension ClusterSystem {
                 transport.broadcast(.gossip(gossip))
             case .selfUp(let formed):
                 membershipChanged = true
-                logger.info(formed ? "no other seed answered: formed a new cluster" : "joined the cluster", metadata: ["member.status": "up"])
+                logger.info(
+                    formed ? "formed the cluster: no up member answered within \(settings.membership.formClusterAfter)" : "joined the cluster",
+                    metadata: ["member.status": "up"])
             case .selfPaused(let pause):
                 logger.warning("this node was paused; peers' failure timers restarted", metadata: ["pause": "\(pause)"])
             case .selfDowned(let me):
