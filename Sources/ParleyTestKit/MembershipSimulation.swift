@@ -1,0 +1,173 @@
+import ParleyCluster
+
+/// A seeded, deterministic simulation of a cluster's membership: N pure
+/// ``MembershipStateMachine``s exchanging gossip over a simulated network with delay, loss,
+/// partitions, crashes, restarts and pauses, on a manual timeline.
+///
+/// The same seed gives the same run, so a failing invariant is reproduced by its seed.
+public struct MembershipSimulation {
+    public typealias Machine = MembershipStateMachine<ContinuousClock.Instant>
+
+    public struct Node {
+        public var machine: Machine
+        /// Dead nodes neither tick nor receive; paused ones hold what arrives until they resume.
+        public var isAlive = true
+        public var pausedUntil: ContinuousClock.Instant?
+        var inbox: [Gossip] = []
+    }
+
+    struct InFlight {
+        var deliverAt: ContinuousClock.Instant
+        var to: String
+        var gossip: Gossip
+        var order: Int
+    }
+
+    public let settings: MembershipSettings
+    public private(set) var time = ManualTime()
+    public private(set) var nodes: [String: Node] = [:]
+    public var random: SeededRandom
+    /// Chance that one gossip message is lost.
+    public var lossRate = 0.0
+    /// Delivery delay is uniform in this range.
+    public var delay: ClosedRange<Duration> = .milliseconds(1)...(.milliseconds(20))
+    /// Pairs of nodes that cannot reach each other (both directions).
+    public private(set) var cut: Set<[String]> = []
+    private var inFlight: [InFlight] = []
+    private var sent = 0
+    private var nextIncarnation: UInt64 = 1
+    /// Every directive each node produced, for the checks.
+    public private(set) var log: [(at: Duration, node: String, directive: MembershipDirective)] = []
+
+    public init(seed: UInt64, settings: MembershipSettings) {
+        self.random = SeededRandom(seed: seed)
+        self.settings = settings
+    }
+
+    public var names: [String] { nodes.keys.sorted() }
+    public var elapsed: Duration { time.origin.duration(to: time.now) }
+
+    /// Adds (or restarts, with a higher incarnation) a node; `seeds` decides whether it may form a
+    /// cluster alone.
+    public mutating func start(_ name: String, isSeed: Bool) {
+        let member = Member(
+            id: NodeID(name: name, incarnation: nextIncarnation), address: NodeAddress(host: name, port: 1),
+            roles: .worker, status: .joining)
+        nextIncarnation += 1
+        nodes[name] = Node(machine: Machine(me: member, isSeed: isSeed, settings: settings, now: time.now))
+    }
+
+    public mutating func kill(_ name: String) { nodes[name]?.isAlive = false }
+
+    public mutating func pause(_ name: String, for duration: Duration) {
+        nodes[name]?.pausedUntil = time.now.advanced(by: duration)
+    }
+
+    public mutating func partition(_ a: String, _ b: String) { cut.insert([a, b].sorted()) }
+    public mutating func isolate(_ name: String) { for other in names where other != name { partition(name, other) } }
+    public mutating func healAll() { cut = [] }
+
+    public func canReach(_ a: String, _ b: String) -> Bool { !cut.contains([a, b].sorted()) }
+
+    /// Runs for `duration`, ticking every node every heartbeat interval and delivering gossip.
+    public mutating func run(for duration: Duration) {
+        let end = time.now.advanced(by: duration)
+        let step = Duration.milliseconds(1)
+        var nextTick = time.now
+        while time.now < end {
+            time.advance(by: step)
+            deliverDue()
+            if time.now >= nextTick {
+                for name in names { tick(name) }
+                nextTick = time.now.advanced(by: settings.heartbeatInterval)
+            }
+        }
+    }
+
+    private mutating func tick(_ name: String) {
+        guard var node = nodes[name], node.isAlive else { return }
+        if let until = node.pausedUntil {
+            guard time.now >= until else { return }
+            node.pausedUntil = nil
+            nodes[name] = node
+            // On resume, whether its timers fire before it reads what queued in its sockets is a
+            // race in a real process: the seed decides.
+            if Bool.random(using: &random) {
+                tickNow(name)
+                readInbox(name)
+            } else {
+                readInbox(name)
+                tickNow(name)
+            }
+            return
+        }
+        tickNow(name)
+    }
+
+    private mutating func tickNow(_ name: String) {
+        guard var node = nodes[name], node.isAlive else { return }
+        let directives = node.machine.tick(now: time.now)
+        nodes[name] = node
+        handle(directives, from: name)
+    }
+
+    private mutating func readInbox(_ name: String) {
+        guard let inbox = nodes[name]?.inbox else { return }
+        nodes[name]?.inbox = []
+        for gossip in inbox { receive(gossip, at: name) }
+    }
+
+    private mutating func receive(_ gossip: Gossip, at name: String) {
+        guard var node = nodes[name], node.isAlive else { return }
+        if node.pausedUntil != nil {
+            node.inbox.append(gossip)
+            nodes[name] = node
+            return
+        }
+        let directives = node.machine.gossipReceived(gossip, now: time.now)
+        nodes[name] = node
+        handle(directives, from: name)
+    }
+
+    private mutating func handle(_ directives: [MembershipDirective], from name: String) {
+        for directive in directives {
+            log.append((elapsed, name, directive))
+            switch directive {
+            case .gossip(let gossip):
+                for peer in names where peer != name && canReach(name, peer) {
+                    if lossRate > 0, Double.random(in: 0..<1, using: &random) < lossRate { continue }
+                    let lower = delay.lowerBound.components, upper = delay.upperBound.components
+                    let lowNanos = lower.seconds * 1_000_000_000 + lower.attoseconds / 1_000_000_000
+                    let highNanos = upper.seconds * 1_000_000_000 + upper.attoseconds / 1_000_000_000
+                    let nanos = Int64.random(in: lowNanos...highNanos, using: &random)
+                    sent += 1
+                    inFlight.append(InFlight(deliverAt: time.now.advanced(by: .nanoseconds(nanos)), to: peer, gossip: gossip, order: sent))
+                }
+            case .selfDowned:
+                nodes[name]?.machine.rejoin(incarnation: nextIncarnation, now: time.now)
+                nextIncarnation += 1
+            default:
+                break
+            }
+        }
+    }
+
+    private mutating func deliverDue() {
+        let due = inFlight.filter { $0.deliverAt <= time.now }.sorted { ($0.deliverAt, $0.order) < ($1.deliverAt, $1.order) }
+        guard !due.isEmpty else { return }
+        inFlight.removeAll { $0.deliverAt <= time.now }
+        for message in due where canReach(message.gossip.from.name, message.to) {
+            receive(message.gossip, at: message.to)
+        }
+    }
+
+    // MARK: Views for checks
+
+    /// Names of the nodes that run (alive and not paused).
+    public var running: [String] {
+        names.filter { nodes[$0]!.isAlive && nodes[$0]!.pausedUntil == nil }
+    }
+
+    /// The ring workers as `name` sees them.
+    public func ringWorkers(at name: String) -> [String] { nodes[name]!.machine.ringWorkers }
+}
