@@ -80,10 +80,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         let me = Member(
             id: NodeID(name: settings.name, incarnation: settings.incarnation),
             address: address, roles: settings.roles, status: .joining)
-        let otherSeeds = settings.seeds.filter { $0 != address }
-        let isSeed = settings.seeds.contains(address)
-        let membership = MembershipStateMachine<Instant>(
-            me: me, isSeed: isSeed, hasOtherSeeds: !otherSeeds.isEmpty, settings: settings.membership, now: .now)
+        let membership = MembershipStateMachine<Instant>(me: me, seeds: settings.seeds, settings: settings.membership, now: .now)
         self.state = Mutex(State(membership: membership, ring: HashRing(workers: [], settings: settings.ring), address: address))
     }
 
@@ -100,7 +97,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
                 state.address = NodeAddress(host: settings.bindAddress.host, port: bound.port)
                 state.membership = MembershipStateMachine(
                     me: Member(id: state.membership.me.id, address: state.address, roles: settings.roles, status: .joining),
-                    isSeed: false, hasOtherSeeds: !settings.seeds.isEmpty, settings: settings.membership, now: .now)
+                    seeds: settings.seeds, settings: settings.membership, now: .now)
                 return PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address)
             }
             transport.updateIdentity(me)

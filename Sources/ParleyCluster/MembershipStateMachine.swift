@@ -24,8 +24,10 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
     /// This node as it gossips itself.
     public private(set) var me: Member
     private var peers: [String: PeerEntry] = [:]
-    /// True when this node is in the seed list; a seed alone forms a cluster after a while.
+    /// True when this node may form a cluster: it is in the seed list, or there is no list.
     private let isSeed: Bool
+    /// The other seeds' addresses.
+    private let otherSeeds: Set<NodeAddress>
     private var joiningSince: Instant
     private var lastTick: Instant?
 
@@ -40,16 +42,18 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
 
     /// - Parameters:
     ///   - me: this node; its status is set to `joining`.
-    ///   - isSeed: whether this node is one of the configured seeds.
-    ///   - hasOtherSeeds: false when the seed list names no other node: it then forms a cluster
-    ///     at the first tick instead of waiting for others.
-    public init(me: Member, isSeed: Bool, hasOtherSeeds: Bool = true, settings: MembershipSettings = .default, now: Instant) {
+    ///   - seeds: the configured seed addresses (this node's own may be among them). A node in the
+    ///     list, or with no list at all, may form a cluster: at once when it is the only seed, or
+    ///     when it has met every other seed and has the smallest name among them, none of them up;
+    ///     otherwise after `formClusterAfter` without meeting an `up` member.
+    public init(me: Member, seeds: [NodeAddress], settings: MembershipSettings = .default, now: Instant) {
         self.settings = settings
         var me = me
         me.status = .joining
         self.me = me
-        self.isSeed = isSeed || !hasOtherSeeds
-        self.joiningSince = hasOtherSeeds ? now : now.advanced(by: .zero - settings.formClusterAfter)
+        self.isSeed = seeds.isEmpty || seeds.contains(me.address)
+        self.otherSeeds = Set(seeds).subtracting([me.address])
+        self.joiningSince = now
     }
 
     // MARK: Views
@@ -94,7 +98,7 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
         }
         lastTick = now
 
-        if me.status == .joining, isSeed, joiningSince.duration(to: now) >= settings.formClusterAfter {
+        if me.status == .joining, isSeed, mayFormCluster(now: now) {
             me.status = .up
             directives.append(.selfUp(formedCluster: true))
         }
@@ -174,6 +178,15 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
         lastTick = nil
         // Start afresh, like a restarted process: our old verdicts about others must not spread.
         peers = [:]
+    }
+
+    /// Whether a joining seed forms the cluster now (see ``init(me:seeds:settings:now:)``).
+    private func mayFormCluster(now: Instant) -> Bool {
+        if otherSeeds.isEmpty || joiningSince.duration(to: now) >= settings.formClusterAfter { return true }
+        let live = peers.values.filter { $0.endedAt == nil }
+        guard !live.contains(where: { $0.member.status == .up }) else { return false }  // join it instead
+        let seedPeers = live.filter { otherSeeds.contains($0.member.address) }
+        return Set(seedPeers.map(\.member.address)) == otherSeeds && seedPeers.allSatisfy { $0.member.name > me.name }
     }
 
     /// True while this node hears from at least half of the members it considers live.

@@ -47,14 +47,15 @@ public struct MembershipSimulation {
     public var names: [String] { nodes.keys.sorted() }
     public var elapsed: Duration { time.origin.duration(to: time.now) }
 
-    /// Adds (or restarts, with a higher incarnation) a node; `seeds` decides whether it may form a
-    /// cluster alone.
-    public mutating func start(_ name: String, isSeed: Bool) {
+    /// The address of simulated node `name`.
+    public static func address(_ name: String) -> NodeAddress { NodeAddress(host: name, port: 1) }
+
+    /// Adds (or restarts, with a higher incarnation) a node with the given seed list (names).
+    public mutating func start(_ name: String, seeds: [String]) {
         let member = Member(
-            id: NodeID(name: name, incarnation: nextIncarnation), address: NodeAddress(host: name, port: 1),
-            roles: .worker, status: .joining)
+            id: NodeID(name: name, incarnation: nextIncarnation), address: Self.address(name), roles: .worker, status: .joining)
         nextIncarnation += 1
-        nodes[name] = Node(machine: Machine(me: member, isSeed: isSeed, settings: settings, now: time.now))
+        nodes[name] = Node(machine: Machine(me: member, seeds: seeds.map(Self.address), settings: settings, now: time.now))
     }
 
     public mutating func kill(_ name: String) { nodes[name]?.isAlive = false }

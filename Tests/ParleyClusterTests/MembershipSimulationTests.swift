@@ -8,7 +8,7 @@ import Testing
 
     static func formed(seed: UInt64, nodes count: Int) -> MembershipSimulation {
         var sim = MembershipSimulation(seed: seed, settings: settings)
-        for i in 1...count { sim.start("n\(i)", isSeed: i <= 2) }
+        for i in 1...count { sim.start("n\(i)", seeds: ["n1", "n2"]) }
         sim.run(for: .seconds(4))
         return sim
     }
@@ -51,7 +51,7 @@ import Testing
         }
         #expect(Self.converged(sim), "seed \(seed)")
         // The victim restarts: it rejoins and everyone agrees again.
-        sim.start(victim, isSeed: false)
+        sim.start(victim, seeds: ["n1", "n2"])
         sim.run(for: .seconds(3))
         #expect(Self.converged(sim), "seed \(seed): after restart \(sim.names.map { sim.ringWorkers(at: $0) })")
     }
@@ -90,12 +90,35 @@ import Testing
         #expect(majorityRestarts.isEmpty, "seed \(seed): the minority's stale view restarted majority nodes")
     }
 
+    @Test(arguments: Array(UInt64(1)...12))
+    func seedsStartedTogetherFormOneClusterWithoutWaiting(seed: UInt64) {
+        var sim = MembershipSimulation(seed: seed, settings: Self.settings)
+        let seeds = ["n1", "n2", "n3"]
+        for name in seeds { sim.start(name, seeds: seeds) }
+        sim.run(for: .milliseconds(600))
+        #expect(Self.converged(sim), "seed \(seed): \(sim.names.map { sim.ringWorkers(at: $0) })")
+        let formers = sim.log.filter { if case .selfUp(true) = $0.directive { return true }; return false }.map(\.node)
+        #expect(formers == ["n1"], "seed \(seed): exactly the smallest seed forms the cluster, not \(formers)")
+    }
+
+    @Test(arguments: Array(UInt64(1)...12))
+    func aSeedRestartingIntoARunningClusterJoinsIt(seed: UInt64) {
+        var sim = Self.formed(seed: seed, nodes: 4)
+        sim.kill("n1")
+        sim.run(for: .seconds(4))
+        sim.start("n1", seeds: ["n1", "n2"])
+        sim.run(for: .seconds(2))
+        #expect(Self.converged(sim), "seed \(seed)")
+        let formedAgain = sim.log.filter { if case .selfUp(true) = $0.directive { return $0.at > .seconds(4) }; return false }
+        #expect(formedAgain.isEmpty, "seed \(seed): n1 must join the running cluster, not form a second one")
+    }
+
     @Test(arguments: Array(UInt64(1)...8))
     func lossyNetworksStillConverge(seed: UInt64) {
         var sim = MembershipSimulation(seed: seed, settings: Self.settings)
         sim.lossRate = 0.2
         sim.delay = .milliseconds(1)...(.milliseconds(80))
-        for i in 1...6 { sim.start("n\(i)", isSeed: i == 1) }
+        for i in 1...6 { sim.start("n\(i)", seeds: ["n1"]) }
         sim.run(for: .seconds(6))
         #expect(Self.converged(sim), "seed \(seed): \(sim.names.map { sim.ringWorkers(at: $0) })")
     }

@@ -14,7 +14,7 @@ import Testing
 
     /// A machine for node `name` that is already up, knowing `peers` (up, heard at `time.now`).
     static func upMachine(_ name: String, peers: [Member], time: ManualTime) -> Machine {
-        var machine = Machine(me: member(name, 1, .joining), isSeed: true, hasOtherSeeds: false, settings: settings, now: time.now)
+        var machine = Machine(me: member(name, 1, .joining), seeds: [], settings: settings, now: time.now)
         _ = machine.tick(now: time.now)
         #expect(machine.me.status == .up)
         _ = machine.gossipReceived(Gossip(from: NodeID(name: "seedless", incarnation: 0), members: peers), now: time.now)
@@ -47,7 +47,8 @@ import Testing
 
     @Test func aSeedWaitsThenFormsTheCluster() {
         var time = ManualTime()
-        var machine = Machine(me: Self.member("a", 1, .joining), isSeed: true, settings: Self.settings, now: time.now)
+        let me = Self.member("a", 1, .joining)
+        var machine = Machine(me: me, seeds: [me.address, Self.member("z").address], settings: Self.settings, now: time.now)
         #expect(Self.ticks(&machine, &time, count: 14) == [])
         #expect(machine.me.status == .joining)
         #expect(Self.ticks(&machine, &time, count: 1) == ["selfUp(true)"])
@@ -56,7 +57,7 @@ import Testing
 
     @Test func aNonSeedJoinsOnlyThroughAnUpMember() {
         var time = ManualTime()
-        var machine = Machine(me: Self.member("b", 1, .joining), isSeed: false, settings: Self.settings, now: time.now)
+        var machine = Machine(me: Self.member("b", 1, .joining), seeds: [Self.member("a").address], settings: Self.settings, now: time.now)
         _ = Self.ticks(&machine, &time, count: 100)
         #expect(machine.me.status == .joining, "a non-seed never forms a cluster by itself")
         let seed = Self.member("a")
