@@ -100,10 +100,15 @@ extension ClusterSystem {
     func activeActor(for id: ClusterActorID) async throws -> any DistributedActor {
         enum Found {
             case active(any DistributedActor)
+            case pinned(WeakActor)
             case activating(Task<any DistributedActor, any Error>)
         }
         let found = try state.withLock { state -> Found in
-            if let actor = state.local[id]?.actor { return .active(actor) }
+            switch state.local[id] {
+            case .virtual(let actor): return .active(actor)
+            case .pinned(let box): return .pinned(box)  // loaded outside the lock (see activeActorIDs)
+            case nil: break
+            }
             guard id.isVirtual else {
                 throw ClusterCallError(code: .actorNotFound, message: "no actor \(id) on \(settings.name)")
             }
@@ -123,6 +128,11 @@ extension ClusterSystem {
         }
         switch found {
         case .active(let actor):
+            return actor
+        case .pinned(let box):
+            guard let actor = box.actor else {
+                throw ClusterCallError(code: .actorNotFound, message: "actor \(id) on \(settings.name) is gone")
+            }
             return actor
         case .activating(let task):
             defer { state.withLock { $0.activations[id] = nil } }

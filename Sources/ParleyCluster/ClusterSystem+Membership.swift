@@ -78,13 +78,13 @@ extension ClusterSystem {
 
     /// Rebuilds the ring when the set of `up` workers changed, and lets go of actors it moved away.
     func updateRing() {
-        let (changed, ring, movedAway) = state.withLock { state -> (Bool, HashRing, [ClusterActorID]) in
-            let workers = state.membership.ringWorkers
+        // Deactivated actors are released after the lock: their deinit calls back into the system.
+        let (changed, ring, movedAway) = state.withLock { state -> (Bool, HashRing, [LocalActor]) in
+            let workers = state.forcedRingWorkers.map { Array(Set($0)).sorted() } ?? state.membership.ringWorkers
             guard workers != state.ring.workers else { return (false, state.ring, []) }
             state.ring = HashRing(workers: workers, settings: settings.ring)
             let moved = state.local.keys.filter { $0.isVirtual && state.ring.owner(of: $0.placementKey) != settings.name }
-            for id in moved { state.local[id] = nil }
-            return (true, state.ring, moved)
+            return (true, state.ring, moved.compactMap { state.local.removeValue(forKey: $0) })
         }
         guard changed else { return }
         Self.ringWorkers.record(ring.workers.count)
@@ -97,11 +97,13 @@ extension ClusterSystem {
     /// moved, so it drops them all and comes back as a new incarnation.
     private func rejoin(after me: Member) {
         let incarnation = max(me.id.incarnation + 1, ClusterSettings.incarnationNow())
-        let identity = state.withLock { state -> PeerIdentity in
+        let (identity, dropped) = state.withLock { state -> (PeerIdentity, [LocalActor]) in
             state.membership.rejoin(incarnation: incarnation, now: clock.now)
+            let dropped = state.local.filter { $0.key.isVirtual }
             state.local = state.local.filter { !$0.key.isVirtual }
-            return PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address)
+            return (PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address), Array(dropped.values))
         }
+        _ = consume dropped  // released here, outside the lock (their deinit calls resignID)
         logger.warning("this node was declared down; rejoining as a new incarnation", metadata: [
             "node.incarnation.old": "\(me.id.incarnation)", "node.incarnation": "\(incarnation)",
         ])

@@ -43,6 +43,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         var loops: [Task<Void, Never>] = []
         var isShutDown = false
         var ticks = 0
+        /// Set by ``forceRing(_:)``: the ring ignores the membership.
+        var forcedRingWorkers: [String]?
     }
 
     /// A local actor: virtual ones are held by the system (it owns their lifetime); pinned ones
@@ -172,9 +174,19 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         return state.withLock { $0.ring.owner(of: id.placementKey) }
     }
 
+    /// Pins this node's ring to `workers`, whatever the membership says; nil returns to the
+    /// membership's ring. For tests of ownership changes and split brain (two nodes made to
+    /// believe they own the same actor).
+    public func forceRing(_ workers: [String]?) {
+        state.withLock { $0.forcedRingWorkers = workers }
+        updateRing()
+    }
+
     /// IDs of the actors active on this node.
     public var activeActorIDs: [ClusterActorID] {
-        state.withLock { $0.local.filter { $0.value.actor != nil }.map(\.key) }
+        // Weak references are loaded outside the lock: a temporary strong reference that turns out
+        // to be the last one would run the actor's deinit, which calls back into the system.
+        state.withLock { $0.local }.filter { $0.value.actor != nil }.map(\.key)
     }
 
     // MARK: Virtual actors
@@ -211,7 +223,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         // Virtual actors are always reached through `remoteCall`, which checks the ring on every
         // call: a direct reference would outlive a move of the actor to another node.
         guard let node = id.node, node == settings.name else { return nil }
-        return state.withLock { $0.local[id]?.actor } as? Act
+        return state.withLock { $0.local[id] }?.actor as? Act  // loaded outside the lock (see activeActorIDs)
     }
 
     public func remoteCall<Act, Err, Res>(

@@ -61,6 +61,27 @@ import Testing
         }
     }
 
+    @Test func aPinnedActorIsReachedOnItsNodeUntilItIsGone() async throws {
+        let cluster = try TestCluster()
+        for name in ["node-a", "node-b"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b"])
+        var pinned: Probe? = Probe(actorSystem: cluster["node-a"])
+        let id = try #require(pinned?.id)
+        #expect(id.node == "node-a" && !id.isVirtual)
+        #expect(try Probe.resolve(id: id, using: cluster["node-a"]) === pinned, "resolved locally on its own node")
+        let remote = try Probe.resolve(id: id, using: cluster["node-b"])
+        #expect(try await remote.whereAreYou() == "node-a")
+        #expect(try await remote.count() == 1)
+        pinned = nil
+        do {
+            _ = try await remote.count()
+            Issue.record("a released pinned actor must not answer")
+        } catch let error as ClusterCallError {
+            #expect(error.code == .actorNotFound)
+        }
+    }
+
     static func unknownKind(on system: ClusterSystem) async throws -> String {
         try await Probe.resolve(id: ClusterActorID(kind: "no-such-kind", key: "x"), using: system).whereAreYou()
     }

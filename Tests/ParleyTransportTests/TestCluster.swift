@@ -58,18 +58,22 @@ final class TestCluster: Sendable {
 
     /// Starts a node; the first node started is everybody's seed.
     @discardableResult
-    func start(_ name: String, roles: NodeRoles = .worker, seed: NodeAddress? = nil, incarnation: UInt64 = ClusterSettings.incarnationNow()) async throws -> ClusterSystem {
+    func start(
+        _ name: String, roles: NodeRoles = .worker, seed: NodeAddress? = nil, incarnation: UInt64 = ClusterSettings.incarnationNow(),
+        callTimeout: Duration = .seconds(2), transportSettings: TransportSettings = .default
+    ) async throws -> ClusterSystem {
         if !FileManager.default.fileExists(atPath: directory.appendingPathComponent("\(name).pem").path) {
             try ClusterCertificates.issue(node: name, in: directory)
         }
         let seedAddress = seed ?? firstSeed.withLock { $0 }
         let settings = ClusterSettings(
             name: name, roles: roles, bindAddress: NodeAddress(host: "127.0.0.1", port: 0),
-            seeds: seedAddress.map { [$0] } ?? [], incarnation: incarnation, membership: Self.membership)
+            seeds: seedAddress.map { [$0] } ?? [], incarnation: incarnation, membership: Self.membership, callTimeout: callTimeout)
         var logger = Logger(label: "test.\(name)")
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_TEST_LOG"] == nil ? .critical : .debug
         let transport = NIOClusterTransport(
-            bindAddress: settings.bindAddress, tls: try ClusterTLS.load(directory: directory, node: name), logger: logger)
+            bindAddress: settings.bindAddress, tls: try ClusterTLS.load(directory: directory, node: name),
+            settings: transportSettings, logger: logger)
         let system = ClusterSystem(settings: settings, transport: transport, logger: logger)
         system.register(kind: "probe") { [self] id, system in
             self.activations.withLock { $0[id, default: []].append(system.settings.name) }
