@@ -27,8 +27,21 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
     ],
     targets: [
+        .target(name: "ParleyModel", swiftSettings: upcoming),
+        .target(name: "ParleyStore", dependencies: ["ParleyModel"], swiftSettings: upcoming),
+        .target(
+            name: "ParleyStoreSQLite",
+            dependencies: [
+                "ParleyModel",
+                "ParleyStore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcoming
+        ),
         .target(
             name: "ParleyCluster",
             dependencies: [
@@ -83,6 +96,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/parley-rpc-bench",
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyStoreTests",
+            dependencies: ["ParleyModel", "ParleyStore", "ParleyStoreSQLite", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: upcoming
         ),
         .testTarget(

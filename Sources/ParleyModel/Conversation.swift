@@ -1,0 +1,62 @@
+import Foundation
+
+/// `direct` (exactly two members, no name) or `group`.
+public enum ConversationKind: String, Hashable, Sendable, Codable {
+    case direct
+    case group
+}
+
+/// A member's role in a conversation: the owner of a group may remove others and rename it.
+public enum MemberRole: String, Hashable, Sendable, Codable {
+    case owner
+    case member
+}
+
+/// A member of a conversation with its receipt watermarks.
+public struct ConversationMember: Hashable, Sendable, Codable {
+    public var userId: UserID
+    public var role: MemberRole
+    /// Highest seq delivered to this member's devices; only moves forward.
+    public var deliveredSeq: Int64
+    /// Highest seq this member has read; only moves forward, implies delivered.
+    public var readSeq: Int64
+
+    public init(userId: UserID, role: MemberRole, deliveredSeq: Int64 = 0, readSeq: Int64 = 0) {
+        self.userId = userId
+        self.role = role
+        self.deliveredSeq = deliveredSeq
+        self.readSeq = readSeq
+    }
+}
+
+/// A conversation as the store keeps it (without its messages).
+public struct ConversationRecord: Hashable, Sendable, Codable {
+    public var id: ConversationID
+    public var kind: ConversationKind
+    public var name: String?
+    public var ownerId: UserID
+    /// The seq of the last committed message (0 when none).
+    public var lastSeq: Int64
+    public var createdAt: Date
+    /// The last message's `sentAt`, else `createdAt`: what "newest activity first" sorts by.
+    public var lastActivityAt: Date
+    public var members: [ConversationMember]
+
+    public init(
+        id: ConversationID, kind: ConversationKind, name: String?, ownerId: UserID, lastSeq: Int64 = 0,
+        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember]
+    ) {
+        self.id = id
+        self.kind = kind
+        self.name = name
+        self.ownerId = ownerId
+        self.lastSeq = lastSeq
+        self.createdAt = createdAt
+        self.lastActivityAt = lastActivityAt ?? createdAt
+        self.members = members
+    }
+
+    public func member(_ user: UserID) -> ConversationMember? {
+        members.first { $0.userId == user }
+    }
+}

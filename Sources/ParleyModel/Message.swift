@@ -1,0 +1,40 @@
+import Foundation
+
+/// One message of a conversation, as API.md serves it.
+public struct Message: Hashable, Sendable, Codable {
+    /// `conversationId:seq`, unique across the cluster.
+    public var id: String
+    public var conversationId: ConversationID
+    /// Position in the conversation: 1, 2, 3, … with no gaps.
+    public var seq: Int64
+    public var senderId: UserID
+    /// The sender's idempotency key: a UUID, lowercase.
+    public var clientMessageId: String
+    /// Exactly as sent: no trimming, no normalization.
+    public var text: String
+    /// The server's time of the commit, millisecond precision.
+    public var sentAt: Date
+
+    public init(conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date) {
+        self.id = "\(conversationId.rawValue):\(seq)"
+        self.conversationId = conversationId
+        self.seq = seq
+        self.senderId = senderId
+        self.clientMessageId = clientMessageId
+        self.text = text
+        self.sentAt = sentAt
+    }
+}
+
+extension Date {
+    /// This instant truncated to whole milliseconds, as every store keeps it.
+    public var millisecondPrecision: Date {
+        Date(timeIntervalSince1970: (timeIntervalSince1970 * 1000).rounded(.down) / 1000)
+    }
+
+    public var millisecondsSince1970: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    public init(millisecondsSince1970: Int64) {
+        self.init(timeIntervalSince1970: Double(millisecondsSince1970) / 1000)
+    }
+}

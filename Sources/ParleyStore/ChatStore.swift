@@ -1,0 +1,115 @@
+import Foundation
+import ParleyModel
+
+/// Where conversations, members, receipts and messages are durable. One protocol, three
+/// implementations (in-memory for simulation, SQLite, PostgreSQL) that pass one contract suite
+/// (``ChatStoreContract``).
+///
+/// Ownership fencing: a conversation's owner takes an **epoch** when it activates
+/// (``acquireOwnership(of:)``) and every write it makes carries it. A write whose epoch is not the
+/// conversation's current one fails: an owner that lost the conversation to another node (split
+/// brain, a pause) can never append, and its caller retries on the real owner.
+public protocol ChatStore: Sendable {
+    /// Applies the schema migrations not yet applied. Called at start-up; idempotent.
+    func migrate() async throws
+
+    /// Creates a conversation with its members. Throws `conflict` if the ID exists.
+    func createConversation(_ record: ConversationRecord) async throws
+
+    /// The conversation with its members, or nil.
+    func conversation(_ id: ConversationID) async throws -> ConversationRecord?
+
+    /// Makes the caller the conversation's owner: increments its epoch and returns the new one.
+    /// Every earlier epoch's writes fail from now on. Throws `not_found` for an unknown ID.
+    func acquireOwnership(of id: ConversationID) async throws -> Int64
+
+    /// Group commit: every append in one transaction, in order, each with its own outcome.
+    /// The store assigns each appended message `lastSeq + 1` inside the transaction, checks the
+    /// epoch, and returns the original message for a `clientMessageId` already stored. The
+    /// sender's own `deliveredSeq` and `readSeq` move to the new seq. When this returns, every
+    /// `.appended` message is durable.
+    func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome]
+
+    /// Messages with `seq > after`, ascending, at most `limit`.
+    func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message]
+
+    /// The last `limit` messages with `seq < before`, ascending.
+    func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message]
+
+    /// The message a `clientMessageId` made, if any.
+    func message(in id: ConversationID, clientMessageId: String) async throws -> Message?
+
+    /// Adds members (those already members are left as they are). Fenced by `epoch`.
+    func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws
+
+    /// Removes a member. Fenced by `epoch`.
+    func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws
+
+    /// Moves a member's watermarks forward (a lower value is ignored; `readSeq` implies delivered).
+    /// Returns the member's watermarks after the update; nil if not a member.
+    func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember?
+}
+
+/// One message to append, from the conversation's owner.
+public struct AppendRequest: Hashable, Sendable {
+    public var conversationId: ConversationID
+    /// The owner's epoch (from ``ChatStore/acquireOwnership(of:)``).
+    public var epoch: Int64
+    public var senderId: UserID
+    public var clientMessageId: String
+    public var text: String
+    public var sentAt: Date
+
+    public init(conversationId: ConversationID, epoch: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date) {
+        self.conversationId = conversationId
+        self.epoch = epoch
+        self.senderId = senderId
+        self.clientMessageId = clientMessageId
+        self.text = text
+        self.sentAt = sentAt.millisecondPrecision
+    }
+}
+
+/// What became of one append.
+public enum AppendOutcome: Hashable, Sendable {
+    /// Stored with the next seq.
+    case appended(Message)
+    /// This `clientMessageId` was stored before: the original message, unchanged.
+    case duplicate(Message)
+    /// The epoch is not the conversation's current one: another node owns it now.
+    case staleEpoch(current: Int64)
+    /// No such conversation.
+    case unknownConversation
+
+    /// The message, for `.appended` and `.duplicate`.
+    public var message: Message? {
+        switch self {
+        case .appended(let message), .duplicate(let message): message
+        case .staleEpoch, .unknownConversation: nil
+        }
+    }
+}
+
+/// Why a store operation failed.
+public struct ChatStoreError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        /// The ID exists already.
+        case conflict
+        /// No such conversation.
+        case notFound
+        /// The epoch is stale: another node owns the conversation.
+        case staleEpoch
+        /// The database could not be reached or refused the operation.
+        case unavailable
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public var description: String { "\(kind.rawValue): \(message)" }
+}

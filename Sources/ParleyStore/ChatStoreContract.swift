@@ -1,0 +1,201 @@
+import Foundation
+import ParleyModel
+
+/// The one contract every ``ChatStore`` passes: test targets run each case against each store
+/// (`@Test(arguments: ChatStoreContract.cases)`). A broken rule throws ``ContractViolation``.
+public enum ChatStoreContract {
+    public struct Case: Sendable, CustomStringConvertible {
+        public let name: String
+        public let run: @Sendable (any ChatStore) async throws -> Void
+        public var description: String { name }
+    }
+
+    public struct ContractViolation: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    static func check(_ condition: Bool, _ message: @autoclosure () -> String, line: Int = #line) throws {
+        if !condition { throw ContractViolation(description: "ChatStoreContract.swift:\(line): \(message())") }
+    }
+
+    static let alice: UserID = "u_alice"
+    static let bob: UserID = "u_bob"
+    static let carol: UserID = "u_carol"
+    static let t0 = Date(millisecondsSince1970: 1_795_000_000_123)
+
+    static func conversation(_ id: ConversationID = .make(), members: [UserID] = [alice, bob]) -> ConversationRecord {
+        ConversationRecord(
+            id: id, kind: members.count == 2 ? .direct : .group, name: members.count == 2 ? nil : "team", ownerId: members[0],
+            createdAt: t0, members: members.enumerated().map { ConversationMember(userId: $1, role: $0 == 0 ? .owner : .member) })
+    }
+
+    static func append(_ id: ConversationID, epoch: Int64, _ text: String, from sender: UserID = alice, cmid: String = UUID().uuidString.lowercased(), at offset: Int64 = 0) -> AppendRequest {
+        AppendRequest(conversationId: id, epoch: epoch, senderId: sender, clientMessageId: cmid, text: text, sentAt: Date(millisecondsSince1970: t0.millisecondsSince1970 + offset))
+    }
+
+    /// A new conversation, owned (epoch acquired) by the caller.
+    static func owned(_ store: any ChatStore, members: [UserID] = [alice, bob]) async throws -> (ConversationID, Int64) {
+        let record = conversation(members: members)
+        try await store.createConversation(record)
+        return (record.id, try await store.acquireOwnership(of: record.id))
+    }
+
+    public static let cases: [Case] = [
+        Case(name: "a conversation reads back as created; a second create conflicts") { store in
+            let record = conversation(members: [alice, bob, carol])
+            try await store.createConversation(record)
+            let read = try await store.conversation(record.id)
+            try check(read == record, "read back \(String(describing: read)), created \(record)")
+            do {
+                try await store.createConversation(record)
+                try check(false, "a second create must throw")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .conflict, "second create threw \(error)")
+            }
+            try check(try await store.conversation(.make()) == nil, "an unknown ID reads as nil")
+        },
+        Case(name: "each acquisition of ownership gives a higher epoch") { store in
+            let record = conversation()
+            try await store.createConversation(record)
+            let first = try await store.acquireOwnership(of: record.id)
+            let second = try await store.acquireOwnership(of: record.id)
+            try check(second > first, "epochs \(first) then \(second)")
+            do {
+                _ = try await store.acquireOwnership(of: .make())
+                try check(false, "acquiring an unknown conversation must throw")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .notFound, "threw \(error)")
+            }
+        },
+        Case(name: "appends get seqs 1…N in order, across conversations in one commit") { store in
+            let (a, epochA) = try await owned(store)
+            let (b, epochB) = try await owned(store)
+            var batch: [AppendRequest] = []
+            for i in 0..<10 {
+                let even = i % 2 == 0
+                batch.append(append(even ? a : b, epoch: even ? epochA : epochB, "m\(i)", at: Int64(i)))
+            }
+            let outcomes = try await store.commit(batch)
+            try check(outcomes.count == 10, "\(outcomes.count) outcomes for 10 appends")
+            for (i, outcome) in outcomes.enumerated() {
+                guard case .appended(let message) = outcome else { throw ContractViolation(description: "append \(i): \(outcome)") }
+                try check(message.seq == Int64(i / 2 + 1) && message.text == "m\(i)", "append \(i) got seq \(message.seq), text \(message.text)")
+                try check(message.id == "\(message.conversationId.rawValue):\(message.seq)", "message id \(message.id)")
+            }
+            let readA = try await store.conversation(a)
+            try check(readA?.lastSeq == 5, "lastSeq \(String(describing: readA?.lastSeq))")
+            try check(readA?.lastActivityAt == Date(millisecondsSince1970: t0.millisecondsSince1970 + 8), "lastActivityAt follows the last message")
+            let stored = try await store.messages(in: a, after: 0, limit: 100)
+            try check(stored.map(\.seq) == [1, 2, 3, 4, 5] && stored.map(\.text) == ["m0", "m2", "m4", "m6", "m8"], "stored \(stored.map(\.text))")
+        },
+        Case(name: "a clientMessageId stored before returns the original and uses no seq") { store in
+            let (id, epoch) = try await owned(store)
+            let cmid = UUID().uuidString.lowercased()
+            let first = try await store.commit([append(id, epoch: epoch, "original", cmid: cmid)])
+            let again = try await store.commit([append(id, epoch: epoch, "resent with other text", from: bob, cmid: cmid, at: 500), append(id, epoch: epoch, "next")])
+            guard case .appended(let original) = first.first, case .duplicate(let duplicate) = again.first, case .appended(let next) = again.last else {
+                throw ContractViolation(description: "outcomes \(first) then \(again)")
+            }
+            try check(duplicate == original, "duplicate \(duplicate) is not the original \(original)")
+            try check(next.seq == 2, "the next message got seq \(next.seq), expected 2: a duplicate must not use a seq")
+            try check(try await store.message(in: id, clientMessageId: cmid) == original, "lookup by clientMessageId")
+        },
+        Case(name: "the same clientMessageId twice in one commit stores it once") { store in
+            let (id, epoch) = try await owned(store)
+            let cmid = UUID().uuidString.lowercased()
+            let outcomes = try await store.commit([append(id, epoch: epoch, "a", cmid: cmid), append(id, epoch: epoch, "a", cmid: cmid)])
+            guard case .appended(let message) = outcomes.first, case .duplicate(let duplicate) = outcomes.last else {
+                throw ContractViolation(description: "outcomes \(outcomes)")
+            }
+            try check(message == duplicate && message.seq == 1, "\(message) vs \(duplicate)")
+        },
+        Case(name: "a stale epoch cannot append; the new owner continues gapless") { store in
+            let (id, oldEpoch) = try await owned(store)
+            _ = try await store.commit([append(id, epoch: oldEpoch, "by the first owner")])
+            let newEpoch = try await store.acquireOwnership(of: id)
+            let outcomes = try await store.commit([append(id, epoch: oldEpoch, "by the stale owner"), append(id, epoch: newEpoch, "by the new owner")])
+            try check(outcomes.first == .staleEpoch(current: newEpoch), "stale append: \(String(describing: outcomes.first))")
+            try check(outcomes.last?.message?.seq == 2, "new owner's append: \(String(describing: outcomes.last))")
+            let texts = try await store.messages(in: id, after: 0, limit: 10).map(\.text)
+            try check(texts == ["by the first owner", "by the new owner"], "stored \(texts)")
+            do {
+                try await store.addMembers([ConversationMember(userId: carol, role: .member)], to: id, epoch: oldEpoch)
+                try check(false, "a stale owner must not add members")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "threw \(error)")
+            }
+        },
+        Case(name: "an unknown conversation cannot append") { store in
+            let outcomes = try await store.commit([append(.make(), epoch: 1, "nowhere")])
+            try check(outcomes == [.unknownConversation], "\(outcomes)")
+        },
+        Case(name: "history pages by after and before") { store in
+            let (id, epoch) = try await owned(store)
+            _ = try await store.commit((1...20).map { append(id, epoch: epoch, "m\($0)", at: Int64($0)) })
+            try check(try await store.messages(in: id, after: 15, limit: 100).map(\.seq) == [16, 17, 18, 19, 20], "after 15")
+            try check(try await store.messages(in: id, after: 0, limit: 3).map(\.seq) == [1, 2, 3], "after 0 limit 3")
+            try check(try await store.messages(in: id, before: 10, limit: 4).map(\.seq) == [6, 7, 8, 9], "before 10 limit 4")
+            try check(try await store.messages(in: id, before: 3, limit: 50).map(\.seq) == [1, 2], "before 3")
+            try check(try await store.messages(in: id, after: 20, limit: 10).isEmpty, "after the last")
+            try check(try await store.messages(in: .make(), after: 0, limit: 10).isEmpty, "unknown conversation")
+        },
+        Case(name: "text is stored exactly as sent") { store in
+            let (id, epoch) = try await owned(store)
+            let texts = ["  leading and trailing  \n", "e\u{301} (decomposed) vs \u{e9} (composed)", "👋🏽 مرحبا 你好", "tab\there", String(repeating: "x", count: 4000)]
+            _ = try await store.commit(texts.map { append(id, epoch: epoch, $0) })
+            let stored = try await store.messages(in: id, after: 0, limit: 10)
+            for (text, message) in zip(texts, stored) {
+                try check(Array(message.text.unicodeScalars) == Array(text.unicodeScalars), "stored \(message.text.debugDescription) for \(text.debugDescription)")
+            }
+        },
+        Case(name: "sending moves the sender's own watermarks to its message") { store in
+            let (id, epoch) = try await owned(store)
+            _ = try await store.commit([append(id, epoch: epoch, "1"), append(id, epoch: epoch, "2", from: bob)])
+            let members = try await store.conversation(id)?.members ?? []
+            let aliceMember = members.first { $0.userId == alice }
+            let bobMember = members.first { $0.userId == bob }
+            try check(aliceMember?.deliveredSeq == 1 && aliceMember?.readSeq == 1, "alice \(members)")
+            try check(bobMember?.deliveredSeq == 2 && bobMember?.readSeq == 2, "bob \(members)")
+        },
+        Case(name: "receipts only move forward and read implies delivered") { store in
+            let (id, epoch) = try await owned(store)
+            _ = try await store.commit((1...10).map { append(id, epoch: epoch, "m\($0)") })
+            var bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 7, readSeq: 3)
+            try check(bob?.deliveredSeq == 7 && bob?.readSeq == 3, "\(String(describing: bob))")
+            bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 2, readSeq: 1)
+            try check(bob?.deliveredSeq == 7 && bob?.readSeq == 3, "moved back: \(String(describing: bob))")
+            bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 0, readSeq: 9)
+            try check(bob?.deliveredSeq == 9 && bob?.readSeq == 9, "read 9 implies delivered 9: \(String(describing: bob))")
+            try check(try await store.conversation(id)?.member(Self.bob) == bob, "persisted")
+            try check(try await store.advanceReceipts(in: id, user: carol, deliveredSeq: 1, readSeq: 1) == nil, "a non-member has no receipts")
+        },
+        Case(name: "members are added once and removed, fenced by epoch") { store in
+            let (id, epoch) = try await owned(store, members: [alice, bob, carol])
+            let dave: UserID = "u_dave"
+            try await store.addMembers([ConversationMember(userId: dave, role: .member), ConversationMember(userId: bob, role: .owner)], to: id, epoch: epoch)
+            var members = try await store.conversation(id)?.members ?? []
+            try check(members.map(\.userId).sorted() == [alice, bob, carol, dave].sorted(), "\(members)")
+            try check(members.first { $0.userId == bob }?.role == .member, "an existing member is left as it is")
+            try await store.removeMember(carol, from: id, epoch: epoch)
+            members = try await store.conversation(id)?.members ?? []
+            try check(members.map(\.userId).sorted() == [alice, bob, dave].sorted(), "\(members)")
+        },
+        Case(name: "concurrent commits never share or skip a seq") { store in
+            let (id, epoch) = try await owned(store)
+            let seqs = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for task in 0..<20 {
+                    group.addTask {
+                        var seqs: [Int64] = []
+                        for i in 0..<10 {
+                            let outcome = try await store.commit([append(id, epoch: epoch, "t\(task)-\(i)")])
+                            seqs += outcome.compactMap { $0.message?.seq }
+                        }
+                        return seqs
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            try check(seqs.sorted() == Array(1...200), "seqs \(seqs.sorted().prefix(20))…")
+        },
+    ]
+}

@@ -1,0 +1,122 @@
+import Foundation
+import ParleyModel
+import Synchronization
+
+/// The store in memory, with exactly the semantics of the durable ones: for simulations and tests.
+public final class InMemoryChatStore: ChatStore {
+    private struct Stored {
+        var record: ConversationRecord
+        var epoch: Int64 = 0
+        var messages: [Message] = []
+        var byClientMessageID: [String: Int] = [:]
+    }
+
+    private let state = Mutex<[ConversationID: Stored]>([:])
+
+    public init() {}
+
+    public func migrate() async throws {}
+
+    public func createConversation(_ record: ConversationRecord) async throws {
+        try state.withLock { state in
+            guard state[record.id] == nil else { throw ChatStoreError(.conflict, "conversation \(record.id) exists") }
+            var record = record
+            record.createdAt = record.createdAt.millisecondPrecision
+            record.lastActivityAt = record.lastActivityAt.millisecondPrecision
+            state[record.id] = Stored(record: record)
+        }
+    }
+
+    public func conversation(_ id: ConversationID) async throws -> ConversationRecord? {
+        state.withLock { $0[id]?.record }
+    }
+
+    public func acquireOwnership(of id: ConversationID) async throws -> Int64 {
+        try state.withLock { state in
+            guard state[id] != nil else { throw ChatStoreError(.notFound, "no conversation \(id)") }
+            state[id]!.epoch += 1
+            return state[id]!.epoch
+        }
+    }
+
+    public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
+        state.withLock { state in
+            appends.map { append in
+                guard var stored = state[append.conversationId] else { return .unknownConversation }
+                guard stored.epoch == append.epoch else { return .staleEpoch(current: stored.epoch) }
+                if let index = stored.byClientMessageID[append.clientMessageId] {
+                    return .duplicate(stored.messages[index])
+                }
+                let message = Message(
+                    conversationId: append.conversationId, seq: stored.record.lastSeq + 1, senderId: append.senderId,
+                    clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
+                stored.messages.append(message)
+                stored.byClientMessageID[append.clientMessageId] = stored.messages.count - 1
+                stored.record.lastSeq = message.seq
+                stored.record.lastActivityAt = message.sentAt
+                if let index = stored.record.members.firstIndex(where: { $0.userId == append.senderId }) {
+                    stored.record.members[index].deliveredSeq = max(stored.record.members[index].deliveredSeq, message.seq)
+                    stored.record.members[index].readSeq = max(stored.record.members[index].readSeq, message.seq)
+                }
+                state[append.conversationId] = stored
+                return .appended(message)
+            }
+        }
+    }
+
+    public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
+        state.withLock { state in
+            guard let messages = state[id]?.messages else { return [] }
+            // messages[i].seq == i + 1: slice directly.
+            let start = Int(max(0, min(seq, Int64(messages.count))))
+            return Array(messages[start..<min(messages.count, start + max(0, limit))])
+        }
+    }
+
+    public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
+        state.withLock { state in
+            guard let messages = state[id]?.messages else { return [] }
+            let end = Int(max(0, min(seq - 1, Int64(messages.count))))
+            return Array(messages[max(0, end - max(0, limit))..<end])
+        }
+    }
+
+    public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
+        state.withLock { state in
+            guard let stored = state[id], let index = stored.byClientMessageID[clientMessageId] else { return nil }
+            return stored.messages[index]
+        }
+    }
+
+    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws {
+        try state.withLock { state in
+            guard var stored = state[id] else { throw ChatStoreError(.notFound, "no conversation \(id)") }
+            guard stored.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(stored.epoch)") }
+            for member in members where stored.record.member(member.userId) == nil {
+                stored.record.members.append(member)
+            }
+            state[id] = stored
+        }
+    }
+
+    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws {
+        try state.withLock { state in
+            guard var stored = state[id] else { throw ChatStoreError(.notFound, "no conversation \(id)") }
+            guard stored.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(stored.epoch)") }
+            stored.record.members.removeAll { $0.userId == user }
+            state[id] = stored
+        }
+    }
+
+    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
+        state.withLock { state in
+            guard var stored = state[id], let index = stored.record.members.firstIndex(where: { $0.userId == user }) else { return nil }
+            var member = stored.record.members[index]
+            member.readSeq = max(member.readSeq, readSeq)
+            member.deliveredSeq = max(member.deliveredSeq, deliveredSeq, member.readSeq)
+            stored.record.members[index] = member
+            state[id] = stored
+            return member
+        }
+    }
+}

@@ -1,0 +1,312 @@
+import Foundation
+import GRDB
+import Logging
+import ParleyModel
+import ParleyStore
+
+/// The embedded store: one SQLite file (WAL mode) that every node of a local cluster may share.
+///
+/// Every write runs in an IMMEDIATE transaction (the write lock is taken up front, so two
+/// processes never deadlock upgrading a read lock), waiting up to `busyTimeout` for another
+/// process's transaction. `synchronous=NORMAL` in WAL mode: a committed transaction survives the
+/// death of any process (SIGKILL); `synchronous: .full` also survives power loss, at an fsync per
+/// commit.
+public final class SQLiteChatStore: ChatStore {
+    /// How the database is opened.
+    public struct Settings: Sendable {
+        public enum Synchronous: String, Sendable { case normal = "NORMAL", full = "FULL" }
+
+        public var busyTimeout: Duration = .seconds(10)
+        public var synchronous: Synchronous = .normal
+        public var readers = 4
+
+        public init() {}
+    }
+
+    public let path: String
+    let pool: DatabasePool
+    private let logger: Logger
+
+    /// Opens (creating if needed) the database at `path`. Several processes may do this at once:
+    /// switching a new file to WAL can fail with SQLITE_BUSY while another process opens it, so the
+    /// open is retried (50 × 20 ms).
+    public init(path: String, settings: Settings = Settings(), logger: Logger = Logger(label: "parley.store.sqlite")) throws {
+        self.path = path
+        self.logger = logger
+        var configuration = Configuration()
+        let seconds = Double(settings.busyTimeout.components.seconds) + Double(settings.busyTimeout.components.attoseconds) / 1e18
+        configuration.busyMode = .timeout(seconds)
+        configuration.maximumReaderCount = settings.readers
+        let synchronous = settings.synchronous.rawValue
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+        }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var attempt = 0
+        while true {
+            do {
+                pool = try DatabasePool(path: path, configuration: configuration)
+                break
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY && attempt < 50 {
+                attempt += 1
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+        }
+    }
+
+    // MARK: Schema
+
+    public func migrate() async throws {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: conversations, members, messages") { db in
+            try db.execute(sql: """
+                CREATE TABLE conversations (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    kind TEXT NOT NULL,
+                    name TEXT,
+                    owner_id TEXT NOT NULL,
+                    last_seq INTEGER NOT NULL DEFAULT 0,
+                    epoch INTEGER NOT NULL DEFAULT 0,
+                    created_at INTEGER NOT NULL,
+                    last_activity_at INTEGER NOT NULL
+                );
+                CREATE TABLE members (
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    user_id TEXT NOT NULL,
+                    role TEXT NOT NULL,
+                    delivered_seq INTEGER NOT NULL DEFAULT 0,
+                    read_seq INTEGER NOT NULL DEFAULT 0,
+                    position INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, user_id)
+                ) WITHOUT ROWID;
+                CREATE INDEX members_by_user ON members(user_id);
+                CREATE TABLE messages (
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    sender_id TEXT NOT NULL,
+                    client_message_id TEXT NOT NULL,
+                    text TEXT NOT NULL,
+                    sent_at INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, seq),
+                    UNIQUE (conversation_id, client_message_id)
+                ) WITHOUT ROWID;
+                """)
+        }
+        // Several processes may start at once on one file: one of them applies a migration, the
+        // others may fail on the race and find it applied when they try again.
+        var attempt = 0
+        while true {
+            do {
+                try migrator.migrate(pool)
+                return
+            } catch {
+                attempt += 1
+                guard attempt < 5 else { throw ChatStoreError(.unavailable, "cannot migrate \(path): \(error)") }
+                try await Task.sleep(for: .milliseconds(50 * attempt))
+            }
+        }
+    }
+
+    // MARK: Conversations
+
+    public func createConversation(_ record: ConversationRecord) async throws {
+        try await write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM conversations WHERE id = ?", arguments: [record.id.rawValue]) == true {
+                throw ChatStoreError(.conflict, "conversation \(record.id) exists")
+            }
+            try db.execute(
+                sql: """
+                    INSERT INTO conversations (id, kind, name, owner_id, last_seq, epoch, created_at, last_activity_at)
+                    VALUES (?, ?, ?, ?, ?, 0, ?, ?)
+                    """,
+                arguments: [
+                    record.id.rawValue, record.kind.rawValue, record.name, record.ownerId.rawValue, record.lastSeq,
+                    record.createdAt.millisecondsSince1970, record.lastActivityAt.millisecondsSince1970,
+                ])
+            try Self.insertMembers(record.members, into: record.id, db: db)
+        }
+    }
+
+    public func conversation(_ id: ConversationID) async throws -> ConversationRecord? {
+        try await read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM conversations WHERE id = ?", arguments: [id.rawValue]) else {
+                return nil
+            }
+            let members = try Row.fetchAll(
+                db, sql: "SELECT * FROM members WHERE conversation_id = ? ORDER BY position", arguments: [id.rawValue]
+            ).map(Self.member(from:))
+            return ConversationRecord(
+                id: id, kind: ConversationKind(rawValue: row["kind"]) ?? .group, name: row["name"], ownerId: UserID(rawValue: row["owner_id"]),
+                lastSeq: row["last_seq"], createdAt: Date(millisecondsSince1970: row["created_at"]),
+                lastActivityAt: Date(millisecondsSince1970: row["last_activity_at"]), members: members)
+        }
+    }
+
+    public func acquireOwnership(of id: ConversationID) async throws -> Int64 {
+        try await write { db in
+            guard let epoch = try Int64.fetchOne(
+                db, sql: "UPDATE conversations SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", arguments: [id.rawValue])
+            else { throw ChatStoreError(.notFound, "no conversation \(id)") }
+            return epoch
+        }
+    }
+
+    // MARK: Messages
+
+    public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
+        guard !appends.isEmpty else { return [] }
+        return try await write { db in
+            let head = try db.cachedStatement(sql: "SELECT epoch, last_seq FROM conversations WHERE id = ?")
+            let existing = try db.cachedStatement(sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?")
+            let insert = try db.cachedStatement(sql: """
+                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at) VALUES (?, ?, ?, ?, ?, ?)
+                """)
+            let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ? WHERE id = ?")
+            let ownReceipts = try db.cachedStatement(sql: """
+                UPDATE members SET delivered_seq = max(delivered_seq, ?1), read_seq = max(read_seq, ?1)
+                WHERE conversation_id = ?2 AND user_id = ?3
+                """)
+            var outcomes: [AppendOutcome] = []
+            outcomes.reserveCapacity(appends.count)
+            for append in appends {
+                let conversation = append.conversationId.rawValue
+                guard let row = try Row.fetchOne(head, arguments: [conversation]) else {
+                    outcomes.append(.unknownConversation)
+                    continue
+                }
+                let epoch: Int64 = row["epoch"]
+                guard epoch == append.epoch else {
+                    outcomes.append(.staleEpoch(current: epoch))
+                    continue
+                }
+                if let original = try Row.fetchOne(existing, arguments: [conversation, append.clientMessageId]) {
+                    outcomes.append(.duplicate(Self.message(from: original)))
+                    continue
+                }
+                let seq: Int64 = row["last_seq"] + 1
+                let sentAt = append.sentAt.millisecondsSince1970
+                try insert.execute(arguments: [conversation, seq, append.senderId.rawValue, append.clientMessageId, append.text, sentAt])
+                try advance.execute(arguments: [seq, sentAt, conversation])
+                try ownReceipts.execute(arguments: [seq, conversation, append.senderId.rawValue])
+                outcomes.append(.appended(Message(
+                    conversationId: append.conversationId, seq: seq, senderId: append.senderId,
+                    clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt))))
+            }
+            return outcomes
+        }
+    }
+
+    public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM messages WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                arguments: [id.rawValue, seq, max(0, limit)]
+            ).map(Self.message(from:))
+        }
+    }
+
+    public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM messages WHERE conversation_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                arguments: [id.rawValue, seq, max(0, limit)]
+            ).map(Self.message(from:)).reversed()
+        }
+    }
+
+    public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
+        try await read { db in
+            try Row.fetchOne(
+                db, sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?",
+                arguments: [id.rawValue, clientMessageId]
+            ).map(Self.message(from:))
+        }
+    }
+
+    // MARK: Members
+
+    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try Self.insertMembers(members, into: id, db: db)
+        }
+    }
+
+    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try db.execute(sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?", arguments: [id.rawValue, user.rawValue])
+        }
+    }
+
+    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
+        try await write { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    UPDATE members SET read_seq = max(read_seq, ?1), delivered_seq = max(delivered_seq, ?2, ?1)
+                    WHERE conversation_id = ?3 AND user_id = ?4
+                    RETURNING *
+                    """,
+                arguments: [readSeq, deliveredSeq, id.rawValue, user.rawValue]
+            ).map(Self.member(from:))
+        }
+    }
+
+    // MARK: Helpers
+
+    private static func checkEpoch(_ epoch: Int64, of id: ConversationID, db: Database) throws {
+        guard let current = try Int64.fetchOne(db, sql: "SELECT epoch FROM conversations WHERE id = ?", arguments: [id.rawValue]) else {
+            throw ChatStoreError(.notFound, "no conversation \(id)")
+        }
+        guard current == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) of \(id) is not the current \(current)") }
+    }
+
+    private static func insertMembers(_ members: [ConversationMember], into id: ConversationID, db: Database) throws {
+        let next = try Int64.fetchOne(db, sql: "SELECT coalesce(max(position), -1) + 1 FROM members WHERE conversation_id = ?", arguments: [id.rawValue]) ?? 0
+        let insert = try db.cachedStatement(sql: """
+            INSERT INTO members (conversation_id, user_id, role, delivered_seq, read_seq, position) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (conversation_id, user_id) DO NOTHING
+            """)
+        for (offset, member) in members.enumerated() {
+            try insert.execute(arguments: [
+                id.rawValue, member.userId.rawValue, member.role.rawValue, member.deliveredSeq, member.readSeq, next + Int64(offset),
+            ])
+        }
+    }
+
+    static func member(from row: Row) -> ConversationMember {
+        ConversationMember(
+            userId: UserID(rawValue: row["user_id"]), role: MemberRole(rawValue: row["role"]) ?? .member,
+            deliveredSeq: row["delivered_seq"], readSeq: row["read_seq"])
+    }
+
+    static func message(from row: Row) -> Message {
+        Message(
+            conversationId: ConversationID(rawValue: row["conversation_id"]), seq: row["seq"], senderId: UserID(rawValue: row["sender_id"]),
+            clientMessageId: row["client_message_id"], text: row["text"], sentAt: Date(millisecondsSince1970: row["sent_at"]))
+    }
+
+    /// A write transaction; database failures become `unavailable`, store errors pass through.
+    private func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await pool.write(body)
+        } catch let error as ChatStoreError {
+            throw error
+        } catch {
+            throw ChatStoreError(.unavailable, "SQLite write failed: \(error)")
+        }
+    }
+
+    private func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await pool.read(body)
+        } catch let error as ChatStoreError {
+            throw error
+        } catch {
+            throw ChatStoreError(.unavailable, "SQLite read failed: \(error)")
+        }
+    }
+}
