@@ -67,7 +67,7 @@ let package = Package(
         ),
         .target(
             name: "ParleyTestKit",
-            dependencies: ["ParleyCluster"],
+            dependencies: ["ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
         .executableTarget(

@@ -18,6 +18,9 @@ public struct ClusterSettings: Sendable {
     public var ring: HashRing.Settings
     /// How long a remote call may take, retries on a moved owner included.
     public var callTimeout: Duration
+    /// A virtual actor not called for this long is deactivated (passivated); the next call
+    /// activates it again from the store.
+    public var passivateAfter: Duration
 
     public init(
         name: String,
@@ -28,7 +31,8 @@ public struct ClusterSettings: Sendable {
         incarnation: UInt64 = ClusterSettings.incarnationNow(),
         membership: MembershipSettings = .default,
         ring: HashRing.Settings = .default,
-        callTimeout: Duration = .seconds(5)
+        callTimeout: Duration = .seconds(5),
+        passivateAfter: Duration = .seconds(300)
     ) {
         self.name = name
         self.roles = roles
@@ -39,6 +43,7 @@ public struct ClusterSettings: Sendable {
         self.membership = membership
         self.ring = ring
         self.callTimeout = callTimeout
+        self.passivateAfter = passivateAfter
     }
 
     /// Milliseconds since 1970: grows across restarts of a node as long as its clock does.

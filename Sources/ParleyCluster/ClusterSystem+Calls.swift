@@ -53,7 +53,7 @@ extension ClusterSystem {
         if owner == settings.name {
             let envelope = CallEnvelope(callID: 0, recipient: id, target: target, arguments: arguments, timeout: remaining)
             let slot = ReplySlot()
-            await execute(envelope, reply: slot.complete)
+            await execute(envelope, reply: { slot.complete($0) })
             return .sent(await slot.wait())
         }
         let slot = ReplySlot()
@@ -105,7 +105,9 @@ extension ClusterSystem {
         }
         let found = try state.withLock { state -> Found in
             switch state.local[id] {
-            case .virtual(let actor): return .active(actor)
+            case .virtual(let actor):
+                state.lastUsed[id] = clock.now
+                return .active(actor)
             case .pinned(let box): return .pinned(box)  // loaded outside the lock (see activeActorIDs)
             case nil: break
             }
@@ -135,11 +137,32 @@ extension ClusterSystem {
             }
             return actor
         case .activating(let task):
-            defer { state.withLock { $0.activations[id] = nil } }
+            defer {
+                state.withLock { state in
+                    state.activations[id] = nil
+                    state.lastUsed[id] = clock.now
+                }
+            }
             let actor = try await task.value
             logger.debug("actor activated", metadata: ["actor.id": "\(id)"])
             return actor
         }
+    }
+
+    /// Deactivates virtual actors not called for `passivateAfter`.
+    func passivateIdleActors() {
+        let now = clock.now
+        let idle = state.withLock { state -> [LocalActor] in
+            let ids = state.lastUsed.filter { $0.value.duration(to: now) >= settings.passivateAfter }.map(\.key)
+            var released: [LocalActor] = []
+            for id in ids {
+                state.lastUsed[id] = nil
+                if let actor = state.local.removeValue(forKey: id) { released.append(actor) }
+            }
+            return released
+        }
+        if !idle.isEmpty { logger.debug("passivated idle actors", metadata: ["actors.count": "\(idle.count)"]) }
+        _ = consume idle  // released outside the lock
     }
 
     /// Fails calls whose deadline passed.

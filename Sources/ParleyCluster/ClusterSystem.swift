@@ -37,6 +37,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         var ring: HashRing
         var calls = CallTable<Instant, ReplySlot>()
         var local: [ClusterActorID: LocalActor] = [:]
+        /// When each active virtual actor was last called, for passivation.
+        var lastUsed: [ClusterActorID: Instant] = [:]
         var activations: [ClusterActorID: Task<any DistributedActor, any Error>] = [:]
         var factories: [String: Factory] = [:]
         var address: NodeAddress
@@ -116,9 +118,12 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
             }
         }
         let deadlineLoop = Task { [self] in
+            var sweeps = 0
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(25))
                 expireCalls()
+                sweeps += 1
+                if sweeps % 40 == 0 { passivateIdleActors() }
             }
         }
         state.withLock { $0.loops = [membershipLoop, deadlineLoop] }
@@ -180,6 +185,14 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     public func forceRing(_ workers: [String]?) {
         state.withLock { $0.forcedRingWorkers = workers }
         updateRing()
+    }
+
+    /// Lets go of an active virtual actor: the next call for its ID activates it afresh (on
+    /// whichever node owns it then). An actor whose writes were fenced off calls this.
+    public func deactivate(_ id: ClusterActorID) {
+        let released = state.withLock { $0.local.removeValue(forKey: id) }
+        if released != nil { logger.debug("actor deactivated", metadata: ["actor.id": "\(id)"]) }
+        _ = consume released  // its deinit may call back into the system: outside the lock
     }
 
     /// IDs of the actors active on this node.

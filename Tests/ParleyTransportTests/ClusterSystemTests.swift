@@ -3,6 +3,7 @@ import Foundation
 import ParleyCluster
 import ParleyTransport
 import Synchronization
+import ParleyTestKit
 import Testing
 
 @Suite(.serialized) struct ClusterSystemTests {
@@ -11,7 +12,7 @@ import Testing
     }
 
     @Test func aVirtualActorIsReachableFromEveryNodeAndActivatedOnceOnItsOwner() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
@@ -37,7 +38,7 @@ import Testing
     }
 
     @Test func argumentsResultsAndTypedErrorsCrossNodes() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
@@ -62,7 +63,7 @@ import Testing
     }
 
     @Test func aPinnedActorIsReachedOnItsNodeUntilItIsGone() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
@@ -87,7 +88,7 @@ import Testing
     }
 
     @Test func whenANodeStopsAbruptlyItsActorsMoveToSurvivors() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
@@ -112,7 +113,7 @@ import Testing
     }
 
     @Test func aGracefulLeaveMovesActorsWithoutWaitingForFailureDetection() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
@@ -130,7 +131,7 @@ import Testing
     }
 
     @Test func aRestartedNodeReplacesItsOldIncarnation() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])

@@ -3,6 +3,7 @@ import Foundation
 import ParleyCluster
 import ParleyTransport
 import Synchronization
+import ParleyTestKit
 import Testing
 
 @Suite(.serialized) struct OwnershipTests {
@@ -12,7 +13,7 @@ import Testing
     }
 
     @Test func aCallThatReachesANonOwnerIsRetriedOnTheOwnerWithinTheDeadline() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
@@ -27,7 +28,7 @@ import Testing
     }
 
     @Test func aCallWhoseRingNeverCatchesUpFailsWithNotOwnerAtTheDeadline() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name, callTimeout: .milliseconds(800)) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
@@ -43,7 +44,7 @@ import Testing
     }
 
     @Test func anActorMovedAwayIsDeactivatedAndReactivatedOnItsNewOwner() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
@@ -60,7 +61,7 @@ import Testing
     }
 
     @Test func callsWaitForRoomWhenTheOutboundQueueIsFullAndAllComplete() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         var tiny = TransportSettings()
         tiny.outboundBytesMax = 1  // every frame waits until the one before it reached the channel
         try await cluster.start("node-a", transportSettings: tiny)

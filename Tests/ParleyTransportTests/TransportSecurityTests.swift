@@ -5,6 +5,7 @@ import NIOSSL
 import ParleyCluster
 import ParleyTransport
 import Synchronization
+import ParleyTestKit
 import Testing
 
 @testable import ParleyTransport
@@ -81,7 +82,7 @@ final class OutsiderHandler: ChannelInboundHandler, Sendable {
     }
 
     @Test func outsidersAreRefusedAndTheNodeKeepsServingItsPeers() async throws {
-        let cluster = try TestCluster()
+        let cluster = try makeTestCluster()
         try await cluster.start("node-a")
         try await cluster.start("node-b")
         defer { Task { await cluster.stopAll() } }
