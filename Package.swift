@@ -43,6 +43,17 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .target(
+            name: "ParleyChat",
+            dependencies: [
+                "ParleyModel",
+                "ParleyStore",
+                "ParleyCluster",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .target(
             name: "ParleyCluster",
             dependencies: [
                 .product(name: "Logging", package: "swift-log"),
@@ -101,6 +112,11 @@ let package = Package(
         .testTarget(
             name: "ParleyStoreTests",
             dependencies: ["ParleyModel", "ParleyStore", "ParleyStoreSQLite", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyChatTests",
+            dependencies: ["ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyChat", "ParleyCluster", "ParleyTestKit"],
             swiftSettings: upcoming
         ),
         .testTarget(

@@ -263,10 +263,3 @@ extension ByteBuffer {
             identity: PeerIdentity(id: id, roles: NodeRoles(rawValue: roles), address: NodeAddress(host: host, port: Int(port))))
     }
 }
-
-extension Duration {
-    var nanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-    }
-}

@@ -1,0 +1,70 @@
+import Metrics
+import ParleyCluster
+import ParleyStore
+import Synchronization
+
+/// The node's group commit: appends from every conversation of this node are batched into one
+/// store transaction, and each is acknowledged only after that transaction committed.
+/// The shell around ``GroupCommitStateMachine``.
+public final class GroupCommitter: Sendable {
+    struct Entry: Sendable {
+        var request: AppendRequest
+        var slot: OneShot<Result<AppendOutcome, ChatStoreError>>
+    }
+
+    private let store: any ChatStore
+    private let machine: Mutex<GroupCommitStateMachine<Entry>>
+
+    public init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero) {
+        self.store = store
+        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait))
+    }
+
+    /// Appends one message; returns when its batch is committed (or failed).
+    public func append(_ request: AppendRequest) async throws(ChatStoreError) -> AppendOutcome {
+        let slot = OneShot<Result<AppendOutcome, ChatStoreError>>()
+        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot)) })
+        return try await slot.wait().get()
+    }
+
+    private func perform(_ action: GroupCommitStateMachine<Entry>.Action) {
+        switch action {
+        case .none:
+            break
+        case .armTimer:
+            let wait = machine.withLock { $0.maxWait }
+            Task {
+                try? await Task.sleep(for: wait)
+                perform(machine.withLock { $0.timerFired() })
+            }
+        case .commit(let batch):
+            Task {
+                await commit(batch)
+                perform(machine.withLock { $0.commitFinished() })
+            }
+        }
+    }
+
+    private func commit(_ batch: [Entry]) async {
+        let started = ContinuousClock.now
+        Self.batchSizes.record(batch.count)
+        do {
+            let outcomes = try await store.commit(batch.map(\.request))
+            guard outcomes.count == batch.count else {
+                let error = ChatStoreError(.unavailable, "the store answered \(outcomes.count) outcomes for \(batch.count) appends")
+                for entry in batch { entry.slot.complete(.failure(error)) }
+                return
+            }
+            for (entry, outcome) in zip(batch, outcomes) { entry.slot.complete(.success(outcome)) }
+            Self.appended.increment(by: outcomes.count { if case .appended = $0 { true } else { false } })
+        } catch {
+            let failure = error as? ChatStoreError ?? ChatStoreError(.unavailable, "commit failed: \(error)")
+            for entry in batch { entry.slot.complete(.failure(failure)) }
+        }
+        Self.commitLatency.recordNanoseconds(started.duration(to: .now).nanoseconds)
+    }
+
+    static let batchSizes = Recorder(label: "parley.store.commit_batch_size")
+    static let commitLatency = Metrics.Timer(label: "parley.store.commit_latency")
+    static let appended = Counter(label: "parley.messages.appended")
+}
