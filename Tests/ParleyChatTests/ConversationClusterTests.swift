@@ -1,0 +1,177 @@
+import Distributed
+import Foundation
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+import ParleyStoreSQLite
+import ParleyTestKit
+import Synchronization
+import Testing
+
+@testable import ParleyChat
+
+/// Conversations on a three-node loopback TLS cluster. Every node opens the same SQLite file on
+/// its own, as separate processes of a local cluster do.
+@Suite(.serialized) struct ConversationClusterTests {
+    static let members: [UserID] = (0..<50).map { UserID(rawValue: "u_\($0)") }
+
+    final class Stores: Sendable {
+        let byNode = Mutex<[String: SQLiteChatStore]>([:])
+    }
+
+    struct Fixture {
+        let cluster: LoopbackCluster
+        let stores: Stores
+        let path: String
+
+        func store(_ node: String) -> SQLiteChatStore { stores.byNode.withLock { $0[node]! } }
+    }
+
+    static func fixture(nodes: [String] = ["node-a", "node-b", "node-c"]) async throws -> Fixture {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-chat-\(UUID().uuidString).sqlite").path
+        let bootstrap = try SQLiteChatStore(path: path)
+        try await bootstrap.migrate()
+        let stores = Stores()
+        let cluster = try LoopbackCluster { system, cluster in
+            guard let store = try? SQLiteChatStore(path: path) else { return }
+            stores.byNode.withLock { $0[system.settings.name] = store }
+            let services = ChatServices(store: store)
+            system.register(kind: ConversationActor.kind) { id, system in
+                cluster.recordActivation(id, on: system)
+                return try await ConversationActor.activate(id, system: system, services: services)
+            }
+        }
+        for node in nodes { try await cluster.start(node, callTimeout: .seconds(5)) }
+        try await cluster.waitForUp(Set(nodes))
+        return Fixture(cluster: cluster, stores: stores, path: path)
+    }
+
+    static func createGroup(in store: any ChatStore, members: [UserID] = Self.members) async throws -> ConversationID {
+        let id = ConversationID.make()
+        try await store.createConversation(ConversationRecord(
+            id: id, kind: .group, name: "load", ownerId: members[0], createdAt: Date(),
+            members: members.enumerated().map { ConversationMember(userId: $1, role: $0 == 0 ? .owner : .member) }))
+        return id
+    }
+
+    @Test func fiftyConcurrentSendersGetSeqsOneToNInTheirOwnOrder() async throws {
+        let fixture = try await Self.fixture()
+        defer { Task { await fixture.cluster.stopAll() } }
+        let conversation = try await Self.createGroup(in: fixture.store("node-a"))
+        let nodes = ["node-a", "node-b", "node-c"]
+        let perSender = 8
+        let sent = try await withThrowingTaskGroup(of: (UserID, [Int64]).self) { group in
+            for (index, sender) in Self.members.enumerated() {
+                let system = fixture.cluster[nodes[index % nodes.count]]
+                group.addTask {
+                    let actor = try ConversationActor.resolve(conversation, using: system)
+                    var seqs: [Int64] = []
+                    for i in 0..<perSender {
+                        let result = try await actor.send(SendMessage(senderId: sender, clientMessageId: UUID().uuidString, text: "\(sender) #\(i)"))
+                        #expect(result.created && result.message.text == "\(sender) #\(i)")
+                        seqs.append(result.message.seq)
+                    }
+                    return (sender, seqs)
+                }
+            }
+            return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        }
+        let all = sent.values.flatMap { $0 }.sorted()
+        #expect(all == Array(1...Int64(Self.members.count * perSender)), "seqs must be exactly 1…N")
+        for (sender, seqs) in sent { #expect(seqs == seqs.sorted(), "\(sender)'s messages out of its order: \(seqs)") }
+        let stored = try await fixture.store("node-b").messages(in: conversation, after: 0, limit: 1000)
+        #expect(stored.map(\.seq) == all)
+        for message in stored {
+            let position = Int(message.text.split(separator: "#").last.flatMap { Int($0) } ?? -1)
+            #expect(sent[message.senderId]?[position] == message.seq)
+        }
+    }
+
+    @Test func theSameClientMessageIdThroughThreeNodesMakesOneMessage() async throws {
+        let fixture = try await Self.fixture()
+        defer { Task { await fixture.cluster.stopAll() } }
+        let conversation = try await Self.createGroup(in: fixture.store("node-a"))
+        let clientMessageId = UUID().uuidString
+        let results = try await withThrowingTaskGroup(of: SendResult.self) { group in
+            for node in ["node-a", "node-b", "node-c"] {
+                let system = fixture.cluster[node]
+                for _ in 0..<10 {
+                    group.addTask {
+                        try await ConversationActor.resolve(conversation, using: system)
+                            .send(SendMessage(senderId: Self.members[1], clientMessageId: clientMessageId, text: "once"))
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(Set(results.map(\.message)).count == 1, "every caller gets the one message")
+        #expect(results.first?.message.seq == 1)
+        #expect(results.filter(\.created).count == 1, "exactly one call created it")
+        #expect(try await fixture.store("node-c").messages(in: conversation, after: 0, limit: 10).count == 1)
+    }
+
+    @Test func splitBrainStaleOwnersAreFencedAndSeqsStayGapless() async throws {
+        let fixture = try await Self.fixture()
+        defer { Task { await fixture.cluster.stopAll() } }
+        let conversation = try await Self.createGroup(in: fixture.store("node-a"))
+        let id = ConversationActor.id(conversation)
+        // node-a and node-b each believe they own everything.
+        fixture.cluster["node-a"].forceRing(["node-a"])
+        fixture.cluster["node-b"].forceRing(["node-b"])
+        var seqs: [Int64] = []
+        for round in 0..<10 {
+            for node in ["node-a", "node-b"] {
+                let result = try await ConversationActor.resolve(conversation, using: fixture.cluster[node])
+                    .send(SendMessage(senderId: Self.members[2], clientMessageId: UUID().uuidString, text: "\(node) \(round)"))
+                seqs.append(result.message.seq)
+            }
+        }
+        #expect(seqs == Array(1...20), "unique and gapless, in the order acknowledged")
+        let activations = fixture.cluster.activations.withLock { $0[id] ?? [] }
+        #expect(activations.filter { $0 == "node-a" }.count >= 5 && activations.filter { $0 == "node-b" }.count >= 5,
+            "each owner was fenced off by the other and re-activated: \(activations)")
+        let stored = try await fixture.store("node-c").messages(in: conversation, after: 0, limit: 100)
+        #expect(stored.map(\.seq) == Array(1...20))
+    }
+
+    @Test func nonMembersSeeNotFoundAndInvalidSendsAreRefused() async throws {
+        let fixture = try await Self.fixture(nodes: ["node-a", "node-b"])
+        defer { Task { await fixture.cluster.stopAll() } }
+        let conversation = try await Self.createGroup(in: fixture.store("node-a"), members: ["u_a", "u_b", "u_c"])
+        let actor = try ConversationActor.resolve(conversation, using: fixture.cluster["node-b"])
+        for (request, code) in [
+            (SendMessage(senderId: "u_mallory", clientMessageId: UUID().uuidString, text: "hi"), "not_found"),
+            (SendMessage(senderId: "u_a", clientMessageId: "not-a-uuid", text: "hi"), "invalid_request"),
+            (SendMessage(senderId: "u_a", clientMessageId: UUID().uuidString, text: " \n\t "), "invalid_request"),
+            (SendMessage(senderId: "u_a", clientMessageId: UUID().uuidString, text: String(repeating: "é", count: 4001)), "invalid_request"),
+        ] {
+            do {
+                _ = try await actor.send(request)
+                Issue.record("\(request) must be refused")
+            } catch let error as ClusterCallError {
+                #expect(error.code.rawValue == code, "\(request): \(error)")
+            }
+        }
+        do {
+            _ = try await ConversationActor.resolve(.make(), using: fixture.cluster["node-a"]).snapshot(for: "u_a")
+            Issue.record("an unknown conversation must be not_found")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "not_found")
+        }
+        // Receipts through the actor: forward only, never past lastSeq.
+        _ = try await actor.send(SendMessage(senderId: "u_a", clientMessageId: UUID().uuidString, text: "one"))
+        _ = try await actor.send(SendMessage(senderId: "u_a", clientMessageId: UUID().uuidString, text: "two"))
+        #expect(try await actor.markReceipts(for: "u_b", deliveredSeq: 2, readSeq: 1) == ConversationMember(userId: "u_b", role: .member, deliveredSeq: 2, readSeq: 1))
+        #expect(try await actor.markReceipts(for: "u_b", deliveredSeq: 1, readSeq: 0) == ConversationMember(userId: "u_b", role: .member, deliveredSeq: 2, readSeq: 1))
+        do {
+            _ = try await actor.markReceipts(for: "u_b", deliveredSeq: nil, readSeq: 3)
+            Issue.record("a receipt past lastSeq must be refused")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "invalid_request")
+        }
+        let snapshot = try await actor.snapshot(for: "u_c")
+        #expect(snapshot.lastSeq == 2)
+        #expect(snapshot.lastSeq - (snapshot.member("u_b")?.readSeq ?? 0) == 1, "u_b's unread count")
+        #expect(snapshot.lastSeq - (snapshot.member("u_c")?.readSeq ?? 0) == 2, "u_c's unread count")
+    }
+}
