@@ -27,6 +27,52 @@ public struct SendResult: Codable, Sendable, Hashable {
     }
 }
 
+/// A conversation to create: the creator is the authenticated user.
+public struct CreateConversation: Codable, Sendable, Hashable {
+    public var creatorId: UserID
+    /// The other members (the creator may be among them or not).
+    public var memberIds: [UserID]
+    public var name: String?
+
+    public init(creatorId: UserID, memberIds: [UserID], name: String? = nil) {
+        self.creatorId = creatorId
+        self.memberIds = memberIds
+        self.name = name
+    }
+
+    /// Exactly one other member and no name: a direct conversation.
+    public var isDirect: Bool { name == nil && Set(memberIds).subtracting([creatorId]).count == 1 }
+
+    /// The record to store, checked against API.md's rules.
+    func record(id: ConversationID, limits: ChatLimits, now: Date) throws(ChatError) -> ConversationRecord {
+        let others = Array(Set(memberIds).subtracting([creatorId])).sorted()
+        guard !others.isEmpty else { throw ChatError(.invalidRequest, "memberIds must name at least one other user") }
+        if let name {
+            guard (1...64).contains(name.count) else { throw ChatError(.invalidRequest, "name must be 1–64 characters") }
+        }
+        guard others.count + 1 <= limits.groupSizeMax else {
+            throw ChatError(.invalidRequest, "a group has at most \(limits.groupSizeMax) members")
+        }
+        if isDirect {
+            guard id == ConversationActor.directID(creatorId, others[0]) else {
+                throw ChatError(.invalidRequest, "a direct conversation's ID is ConversationActor.directID of its two members")
+            }
+            return ConversationRecord(
+                id: id, kind: .direct, name: nil, ownerId: creatorId, createdAt: now,
+                members: [ConversationMember(userId: creatorId, role: .member), ConversationMember(userId: others[0], role: .member)])
+        }
+        return ConversationRecord(
+            id: id, kind: .group, name: name, ownerId: creatorId, createdAt: now,
+            members: [ConversationMember(userId: creatorId, role: .owner)] + others.map { ConversationMember(userId: $0, role: .member) })
+    }
+}
+
+/// The conversation, and whether this call created it (`201`) or found it (`200`).
+public struct CreateResult: Codable, Sendable, Hashable {
+    public var conversation: ConversationRecord
+    public var created: Bool
+}
+
 /// Limits the chat actors enforce (API.md's defaults).
 public struct ChatLimits: Sendable {
     /// Unicode scalars in a message text.

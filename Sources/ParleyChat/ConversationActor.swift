@@ -30,8 +30,9 @@ public distributed actor ConversationActor {
     /// The actor kind on the ring.
     public static let kind = "conversation"
 
-    private var state: ConversationState
-    private let epoch: Int64
+    /// Nil until the conversation exists in the store (an ID activated before ``create(_:)``).
+    private var loaded: ConversationState?
+    private var epoch: Int64
     private let services: ChatServices
     private var logger: Logger
 
@@ -43,6 +44,13 @@ public distributed actor ConversationActor {
         try resolve(id: id(conversation), using: system)
     }
 
+    /// The one ID of the direct conversation between two users, whoever creates it: creating it
+    /// twice reaches the same actor, which returns the existing conversation.
+    public static func directID(_ a: UserID, _ b: UserID) -> ConversationID {
+        let (first, second) = a < b ? (a, b) : (b, a)
+        return ConversationID(rawValue: "d_\(first.rawValue)_\(second.rawValue)")
+    }
+
     /// Makes `system` activate conversations from the store on their owner's first call.
     public static func register(on system: ClusterSystem, services: ChatServices) {
         system.register(kind: kind) { id, system in
@@ -51,32 +59,86 @@ public distributed actor ConversationActor {
     }
 
     /// Loads the conversation and takes ownership of it (a new epoch fences off any earlier owner).
+    /// An ID not in the store activates empty, waiting for ``create(_:)``.
     static func activate(_ id: ClusterActorID, system: ClusterSystem, services: ChatServices) async throws -> ConversationActor {
         let conversation = ConversationID(rawValue: id.key)
         do {
             guard try await services.store.conversation(conversation) != nil else {
-                throw ChatError(.notFound, "conversation not found")
+                return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, actorSystem: system)
             }
-            let epoch = try await services.store.acquireOwnership(of: conversation)
-            // Read after taking the epoch: nothing older can be written from now on.
-            guard let record = try await services.store.conversation(conversation) else {
-                throw ChatError(.notFound, "conversation not found")
-            }
-            return ConversationActor(record: record, epoch: epoch, services: services, actorSystem: system)
+            let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
+            return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, actorSystem: system)
         } catch let error as ChatStoreError {
             throw ChatError(.unavailable, "cannot load conversation: \(error)")
         }
     }
 
-    init(record: ConversationRecord, epoch: Int64, services: ChatServices, actorSystem: ClusterSystem) {
+    /// A new epoch, then the record as of that epoch: nothing older can be written from now on.
+    private static func takeOwnership(of conversation: ConversationID, store: any ChatStore) async throws -> (ConversationRecord, Int64) {
+        let epoch = try await store.acquireOwnership(of: conversation)
+        guard let record = try await store.conversation(conversation) else {
+            throw ChatStoreError(.notFound, "conversation \(conversation) vanished")
+        }
+        return (record, epoch)
+    }
+
+    init(id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, services: ChatServices, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem
-        self.state = ConversationState(record: record)
+        self.loaded = record.map { ConversationState(record: $0) }
         self.epoch = epoch
         self.services = services
         var logger = actorSystem.logger
-        logger[metadataKey: "conversation.id"] = "\(record.id)"
+        logger[metadataKey: "conversation.id"] = "\(conversation)"
         self.logger = logger
-        logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
+        if let record {
+            logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
+        }
+    }
+
+    /// The conversation, or `not_found` while it does not exist.
+    private var state: ConversationState {
+        get throws(ChatError) {
+            guard let loaded else { throw ChatError(.notFound, "conversation not found") }
+            return loaded
+        }
+    }
+
+    /// Changes the loaded state (call only after `state` succeeded).
+    private func update(_ change: (inout ConversationState) throws(ChatError) -> Void) throws(ChatError) {
+        guard var current = loaded else { throw ChatError(.notFound, "conversation not found") }
+        try change(&current)
+        loaded = current
+    }
+
+    // MARK: Creation
+
+    /// Creates this conversation (the actor's ID is the conversation's ID). The creator is always a
+    /// member, and the owner of a group. Exactly one other member and no name make a direct
+    /// conversation, whose ID must be ``directID(_:_:)``; creating it again returns the existing
+    /// one with `created: false`.
+    public distributed func create(_ request: CreateConversation) async throws -> CreateResult {
+        if let loaded {
+            guard loaded.record.member(request.creatorId) != nil else { throw ChatError(.conflict, "conversation exists") }
+            return CreateResult(conversation: loaded.record, created: false)
+        }
+        let record = try request.record(id: ConversationID(rawValue: id.key), limits: services.limits, now: Date())
+        var created = true
+        do {
+            try await services.store.createConversation(record)
+        } catch let error as ChatStoreError where error.kind == .conflict {
+            created = false  // made meanwhile through another activation: load it
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
+        do {
+            let (stored, epoch) = try await Self.takeOwnership(of: record.id, store: services.store)
+            self.loaded = ConversationState(record: stored)
+            self.epoch = epoch
+            logger.info("conversation created", metadata: ["conversation.kind": "\(stored.kind.rawValue)", "members.count": "\(stored.members.count)"])
+            return CreateResult(conversation: stored, created: created)
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
     }
 
     // MARK: Messages
@@ -85,11 +147,12 @@ public distributed actor ConversationActor {
     /// the message is durable.
     public distributed func send(_ request: SendMessage) async throws -> SendResult {
         try request.validate(limits: services.limits)
-        _ = try state.requireMember(request.senderId)
+        let current = try state
+        _ = try current.requireMember(request.senderId)
         // Server time, never behind the previous message: clients order by it.
-        let sentAt = max(Date(), state.record.lastActivityAt)
+        let sentAt = max(Date(), current.record.lastActivityAt)
         let append = AppendRequest(
-            conversationId: state.id, epoch: epoch, senderId: request.senderId,
+            conversationId: current.id, epoch: epoch, senderId: request.senderId,
             clientMessageId: request.clientMessageId.lowercased(), text: request.text, sentAt: sentAt)
         let outcome: AppendOutcome
         do {
@@ -99,7 +162,7 @@ public distributed actor ConversationActor {
         }
         switch outcome {
         case .appended(let message):
-            state.committed(message)
+            try update { $0.committed(message) }
             return SendResult(message: message, created: true)
         case .duplicate(let message):
             return SendResult(message: message, created: false)
@@ -112,20 +175,24 @@ public distributed actor ConversationActor {
 
     /// Messages after `seq` (ascending), for a member.
     public distributed func messages(for user: UserID, after seq: Int64, limit: Int) async throws -> [Message] {
+        let conversation = try state.id
         _ = try state.requireMember(user)
-        return try await load { try await $0.messages(in: state.id, after: seq, limit: try checkedLimit(limit)) }
+        let limit = try checkedLimit(limit)
+        return try await load { try await $0.messages(in: conversation, after: seq, limit: limit) }
     }
 
     /// The last `limit` messages before `seq` (ascending), for a member.
     public distributed func messages(for user: UserID, before seq: Int64, limit: Int) async throws -> [Message] {
+        let conversation = try state.id
         _ = try state.requireMember(user)
-        return try await load { try await $0.messages(in: state.id, before: seq, limit: try checkedLimit(limit)) }
+        let limit = try checkedLimit(limit)
+        return try await load { try await $0.messages(in: conversation, before: seq, limit: limit) }
     }
 
     /// The conversation as a member sees it.
     public distributed func snapshot(for user: UserID) throws -> ConversationRecord {
         _ = try state.requireMember(user)
-        return state.record
+        return try state.record
     }
 
     // MARK: Receipts and typing
@@ -133,32 +200,39 @@ public distributed actor ConversationActor {
     /// Moves `user`'s watermarks forward; returns them as stored.
     public distributed func markReceipts(for user: UserID, deliveredSeq: Int64?, readSeq: Int64?) async throws -> ConversationMember {
         let (delivered, read) = try state.validateReceipt(from: user, deliveredSeq: deliveredSeq, readSeq: readSeq)
-        let stored = try await load { try await $0.advanceReceipts(in: state.id, user: user, deliveredSeq: delivered, readSeq: read) }
+        let conversation = try state.id
+        let stored = try await load { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read) }
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
-        state.receiptsAdvanced(stored)
+        try update { $0.receiptsAdvanced(stored) }
         return stored
     }
 
     /// `user` starts or stops typing; true when that changed what others see.
     public distributed func setTyping(for user: UserID, _ isTyping: Bool) throws -> Bool {
-        _ = state.expireTyping(now: .now)
-        return try state.setTyping(user, isTyping, now: .now)
+        var changed = false
+        try update { state throws(ChatError) in
+            _ = state.expireTyping(now: .now)
+            changed = try state.setTyping(user, isTyping, now: .now)
+        }
+        return changed
     }
 
     // MARK: Members
 
     public distributed func addMembers(_ users: [UserID], by user: UserID) async throws -> ConversationRecord {
         let added = try state.validateAdd(users, by: user, groupSizeMax: services.limits.groupSizeMax)
-        guard !added.isEmpty else { return state.record }
-        try await fencedWrite { try await $0.addMembers(added, to: state.id, epoch: epoch) }
-        state.membersAdded(added)
-        return state.record
+        guard !added.isEmpty else { return try state.record }
+        let conversation = try state.id
+        try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch) }
+        try update { $0.membersAdded(added) }
+        return try state.record
     }
 
     public distributed func removeMember(_ member: UserID, by user: UserID) async throws {
         try state.validateRemove(member, by: user)
-        try await fencedWrite { try await $0.removeMember(member, from: state.id, epoch: epoch) }
-        state.memberRemoved(member)
+        let conversation = try state.id
+        try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch) }
+        try update { $0.memberRemoved(member) }
     }
 
     // MARK: Helpers
@@ -194,6 +268,6 @@ public distributed actor ConversationActor {
             "epoch": "\(epoch)", "epoch.current": "\(current.map { "\($0)" } ?? "?")",
         ])
         actorSystem.deactivate(id)
-        return ClusterCallError(code: .notOwner, message: "\(actorSystem.settings.name) lost ownership of \(state.id) (epoch \(epoch))")
+        return ClusterCallError(code: .notOwner, message: "\(actorSystem.settings.name) lost ownership of \(id.key) (epoch \(epoch))")
     }
 }

@@ -174,4 +174,42 @@ import Testing
         #expect(snapshot.lastSeq - (snapshot.member("u_b")?.readSeq ?? 0) == 1, "u_b's unread count")
         #expect(snapshot.lastSeq - (snapshot.member("u_c")?.readSeq ?? 0) == 2, "u_c's unread count")
     }
+
+    @Test func conversationsAreCreatedThroughTheirActorOnceEvenForDirectPairs() async throws {
+        let fixture = try await Self.fixture(nodes: ["node-a", "node-b"])
+        defer { Task { await fixture.cluster.stopAll() } }
+        let group = ConversationID.make()
+        let created = try await ConversationActor.resolve(group, using: fixture.cluster["node-a"])
+            .create(CreateConversation(creatorId: "u_a", memberIds: ["u_b", "u_c", "u_a"], name: "trip"))
+        #expect(created.created && created.conversation.kind == .group && created.conversation.name == "trip")
+        #expect(created.conversation.members.map(\.userId) == ["u_a", "u_b", "u_c"])
+        #expect(created.conversation.member("u_a")?.role == .owner)
+        let again = try await ConversationActor.resolve(group, using: fixture.cluster["node-b"])
+            .create(CreateConversation(creatorId: "u_b", memberIds: ["u_a"], name: "trip"))
+        #expect(!again.created && again.conversation.id == group)
+
+        // Both users create "the" direct conversation at once: one conversation, one creation.
+        let direct = ConversationActor.directID("u_x", "u_y")
+        #expect(direct == ConversationActor.directID("u_y", "u_x"))
+        let results = try await withThrowingTaskGroup(of: CreateResult.self) { tasks in
+            for (creator, other, node) in [("u_x", "u_y", "node-a"), ("u_y", "u_x", "node-b")] as [(UserID, UserID, String)] {
+                let system = fixture.cluster[node]
+                tasks.addTask { try await ConversationActor.resolve(direct, using: system).create(CreateConversation(creatorId: creator, memberIds: [other])) }
+            }
+            return try await tasks.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.filter(\.created).count == 1)
+        #expect(Set(results.map(\.conversation.id)) == [direct])
+        #expect(results.allSatisfy { $0.conversation.kind == .direct && $0.conversation.members.count == 2 })
+
+        do {
+            _ = try await ConversationActor.resolve(.make(), using: fixture.cluster["node-a"]).create(CreateConversation(creatorId: "u_x", memberIds: ["u_z"]))
+            Issue.record("a direct conversation under another ID must be refused")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "invalid_request")
+        }
+        let sent = try await ConversationActor.resolve(direct, using: fixture.cluster["node-b"])
+            .send(SendMessage(senderId: "u_x", clientMessageId: UUID().uuidString, text: "hello"))
+        #expect(sent.message.seq == 1)
+    }
 }
