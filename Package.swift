@@ -84,6 +84,9 @@ let package = Package(
         .executableTarget(
             name: "parley-node",
             dependencies: [
+                "ParleyChat",
+                "ParleyStore",
+                "ParleyStoreSQLite",
                 "ParleyCluster",
                 "ParleyTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -99,14 +102,18 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .executableTarget(
-            name: "parley-rpc-bench",
+            name: "parley-bench",
             dependencies: [
+                "ParleyChat",
                 "ParleyCluster",
+                "ParleyModel",
+                "ParleyStore",
+                "ParleyStoreSQLite",
                 "ParleyTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Benchmarks/parley-rpc-bench",
+            path: "Benchmarks/parley-bench",
             swiftSettings: upcoming
         ),
         .testTarget(

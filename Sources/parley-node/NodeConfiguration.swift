@@ -12,6 +12,8 @@ struct NodeConfiguration {
     var opsPort: Int
     var adminToken: String?
     var logLevel: Logger.Level
+    var dataDirectory: URL
+    var store: StoreLocation
 
     init(_ run: Run, environment: [String: String]) throws {
         func value(_ flag: String?, _ variable: String) -> String? {
@@ -70,5 +72,12 @@ struct NodeConfiguration {
         self.opsPort = try port(run.opsPort, "PARLEY_OPS_PORT", default: 7700)
         self.adminToken = value(run.adminToken, "PARLEY_ADMIN_TOKEN")
         self.logLevel = level
+        let dataDir = value(run.dataDir, "PARLEY_DATA_DIR") ?? "parley-data"
+        self.dataDirectory = URL(fileURLWithPath: dataDir)
+        let storeText = value(run.store, "PARLEY_STORE") ?? "sqlite:\(dataDirectory.appendingPathComponent("parley.sqlite").path)"
+        guard let store = StoreLocation(parsing: storeText) else {
+            throw ValidationError("store '\(storeText)' must be sqlite:PATH")
+        }
+        self.store = store
     }
 }

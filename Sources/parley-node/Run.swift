@@ -3,7 +3,9 @@ import Foundation
 import Logging
 import Metrics
 import NIOHTTP1
+import ParleyChat
 import ParleyCluster
+import ParleyStore
 import ParleyTransport
 import Prometheus
 import ServiceLifecycle
@@ -53,6 +55,12 @@ struct Run: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical. (env PARLEY_LOG_LEVEL; default info)")
     var logLevel: String?
 
+    @Option(help: "Directory for this node's files, including the default SQLite store. (env PARLEY_DATA_DIR; default ./parley-data)")
+    var dataDir: String?
+
+    @Option(help: "sqlite:PATH (one file every node of a local cluster may share). (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
+    var store: String?
+
     func run() async throws {
         let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
         LoggingSystem.bootstrap { label in
@@ -73,6 +81,11 @@ struct Run: AsyncParsableCommand {
         }
         let transport = NIOClusterTransport(bindAddress: config.cluster.bindAddress, tls: tls, logger: Logger(label: "parley.transport"))
         let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
+        if config.cluster.roles.contains(.worker) {
+            let store = try await config.store.open(logger: Logger(label: "parley.store"))
+            ConversationActor.register(on: system, services: ChatServices(store: store))
+            logger.info("store ready", metadata: ["store": "\(config.store)"])
+        }
         let ops = OpsServer(host: config.opsHost, port: config.opsPort, logger: logger) { method, path, headers in
             OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)
         }

@@ -1,0 +1,86 @@
+import ArgumentParser
+import Foundation
+import ParleyChat
+import ParleyModel
+import ParleyStore
+import ParleyStoreSQLite
+
+/// Durable appends/s through the node's group commit, in one process: `K` appends in flight over
+/// `C` conversations, each acknowledged only after its batch committed.
+struct StoreBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "store", abstract: "Measure durable appends/s through group commit.")
+
+    @Option(help: "sqlite:PATH, or memory.")
+    var store = "sqlite:/tmp/parley-bench-\(UUID().uuidString).sqlite"
+    @Option(help: "Conversations the appends spread over.")
+    var conversations = 1
+    @Option(help: "Appends to time (after a warm-up of a tenth as many).")
+    var appends = 200_000
+    @Option(help: "Appends in flight.")
+    var inFlight = 256
+    @Option(help: "Largest batch per commit.")
+    var maxBatch = 512
+    @Option(help: "How long an idle append waits for company, in microseconds (0: none).")
+    var maxWaitMicros = 0
+    @Option(help: "SQLite synchronous mode: normal or full.")
+    var synchronous = "normal"
+
+    func run() async throws {
+        let chatStore: any ChatStore
+        var path: String?
+        if store == "memory" {
+            chatStore = InMemoryChatStore()
+        } else if store.hasPrefix("sqlite:") {
+            path = String(store.dropFirst("sqlite:".count))
+            var settings = SQLiteChatStore.Settings()
+            settings.synchronous = synchronous == "full" ? .full : .normal
+            chatStore = try SQLiteChatStore(path: path!, settings: settings)
+        } else {
+            throw ValidationError("--store must be sqlite:PATH or memory")
+        }
+        defer {
+            if let path { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        }
+        try await chatStore.migrate()
+        var owned: [(ConversationID, Int64)] = []
+        for _ in 0..<conversations {
+            let id = ConversationID.make()
+            try await chatStore.createConversation(ConversationRecord(
+                id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
+                members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
+            owned.append((id, try await chatStore.acquireOwnership(of: id)))
+        }
+        let committer = GroupCommitter(store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros))
+        _ = try await drive(committer, owned, count: max(1, appends / 10))  // warm-up
+        let started = ContinuousClock.now
+        let latencies = try await drive(committer, owned, count: appends)
+        let elapsed = started.duration(to: .now)
+        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)")
+        print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
+            + "latency " + latencies.summary([50, 99, 999 / 10]).replacingOccurrences(of: "p99 ", with: "p99 "))
+    }
+
+    /// `inFlight` tasks append `count` messages in total, spread round-robin over the conversations.
+    private func drive(_ committer: GroupCommitter, _ owned: [(ConversationID, Int64)], count: Int) async throws -> Latencies {
+        try await withThrowingTaskGroup(of: Latencies.self) { group in
+            for worker in 0..<inFlight {
+                group.addTask {
+                    var latencies = Latencies()
+                    var i = worker
+                    while i < count {
+                        let (id, epoch) = owned[i % owned.count]
+                        let started = ContinuousClock.now
+                        let outcome = try await committer.append(AppendRequest(
+                            conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(),
+                            text: "benchmark message \(i)", sentAt: Date()))
+                        guard case .appended = outcome else { throw ValidationError("append \(i): \(outcome)") }
+                        latencies.record(started.duration(to: .now))
+                        i += inFlight
+                    }
+                    return latencies
+                }
+            }
+            return try await group.reduce(into: Latencies()) { $0.merge($1) }
+        }
+    }
+}
