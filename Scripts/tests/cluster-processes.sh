@@ -31,7 +31,7 @@ start_node() {
     local name="$1"
     # Every node gets the same seed list, itself included.
     PARLEY_ADMIN_TOKEN="$TOKEN" "$NODE" run --name "$name" --tls-dir "$WORK/tls" \
-        --cluster-port "${CLUSTER_PORT[$name]}" --ops-port "${OPS_PORT[$name]}" --seeds "$SEEDS" \
+        --cluster-port "${CLUSTER_PORT[$name]}" --ops-port "${OPS_PORT[$name]}" --seeds "$SEEDS" --data-dir "$WORK/data" \
         >>"$WORK/$name.log" 2>&1 &
     NODE_PID[$name]=$!
     PIDS+=("$!")
