@@ -84,3 +84,46 @@ struct StoreBench: AsyncParsableCommand {
         }
     }
 }
+
+/// Raw store commits of fixed-size batches, without the group committer: where the time goes.
+struct StoreRaw: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "store-raw", abstract: "Time store.commit on fixed batches.")
+    @Option var batch = 512
+    @Option var batches = 100
+    @Option var conversations = 1000
+    @Option var cacheKiB = 65_536
+    @Option var mmapBytes = 256 << 20
+    @Option var checkpointPages = 1000
+
+    func run() async throws {
+        let path = "/tmp/parley-raw-\(UUID().uuidString).sqlite"
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        var settings = SQLiteChatStore.Settings()
+        settings.cacheKiB = cacheKiB
+        settings.mmapBytes = mmapBytes
+        settings.walAutocheckpointPages = checkpointPages
+        let store = try SQLiteChatStore(path: path, settings: settings)
+        try await store.migrate()
+        var owned: [(ConversationID, Int64)] = []
+        for _ in 0..<conversations {
+            let id = ConversationID.make()
+            try await store.createConversation(ConversationRecord(
+                id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
+                members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
+            owned.append((id, try await store.acquireOwnership(of: id)))
+        }
+        var latencies = Latencies()
+        let started = ContinuousClock.now
+        for b in 0..<batches {
+            let requests = (0..<batch).map { i in
+                let (id, epoch) = owned[(b * batch + i) % owned.count]
+                return AppendRequest(conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "raw \(i)", sentAt: Date())
+            }
+            let t0 = ContinuousClock.now
+            _ = try await store.commit(requests)
+            latencies.record(t0.duration(to: .now))
+        }
+        let elapsed = started.duration(to: .now)
+        print(String(format: "raw commits: %d × %d in %.2f s = %.0f appends/s; per commit ", batches, batch, elapsed.seconds, Double(batch * batches) / elapsed.seconds) + latencies.summary())
+    }
+}

@@ -42,26 +42,30 @@ public final class InMemoryChatStore: ChatStore {
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         state.withLock { state in
             appends.map { append in
-                guard var stored = state[append.conversationId] else { return .unknownConversation }
-                guard stored.epoch == append.epoch else { return .staleEpoch(current: stored.epoch) }
-                if let index = stored.byClientMessageID[append.clientMessageId] {
-                    return .duplicate(stored.messages[index])
-                }
-                let message = Message(
-                    conversationId: append.conversationId, seq: stored.record.lastSeq + 1, senderId: append.senderId,
-                    clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
-                stored.messages.append(message)
-                stored.byClientMessageID[append.clientMessageId] = stored.messages.count - 1
-                stored.record.lastSeq = message.seq
-                stored.record.lastActivityAt = message.sentAt
-                if let index = stored.record.members.firstIndex(where: { $0.userId == append.senderId }) {
-                    stored.record.members[index].deliveredSeq = max(stored.record.members[index].deliveredSeq, message.seq)
-                    stored.record.members[index].readSeq = max(stored.record.members[index].readSeq, message.seq)
-                }
-                state[append.conversationId] = stored
-                return .appended(message)
+                // Mutated in place: a copy of `Stored` would copy its whole message array.
+                guard state[append.conversationId] != nil else { return .unknownConversation }
+                return Self.commit(append, into: &state[append.conversationId]!)
             }
         }
+    }
+
+    private static func commit(_ append: AppendRequest, into stored: inout Stored) -> AppendOutcome {
+        guard stored.epoch == append.epoch else { return .staleEpoch(current: stored.epoch) }
+        if let index = stored.byClientMessageID[append.clientMessageId] {
+            return .duplicate(stored.messages[index])
+        }
+        let message = Message(
+            conversationId: append.conversationId, seq: stored.record.lastSeq + 1, senderId: append.senderId,
+            clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
+        stored.messages.append(message)
+        stored.byClientMessageID[append.clientMessageId] = stored.messages.count - 1
+        stored.record.lastSeq = message.seq
+        stored.record.lastActivityAt = message.sentAt
+        if let index = stored.record.members.firstIndex(where: { $0.userId == append.senderId }) {
+            stored.record.members[index].deliveredSeq = max(stored.record.members[index].deliveredSeq, message.seq)
+            stored.record.members[index].readSeq = max(stored.record.members[index].readSeq, message.seq)
+        }
+        return .appended(message)
     }
 
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {

@@ -19,6 +19,13 @@ public final class SQLiteChatStore: ChatStore {
         public var busyTimeout: Duration = .seconds(10)
         public var synchronous: Synchronous = .normal
         public var readers = 4
+        /// Page cache per connection, in KiB: appends land all over the message tree, and every
+        /// page missing from the cache is a read.
+        public var cacheKiB = 65_536
+        /// Bytes of the file mapped into memory (0: none).
+        public var mmapBytes = 256 << 20
+        /// WAL pages between automatic checkpoints (SQLite's default is 1,000).
+        public var walAutocheckpointPages = 1_000
 
         public init() {}
     }
@@ -37,10 +44,12 @@ public final class SQLiteChatStore: ChatStore {
         let seconds = Double(settings.busyTimeout.components.seconds) + Double(settings.busyTimeout.components.attoseconds) / 1e18
         configuration.busyMode = .timeout(seconds)
         configuration.maximumReaderCount = settings.readers
-        let synchronous = settings.synchronous.rawValue
+        let pragmas = [
+            "synchronous = \(settings.synchronous.rawValue)", "foreign_keys = ON", "cache_size = -\(settings.cacheKiB)",
+            "mmap_size = \(settings.mmapBytes)", "wal_autocheckpoint = \(settings.walAutocheckpointPages)",
+        ]
         configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
-            try db.execute(sql: "PRAGMA foreign_keys = ON")
+            for pragma in pragmas { try db.execute(sql: "PRAGMA \(pragma)") }
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -159,40 +168,56 @@ public final class SQLiteChatStore: ChatStore {
         guard !appends.isEmpty else { return [] }
         return try await write { db in
             let head = try db.cachedStatement(sql: "SELECT epoch, last_seq FROM conversations WHERE id = ?")
-            let existing = try db.cachedStatement(sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?")
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (conversation_id, client_message_id) DO NOTHING
                 """)
-            let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ? WHERE id = ?")
-            let ownReceipts = try db.cachedStatement(sql: """
-                UPDATE members SET delivered_seq = max(delivered_seq, ?1), read_seq = max(read_seq, ?1)
-                WHERE conversation_id = ?2 AND user_id = ?3
-                """)
+            let existing = try db.cachedStatement(sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?")
+            // Each conversation's head is read once per batch and written back once at the end.
+            var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64)?] = [:]
+            var ownReceipts: [String: [String: Int64]] = [:]
             var outcomes: [AppendOutcome] = []
             outcomes.reserveCapacity(appends.count)
             for append in appends {
                 let conversation = append.conversationId.rawValue
-                guard let row = try Row.fetchOne(head, arguments: [conversation]) else {
+                if heads[conversation] == nil {
+                    let row = try Row.fetchOne(head, arguments: [conversation])
+                    heads[conversation] = row.map { ($0["epoch"], $0["last_seq"], 0) }
+                }
+                guard let current = heads[conversation] ?? nil else {
                     outcomes.append(.unknownConversation)
                     continue
                 }
-                let epoch: Int64 = row["epoch"]
-                guard epoch == append.epoch else {
-                    outcomes.append(.staleEpoch(current: epoch))
+                guard current.epoch == append.epoch else {
+                    outcomes.append(.staleEpoch(current: current.epoch))
                     continue
                 }
-                if let original = try Row.fetchOne(existing, arguments: [conversation, append.clientMessageId]) {
+                let seq = current.lastSeq + 1
+                let sentAt = append.sentAt.millisecondsSince1970
+                try insert.execute(arguments: [conversation, seq, append.senderId.rawValue, append.clientMessageId, append.text, sentAt])
+                guard db.changesCount == 1 else {
+                    // This clientMessageId was stored before: the original, untouched.
+                    guard let original = try Row.fetchOne(existing, arguments: [conversation, append.clientMessageId]) else {
+                        throw ChatStoreError(.unavailable, "insert of \(append.clientMessageId) changed nothing and found nothing")
+                    }
                     outcomes.append(.duplicate(Self.message(from: original)))
                     continue
                 }
-                let seq: Int64 = row["last_seq"] + 1
-                let sentAt = append.sentAt.millisecondsSince1970
-                try insert.execute(arguments: [conversation, seq, append.senderId.rawValue, append.clientMessageId, append.text, sentAt])
-                try advance.execute(arguments: [seq, sentAt, conversation])
-                try ownReceipts.execute(arguments: [seq, conversation, append.senderId.rawValue])
+                heads[conversation] = (current.epoch, seq, sentAt)
+                ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
                 outcomes.append(.appended(Message(
                     conversationId: append.conversationId, seq: seq, senderId: append.senderId,
                     clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt))))
+            }
+            let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ? WHERE id = ?")
+            let receipts = try db.cachedStatement(sql: """
+                UPDATE members SET delivered_seq = max(delivered_seq, ?1), read_seq = max(read_seq, ?1)
+                WHERE conversation_id = ?2 AND user_id = ?3
+                """)
+            for (conversation, senders) in ownReceipts {
+                guard let current = heads[conversation] ?? nil else { continue }
+                try advance.execute(arguments: [current.lastSeq, current.lastActivity, conversation])
+                for (sender, seq) in senders { try receipts.execute(arguments: [seq, conversation, sender]) }
             }
             return outcomes
         }
