@@ -57,7 +57,7 @@ struct StoreBench: AsyncParsableCommand {
         let elapsed = started.duration(to: .now)
         print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)")
         print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
-            + "latency " + latencies.summary([50, 99, 999 / 10]).replacingOccurrences(of: "p99 ", with: "p99 "))
+            + "latency " + latencies.summary([50, 99]))
     }
 
     /// `inFlight` tasks append `count` messages in total, spread round-robin over the conversations.
