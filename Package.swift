@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .target(name: "ParleyModel", swiftSettings: upcoming),
@@ -38,6 +39,16 @@ let package = Package(
                 "ParleyModel",
                 "ParleyStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .target(
+            name: "ParleyStorePostgres",
+            dependencies: [
+                "ParleyModel",
+                "ParleyStore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: upcoming
@@ -87,6 +98,7 @@ let package = Package(
                 "ParleyChat",
                 "ParleyStore",
                 "ParleyStoreSQLite",
+                "ParleyStorePostgres",
                 "ParleyCluster",
                 "ParleyTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -109,6 +121,7 @@ let package = Package(
                 "ParleyModel",
                 "ParleyStore",
                 "ParleyStoreSQLite",
+                "ParleyStorePostgres",
                 "ParleyTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -118,7 +131,11 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyStoreTests",
-            dependencies: ["ParleyModel", "ParleyStore", "ParleyStoreSQLite", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ],
             swiftSettings: upcoming
         ),
         .testTarget(

@@ -3,6 +3,7 @@ import Foundation
 import ParleyChat
 import ParleyModel
 import ParleyStore
+import ParleyStorePostgres
 import ParleyStoreSQLite
 
 /// Durable appends/s through the node's group commit, in one process: `K` appends in flight over
@@ -10,7 +11,7 @@ import ParleyStoreSQLite
 struct StoreBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "store", abstract: "Measure durable appends/s through group commit.")
 
-    @Option(help: "sqlite:PATH, or memory.")
+    @Option(help: "sqlite:PATH, postgres://USER@HOST:PORT/DB, or memory.")
     var store = "sqlite:/tmp/parley-bench-\(UUID().uuidString).sqlite"
     @Option(help: "Conversations the appends spread over.")
     var conversations = 1
@@ -35,8 +36,10 @@ struct StoreBench: AsyncParsableCommand {
             var settings = SQLiteChatStore.Settings()
             settings.synchronous = synchronous == "full" ? .full : .normal
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
+        } else if store.hasPrefix("postgres://") {
+            chatStore = try PostgresChatStore(url: store, maxConnections: 4)
         } else {
-            throw ValidationError("--store must be sqlite:PATH or memory")
+            throw ValidationError("--store must be sqlite:PATH, postgres://… or memory")
         }
         defer {
             if let path { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
@@ -55,7 +58,7 @@ struct StoreBench: AsyncParsableCommand {
         let started = ContinuousClock.now
         let latencies = try await drive(committer, owned, count: appends)
         let elapsed = started.duration(to: .now)
-        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)")
+        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)")
         print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
             + "latency " + latencies.summary([50, 99]))
     }

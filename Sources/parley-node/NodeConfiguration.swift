@@ -76,7 +76,7 @@ struct NodeConfiguration {
         self.dataDirectory = URL(fileURLWithPath: dataDir)
         let storeText = value(run.store, "PARLEY_STORE") ?? "sqlite:\(dataDirectory.appendingPathComponent("parley.sqlite").path)"
         guard let store = StoreLocation(parsing: storeText) else {
-            throw ValidationError("store '\(storeText)' must be sqlite:PATH")
+            throw ValidationError("store '\(storeText)' must be sqlite:PATH or postgres://USER@HOST:PORT/DATABASE")
         }
         self.store = store
     }

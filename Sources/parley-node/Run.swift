@@ -58,7 +58,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Directory for this node's files, including the default SQLite store. (env PARLEY_DATA_DIR; default ./parley-data)")
     var dataDir: String?
 
-    @Option(help: "sqlite:PATH (one file every node of a local cluster may share). (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
+    @Option(help: "sqlite:PATH (one file every node of a local cluster may share) or postgres://USER@HOST:PORT/DB. (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
     var store: String?
 
     func run() async throws {

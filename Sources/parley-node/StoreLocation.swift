@@ -1,17 +1,23 @@
+import Foundation
 import Logging
 import ParleyStore
+import ParleyStorePostgres
 import ParleyStoreSQLite
 
 /// Where a worker's store is, from `--store`.
 enum StoreLocation: CustomStringConvertible {
     /// `sqlite:PATH`: the embedded store.
     case sqlite(path: String)
+    /// `postgres://USER@HOST:PORT/DATABASE`: for nodes on several machines.
+    case postgres(url: String)
 
     init?(parsing text: String) {
         if text.hasPrefix("sqlite:") {
             let path = String(text.dropFirst("sqlite:".count))
             guard !path.isEmpty else { return nil }
             self = .sqlite(path: path)
+        } else if text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") {
+            self = .postgres(url: text)
         } else {
             return nil
         }
@@ -20,6 +26,7 @@ enum StoreLocation: CustomStringConvertible {
     var description: String {
         switch self {
         case .sqlite(let path): "sqlite:\(path)"
+        case .postgres(let url): url.replacingOccurrences(of: #"://([^:@/]+):[^@/]*@"#, with: "://$1:***@", options: .regularExpression)
         }
     }
 
@@ -28,6 +35,10 @@ enum StoreLocation: CustomStringConvertible {
         switch self {
         case .sqlite(let path):
             let store = try SQLiteChatStore(path: path, logger: logger)
+            try await store.migrate()
+            return store
+        case .postgres(let url):
+            let store = try PostgresChatStore(url: url, logger: logger)
             try await store.migrate()
             return store
         }

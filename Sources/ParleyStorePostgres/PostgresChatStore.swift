@@ -1,0 +1,352 @@
+import Foundation
+import Logging
+import ParleyModel
+import ParleyStore
+import PostgresNIO
+
+/// The store for nodes on several machines: PostgreSQL through a postgres-nio connection pool.
+///
+/// A commit takes each conversation's row lock (`SELECT … FOR UPDATE`) before it checks epochs
+/// and assigns seqs, so writers on different nodes serialize per conversation, and a stale owner
+/// fails under the same lock that the new owner's epoch was written under. A whole batch costs a
+/// fixed number of round trips (arrays bound with `UNNEST`), whatever its size.
+public final class PostgresChatStore: ChatStore {
+    public let client: PostgresClient
+    private let logger: Logger
+    private let runner: Task<Void, Never>
+    private let description: String
+
+    /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (no TLS: a private network or
+    /// loopback). The pool runs until ``shutdown()``.
+    public init(url: String, maxConnections: Int = 8, logger: Logger = Logger(label: "parley.store.postgres")) throws {
+        guard let components = URLComponents(string: url), components.scheme == "postgres" || components.scheme == "postgresql",
+            let host = components.host, let user = components.user, !components.path.dropFirst().isEmpty
+        else {
+            throw ChatStoreError(.unavailable, "'\(url)' is not postgres://USER@HOST:PORT/DATABASE")
+        }
+        var configuration = PostgresClient.Configuration(
+            host: host, port: components.port ?? 5432, username: user, password: components.password,
+            database: String(components.path.dropFirst()), tls: .disable)
+        configuration.options.maximumConnections = maxConnections
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.logger = logger
+        self.runner = Task { await client.run() }
+        self.description = "postgres://\(user)@\(host):\(components.port ?? 5432)\(components.path)"
+    }
+
+    /// Closes the pool.
+    public func shutdown() {
+        runner.cancel()
+    }
+
+    // MARK: Schema
+
+    static let migrations: [(version: Int, name: String, statements: [String])] = [
+        (1, "conversations, members, messages", [
+            """
+            CREATE TABLE conversations (
+                id TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                name TEXT,
+                owner_id TEXT NOT NULL,
+                last_seq BIGINT NOT NULL DEFAULT 0,
+                epoch BIGINT NOT NULL DEFAULT 0,
+                created_at BIGINT NOT NULL,
+                last_activity_at BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE members (
+                conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                user_id TEXT NOT NULL,
+                role TEXT NOT NULL,
+                delivered_seq BIGINT NOT NULL DEFAULT 0,
+                read_seq BIGINT NOT NULL DEFAULT 0,
+                position BIGINT NOT NULL,
+                PRIMARY KEY (conversation_id, user_id)
+            )
+            """,
+            "CREATE INDEX members_by_user ON members(user_id)",
+            """
+            CREATE TABLE messages (
+                conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                seq BIGINT NOT NULL,
+                sender_id TEXT NOT NULL,
+                client_message_id TEXT NOT NULL,
+                text TEXT NOT NULL,
+                sent_at BIGINT NOT NULL,
+                PRIMARY KEY (conversation_id, seq),
+                UNIQUE (conversation_id, client_message_id)
+            )
+            """,
+        ]),
+    ]
+
+    public func migrate() async throws {
+        try await transaction { connection in
+            // One migrator at a time across every node that starts at once.
+            try await connection.query("SELECT pg_advisory_xact_lock(7246175)", logger: logger)
+            try await connection.query("CREATE TABLE IF NOT EXISTS parley_migrations (version INT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)", logger: logger)
+            var applied: Set<Int> = []
+            for try await version in try await connection.query("SELECT version FROM parley_migrations", logger: logger).decode(Int.self) {
+                applied.insert(version)
+            }
+            for migration in Self.migrations where !applied.contains(migration.version) {
+                for statement in migration.statements {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                let now = Date().millisecondsSince1970
+                try await connection.query(
+                    "INSERT INTO parley_migrations (version, name, applied_at) VALUES (\(migration.version), \(migration.name), \(now))", logger: logger)
+                logger.info("applied migration", metadata: ["migration.version": "\(migration.version)", "migration.name": "\(migration.name)"])
+            }
+        }
+    }
+
+    // MARK: Conversations
+
+    public func createConversation(_ record: ConversationRecord) async throws {
+        try await transaction { connection in
+            let rows = try await connection.query(
+                """
+                INSERT INTO conversations (id, kind, name, owner_id, last_seq, epoch, created_at, last_activity_at)
+                VALUES (\(record.id.rawValue), \(record.kind.rawValue), \(record.name), \(record.ownerId.rawValue), \(record.lastSeq), 0,
+                        \(record.createdAt.millisecondsSince1970), \(record.lastActivityAt.millisecondsSince1970))
+                ON CONFLICT (id) DO NOTHING
+                RETURNING id
+                """, logger: logger)
+            var inserted = false
+            for try await _ in rows { inserted = true }
+            guard inserted else { throw ChatStoreError(.conflict, "conversation \(record.id) exists") }
+            try await insertMembers(record.members, into: record.id, connection: connection)
+        }
+    }
+
+    public func conversation(_ id: ConversationID) async throws -> ConversationRecord? {
+        try await run {
+            let rows = try await client.query(
+                "SELECT kind, name, owner_id, last_seq, created_at, last_activity_at FROM conversations WHERE id = \(id.rawValue)", logger: logger)
+            var found: (String, String?, String, Int64, Int64, Int64)?
+            for try await row in rows.decode((String, String?, String, Int64, Int64, Int64).self) { found = row }
+            guard let (kind, name, owner, lastSeq, createdAt, lastActivity) = found else { return nil }
+            var members: [ConversationMember] = []
+            let memberRows = try await client.query(
+                "SELECT user_id, role, delivered_seq, read_seq FROM members WHERE conversation_id = \(id.rawValue) ORDER BY position", logger: logger)
+            for try await (user, role, delivered, read) in memberRows.decode((String, String, Int64, Int64).self) {
+                members.append(ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read))
+            }
+            return ConversationRecord(
+                id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner), lastSeq: lastSeq,
+                createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity), members: members)
+        }
+    }
+
+    public func acquireOwnership(of id: ConversationID) async throws -> Int64 {
+        try await run {
+            let rows = try await client.query("UPDATE conversations SET epoch = epoch + 1 WHERE id = \(id.rawValue) RETURNING epoch", logger: logger)
+            for try await epoch in rows.decode(Int64.self) { return epoch }
+            throw ChatStoreError(.notFound, "no conversation \(id)")
+        }
+    }
+
+    // MARK: Messages
+
+    public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
+        guard !appends.isEmpty else { return [] }
+        return try await transaction { connection in
+            // 1. Lock every conversation of the batch, in a fixed order (no deadlocks between nodes).
+            let ids = Array(Set(appends.map(\.conversationId.rawValue))).sorted()
+            var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64)] = [:]
+            let headRows = try await connection.query(
+                "SELECT id, epoch, last_seq, last_activity_at FROM conversations WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE", logger: logger)
+            for try await (id, epoch, lastSeq, lastActivity) in headRows.decode((String, Int64, Int64, Int64).self) {
+                heads[id] = (epoch, lastSeq, lastActivity)
+            }
+            // 2. Messages these clientMessageIds made before.
+            var existing: [String: Message] = [:]
+            let existingRows = try await connection.query(
+                """
+                SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at
+                FROM messages m JOIN UNNEST(\(appends.map(\.conversationId.rawValue)), \(appends.map(\.clientMessageId))) AS k(c, cm)
+                  ON m.conversation_id = k.c AND m.client_message_id = k.cm
+                """, logger: logger)
+            for try await row in existingRows.decode((String, Int64, String, String, String, Int64).self) {
+                let message = Self.message(row)
+                existing[Self.key(message.conversationId.rawValue, message.clientMessageId)] = message
+            }
+            // 3. Decide every append in order; new messages take the next seqs.
+            var outcomes: [AppendOutcome] = []
+            var new: [Message] = []
+            var ownReceipts: [String: Int64] = [:]  // "conversation\u{0}sender" -> seq
+            for append in appends {
+                let conversation = append.conversationId.rawValue
+                guard let head = heads[conversation] else {
+                    outcomes.append(.unknownConversation)
+                    continue
+                }
+                guard head.epoch == append.epoch else {
+                    outcomes.append(.staleEpoch(current: head.epoch))
+                    continue
+                }
+                if let original = existing[Self.key(conversation, append.clientMessageId)] {
+                    outcomes.append(.duplicate(original))
+                    continue
+                }
+                let message = Message(
+                    conversationId: append.conversationId, seq: head.lastSeq + 1, senderId: append.senderId,
+                    clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
+                heads[conversation] = (head.epoch, message.seq, message.sentAt.millisecondsSince1970)
+                existing[Self.key(conversation, append.clientMessageId)] = message
+                ownReceipts[Self.key(conversation, append.senderId.rawValue)] = message.seq
+                new.append(message)
+                outcomes.append(.appended(message))
+            }
+            guard !new.isEmpty else { return outcomes }
+            // 4. Write them, the new heads and the senders' own watermarks: three statements.
+            try await connection.query(
+                """
+                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at)
+                SELECT * FROM UNNEST(\(new.map(\.conversationId.rawValue)), \(new.map(\.seq)), \(new.map(\.senderId.rawValue)),
+                                     \(new.map(\.clientMessageId)), \(new.map(\.text)), \(new.map { $0.sentAt.millisecondsSince1970 }))
+                """, logger: logger)
+            let touched = Array(Set(new.map(\.conversationId.rawValue))).sorted()
+            try await connection.query(
+                """
+                UPDATE conversations c SET last_seq = u.last_seq, last_activity_at = u.last_activity
+                FROM UNNEST(\(touched), \(touched.map { heads[$0]!.lastSeq }), \(touched.map { heads[$0]!.lastActivity })) AS u(id, last_seq, last_activity)
+                WHERE c.id = u.id
+                """, logger: logger)
+            let receiptKeys = ownReceipts.keys.sorted()
+            let pairs = receiptKeys.map { $0.split(separator: "\u{0}", maxSplits: 1).map(String.init) }
+            try await connection.query(
+                """
+                UPDATE members m SET delivered_seq = GREATEST(m.delivered_seq, u.seq), read_seq = GREATEST(m.read_seq, u.seq)
+                FROM UNNEST(\(pairs.map { $0[0] }), \(pairs.map { $0.count > 1 ? $0[1] : "" }), \(receiptKeys.map { ownReceipts[$0]! })) AS u(conversation_id, user_id, seq)
+                WHERE m.conversation_id = u.conversation_id AND m.user_id = u.user_id
+                """, logger: logger)
+            return outcomes
+        }
+    }
+
+    public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
+        try await fetchMessages(
+            """
+            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages
+            WHERE conversation_id = \(id.rawValue) AND seq > \(seq) ORDER BY seq LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
+        try await fetchMessages(
+            """
+            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages
+            WHERE conversation_id = \(id.rawValue) AND seq < \(seq) ORDER BY seq DESC LIMIT \(max(0, limit))
+            """
+        ).reversed()
+    }
+
+    public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
+        try await fetchMessages(
+            """
+            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages
+            WHERE conversation_id = \(id.rawValue) AND client_message_id = \(clientMessageId)
+            """
+        ).first
+    }
+
+    // MARK: Members
+
+    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            try await insertMembers(members, into: id, connection: connection)
+        }
+    }
+
+    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            try await connection.query("DELETE FROM members WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue)", logger: logger)
+        }
+    }
+
+    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
+        try await run {
+            let rows = try await client.query(
+                """
+                UPDATE members SET read_seq = GREATEST(read_seq, \(readSeq)), delivered_seq = GREATEST(delivered_seq, \(deliveredSeq), \(readSeq))
+                WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue)
+                RETURNING role, delivered_seq, read_seq
+                """, logger: logger)
+            for try await (role, delivered, read) in rows.decode((String, Int64, Int64).self) {
+                return ConversationMember(userId: user, role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read)
+            }
+            return nil
+        }
+    }
+
+    // MARK: Helpers
+
+    private func lockAndCheckEpoch(_ epoch: Int64, of id: ConversationID, connection: PostgresConnection) async throws {
+        var current: Int64?
+        for try await value in try await connection.query(
+            "SELECT epoch FROM conversations WHERE id = \(id.rawValue) FOR UPDATE", logger: logger
+        ).decode(Int64.self) { current = value }
+        guard let current else { throw ChatStoreError(.notFound, "no conversation \(id)") }
+        guard current == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) of \(id) is not the current \(current)") }
+    }
+
+    private func insertMembers(_ members: [ConversationMember], into id: ConversationID, connection: PostgresConnection) async throws {
+        guard !members.isEmpty else { return }
+        var next: Int64 = 0
+        for try await value in try await connection.query(
+            "SELECT COALESCE(MAX(position), -1) + 1 FROM members WHERE conversation_id = \(id.rawValue)", logger: logger
+        ).decode(Int64.self) { next = value }
+        try await connection.query(
+            """
+            INSERT INTO members (conversation_id, user_id, role, delivered_seq, read_seq, position)
+            SELECT \(id.rawValue), * FROM UNNEST(\(members.map(\.userId.rawValue)), \(members.map(\.role.rawValue)),
+                                                 \(members.map(\.deliveredSeq)), \(members.map(\.readSeq)),
+                                                 \(members.indices.map { next + Int64($0) }))
+            ON CONFLICT (conversation_id, user_id) DO NOTHING
+            """, logger: logger)
+    }
+
+    private func fetchMessages(_ query: PostgresQuery) async throws -> [Message] {
+        try await run {
+            var messages: [Message] = []
+            for try await row in try await client.query(query, logger: logger).decode((String, Int64, String, String, String, Int64).self) {
+                messages.append(Self.message(row))
+            }
+            return messages
+        }
+    }
+
+    private static func message(_ row: (String, Int64, String, String, String, Int64)) -> Message {
+        Message(
+            conversationId: ConversationID(rawValue: row.0), seq: row.1, senderId: UserID(rawValue: row.2),
+            clientMessageId: row.3, text: row.4, sentAt: Date(millisecondsSince1970: row.5))
+    }
+
+    private static func key(_ a: String, _ b: String) -> String { a + "\u{0}" + b }
+
+    /// Runs `body`; database failures become `unavailable`, store errors pass through.
+    private func run<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as ChatStoreError {
+            throw error
+        } catch let error as PostgresTransactionError where error.closureError is ChatStoreError {
+            throw error.closureError as? ChatStoreError ?? ChatStoreError(.unavailable, "\(error)")
+        } catch {
+            throw ChatStoreError(.unavailable, "PostgreSQL (\(description)) failed: \(String(reflecting: error))")
+        }
+    }
+
+    private func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await run {
+            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        }
+    }
+}
