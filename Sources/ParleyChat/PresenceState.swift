@@ -1,0 +1,99 @@
+import Foundation
+import ParleyModel
+
+/// One presence shard's sessions and statuses, with no IO and no clock of its own.
+///
+/// A session is one open event stream: a gateway node and a session ID, held under a lease the
+/// gateway renews. A user is online (or away, if it said so) while it has a session; when the last
+/// one closes, or its lease runs out because its gateway died, the user goes offline with
+/// `lastSeenAt`. The sessions are also the directory fan-out uses: which gateways hold whose
+/// streams.
+public struct PresenceState: Sendable {
+    public struct Session: Hashable, Sendable {
+        public var gateway: String
+        public var sessionID: String
+        public var leaseExpiresAt: ContinuousClock.Instant
+    }
+
+    /// How long a session lives without renewal.
+    public let lease: Duration
+    private var sessions: [UserID: [String: Session]] = [:]
+    private var preferences: [UserID: PresenceStatus] = [:]
+    private var lastSeen: [UserID: Date] = [:]
+
+    public init(lease: Duration = .seconds(6)) {
+        self.lease = lease
+    }
+
+    public func presence(of user: UserID) -> Presence {
+        guard sessions[user]?.isEmpty == false else {
+            return Presence(userId: user, status: .offline, lastSeenAt: lastSeen[user])
+        }
+        return Presence(userId: user, status: preferences[user] == .away ? .away : .online)
+    }
+
+    /// A stream opened. Returns the user's new presence if it changed (it came online).
+    public mutating func sessionOpened(_ user: UserID, gateway: String, sessionID: String, now: ContinuousClock.Instant) -> Presence? {
+        let before = presence(of: user).status
+        sessions[user, default: [:]][sessionID] = Session(gateway: gateway, sessionID: sessionID, leaseExpiresAt: now.advanced(by: lease))
+        return changed(user, from: before)
+    }
+
+    /// A gateway renews the leases of its open sessions. Unknown sessions (expired meanwhile) are
+    /// opened again. Returns the presences that changed.
+    public mutating func renew(gateway: String, sessions renewed: [(user: UserID, sessionID: String)], now: ContinuousClock.Instant) -> [Presence] {
+        renewed.compactMap { sessionOpened($0.user, gateway: gateway, sessionID: $0.sessionID, now: now) }
+    }
+
+    /// A stream closed. Returns the new presence if the user went offline.
+    public mutating func sessionClosed(_ user: UserID, sessionID: String, wallClock: Date) -> Presence? {
+        let before = presence(of: user).status
+        sessions[user]?[sessionID] = nil
+        if sessions[user]?.isEmpty == true {
+            sessions[user] = nil
+            lastSeen[user] = wallClock
+        }
+        return changed(user, from: before)
+    }
+
+    /// Drops sessions whose lease ran out (their gateway died); returns who went offline.
+    public mutating func expireLeases(now: ContinuousClock.Instant, wallClock: Date) -> [Presence] {
+        var changes: [Presence] = []
+        for (user, userSessions) in sessions {
+            let live = userSessions.filter { $0.value.leaseExpiresAt > now }
+            guard live.count != userSessions.count else { continue }
+            if live.isEmpty {
+                sessions[user] = nil
+                lastSeen[user] = wallClock
+                changes.append(presence(of: user))
+            } else {
+                sessions[user] = live
+            }
+        }
+        return changes.sorted { $0.userId < $1.userId }
+    }
+
+    /// The user's preference (`online` or `away`); it shows only while a stream is open.
+    public mutating func setPreference(_ user: UserID, _ status: PresenceStatus) throws(ChatError) -> Presence? {
+        guard status != .offline else { throw ChatError(.invalidRequest, "status must be online or away") }
+        let before = presence(of: user).status
+        preferences[user] = status == .online ? nil : status
+        return changed(user, from: before)
+    }
+
+    /// Which gateways hold streams of these users: the fan-out directory.
+    public func gateways(of users: some Sequence<UserID>) -> [String: Set<UserID>] {
+        var result: [String: Set<UserID>] = [:]
+        for user in users {
+            for session in sessions[user]?.values ?? [:].values {
+                result[session.gateway, default: []].insert(user)
+            }
+        }
+        return result
+    }
+
+    private func changed(_ user: UserID, from before: PresenceStatus) -> Presence? {
+        let after = presence(of: user)
+        return after.status == before ? nil : after
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+import ParleyChat
+import ParleyModel
+import ParleyTestKit
+import Testing
+
+@Suite struct PresenceStateTests {
+    static let ann: UserID = "u_ann", ben: UserID = "u_ben"
+
+    @Test func anUnrenewedLeaseMakesTheUserOfflineWithLastSeen() {
+        var time = ManualTime()
+        var state = PresenceState(lease: .seconds(6))
+        #expect(state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "s1", now: time.now)?.status == .online)
+        #expect(state.gateways(of: [Self.ann, Self.ben]) == ["gateway-1": [Self.ann]])
+        time.advance(by: .seconds(5))
+        #expect(state.expireLeases(now: time.now, wallClock: Date()).isEmpty, "the lease still runs")
+        let deathNoticed = Date(timeIntervalSince1970: 1_800_000_000)
+        time.advance(by: .seconds(1))
+        let offline = state.expireLeases(now: time.now, wallClock: deathNoticed)
+        #expect(offline == [Presence(userId: Self.ann, status: .offline, lastSeenAt: deathNoticed)])
+        #expect(state.presence(of: Self.ann) == Presence(userId: Self.ann, status: .offline, lastSeenAt: deathNoticed))
+        #expect(state.gateways(of: [Self.ann]).isEmpty)
+    }
+
+    @Test func renewalKeepsASessionAlive() {
+        var time = ManualTime()
+        var state = PresenceState(lease: .seconds(6))
+        _ = state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "s1", now: time.now)
+        for _ in 0..<10 {
+            time.advance(by: .seconds(3))
+            #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).isEmpty)
+            #expect(state.expireLeases(now: time.now, wallClock: Date()).isEmpty)
+        }
+        #expect(state.presence(of: Self.ann).status == .online)
+    }
+
+    @Test func aSecondSessionKeepsTheUserOnline() {
+        var time = ManualTime()
+        var state = PresenceState(lease: .seconds(6))
+        _ = state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "phone", now: time.now)
+        #expect(state.sessionOpened(Self.ann, gateway: "gateway-2", sessionID: "laptop", now: time.now) == nil, "already online: no change")
+        #expect(state.gateways(of: [Self.ann]) == ["gateway-1": [Self.ann], "gateway-2": [Self.ann]])
+        #expect(state.sessionClosed(Self.ann, sessionID: "phone", wallClock: Date()) == nil, "the laptop stream is still open")
+        // gateway-2 keeps renewing; gateway-1 is gone.
+        time.advance(by: .seconds(4))
+        _ = state.renew(gateway: "gateway-2", sessions: [(Self.ann, "laptop")], now: time.now)
+        time.advance(by: .seconds(4))
+        #expect(state.expireLeases(now: time.now, wallClock: Date()).isEmpty)
+        #expect(state.presence(of: Self.ann).status == .online)
+        let closedAt = Date(timeIntervalSince1970: 1_800_000_100)
+        #expect(state.sessionClosed(Self.ann, sessionID: "laptop", wallClock: closedAt) == Presence(userId: Self.ann, status: .offline, lastSeenAt: closedAt))
+    }
+
+    @Test func awayShowsOnlyWhileConnected() throws {
+        var state = PresenceState()
+        #expect(try state.setPreference(Self.ben, .away) == nil, "offline whatever it says")
+        #expect(state.presence(of: Self.ben).status == .offline)
+        #expect(state.sessionOpened(Self.ben, gateway: "g", sessionID: "s", now: .now)?.status == .away)
+        #expect(try state.setPreference(Self.ben, .online)?.status == .online)
+        #expect(throws: ChatError(.invalidRequest, "status must be online or away")) { try state.setPreference(Self.ben, .offline) }
+    }
+}
