@@ -12,11 +12,18 @@ public final class GroupCommitter: Sendable {
         var slot: OneShot<Result<AppendOutcome, ChatStoreError>>
     }
 
-    private let store: any ChatStore
+    /// Commits one batch in one transaction (``ChatStore/commit(_:)``).
+    public typealias Commit = @Sendable ([AppendRequest]) async throws -> [AppendOutcome]
+
+    private let commitBatch: Commit
     private let machine: Mutex<GroupCommitStateMachine<Entry>>
 
-    public init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero) {
-        self.store = store
+    public convenience init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero) {
+        self.init(maxBatch: maxBatch, maxWait: maxWait) { try await store.commit($0) }
+    }
+
+    public init(maxBatch: Int = 512, maxWait: Duration = .zero, commit: @escaping Commit) {
+        self.commitBatch = commit
         self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait))
     }
 
@@ -49,7 +56,7 @@ public final class GroupCommitter: Sendable {
         let started = ContinuousClock.now
         Self.batchSizes.record(batch.count)
         do {
-            let outcomes = try await store.commit(batch.map(\.request))
+            let outcomes = try await commitBatch(batch.map(\.request))
             guard outcomes.count == batch.count else {
                 let error = ChatStoreError(.unavailable, "the store answered \(outcomes.count) outcomes for \(batch.count) appends")
                 for entry in batch { entry.slot.complete(.failure(error)) }

@@ -45,6 +45,32 @@ public protocol ChatStore: Sendable {
     /// Removes a member. Fenced by `epoch`.
     func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws
 
+    // MARK: Users
+
+    /// Stores a new user. Throws `conflict` when the handle (or ID) is taken.
+    func createUser(_ user: StoredUser) async throws
+
+    func user(id: UserID) async throws -> StoredUser?
+
+    func user(handle: String) async throws -> StoredUser?
+
+    /// Changes what is given; returns the user after, nil if unknown.
+    func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User?
+
+    /// Users whose handle starts with `prefix`, by handle, at most `limit`.
+    func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User]
+
+    /// Which of these IDs are users (to refuse unknown member IDs).
+    func existingUsers(_ ids: [UserID]) async throws -> Set<UserID>
+
+    /// Revokes a token (by its ID) until it would have expired anyway.
+    func revokeToken(_ tokenID: String, expiresAt: Date) async throws
+
+    func isTokenRevoked(_ tokenID: String) async throws -> Bool
+
+    /// The conversations `user` is a member of, newest activity first, after `cursor`.
+    func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord]
+
     /// Moves a member's watermarks forward (a lower value is ignored; `readSeq` implies delivered).
     /// Returns the member's watermarks after the update; nil if not a member.
     func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember?

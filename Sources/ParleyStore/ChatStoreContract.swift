@@ -197,5 +197,69 @@ public enum ChatStoreContract {
             }
             try check(seqs.sorted() == Array(1...200), "seqs \(seqs.sorted().prefix(20))…")
         },
+        Case(name: "users: unique handles, lookups, profile updates") { store in
+            let suffix = UUID().uuidString.prefix(8).lowercased()
+            let ann = StoredUser(user: User(id: .make(), handle: "ann_\(suffix)", displayName: "Ann", createdAt: t0), passwordHash: "$2b$12$hash")
+            try await store.createUser(ann)
+            try check(try await store.user(id: ann.user.id) == ann, "by id")
+            try check(try await store.user(handle: ann.user.handle) == ann, "by handle")
+            try check(try await store.user(handle: "nobody_\(suffix)") == nil, "unknown handle")
+            do {
+                try await store.createUser(StoredUser(user: User(id: .make(), handle: ann.user.handle, displayName: "Other", createdAt: t0), passwordHash: "x"))
+                try check(false, "a taken handle must conflict")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .conflict, "threw \(error)")
+            }
+            let renamed = try await store.updateProfile(of: ann.user.id, displayName: "Ann B.", avatarURL: nil)
+            try check(renamed?.displayName == "Ann B." && renamed?.avatarURL == nil && renamed?.handle == ann.user.handle, "\(String(describing: renamed))")
+            let pictured = try await store.updateProfile(of: ann.user.id, displayName: nil, avatarURL: "https://example.com/a.png")
+            try check(pictured?.displayName == "Ann B." && pictured?.avatarURL == "https://example.com/a.png", "\(String(describing: pictured))")
+            try check(try await store.updateProfile(of: .make(), displayName: "x", avatarURL: nil) == nil, "unknown user")
+            try check(try await store.existingUsers([ann.user.id, .make()]) == [ann.user.id], "existing users")
+        },
+        Case(name: "users: handle prefix search takes _ and . literally") { store in
+            let suffix = UUID().uuidString.prefix(8).lowercased()
+            for handle in ["q\(suffix)_a", "q\(suffix)_b", "q\(suffix)xa", "q\(suffix).c"] {
+                try await store.createUser(StoredUser(user: User(id: .make(), handle: handle, displayName: handle, createdAt: t0), passwordHash: "x"))
+            }
+            let underscore = try await store.searchUsers(handlePrefix: "q\(suffix)_", limit: 10).map(\.handle)
+            try check(underscore == ["q\(suffix)_a", "q\(suffix)_b"], "\(underscore)")
+            let all = try await store.searchUsers(handlePrefix: "q\(suffix)", limit: 3).map(\.handle)
+            try check(all == ["q\(suffix).c", "q\(suffix)_a", "q\(suffix)_b"], "sorted by handle, limited: \(all)")
+        },
+        Case(name: "revoked tokens stay revoked") { store in
+            let token = UUID().uuidString
+            try check(!(try await store.isTokenRevoked(token)), "not yet")
+            try await store.revokeToken(token, expiresAt: t0.addingTimeInterval(3600))
+            try await store.revokeToken(token, expiresAt: t0.addingTimeInterval(3600))
+            try check(try await store.isTokenRevoked(token), "revoked")
+        },
+        Case(name: "a user's conversations page newest activity first") { store in
+            let me = UserID.make()
+            var ids: [ConversationID] = []
+            for i in 0..<5 {
+                let record = conversation(members: [me, .make()])
+                try await store.createConversation(record)
+                let epoch = try await store.acquireOwnership(of: record.id)
+                // Activity: 0 → oldest … 4 → newest; 2 and 3 at the same instant (ties break by ID).
+                _ = try await store.commit([append(record.id, epoch: epoch, "m", from: me, at: Int64([10, 20, 30, 30, 40][i]))])
+                ids.append(record.id)
+            }
+            try await store.createConversation(conversation(members: [.make(), .make()]))  // not mine
+            let tie = [ids[2], ids[3]].sorted(by: >)
+            let expected = [ids[4]] + tie + [ids[1], ids[0]]
+            let firstPage = try await store.conversations(of: me, after: nil, limit: 2)
+            try check(firstPage.map(\.id) == Array(expected.prefix(2)), "first page \(firstPage.map(\.id)), expected \(expected)")
+            let last = try require2(firstPage.last)
+            let secondPage = try await store.conversations(of: me, after: ConversationPageCursor(lastActivityAt: last.lastActivityAt, id: last.id), limit: 10)
+            try check(secondPage.map(\.id) == Array(expected.dropFirst(2)), "second page \(secondPage.map(\.id)), expected \(expected)")
+            try check(secondPage.allSatisfy { $0.member(me) != nil && $0.members.count == 2 }, "records come with their members")
+        },
     ]
+}
+
+/// Unwraps or fails the contract.
+func require2<T>(_ value: T?, line: Int = #line) throws -> T {
+    guard let value else { throw ChatStoreContract.ContractViolation(description: "ChatStoreContract.swift:\(line): unexpected nil") }
+    return value
 }

@@ -13,6 +13,14 @@ public final class InMemoryChatStore: ChatStore {
 
     private let state = Mutex<[ConversationID: Stored]>([:])
 
+    private struct Users {
+        var byID: [UserID: StoredUser] = [:]
+        var idByHandle: [String: UserID] = [:]
+        var revoked: [String: Date] = [:]
+    }
+
+    private let users = Mutex(Users())
+
     public init() {}
 
     public func migrate() async throws {}
@@ -121,6 +129,69 @@ public final class InMemoryChatStore: ChatStore {
             stored.record.members[index] = member
             state[id] = stored
             return member
+        }
+    }
+
+    // MARK: Users
+
+    public func createUser(_ user: StoredUser) async throws {
+        try users.withLock { users in
+            guard users.byID[user.user.id] == nil, users.idByHandle[user.user.handle] == nil else {
+                throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken")
+            }
+            var stored = user
+            stored.user.createdAt = stored.user.createdAt.millisecondPrecision
+            users.byID[user.user.id] = stored
+            users.idByHandle[user.user.handle] = user.user.id
+        }
+    }
+
+    public func user(id: UserID) async throws -> StoredUser? {
+        users.withLock { $0.byID[id] }
+    }
+
+    public func user(handle: String) async throws -> StoredUser? {
+        users.withLock { users in users.idByHandle[handle].flatMap { users.byID[$0] } }
+    }
+
+    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
+        users.withLock { users in
+            guard var stored = users.byID[id] else { return nil }
+            if let displayName { stored.user.displayName = displayName }
+            if let avatarURL { stored.user.avatarURL = avatarURL }
+            users.byID[id] = stored
+            return stored.user
+        }
+    }
+
+    public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
+        users.withLock { users in
+            Array(users.byID.values.map(\.user).filter { $0.handle.hasPrefix(prefix) }.sorted { $0.handle < $1.handle }.prefix(max(0, limit)))
+        }
+    }
+
+    public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
+        users.withLock { users in Set(ids.filter { users.byID[$0] != nil }) }
+    }
+
+    public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
+        users.withLock { $0.revoked[tokenID] = expiresAt }
+    }
+
+    public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
+        users.withLock { $0.revoked[tokenID] != nil }
+    }
+
+    public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
+        state.withLock { state in
+            let mine = state.values.map(\.record).filter { $0.member(user) != nil }.sorted {
+                ($0.lastActivityAt, $0.id) > ($1.lastActivityAt, $1.id)
+            }
+            let after = mine.filter { record in
+                guard let cursor else { return true }
+                return (record.lastActivityAt, record.id) < (cursor.lastActivityAt, cursor.id)
+            }
+            return Array(after.prefix(max(0, limit)))
         }
     }
 }

@@ -42,7 +42,7 @@ public final class PostgresChatStore: ChatStore {
 
     // MARK: Schema
 
-    static let migrations: [(version: Int, name: String, statements: [String])] = [
+    public static let migrations: [(version: Int, name: String, statements: [String])] = [
         (1, "conversations, members, messages", [
             """
             CREATE TABLE conversations (
@@ -80,6 +80,20 @@ public final class PostgresChatStore: ChatStore {
                 UNIQUE (conversation_id, client_message_id)
             )
             """,
+        ]),
+        (2, "users, token revocations", [
+            """
+            CREATE TABLE users (
+                id TEXT PRIMARY KEY,
+                handle TEXT NOT NULL UNIQUE COLLATE "C",
+                password_hash TEXT NOT NULL,
+                display_name TEXT NOT NULL,
+                avatar_url TEXT,
+                created_at BIGINT NOT NULL
+            )
+            """,
+            "CREATE TABLE token_revocations (token_id TEXT PRIMARY KEY, expires_at BIGINT NOT NULL)",
+            "CREATE INDEX conversations_by_activity ON conversations(last_activity_at, id)",
         ]),
     ]
 
@@ -253,6 +267,110 @@ public final class PostgresChatStore: ChatStore {
             WHERE conversation_id = \(id.rawValue) AND client_message_id = \(clientMessageId)
             """
         ).first
+    }
+
+    // MARK: Users
+
+    public func createUser(_ user: StoredUser) async throws {
+        try await run {
+            let rows = try await client.query(
+                """
+                INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at)
+                VALUES (\(user.user.id.rawValue), \(user.user.handle), \(user.passwordHash), \(user.user.displayName), \(user.user.avatarURL),
+                        \(user.user.createdAt.millisecondsSince1970))
+                ON CONFLICT DO NOTHING RETURNING id
+                """, logger: logger)
+            var inserted = false
+            for try await _ in rows { inserted = true }
+            guard inserted else { throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken") }
+        }
+    }
+
+    public func user(id: UserID) async throws -> StoredUser? {
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at FROM users WHERE id = \(id.rawValue)").first
+    }
+
+    public func user(handle: String) async throws -> StoredUser? {
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at FROM users WHERE handle = \(handle)").first
+    }
+
+    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
+        try await fetchUsers(
+            """
+            UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
+            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at
+            """
+        ).first?.user
+    }
+
+    public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
+        // Handles are ASCII below 0x7F and compared bytewise (COLLATE "C").
+        try await fetchUsers(
+            """
+            SELECT id, handle, password_hash, display_name, avatar_url, created_at FROM users
+            WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") ORDER BY handle LIMIT \(max(0, limit))
+            """
+        ).map(\.user)
+    }
+
+    public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
+        try await run {
+            var found: Set<UserID> = []
+            for try await id in try await client.query("SELECT id FROM users WHERE id = ANY(\(ids.map(\.rawValue)))", logger: logger).decode(String.self) {
+                found.insert(UserID(rawValue: id))
+            }
+            return found
+        }
+    }
+
+    public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
+        try await run {
+            try await client.query(
+                "INSERT INTO token_revocations (token_id, expires_at) VALUES (\(tokenID), \(expiresAt.millisecondsSince1970)) ON CONFLICT DO NOTHING",
+                logger: logger)
+        }
+    }
+
+    public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
+        try await run {
+            for try await _ in try await client.query("SELECT 1 FROM token_revocations WHERE token_id = \(tokenID)", logger: logger) { return true }
+            return false
+        }
+    }
+
+    public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
+        let ids: [String] = try await run {
+            let activity = cursor?.lastActivityAt.millisecondsSince1970 ?? Int64.max
+            let id = cursor?.id.rawValue ?? String(repeating: "\u{7F}", count: 8)
+            var ids: [String] = []
+            for try await value in try await client.query(
+                """
+                SELECT c.id FROM conversations c JOIN members m ON m.conversation_id = c.id
+                WHERE m.user_id = \(user.rawValue) AND (c.last_activity_at, c.id COLLATE "C") < (\(activity), \(id) COLLATE "C")
+                ORDER BY c.last_activity_at DESC, c.id COLLATE "C" DESC LIMIT \(max(0, limit))
+                """, logger: logger
+            ).decode(String.self) { ids.append(value) }
+            return ids
+        }
+        var records: [ConversationRecord] = []
+        for id in ids {
+            if let record = try await conversation(ConversationID(rawValue: id)) { records.append(record) }
+        }
+        return records
+    }
+
+    private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {
+        try await run {
+            var users: [StoredUser] = []
+            for try await (id, handle, hash, name, avatar, created) in try await client.query(query, logger: logger)
+                .decode((String, String, String, String, String?, Int64).self)
+            {
+                users.append(StoredUser(
+                    user: User(id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created)),
+                    passwordHash: hash))
+            }
+            return users
+        }
     }
 
     // MARK: Members

@@ -103,6 +103,23 @@ public final class SQLiteChatStore: ChatStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v2: users, token revocations") { db in
+            try db.execute(sql: """
+                CREATE TABLE users (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    handle TEXT NOT NULL UNIQUE,
+                    password_hash TEXT NOT NULL,
+                    display_name TEXT NOT NULL,
+                    avatar_url TEXT,
+                    created_at INTEGER NOT NULL
+                );
+                CREATE TABLE token_revocations (
+                    token_id TEXT PRIMARY KEY NOT NULL,
+                    expires_at INTEGER NOT NULL
+                );
+                CREATE INDEX conversations_by_activity ON conversations(last_activity_at, id);
+                """)
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -139,7 +156,11 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     public func conversation(_ id: ConversationID) async throws -> ConversationRecord? {
-        try await read { db in
+        try await read { db in try Self.conversation(id, db: db) }
+    }
+
+    private static func conversation(_ id: ConversationID, db: Database) throws -> ConversationRecord? {
+        do {
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM conversations WHERE id = ?", arguments: [id.rawValue]) else {
                 return nil
             }
@@ -151,6 +172,94 @@ public final class SQLiteChatStore: ChatStore {
                 lastSeq: row["last_seq"], createdAt: Date(millisecondsSince1970: row["created_at"]),
                 lastActivityAt: Date(millisecondsSince1970: row["last_activity_at"]), members: members)
         }
+    }
+
+    // MARK: Users
+
+    public func createUser(_ user: StoredUser) async throws {
+        try await write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM users WHERE id = ? OR handle = ?", arguments: [user.user.id.rawValue, user.user.handle]) == true {
+                throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken")
+            }
+            try db.execute(
+                sql: "INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                arguments: [user.user.id.rawValue, user.user.handle, user.passwordHash, user.user.displayName, user.user.avatarURL,
+                            user.user.createdAt.millisecondsSince1970])
+        }
+    }
+
+    public func user(id: UserID) async throws -> StoredUser? {
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ?", arguments: [id.rawValue]).map(Self.storedUser(from:)) }
+    }
+
+    public func user(handle: String) async throws -> StoredUser? {
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ?", arguments: [handle]).map(Self.storedUser(from:)) }
+    }
+
+    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
+        try await write { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    UPDATE users SET display_name = coalesce(?, display_name), avatar_url = coalesce(?, avatar_url)
+                    WHERE id = ? RETURNING *
+                    """,
+                arguments: [displayName, avatarURL, id.rawValue]
+            ).map(Self.storedUser(from:))?.user
+        }
+    }
+
+    public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
+        // Handles are ASCII below 0x7F: [prefix, prefix + DEL) is exactly the handles with the prefix.
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM users WHERE handle >= ? AND handle < ? ORDER BY handle LIMIT ?",
+                arguments: [prefix, prefix + "\u{7F}", max(0, limit)]
+            ).map { Self.storedUser(from: $0).user }
+        }
+    }
+
+    public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
+        guard !ids.isEmpty else { return [] }
+        return try await read { db in
+            let placeholders = Array(repeating: "?", count: ids.count).joined(separator: ",")
+            let found = try String.fetchAll(db, sql: "SELECT id FROM users WHERE id IN (\(placeholders))", arguments: StatementArguments(ids.map(\.rawValue)))
+            return Set(found.map(UserID.init(rawValue:)))
+        }
+    }
+
+    public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
+        try await write { db in
+            try db.execute(
+                sql: "INSERT INTO token_revocations (token_id, expires_at) VALUES (?, ?) ON CONFLICT (token_id) DO NOTHING",
+                arguments: [tokenID, expiresAt.millisecondsSince1970])
+        }
+    }
+
+    public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
+        try await read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM token_revocations WHERE token_id = ?", arguments: [tokenID]) ?? false }
+    }
+
+    public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
+        try await read { db in
+            let ids = try String.fetchAll(
+                db,
+                sql: """
+                    SELECT c.id FROM conversations c JOIN members m ON m.conversation_id = c.id
+                    WHERE m.user_id = ?1 AND (?2 IS NULL OR c.last_activity_at < ?2 OR (c.last_activity_at = ?2 AND c.id < ?3))
+                    ORDER BY c.last_activity_at DESC, c.id DESC LIMIT ?4
+                    """,
+                arguments: [user.rawValue, cursor?.lastActivityAt.millisecondsSince1970, cursor?.id.rawValue, max(0, limit)])
+            return try ids.compactMap { try Self.conversation(ConversationID(rawValue: $0), db: db) }
+        }
+    }
+
+    static func storedUser(from row: Row) -> StoredUser {
+        StoredUser(
+            user: User(
+                id: UserID(rawValue: row["id"]), handle: row["handle"], displayName: row["display_name"], avatarURL: row["avatar_url"],
+                createdAt: Date(millisecondsSince1970: row["created_at"])),
+            passwordHash: row["password_hash"])
     }
 
     public func acquireOwnership(of id: ConversationID) async throws -> Int64 {

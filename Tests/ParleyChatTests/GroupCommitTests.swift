@@ -45,8 +45,8 @@ import Testing
     }
 }
 
-/// A store that records each commit's size and can be made slow or failing.
-final class RecordingStore: ChatStore {
+/// The in-memory store behind a commit that records each batch's size and can be slowed or failed.
+final class RecordingStore: Sendable {
     let inner = InMemoryChatStore()
     let commitSizes = Mutex<[Int]>([])
     let delay: Duration
@@ -54,23 +54,15 @@ final class RecordingStore: ChatStore {
 
     init(delay: Duration) { self.delay = delay }
 
-    func migrate() async throws {}
-    func createConversation(_ record: ConversationRecord) async throws { try await inner.createConversation(record) }
-    func conversation(_ id: ConversationID) async throws -> ConversationRecord? { try await inner.conversation(id) }
-    func acquireOwnership(of id: ConversationID) async throws -> Int64 { try await inner.acquireOwnership(of: id) }
     func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         commitSizes.withLock { $0.append(appends.count) }
         try await Task.sleep(for: delay)
         if failing.withLock({ $0 }) { throw ChatStoreError(.unavailable, "disk on fire") }
         return try await inner.commit(appends)
     }
-    func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] { try await inner.messages(in: id, after: seq, limit: limit) }
-    func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] { try await inner.messages(in: id, before: seq, limit: limit) }
-    func message(in id: ConversationID, clientMessageId: String) async throws -> Message? { try await inner.message(in: id, clientMessageId: clientMessageId) }
-    func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws { try await inner.addMembers(members, to: id, epoch: epoch) }
-    func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws { try await inner.removeMember(user, from: id, epoch: epoch) }
-    func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
-        try await inner.advanceReceipts(in: id, user: user, deliveredSeq: deliveredSeq, readSeq: readSeq)
+
+    func committer() -> GroupCommitter {
+        GroupCommitter { try await self.commit($0) }
     }
 }
 
@@ -79,17 +71,17 @@ final class RecordingStore: ChatStore {
         var owned: [(ConversationID, Int64)] = []
         for _ in 0..<conversations {
             let id = ConversationID.make()
-            try await store.createConversation(ConversationRecord(
+            try await store.inner.createConversation(ConversationRecord(
                 id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
                 members: [ConversationMember(userId: "u_a", role: .owner), ConversationMember(userId: "u_b", role: .member)]))
-            owned.append((id, try await store.acquireOwnership(of: id)))
+            owned.append((id, try await store.inner.acquireOwnership(of: id)))
         }
         return owned
     }
 
     @Test func concurrentAppendsFromManyConversationsShareCommits() async throws {
         let store = RecordingStore(delay: .milliseconds(5))
-        let committer = GroupCommitter(store: store)
+        let committer = store.committer()
         let owned = try await Self.setUp(conversations: 20, store: store)
         let outcomes = try await withThrowingTaskGroup(of: AppendOutcome.self) { group in
             for i in 0..<200 {
@@ -107,13 +99,13 @@ final class RecordingStore: ChatStore {
         #expect(sizes.count < 200, "appends waiting on a running commit go together: \(sizes)")
         #expect(sizes.max() ?? 0 > 1)
         for (id, _) in owned {
-            #expect(try await store.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...10))
+            #expect(try await store.inner.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...10))
         }
     }
 
     @Test func aFailedCommitFailsEveryAppendInItAndTheNextOneWorks() async throws {
         let store = RecordingStore(delay: .milliseconds(1))
-        let committer = GroupCommitter(store: store)
+        let committer = store.committer()
         let (id, epoch) = try await Self.setUp(conversations: 1, store: store)[0]
         let request = AppendRequest(conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString, text: "x", sentAt: Date())
         store.failing.withLock { $0 = true }
