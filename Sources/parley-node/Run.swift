@@ -83,7 +83,10 @@ struct Run: AsyncParsableCommand {
         let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
         if config.cluster.roles.contains(.worker) {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
-            ConversationActor.register(on: system, services: ChatServices(store: store))
+            let services = ChatServices(store: store)
+            ConversationActor.register(on: system, services: services)
+            UserActor.register(on: system, services: services)
+            PresenceShard.register(on: system)
             logger.info("store ready", metadata: ["store": "\(config.store)"])
         }
         let ops = OpsServer(host: config.opsHost, port: config.opsPort, logger: logger) { method, path, headers in

@@ -1,0 +1,139 @@
+import Distributed
+import Foundation
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+
+/// One user: the profile, and the user's conversations newest activity first with unread counts.
+/// Virtual, placed by the ring on the user's ID; loaded from the store on the first call.
+public distributed actor UserActor {
+    public typealias ActorSystem = ClusterSystem
+
+    public static let kind = "user"
+
+    /// Nil until the user exists (an ID activated before ``create(_:)``).
+    private var profile: User?
+    private let services: ChatServices
+
+    public static func resolve(_ user: UserID, using system: ClusterSystem) throws -> UserActor {
+        try resolve(id: ClusterActorID(kind: kind, key: user.rawValue), using: system)
+    }
+
+    public static func register(on system: ClusterSystem, services: ChatServices) {
+        system.register(kind: kind) { id, system in
+            let stored: StoredUser?
+            do {
+                stored = try await services.store.user(id: UserID(rawValue: id.key))
+            } catch let error as ChatStoreError {
+                throw ChatError(.unavailable, "cannot load user: \(error)")
+            }
+            return UserActor(profile: stored?.user, services: services, actorSystem: system)
+        }
+    }
+
+    init(profile: User?, services: ChatServices, actorSystem: ClusterSystem) {
+        self.actorSystem = actorSystem
+        self.profile = profile
+        self.services = services
+    }
+
+    /// Registers this user (the actor's ID is the user's ID). Throws `conflict` for a taken handle.
+    public distributed func create(_ request: NewUser) async throws -> User {
+        guard profile == nil else { throw ChatError(.conflict, "user exists") }
+        try request.validate()
+        let user = User(id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: Date().millisecondPrecision)
+        do {
+            try await services.store.createUser(StoredUser(user: user, passwordHash: request.passwordHash))
+        } catch let error as ChatStoreError where error.kind == .conflict {
+            throw ChatError(.conflict, "handle \(request.handle) is taken")
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
+        profile = user
+        return user
+    }
+
+    public distributed func user() throws -> User {
+        guard let profile else { throw ChatError(.notFound, "user not found") }
+        return profile
+    }
+
+    /// `PATCH /v1/users/me`: changes what is given.
+    public distributed func updateProfile(displayName: String?, avatarURL: String?) async throws -> User {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        if let displayName, !(1...64).contains(displayName.count) {
+            throw ChatError(.invalidRequest, "displayName must be 1–64 characters")
+        }
+        if let avatarURL, avatarURL.count > 2048 || URL(string: avatarURL)?.scheme == nil {
+            throw ChatError(.invalidRequest, "avatarURL must be an absolute URL of at most 2,048 characters")
+        }
+        let updated: User?
+        do {
+            updated = try await services.store.updateProfile(of: UserID(rawValue: id.key), displayName: displayName, avatarURL: avatarURL)
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
+        guard let updated else { throw ChatError(.notFound, "user not found") }
+        profile = updated
+        return updated
+    }
+
+    /// One page of this user's conversations, newest activity first, each with the user's unread
+    /// count and its last message; `next` continues the list.
+    public distributed func conversations(after cursor: ConversationPageCursor?, limit: Int) async throws -> ConversationPage {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        guard (1...100).contains(limit) else { throw ChatError(.invalidRequest, "limit must be 1–100") }
+        let me = UserID(rawValue: id.key)
+        do {
+            let records = try await services.store.conversations(of: me, after: cursor, limit: limit)
+            var items: [ConversationSummary] = []
+            for record in records {
+                let last = record.lastSeq > 0 ? try await services.store.messages(in: record.id, before: record.lastSeq + 1, limit: 1).last : nil
+                items.append(ConversationSummary(conversation: record, unreadCount: record.lastSeq - (record.member(me)?.readSeq ?? 0), lastMessage: last))
+            }
+            let next = records.count == limit ? records.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
+            return ConversationPage(conversations: items, next: next)
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
+    }
+}
+
+/// A registration: the password arrives already hashed (the gateway hashes it; the cluster never
+/// sees a password).
+public struct NewUser: Codable, Sendable, Hashable {
+    public var handle: String
+    public var displayName: String
+    public var passwordHash: String
+
+    public init(handle: String, displayName: String, passwordHash: String) {
+        self.handle = handle
+        self.displayName = displayName
+        self.passwordHash = passwordHash
+    }
+
+    /// API.md: a handle of 3–32 characters of `a-z 0-9 _ . -`, a display name of 1–64.
+    func validate() throws(ChatError) {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+        guard (3...32).contains(handle.count), handle.allSatisfy(allowed.contains) else {
+            throw ChatError(.invalidRequest, "handle must be 3–32 characters of a-z 0-9 _ . -")
+        }
+        guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
+        guard !passwordHash.isEmpty else { throw ChatError(.invalidRequest, "passwordHash is required") }
+    }
+}
+
+/// A conversation in a user's list.
+public struct ConversationSummary: Codable, Sendable, Hashable {
+    public var conversation: ConversationRecord
+    /// `lastSeq - readSeq` for this user.
+    public var unreadCount: Int64
+    public var lastMessage: Message?
+}
+
+/// One page of a user's conversations.
+public struct ConversationPage: Codable, Sendable, Hashable {
+    public var conversations: [ConversationSummary]
+    /// Where the next page starts; nil on the last page.
+    public var next: ConversationPageCursor?
+}

@@ -1,0 +1,61 @@
+import Foundation
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+import ParleyTestKit
+import Testing
+
+@Suite(.serialized) struct UserActorTests {
+    @Test func usersRegisterOnceAndListTheirConversationsWithUnreadCounts() async throws {
+        let store = InMemoryChatStore()
+        let services = ChatServices(store: store)
+        let cluster = try LoopbackCluster { system, _ in
+            UserActor.register(on: system, services: services)
+            ConversationActor.register(on: system, services: services)
+        }
+        for node in ["node-a", "node-b"] { try await cluster.start(node) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b"])
+
+        let ann = UserID.make(), ben = UserID.make()
+        let created = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h"))
+        #expect(created.id == ann && created.handle == "ann")
+        _ = try await UserActor.resolve(ben, using: cluster["node-b"]).create(NewUser(handle: "ben", displayName: "Ben", passwordHash: "h"))
+        for (request, code) in [
+            (NewUser(handle: "ann", displayName: "Other Ann", passwordHash: "h"), "conflict"),
+            (NewUser(handle: "No Caps", displayName: "x", passwordHash: "h"), "invalid_request"),
+            (NewUser(handle: "ok", displayName: "x", passwordHash: "h"), "invalid_request"),
+        ] {
+            do {
+                _ = try await UserActor.resolve(.make(), using: cluster["node-b"]).create(request)
+                Issue.record("\(request) must be refused")
+            } catch let error as ClusterCallError {
+                #expect(error.code.rawValue == code, "\(request): \(error)")
+            }
+        }
+        #expect(try await UserActor.resolve(ann, using: cluster["node-b"]).updateProfile(displayName: "Ann B.", avatarURL: nil).displayName == "Ann B.")
+
+        // Two conversations; the one with the newest message comes first.
+        let direct = ConversationActor.directID(ann, ben)
+        _ = try await ConversationActor.resolve(direct, using: cluster["node-a"]).create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        let group = ConversationID.make()
+        _ = try await ConversationActor.resolve(group, using: cluster["node-b"]).create(CreateConversation(creatorId: ben, memberIds: [ann], name: "g"))
+        for text in ["one", "two", "three"] {
+            _ = try await ConversationActor.resolve(group, using: cluster["node-a"]).send(SendMessage(senderId: ben, clientMessageId: UUID().uuidString, text: text))
+        }
+        try await Task.sleep(for: .milliseconds(5))
+        _ = try await ConversationActor.resolve(direct, using: cluster["node-b"]).send(SendMessage(senderId: ben, clientMessageId: UUID().uuidString, text: "hi"))
+        _ = try await ConversationActor.resolve(group, using: cluster["node-b"]).markReceipts(for: ann, deliveredSeq: nil, readSeq: 1)
+
+        let page = try await UserActor.resolve(ann, using: cluster["node-a"]).conversations(after: nil, limit: 1)
+        #expect(page.conversations.map(\.conversation.id) == [direct])
+        #expect(page.conversations.first?.unreadCount == 1 && page.conversations.first?.lastMessage?.text == "hi")
+        let rest = try await UserActor.resolve(ann, using: cluster["node-b"]).conversations(after: page.next, limit: 10)
+        #expect(rest.conversations.map(\.conversation.id) == [group])
+        #expect(rest.conversations.first?.unreadCount == 2, "read 1 of 3")
+        #expect(rest.next == nil)
+        let bens = try await UserActor.resolve(ben, using: cluster["node-a"]).conversations(after: nil, limit: 10)
+        #expect(bens.conversations.allSatisfy { $0.unreadCount == 0 }, "a sender has read what it sent")
+    }
+}
