@@ -97,6 +97,7 @@ struct StoreRaw: AsyncParsableCommand {
     @Option var cacheKiB = 65_536
     @Option var mmapBytes = 256 << 20
     @Option var checkpointPages = 1000
+    @Option var pageSize = 4096
 
     func run() async throws {
         let path = "/tmp/parley-raw-\(UUID().uuidString).sqlite"
@@ -105,6 +106,7 @@ struct StoreRaw: AsyncParsableCommand {
         settings.cacheKiB = cacheKiB
         settings.mmapBytes = mmapBytes
         settings.walAutocheckpointPages = checkpointPages
+        settings.pageSize = pageSize
         let store = try SQLiteChatStore(path: path, settings: settings)
         try await store.migrate()
         var owned: [(ConversationID, Int64)] = []
