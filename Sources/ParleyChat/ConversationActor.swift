@@ -132,8 +132,11 @@ public distributed actor ConversationActor {
         }
         do {
             let (stored, epoch) = try await Self.takeOwnership(of: record.id, store: services.store)
-            self.loaded = ConversationState(record: stored)
-            self.epoch = epoch
+            // Two creates may interleave here (the actor is re-entrant): keep the newest epoch.
+            if epoch > self.epoch {
+                self.loaded = ConversationState(record: stored)
+                self.epoch = epoch
+            }
             logger.info("conversation created", metadata: ["conversation.kind": "\(stored.kind.rawValue)", "members.count": "\(stored.members.count)"])
             return CreateResult(conversation: stored, created: created)
         } catch let error as ChatStoreError {

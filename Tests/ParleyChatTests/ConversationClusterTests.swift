@@ -201,6 +201,7 @@ import Testing
         #expect(results.filter(\.created).count == 1)
         #expect(Set(results.map(\.conversation.id)) == [direct])
         #expect(results.allSatisfy { $0.conversation.kind == .direct && $0.conversation.members.count == 2 })
+        let activationsBefore = fixture.cluster.activations.withLock { $0[ConversationActor.id(direct)]?.count ?? 0 }
 
         do {
             _ = try await ConversationActor.resolve(.make(), using: fixture.cluster["node-a"]).create(CreateConversation(creatorId: "u_x", memberIds: ["u_z"]))
@@ -211,5 +212,7 @@ import Testing
         let sent = try await ConversationActor.resolve(direct, using: fixture.cluster["node-b"])
             .send(SendMessage(senderId: "u_x", clientMessageId: UUID().uuidString, text: "hello"))
         #expect(sent.message.seq == 1)
+        let activationsAfter = fixture.cluster.activations.withLock { $0[ConversationActor.id(direct)]?.count ?? 0 }
+        #expect(activationsAfter == activationsBefore, "the concurrent creates left the actor with its newest epoch: no fencing of itself")
     }
 }
