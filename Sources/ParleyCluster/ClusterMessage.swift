@@ -17,7 +17,8 @@ public struct CallEnvelope: Sendable, Equatable {
     public var target: String
     /// Each argument encoded by the ``ClusterSerialization``.
     public var arguments: [[UInt8]]
-    /// The time the caller has left; the callee does not start work it cannot finish in time.
+    /// The time the caller has left when it sent the call; the callee does not start a call whose
+    /// time ran out while it waited to run.
     public var timeout: Duration
 
     public init(callID: UInt64, recipient: ClusterActorID, target: String, arguments: [[UInt8]], timeout: Duration) {

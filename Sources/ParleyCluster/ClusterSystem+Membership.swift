@@ -158,6 +158,15 @@ extension ClusterSystem {
                 return
             }
         }
-        Task { await execute(envelope, reply: respond) }
+        // A call that waited past its caller's deadline (an overloaded node) is not started: the
+        // caller has given up on it and may be retrying elsewhere.
+        let deadline = clock.now.advanced(by: envelope.timeout)
+        Task {
+            guard clock.now < deadline else {
+                respond(.error(ClusterCallError(code: .deadlineExceeded, message: "\(settings.name) reached the call after its deadline")))
+                return
+            }
+            await execute(envelope, reply: respond)
+        }
     }
 }
