@@ -215,4 +215,67 @@ import Testing
         let activationsAfter = fixture.cluster.activations.withLock { $0[ConversationActor.id(direct)]?.count ?? 0 }
         #expect(activationsAfter == activationsBefore, "the concurrent creates left the actor with its newest epoch: no fencing of itself")
     }
+
+    /// The owner of a busy conversation stops abruptly. Senders retry like a gateway does (same
+    /// clientMessageId, until acknowledged): nothing acknowledged is lost, nothing is stored twice,
+    /// seqs stay gapless, and each sender's messages keep their order.
+    @Test func whenTheOwnerDiesMidBurstRetriedSendsLoseAndDuplicateNothing() async throws {
+        let fixture = try await Self.fixture()
+        defer { Task { await fixture.cluster.stopAll() } }
+        // A conversation owned by node-c, the node that will die.
+        var candidate = ConversationID.make()
+        while fixture.cluster["node-a"].owner(of: ConversationActor.id(candidate)) != "node-c" { candidate = .make() }
+        let conversation = candidate
+        _ = try await ConversationActor.resolve(conversation, using: fixture.cluster["node-a"])
+            .create(CreateConversation(creatorId: Self.members[0], memberIds: Array(Self.members.prefix(10)), name: "failover"))
+
+        let senders = Array(Self.members.prefix(10))
+        let perSender = 30
+        let burst = Task {
+            try await withThrowingTaskGroup(of: (UserID, [Message], Int).self) { group in
+                for (index, sender) in senders.enumerated() {
+                    let system = fixture.cluster[index % 2 == 0 ? "node-a" : "node-b"]
+                    group.addTask {
+                        var acknowledged: [Message] = []
+                        var retries = 0
+                        for i in 0..<perSender {
+                            let request = SendMessage(senderId: sender, clientMessageId: UUID().uuidString, text: "\(sender) \(i)")
+                            let deadline = ContinuousClock.now.advanced(by: .seconds(20))
+                            while true {
+                                do {
+                                    acknowledged.append(try await ConversationActor.resolve(conversation, using: system).send(request).message)
+                                    break
+                                } catch where ContinuousClock.now < deadline {
+                                    retries += 1
+                                    try await Task.sleep(for: .milliseconds(20))  // the gateway's retry, same clientMessageId
+                                }
+                            }
+                        }
+                        return (sender, acknowledged, retries)
+                    }
+                }
+                return try await group.reduce(into: ([UserID: [Message]](), 0)) { $0.0[$1.0] = $1.1; $0.1 += $1.2 }
+            }
+        }
+        try await eventually(timeout: .seconds(10), "the burst is under way") {
+            (try await fixture.store("node-a").conversation(conversation)?.lastSeq ?? 0) >= 40
+        }
+        let victim = fixture.cluster["node-c"]
+        fixture.cluster.remove("node-c")
+        await victim.stop()
+
+        let (acknowledged, retries) = try await burst.value
+        #expect(retries > 0, "the kill must have hit sends in flight (else this test proves nothing)")
+        let stored = try await fixture.store("node-a").messages(in: conversation, after: 0, limit: 1000)
+        #expect(stored.map(\.seq) == Array(1...Int64(stored.count)), "gapless")
+        #expect(Set(stored.map(\.clientMessageId)).count == stored.count, "no clientMessageId stored twice")
+        #expect(stored.count == senders.count * perSender, "every send stored exactly once")
+        let storedByID = Dictionary(uniqueKeysWithValues: stored.map { ($0.clientMessageId, $0) })
+        for (sender, messages) in acknowledged {
+            #expect(messages.count == perSender)
+            #expect(messages.allSatisfy { storedByID[$0.clientMessageId] == $0 }, "\(sender): an acknowledged message differs from the stored one")
+            #expect(messages.map(\.seq) == messages.map(\.seq).sorted(), "\(sender)'s messages out of order")
+        }
+        #expect(fixture.cluster["node-a"].owner(of: ConversationActor.id(conversation)) != "node-c")
+    }
 }
