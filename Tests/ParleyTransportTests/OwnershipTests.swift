@@ -38,7 +38,9 @@ import Testing
             _ = try await Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: cluster["node-a"]).whereAreYou()
             Issue.record("the call must fail")
         } catch let error as ClusterCallError {
-            #expect(error.code == .notOwner, "\(error)")
+            // not_owner from the last answer, or deadline_exceeded if the deadline fell while the
+            // last retry was in flight.
+            #expect(error.code == .notOwner || error.code == .deadlineExceeded, "\(error)")
         }
         #expect(cluster.activations.withLock { $0[ClusterActorID(kind: "probe", key: key)] } == nil, "nobody activated it")
     }
