@@ -35,6 +35,8 @@ public distributed actor ConversationActor {
     private var epoch: Int64
     private let services: ChatServices
     private var logger: Logger
+    /// Events to the gateways of the members' streams; set once the conversation exists.
+    private var fanOut: ConversationFanOut?
 
     public static func id(_ conversation: ConversationID) -> ClusterActorID {
         ClusterActorID(kind: kind, key: conversation.rawValue)
@@ -92,8 +94,15 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
+            self.fanOut = ConversationFanOut(system: actorSystem, lastSeq: record.lastSeq, logger: logger)
         }
     }
+
+    deinit {
+        fanOut?.finish()
+    }
+
+    private var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
 
     /// The conversation, or `not_found` while it does not exist.
     private var state: ConversationState {
@@ -136,6 +145,8 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
+                fanOut?.finish()
+                fanOut = ConversationFanOut(system: actorSystem, lastSeq: stored.lastSeq, logger: logger)
             }
             logger.info("conversation created", metadata: ["conversation.kind": "\(stored.kind.rawValue)", "members.count": "\(stored.members.count)"])
             return CreateResult(conversation: stored, created: created)
@@ -166,6 +177,7 @@ public distributed actor ConversationActor {
         switch outcome {
         case .appended(let message):
             try update { $0.committed(message) }
+            fanOut?.committed(message, members: memberIDs)
             return SendResult(message: message, created: true)
         case .duplicate(let message):
             return SendResult(message: message, created: false)
@@ -206,7 +218,13 @@ public distributed actor ConversationActor {
         let conversation = try state.id
         let stored = try await load { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read) }
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
-        try update { $0.receiptsAdvanced(stored) }
+        var advanced = false
+        try update { advanced = $0.receiptsAdvanced(stored) }
+        if advanced {
+            fanOut?.publish(
+                .receipt(ReceiptEvent(conversationId: conversation, userId: user, deliveredSeq: stored.deliveredSeq, readSeq: stored.readSeq)),
+                members: memberIDs)
+        }
         return stored
     }
 
@@ -216,6 +234,10 @@ public distributed actor ConversationActor {
         try update { state throws(ChatError) in
             _ = state.expireTyping(now: .now)
             changed = try state.setTyping(user, isTyping, now: .now)
+        }
+        if changed, let conversation = loaded?.id {
+            // Typing is for the others only.
+            fanOut?.publish(.typing(TypingEvent(conversationId: conversation, userId: user, typing: isTyping)), members: memberIDs.filter { $0 != user })
         }
         return changed
     }

@@ -202,6 +202,16 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         state.withLock { $0.local }.filter { $0.value.actor != nil }.map(\.key)
     }
 
+    // MARK: Pinned actors with well-known IDs
+
+    /// Creates a pinned actor on this node under a chosen ID, `kind/key@<this node>`, so that other
+    /// nodes can address it by name (a gateway's inbox). Keep a strong reference: the system holds
+    /// pinned actors weakly.
+    public func makePinned<Act: DistributedActor>(kind: String, key: String, _ make: () throws -> Act) rethrows -> Act
+    where Act.ID == ClusterActorID {
+        try Self.$activatingID.withValue(ClusterActorID(kind: kind, key: key, node: settings.name)) { try make() }
+    }
+
     // MARK: Virtual actors
 
     /// Registers how to activate actors of `kind` on their owner.

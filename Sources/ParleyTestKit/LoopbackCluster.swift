@@ -80,7 +80,8 @@ public final class LoopbackCluster: Sendable {
     public func waitForUp(_ names: Set<String>, timeout: Duration = .seconds(15)) async throws {
         try await eventually(timeout: timeout, "every node sees \(names.sorted()) up") {
             systems.withLock { Array($0.values) }.allSatisfy { system in
-                Set(system.members.filter { $0.status == .up }.map(\.name)) == names && system.ring.workers.count == names.count
+                let up = system.members.filter { $0.status == .up }
+                return Set(up.map(\.name)) == names && Set(system.ring.workers) == Set(up.filter { $0.roles.contains(.worker) }.map(\.name))
             }
         }
     }

@@ -1,0 +1,76 @@
+import Foundation
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+import ParleyTestKit
+import Synchronization
+import Testing
+
+final class RecordedDeliveries: Sendable {
+    let deliveries = Mutex<[EventDelivery]>([])
+    func record(_ batch: [EventDelivery]) { deliveries.withLock { $0 += batch } }
+    var messages: [Message] {
+        deliveries.withLock { $0.compactMap { if case .message(let message) = $0.event { message } else { nil } } }
+    }
+}
+
+@Suite(.serialized) struct FanOutTests {
+    @Test func aConversationsEventsReachEachGatewayOnceInSeqOrder() async throws {
+        let store = InMemoryChatStore()
+        let services = ChatServices(store: store)
+        let cluster = try LoopbackCluster { system, _ in
+            guard system.settings.roles.contains(.worker) else { return }
+            ConversationActor.register(on: system, services: services)
+            PresenceShard.register(on: system)
+        }
+        try await cluster.start("node-a")
+        try await cluster.start("node-b")
+        let gateway = try await cluster.start("node-g", roles: .gateway)
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b", "node-g"])
+        let received = RecordedDeliveries()
+        let inbox = GatewayInbox.open(on: gateway) { received.record($0) }
+        defer { _ = inbox }
+
+        let members = (0..<10).map { UserID(rawValue: "u_\($0)") }
+        let conversation = ConversationID.make()
+        _ = try await ConversationActor.resolve(conversation, using: cluster["node-a"])
+            .create(CreateConversation(creatorId: members[0], memberIds: members + ["u_reader"], name: "fan-out"))
+        // Six members stream from node-g; two from a gateway that is gone; two are offline.
+        for (index, user) in members.prefix(8).enumerated() {
+            _ = try await PresenceShard.resolve(for: user, using: cluster["node-b"])
+                .openSession(.init(userId: user, sessionID: "s\(index)"), gateway: index < 6 ? "node-g" : "gateway-gone")
+        }
+        let perSender = 5
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, sender) in members.enumerated() {
+                let system = cluster[index % 2 == 0 ? "node-a" : "node-g"]
+                group.addTask {
+                    for i in 0..<perSender {
+                        _ = try await ConversationActor.resolve(conversation, using: system)
+                            .send(SendMessage(senderId: sender, clientMessageId: UUID().uuidString, text: "\(sender) \(i)"))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let total = members.count * perSender
+        try await eventually(timeout: .seconds(10), "node-g received all \(total) messages") { received.messages.count >= total }
+        let messages = received.messages
+        #expect(messages.map(\.seq) == Array(1...Int64(total)), "once each, in seq order")
+        let recipients = received.deliveries.withLock { Set($0.map { Set($0.recipients) }) }
+        // (u_reader has no stream, so it is in no delivery.)
+        #expect(recipients == [Set(members.prefix(6))], "only the members streaming from node-g")
+
+        // Typing reaches the others; a receipt reaches everyone on the gateway.
+        _ = try await ConversationActor.resolve(conversation, using: cluster["node-b"]).setTyping(for: members[1], true)
+        _ = try await ConversationActor.resolve(conversation, using: cluster["node-b"]).markReceipts(for: "u_reader", deliveredSeq: nil, readSeq: 7)
+        try await eventually(timeout: .seconds(10), "typing and receipt arrive") {
+            received.deliveries.withLock { deliveries in
+                deliveries.contains { if case .typing(let typing) = $0.event { typing.userId == members[1] && !$0.recipients.contains(members[1]) } else { false } }
+                    && deliveries.contains { if case .receipt(let receipt) = $0.event { receipt.userId == "u_reader" && receipt.readSeq == 7 && receipt.deliveredSeq == 7 } else { false } }
+            }
+        }
+    }
+}
