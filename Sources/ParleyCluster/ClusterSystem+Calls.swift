@@ -14,6 +14,11 @@ extension ClusterSystem {
         let deadline = started.advanced(by: settings.callTimeout)
         var backoff = Duration.milliseconds(2)
         var lastProblem = ClusterCallError(code: .unavailable, message: "no worker is up to own \(id)")
+        if let node = id.node, node != settings.name, !isLiveMember(node) {
+            // A pinned actor on a node the cluster does not know (or knows dead): no waiting.
+            Self.callFailures.increment()
+            return .error(ClusterCallError(code: .unavailable, message: "node \(node), the host of \(id), is not a live member"))
+        }
         while true {
             if let owner = owner(of: id) {
                 let outcome = await attempt(id, target: target, arguments: arguments, owner: owner, deadline: deadline)
@@ -163,6 +168,12 @@ extension ClusterSystem {
         }
         if !idle.isEmpty { logger.debug("passivated idle actors", metadata: ["actors.count": "\(idle.count)"]) }
         _ = consume idle  // released outside the lock
+    }
+
+    /// True if `name` is a member that is neither down nor gone.
+    func isLiveMember(_ name: String) -> Bool {
+        guard let member = state.withLock({ $0.membership.member(named: name) }) else { return false }
+        return !member.status.isTerminal
     }
 
     /// Fails calls whose deadline passed.

@@ -81,6 +81,12 @@ import Testing
         } catch let error as ClusterCallError {
             #expect(error.code == .actorNotFound)
         }
+        do {
+            _ = try await Probe.resolve(id: ClusterActorID(kind: "Probe", key: "x", node: "ghost"), using: cluster["node-b"]).count()
+            Issue.record("an actor on an unknown node must not answer")
+        } catch let error as ClusterCallError {
+            #expect(error.code == .unavailable, "\(error)")
+        }
     }
 
     static func unknownKind(on system: ClusterSystem) async throws -> String {
