@@ -8,6 +8,21 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case receipt(ReceiptEvent)
     /// A member started or stopped typing (live only).
     case typing(TypingEvent)
+    /// The conversation was created or changed (durable).
+    case conversation(ConversationChange)
+}
+
+public struct ConversationChange: Codable, Sendable, Hashable {
+    /// API.md's `change`.
+    public enum Kind: String, Codable, Sendable, Hashable {
+        case created
+        case updated
+        case memberAdded = "member_added"
+        case memberRemoved = "member_removed"
+    }
+
+    public var conversation: ConversationRecord
+    public var change: Kind
 }
 
 public struct ReceiptEvent: Codable, Sendable, Hashable {

@@ -148,6 +148,9 @@ public distributed actor ConversationActor {
                 fanOut?.finish()
                 fanOut = ConversationFanOut(system: actorSystem, lastSeq: stored.lastSeq, logger: logger)
             }
+            if created {
+                fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created)), members: stored.members.map(\.userId))
+            }
             logger.info("conversation created", metadata: ["conversation.kind": "\(stored.kind.rawValue)", "members.count": "\(stored.members.count)"])
             return CreateResult(conversation: stored, created: created)
         } catch let error as ChatStoreError {
@@ -250,7 +253,9 @@ public distributed actor ConversationActor {
         let conversation = try state.id
         try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch) }
         try update { $0.membersAdded(added) }
-        return try state.record
+        let record = try state.record
+        fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .memberAdded)), members: memberIDs)
+        return record
     }
 
     public distributed func removeMember(_ member: UserID, by user: UserID) async throws {
@@ -258,6 +263,8 @@ public distributed actor ConversationActor {
         let conversation = try state.id
         try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch) }
         try update { $0.memberRemoved(member) }
+        // The removed member hears of it too; after this, nothing more.
+        fanOut?.publish(.conversation(ConversationChange(conversation: try state.record, change: .memberRemoved)), members: memberIDs + [member])
     }
 
     // MARK: Helpers

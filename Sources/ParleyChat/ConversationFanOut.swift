@@ -9,15 +9,19 @@ import Synchronization
 ///
 /// Messages are released in seq order (a commit that returns early waits for the seqs before it);
 /// events then pass one at a time through a single consumer, which looks up the members' gateways
-/// in the presence shards (cached for `directoryTTL`) and hands each gateway's share to that
-/// gateway's ordered path (``OrderedDeliveryStateMachine``).
+/// in the presence shards and hands each gateway's share to that gateway's ordered path
+/// (``OrderedDeliveryStateMachine``).
+///
+/// The directory is asked for every event, not cached: a cached answer would miss a stream opened
+/// after it until it expired, and that stream would never see those events live. (Cost: one call
+/// per presence shard of the members per event; a gateway-side catch-up after a stream opens would
+/// allow a cache.)
 final class ConversationFanOut: Sendable {
     private struct State {
         var machine = OrderedDeliveryStateMachine<String, EventDelivery>()
         /// The next seq to release, and committed messages waiting for the ones before them.
         var nextSeq: Int64
         var held: [Int64: (Message, [UserID])] = [:]
-        var directory: (at: ContinuousClock.Instant, members: [UserID], gateways: [String: [UserID]])?
     }
 
     private let system: ClusterSystem
@@ -25,7 +29,6 @@ final class ConversationFanOut: Sendable {
     /// Each event with the members it is for (as of when it happened).
     private let events: AsyncStream<(ChatEvent, [UserID])>.Continuation
     private let logger: Logger
-    private static let directoryTTL = Duration.seconds(1)
 
     /// - Parameter lastSeq: the conversation's last seq at activation: released messages start after it.
     init(system: ClusterSystem, lastSeq: Int64, logger: Logger) {
@@ -92,17 +95,11 @@ final class ConversationFanOut: Sendable {
         }
     }
 
-    /// Which gateways hold streams of `members`, from their presence shards (cached briefly: a
-    /// stream opened meanwhile catches up by resuming from its cursor).
+    /// Which gateways hold streams of `members`, from their presence shards.
     private func gateways(of members: [UserID]) async -> [String: [UserID]] {
-        if let cached = state.withLock({ $0.directory }), cached.members == members,
-            cached.at.duration(to: .now) < Self.directoryTTL
-        {
-            return cached.gateways
-        }
         let byShard = Dictionary(grouping: members, by: PresenceShard.shard(of:))
         let system = self.system
-        let gateways = await withTaskGroup(of: [String: [UserID]].self) { group in
+        return await withTaskGroup(of: [String: [UserID]].self) { group in
             for users in byShard.values {
                 group.addTask {
                     guard let first = users.first else { return [:] }
@@ -113,7 +110,5 @@ final class ConversationFanOut: Sendable {
                 merged.merge(part) { $0 + $1 }
             }
         }
-        state.withLock { $0.directory = (.now, members, gateways) }
-        return gateways
     }
 }

@@ -57,9 +57,25 @@ final class RecordedDeliveries: Sendable {
         }
         let total = members.count * perSender
         try await eventually(timeout: .seconds(10), "node-g received all \(total) messages") { received.messages.count >= total }
+        let created = received.deliveries.withLock { deliveries in
+            deliveries.first { if case .conversation(let change) = $0.event { change.change == .created } else { false } }
+        }
+        #expect(created == nil, "the creation happened before any stream was open: nobody to deliver it to")
+        let second = ConversationID.make()
+        _ = try await ConversationActor.resolve(second, using: cluster["node-b"])
+            .create(CreateConversation(creatorId: members[1], memberIds: [members[2], members[9]], name: "second"))
+        try await eventually(timeout: .seconds(10), "the second creation reaches node-g") {
+            received.deliveries.withLock { deliveries in
+                deliveries.contains {
+                    if case .conversation(let change) = $0.event { change.change == .created && change.conversation.id == second && Set($0.recipients) == [members[1], members[2]] } else { false }
+                }
+            }
+        }
         let messages = received.messages
         #expect(messages.map(\.seq) == Array(1...Int64(total)), "once each, in seq order")
-        let recipients = received.deliveries.withLock { Set($0.map { Set($0.recipients) }) }
+        let recipients = received.deliveries.withLock { deliveries in
+            Set(deliveries.filter { if case .message = $0.event { true } else { false } }.map { Set($0.recipients) })
+        }
         // (u_reader has no stream, so it is in no delivery.)
         #expect(recipients == [Set(members.prefix(6))], "only the members streaming from node-g")
 
@@ -72,5 +88,18 @@ final class RecordedDeliveries: Sendable {
                     && deliveries.contains { if case .receipt(let receipt) = $0.event { receipt.userId == "u_reader" && receipt.readSeq == 7 && receipt.deliveredSeq == 7 } else { false } }
             }
         }
+    
+        // A removed member hears of its removal, then nothing more.
+        try await ConversationActor.resolve(conversation, using: cluster["node-a"]).removeMember(members[5], by: members[0])
+        _ = try await ConversationActor.resolve(conversation, using: cluster["node-a"])
+            .send(SendMessage(senderId: members[0], clientMessageId: UUID().uuidString, text: "after the removal"))
+        try await eventually(timeout: .seconds(10), "the last message arrives") { received.messages.count == total + 1 }
+        let tail = received.deliveries.withLock { Array($0.suffix(2)) }
+        guard case .conversation(let removal) = tail.first?.event, case .message = tail.last?.event else {
+            Issue.record("expected member_removed then the message, got \(tail.map(\.event))")
+            return
+        }
+        #expect(removal.change == .memberRemoved && tail.first?.recipients.contains(members[5]) == true)
+        #expect(tail.last?.recipients.contains(members[5]) == false)
     }
 }
