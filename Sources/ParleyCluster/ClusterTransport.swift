@@ -59,6 +59,4 @@ public enum ClusterTransportError: Error, Hashable, Sendable {
     case notConnected(String)
     /// The peer's outbound queue stayed full until the deadline: nothing was sent.
     case backpressureTimeout(String)
-    /// The transport is shut down.
-    case shutdown
 }

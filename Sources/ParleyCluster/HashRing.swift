@@ -52,8 +52,6 @@ public struct HashRing: Sendable, Equatable {
         self.owners = placed.map(\.owner)
     }
 
-    public var isEmpty: Bool { workers.isEmpty }
-
     /// The worker that owns `key`, or nil when the ring is empty.
     public func owner(of key: String) -> String? {
         owner(ofHash: StableHash.hash(key))

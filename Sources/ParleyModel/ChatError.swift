@@ -16,8 +16,6 @@ public struct ChatError: Error, Hashable, Sendable, Codable, CustomStringConvert
         public static let conflict: Code = "conflict"
         /// The cluster cannot serve this now; retry (503).
         public static let unavailable: Code = "unavailable"
-        /// This node no longer owns the conversation: its write was fenced off. Retried on the owner.
-        public static let staleOwner: Code = "stale_owner"
     }
 
     public var code: Code
