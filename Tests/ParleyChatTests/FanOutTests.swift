@@ -60,7 +60,9 @@ final class RecordedDeliveries: Sendable {
         let created = received.deliveries.withLock { deliveries in
             deliveries.first { if case .conversation(let change) = $0.event { change.change == .created } else { false } }
         }
-        #expect(created == nil, "the creation happened before any stream was open: nobody to deliver it to")
+        // The creation raced the streams opening: it may or may not have reached node-g, but only
+        // ever for members streaming there.
+        #expect(created.map { Set($0.recipients).isSubset(of: Set(members.prefix(6))) } ?? true)
         let second = ConversationID.make()
         _ = try await ConversationActor.resolve(second, using: cluster["node-b"])
             .create(CreateConversation(creatorId: members[1], memberIds: [members[2], members[9]], name: "second"))
