@@ -41,7 +41,7 @@ extension ClusterSystem {
                 }
                 return .error(lastProblem)
             }
-            try? await Task.sleep(until: min(now.advanced(by: backoff), deadline), clock: clock)
+            try? await clock.sleep(until: min(now.advanced(by: backoff), deadline))
             backoff = min(backoff * 2, .milliseconds(100))
         }
     }

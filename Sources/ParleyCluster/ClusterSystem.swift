@@ -26,6 +26,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     public let logger: Logger
     let transport: any ClusterTransport
     let serialization: any ClusterSerialization
+    /// Every instant and every wait of the shell comes from this one clock; the state machines get
+    /// its instants as inputs.
     let clock = ContinuousClock()
     let state: Mutex<State>
 
@@ -84,7 +86,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         let me = Member(
             id: NodeID(name: settings.name, incarnation: settings.incarnation),
             address: address, roles: settings.roles, status: .joining)
-        let membership = MembershipStateMachine<Instant>(me: me, seeds: settings.seeds, settings: settings.membership, now: .now)
+        let membership = MembershipStateMachine<Instant>(me: me, seeds: settings.seeds, settings: settings.membership, now: clock.now)
         self.state = Mutex(State(membership: membership, ring: HashRing(workers: [], settings: settings.ring), address: address))
     }
 
@@ -101,7 +103,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
                 state.address = NodeAddress(host: settings.bindAddress.host, port: bound.port)
                 state.membership = MembershipStateMachine(
                     me: Member(id: state.membership.me.id, address: state.address, roles: settings.roles, status: .joining),
-                    seeds: settings.seeds, settings: settings.membership, now: .now)
+                    seeds: settings.seeds, settings: settings.membership, now: clock.now)
                 return PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address)
             }
             transport.updateIdentity(me)
@@ -112,7 +114,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         ])
         let membershipLoop = Task { [self] in
             while !Task.isCancelled {
-                try? await Task.sleep(for: settings.membership.heartbeatInterval)
+                try? await clock.sleep(for: settings.membership.heartbeatInterval)
                 if Task.isCancelled { break }
                 tick()
             }
@@ -120,7 +122,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         let deadlineLoop = Task { [self] in
             var sweeps = 0
             while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(25))
+                try? await clock.sleep(for: .milliseconds(25))
                 expireCalls()
                 sweeps += 1
                 if sweeps % 40 == 0 { passivateIdleActors() }
@@ -137,7 +139,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
             logger.info("leaving the cluster")
             perform(directives)
             // One heartbeat for the `left` gossip to go out before the connections close.
-            try? await Task.sleep(for: .milliseconds(100))
+            try? await clock.sleep(for: .milliseconds(100))
         }
         await stop()
     }
