@@ -65,11 +65,10 @@ public distributed actor ConversationActor {
     static func activate(_ id: ClusterActorID, system: ClusterSystem, services: ChatServices) async throws -> ConversationActor {
         let conversation = ConversationID(rawValue: id.key)
         do {
-            guard try await services.store.conversation(conversation) != nil else {
-                return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, actorSystem: system)
-            }
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
             return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, actorSystem: system)
+        } catch let error as ChatStoreError where error.kind == .notFound {
+            return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, actorSystem: system)
         } catch let error as ChatStoreError {
             throw ChatError(.unavailable, "cannot load conversation: \(error)")
         }
