@@ -97,10 +97,6 @@ public distributed actor ConversationActor {
         }
     }
 
-    deinit {
-        fanOut?.finish()
-    }
-
     private var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
 
     /// The conversation, or `not_found` while it does not exist.
@@ -144,7 +140,6 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut?.finish()
                 fanOut = ConversationFanOut(system: actorSystem, lastSeq: stored.lastSeq, logger: logger)
             }
             if created {

@@ -8,26 +8,28 @@ import Synchronization
 /// delivery per gateway node per batch, in order.
 ///
 /// Messages are released in seq order (a commit that returns early waits for the seqs before it);
-/// events then pass one at a time through a single consumer, which looks up the members' gateways
-/// in the presence shards and hands each gateway's share to that gateway's ordered path
+/// events then queue for a single consumer, which takes everything queued at once, asks the
+/// presence shards once which gateways hold the streams of all those events' members, and hands
+/// each gateway its share, event by event, on that gateway's ordered path
 /// (``OrderedDeliveryStateMachine``).
 ///
-/// The directory is asked for every event, not cached: a cached answer would miss a stream opened
-/// after it until it expired, and that stream would never see those events live. (Cost: one call
-/// per presence shard of the members per event; a gateway-side catch-up after a stream opens would
-/// allow a cache.)
+/// The directory is asked after the events happened, never from a cache: a cached answer would
+/// miss a stream opened after it, and that stream would never see those events live. Under load
+/// one lookup serves every event queued meanwhile.
 final class ConversationFanOut: Sendable {
     private struct State {
         var machine = OrderedDeliveryStateMachine<String, EventDelivery>()
         /// The next seq to release, and committed messages waiting for the ones before them.
         var nextSeq: Int64
         var held: [Int64: (Message, [UserID])] = [:]
+        /// Events waiting for the consumer, each with the members it is for (as of when it
+        /// happened), and whether a consumer is running.
+        var queued: [(ChatEvent, [UserID])] = []
+        var consuming = false
     }
 
     private let system: ClusterSystem
     private let state: Mutex<State>
-    /// Each event with the members it is for (as of when it happened).
-    private let events: AsyncStream<(ChatEvent, [UserID])>.Continuation
     private let logger: Logger
 
     /// - Parameter lastSeq: the conversation's last seq at activation: released messages start after it.
@@ -35,22 +37,6 @@ final class ConversationFanOut: Sendable {
         self.system = system
         self.logger = logger
         self.state = Mutex(State(nextSeq: lastSeq + 1))
-        let (stream, continuation) = AsyncStream<(ChatEvent, [UserID])>.makeStream()
-        self.events = continuation
-        Task { [self] in
-            for await (event, recipients) in stream {
-                let gateways = await gateways(of: recipients)
-                for (gateway, users) in gateways.sorted(by: { $0.key < $1.key }) {
-                    let action = state.withLock { $0.machine.enqueue(EventDelivery(event: event, recipients: users), to: gateway) }
-                    perform(action)
-                }
-            }
-        }
-    }
-
-    /// Ends the consumer (the actor was deactivated); deliveries in flight still finish.
-    func finish() {
-        events.finish()
     }
 
     /// A message was committed: publish it to `members` once every seq before it was published.
@@ -65,13 +51,45 @@ final class ConversationFanOut: Sendable {
             }
             return ready
         }
-        for (message, members) in ready { events.yield((.message(message), members)) }
+        enqueue(ready.map { (.message($0.0), $0.1) })
     }
 
     /// Publishes an event that needs no seq order of its own (a receipt, typing), after what came
     /// before it.
     func publish(_ event: ChatEvent, members: [UserID]) {
-        events.yield((event, members))
+        enqueue([(event, members)])
+    }
+
+    private func enqueue(_ events: [(ChatEvent, [UserID])]) {
+        guard !events.isEmpty else { return }
+        let start = state.withLock { state -> Bool in
+            state.queued += events
+            defer { state.consuming = true }
+            return !state.consuming
+        }
+        if start { Task { await consume() } }
+    }
+
+    /// The single consumer: runs while events are queued, in the order they were queued.
+    private func consume() async {
+        while true {
+            let batch = state.withLock { state -> [(ChatEvent, [UserID])] in
+                defer { state.queued = [] }
+                if state.queued.isEmpty { state.consuming = false }
+                return state.queued
+            }
+            guard !batch.isEmpty else { return }
+            let gatewayOf = await gateways(of: Array(Set(batch.flatMap(\.1))))
+            for (event, members) in batch {
+                var shares: [String: [UserID]] = [:]
+                for member in members {
+                    for gateway in gatewayOf[member] ?? [] { shares[gateway, default: []].append(member) }
+                }
+                for (gateway, users) in shares.sorted(by: { $0.key < $1.key }) {
+                    perform(state.withLock { $0.machine.enqueue(EventDelivery(event: event, recipients: users), to: gateway) })
+                }
+            }
+        }
     }
 
     private func perform(_ action: OrderedDeliveryStateMachine<String, EventDelivery>.Action) {
@@ -95,8 +113,8 @@ final class ConversationFanOut: Sendable {
         }
     }
 
-    /// Which gateways hold streams of `members`, from their presence shards.
-    private func gateways(of members: [UserID]) async -> [String: [UserID]] {
+    /// The gateways holding streams of each of `members`, from their presence shards.
+    private func gateways(of members: [UserID]) async -> [UserID: [String]] {
         let byShard = Dictionary(grouping: members, by: PresenceShard.shard(of:))
         let system = self.system
         return await withTaskGroup(of: [String: [UserID]].self) { group in
@@ -106,8 +124,10 @@ final class ConversationFanOut: Sendable {
                     return (try? await PresenceShard.resolve(for: first, using: system).gateways(of: users)) ?? [:]
                 }
             }
-            return await group.reduce(into: [String: [UserID]]()) { merged, part in
-                merged.merge(part) { $0 + $1 }
+            return await group.reduce(into: [UserID: [String]]()) { byMember, part in
+                for (gateway, users) in part {
+                    for user in users { byMember[user, default: []].append(gateway) }
+                }
             }
         }
     }
