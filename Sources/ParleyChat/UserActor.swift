@@ -86,10 +86,9 @@ public distributed actor UserActor {
         let me = UserID(rawValue: id.key)
         do {
             let records = try await services.store.conversations(of: me, after: cursor, limit: limit)
-            var items: [ConversationSummary] = []
-            for record in records {
-                let last = record.lastSeq > 0 ? try await services.store.messages(in: record.id, before: record.lastSeq + 1, limit: 1).last : nil
-                items.append(ConversationSummary(conversation: record, unreadCount: record.lastSeq - (record.member(me)?.readSeq ?? 0), lastMessage: last))
+            let last = try await services.store.lastMessages(in: records.map(\.id))
+            let items = records.map { record in
+                ConversationSummary(conversation: record, unreadCount: record.lastSeq - (record.member(me)?.readSeq ?? 0), lastMessage: last[record.id])
             }
             let next = records.count == limit ? records.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
             return ConversationPage(conversations: items, next: next)

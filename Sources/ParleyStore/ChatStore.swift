@@ -36,6 +36,9 @@ public protocol ChatStore: Sendable {
     /// The last `limit` messages with `seq < before`, ascending.
     func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message]
 
+    /// The last message of each of these conversations (those with messages), in one go.
+    func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message]
+
     /// The message a `clientMessageId` made, if any.
     func message(in id: ConversationID, clientMessageId: String) async throws -> Message?
 

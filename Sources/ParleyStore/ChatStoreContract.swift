@@ -139,6 +139,16 @@ public enum ChatStoreContract {
             try check(try await store.messages(in: id, after: 20, limit: 10).isEmpty, "after the last")
             try check(try await store.messages(in: .make(), after: 0, limit: 10).isEmpty, "unknown conversation")
         },
+        Case(name: "the last messages of several conversations come in one call") { store in
+            let (a, epochA) = try await owned(store)
+            let (b, epochB) = try await owned(store)
+            let (empty, _) = try await owned(store)
+            _ = try await store.commit([append(a, epoch: epochA, "a1"), append(b, epoch: epochB, "b1"), append(a, epoch: epochA, "a2")])
+            let last = try await store.lastMessages(in: [a, b, empty, .make()])
+            try check(last[a]?.text == "a2" && last[a]?.seq == 2, "a: \(String(describing: last[a]))")
+            try check(last[b]?.text == "b1" && last[b]?.seq == 1, "b: \(String(describing: last[b]))")
+            try check(last.count == 2, "no entry for a conversation without messages or an unknown one: \(last.keys)")
+        },
         Case(name: "text is stored exactly as sent") { store in
             let (id, epoch) = try await owned(store)
             let texts = ["  leading and trailing  \n", "e\u{301} (decomposed) vs \u{e9} (composed)", "👋🏽 مرحبا 你好", "tab\there", String(repeating: "x", count: 4000)]

@@ -93,6 +93,14 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
+    public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
+        state.withLock { state in
+            var last: [ConversationID: Message] = [:]
+            for id in ids { last[id] = state[id]?.messages.last }
+            return last
+        }
+    }
+
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         state.withLock { state in
             guard let stored = state[id], let index = stored.byClientMessageID[clientMessageId] else { return nil }

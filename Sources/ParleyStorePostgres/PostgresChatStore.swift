@@ -138,21 +138,37 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func conversation(_ id: ConversationID) async throws -> ConversationRecord? {
-        try await run {
-            let rows = try await client.query(
-                "SELECT kind, name, owner_id, last_seq, created_at, last_activity_at FROM conversations WHERE id = \(id.rawValue)", logger: logger)
-            var found: (String, String?, String, Int64, Int64, Int64)?
-            for try await row in rows.decode((String, String?, String, Int64, Int64, Int64).self) { found = row }
-            guard let (kind, name, owner, lastSeq, createdAt, lastActivity) = found else { return nil }
-            var members: [ConversationMember] = []
-            let memberRows = try await client.query(
-                "SELECT user_id, role, delivered_seq, read_seq FROM members WHERE conversation_id = \(id.rawValue) ORDER BY position", logger: logger)
-            for try await (user, role, delivered, read) in memberRows.decode((String, String, Int64, Int64).self) {
-                members.append(ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read))
+        try await records([id.rawValue]).first
+    }
+
+    /// The conversations with these IDs and their members, in the order given: two queries
+    /// whatever the count.
+    private func records(_ ids: [String]) async throws -> [ConversationRecord] {
+        guard !ids.isEmpty else { return [] }
+        return try await run {
+            var heads: [String: (String, String?, String, Int64, Int64, Int64)] = [:]
+            for try await (id, kind, name, owner, lastSeq, created, activity) in try await client.query(
+                "SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at FROM conversations WHERE id = ANY(\(ids))", logger: logger
+            ).decode((String, String, String?, String, Int64, Int64, Int64).self) {
+                heads[id] = (kind, name, owner, lastSeq, created, activity)
             }
-            return ConversationRecord(
-                id: id, kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner), lastSeq: lastSeq,
-                createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity), members: members)
+            var members: [String: [ConversationMember]] = [:]
+            for try await (conversation, user, role, delivered, read) in try await client.query(
+                """
+                SELECT conversation_id, user_id, role, delivered_seq, read_seq FROM members
+                WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, position
+                """, logger: logger
+            ).decode((String, String, String, Int64, Int64).self) {
+                members[conversation, default: []].append(
+                    ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read))
+            }
+            return ids.compactMap { id in
+                guard let (kind, name, owner, lastSeq, createdAt, lastActivity) = heads[id] else { return nil }
+                return ConversationRecord(
+                    id: ConversationID(rawValue: id), kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner),
+                    lastSeq: lastSeq, createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity),
+                    members: members[id] ?? [])
+            }
         }
     }
 
@@ -352,11 +368,17 @@ public final class PostgresChatStore: ChatStore {
             ).decode(String.self) { ids.append(value) }
             return ids
         }
-        var records: [ConversationRecord] = []
-        for id in ids {
-            if let record = try await conversation(ConversationID(rawValue: id)) { records.append(record) }
-        }
-        return records
+        return try await records(ids)
+    }
+
+    public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
+        let messages = try await fetchMessages(
+            """
+            SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at
+            FROM conversations c JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
+            WHERE c.id = ANY(\(ids.map(\.rawValue)))
+            """)
+        return Dictionary(messages.map { ($0.conversationId, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {

@@ -371,6 +371,22 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
+        guard !ids.isEmpty else { return [:] }
+        return try await read { db in
+            let placeholders = Array(repeating: "?", count: ids.count).joined(separator: ",")
+            let messages = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT m.* FROM conversations c JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
+                    WHERE c.id IN (\(placeholders))
+                    """,
+                arguments: StatementArguments(ids.map(\.rawValue))
+            ).map(Self.message(from:))
+            return Dictionary(messages.map { ($0.conversationId, $0) }, uniquingKeysWith: { first, _ in first })
+        }
+    }
+
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         try await read { db in
             try Row.fetchOne(
