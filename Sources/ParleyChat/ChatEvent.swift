@@ -1,3 +1,4 @@
+import Foundation
 import ParleyModel
 
 /// Something members' streams should see, as the conversation's owner hands it to gateways.
@@ -10,19 +11,41 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case typing(TypingEvent)
     /// The conversation was created or changed (durable).
     case conversation(ConversationChange)
+
+    /// When a durable event was committed (what a resume cursor counts in); nil for live-only.
+    public var durableAt: Date? {
+        switch self {
+        case .message(let message): message.sentAt
+        case .receipt(let receipt): receipt.at
+        case .conversation(let change): change.at
+        case .typing: nil
+        }
+    }
+
+    /// The conversation the event is about.
+    public var conversationId: ConversationID {
+        switch self {
+        case .message(let message): message.conversationId
+        case .receipt(let receipt): receipt.conversationId
+        case .conversation(let change): change.conversation.id
+        case .typing(let typing): typing.conversationId
+        }
+    }
 }
 
 public struct ConversationChange: Codable, Sendable, Hashable {
-    /// API.md's `change`.
-    public enum Kind: String, Codable, Sendable, Hashable {
-        case created
-        case updated
-        case memberAdded = "member_added"
-        case memberRemoved = "member_removed"
-    }
+    public typealias Kind = ConversationChangeKind
 
     public var conversation: ConversationRecord
     public var change: Kind
+    /// When the change was committed.
+    public var at: Date
+
+    public init(conversation: ConversationRecord, change: Kind, at: Date) {
+        self.conversation = conversation
+        self.change = change
+        self.at = at.millisecondPrecision
+    }
 }
 
 public struct ReceiptEvent: Codable, Sendable, Hashable {
@@ -30,12 +53,28 @@ public struct ReceiptEvent: Codable, Sendable, Hashable {
     public var userId: UserID
     public var deliveredSeq: Int64
     public var readSeq: Int64
+    /// When the watermarks moved.
+    public var at: Date
+
+    public init(conversationId: ConversationID, userId: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) {
+        self.conversationId = conversationId
+        self.userId = userId
+        self.deliveredSeq = deliveredSeq
+        self.readSeq = readSeq
+        self.at = at.millisecondPrecision
+    }
 }
 
 public struct TypingEvent: Codable, Sendable, Hashable {
     public var conversationId: ConversationID
     public var userId: UserID
     public var typing: Bool
+
+    public init(conversationId: ConversationID, userId: UserID, typing: Bool) {
+        self.conversationId = conversationId
+        self.userId = userId
+        self.typing = typing
+    }
 }
 
 /// An event and the users on the receiving gateway whose streams it is for.

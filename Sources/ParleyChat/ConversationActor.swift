@@ -126,6 +126,7 @@ public distributed actor ConversationActor {
             return CreateResult(conversation: loaded.record, created: false)
         }
         let record = try request.record(id: ConversationID(rawValue: id.key), limits: services.limits, now: Date())
+        try await requireUsersExist(record.members.map(\.userId))
         var created = true
         do {
             try await services.store.createConversation(record)
@@ -143,7 +144,7 @@ public distributed actor ConversationActor {
                 fanOut = ConversationFanOut(system: actorSystem, lastSeq: stored.lastSeq, logger: logger)
             }
             if created {
-                fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created)), members: stored.members.map(\.userId))
+                fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))
             }
             logger.info("conversation created", metadata: ["conversation.kind": "\(stored.kind.rawValue)", "members.count": "\(stored.members.count)"])
             return CreateResult(conversation: stored, created: created)
@@ -213,13 +214,14 @@ public distributed actor ConversationActor {
     public distributed func markReceipts(for user: UserID, deliveredSeq: Int64?, readSeq: Int64?) async throws -> ConversationMember {
         let (delivered, read) = try state.validateReceipt(from: user, deliveredSeq: deliveredSeq, readSeq: readSeq)
         let conversation = try state.id
-        let stored = try await load { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read) }
+        let at = Date().millisecondPrecision
+        let stored = try await load { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read, at: at) }
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
         var advanced = false
         try update { advanced = $0.receiptsAdvanced(stored) }
         if advanced {
             fanOut?.publish(
-                .receipt(ReceiptEvent(conversationId: conversation, userId: user, deliveredSeq: stored.deliveredSeq, readSeq: stored.readSeq)),
+                .receipt(ReceiptEvent(conversationId: conversation, userId: user, deliveredSeq: stored.deliveredSeq, readSeq: stored.readSeq, at: at)),
                 members: memberIDs)
         }
         return stored
@@ -244,21 +246,45 @@ public distributed actor ConversationActor {
     public distributed func addMembers(_ users: [UserID], by user: UserID) async throws -> ConversationRecord {
         let added = try state.validateAdd(users, by: user, groupSizeMax: services.limits.groupSizeMax)
         guard !added.isEmpty else { return try state.record }
+        try await requireUsersExist(added.map(\.userId))
         let conversation = try state.id
-        try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch) }
+        let at = Date().millisecondPrecision
+        try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch, at: at) }
         try update { $0.membersAdded(added) }
         let record = try state.record
-        fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .memberAdded)), members: memberIDs)
+        fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .memberAdded, at: at)), members: memberIDs)
         return record
     }
 
     public distributed func removeMember(_ member: UserID, by user: UserID) async throws {
         try state.validateRemove(member, by: user)
         let conversation = try state.id
-        try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch) }
+        let at = Date().millisecondPrecision
+        try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch, at: at) }
         try update { $0.memberRemoved(member) }
         // The removed member hears of it too; after this, nothing more.
-        fanOut?.publish(.conversation(ConversationChange(conversation: try state.record, change: .memberRemoved)), members: memberIDs + [member])
+        fanOut?.publish(.conversation(ConversationChange(conversation: try state.record, change: .memberRemoved, at: at)), members: memberIDs + [member])
+    }
+
+    /// Renames a group (any member may).
+    public distributed func rename(_ name: String, by user: UserID) async throws -> ConversationRecord {
+        try state.validateRename(name, by: user)
+        let conversation = try state.id
+        let at = Date().millisecondPrecision
+        try await fencedWrite { try await $0.renameConversation(conversation, name: name, epoch: epoch, at: at) }
+        try update { $0.renamed(name) }
+        let record = try state.record
+        fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
+        return record
+    }
+
+    /// Unknown member IDs are refused by name (API.md: `400` naming them).
+    private func requireUsersExist(_ users: [UserID]) async throws {
+        let known = try await load { try await $0.existingUsers(users) }
+        let unknown = users.filter { !known.contains($0) }
+        guard unknown.isEmpty else {
+            throw ChatError(.invalidRequest, "unknown memberIds: \(unknown.map(\.rawValue).joined(separator: ", "))")
+        }
     }
 
     // MARK: Helpers

@@ -114,6 +114,19 @@ public struct ConversationState: Sendable {
         }
     }
 
+    /// Who may rename: any member of a group; a direct conversation has no name.
+    public func validateRename(_ name: String, by actor: UserID) throws(ChatError) {
+        _ = try requireMember(actor)
+        guard record.kind == .group else { throw ChatError(.forbidden, "a direct conversation cannot be renamed") }
+        guard (1...64).contains(name.count), name.contains(where: { !$0.isWhitespace }) else {
+            throw ChatError(.invalidRequest, "name must be 1–64 characters, not only whitespace")
+        }
+    }
+
+    public mutating func renamed(_ name: String) {
+        record.name = name
+    }
+
     public mutating func membersAdded(_ members: [ConversationMember]) {
         for member in members where record.member(member.userId) == nil { record.members.append(member) }
     }

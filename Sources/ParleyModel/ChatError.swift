@@ -16,6 +16,8 @@ public struct ChatError: Error, Hashable, Sendable, Codable, CustomStringConvert
         public static let conflict: Code = "conflict"
         /// The cluster cannot serve this now; retry (503).
         public static let unavailable: Code = "unavailable"
+        /// A resume cursor older than what can be replayed (410).
+        public static let cursorExpired: Code = "cursor_expired"
     }
 
     public var code: Code

@@ -60,3 +60,11 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
         members.first { $0.userId == user }
     }
 }
+
+/// What last happened to a conversation (API.md's `change` of a `conversation` event).
+public enum ConversationChangeKind: String, Codable, Sendable, Hashable {
+    case created
+    case updated
+    case memberAdded = "member_added"
+    case memberRemoved = "member_removed"
+}

@@ -42,11 +42,16 @@ public protocol ChatStore: Sendable {
     /// The message a `clientMessageId` made, if any.
     func message(in id: ConversationID, clientMessageId: String) async throws -> Message?
 
-    /// Adds members (those already members are left as they are). Fenced by `epoch`.
-    func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws
+    /// Adds members (those already members are left as they are). Fenced by `epoch`. The
+    /// conversation's last change becomes `member_added` at `at`.
+    func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64, at: Date) async throws
 
-    /// Removes a member. Fenced by `epoch`.
-    func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws
+    /// Removes a member. Fenced by `epoch`. The conversation's last change becomes
+    /// `member_removed` at `at`, and the removal is kept for the removed user's resume.
+    func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws
+
+    /// Renames a group. Fenced by `epoch`. The conversation's last change becomes `updated` at `at`.
+    func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws
 
     // MARK: Users
 
@@ -74,9 +79,56 @@ public protocol ChatStore: Sendable {
     /// The conversations `user` is a member of, newest activity first, after `cursor`.
     func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord]
 
-    /// Moves a member's watermarks forward (a lower value is ignored; `readSeq` implies delivered).
-    /// Returns the member's watermarks after the update; nil if not a member.
-    func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember?
+    /// Moves a member's watermarks forward (a lower value is ignored; `readSeq` implies delivered),
+    /// stamping the change with `at` when one of them moved. Returns the member's watermarks after
+    /// the update; nil if not a member.
+    func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember?
+
+    /// What changed after `since` that concerns `user`, for resuming an event stream: the user's
+    /// conversations whose last change is newer, the receipts in them that moved, and the
+    /// conversations the user was removed from. (Messages are read by conversation and seq.)
+    func durableChanges(for user: UserID, since: Date) async throws -> DurableChanges
+}
+
+/// The durable changes after an instant that concern one user (messages aside): see
+/// ``ChatStore/durableChanges(for:since:)``. Each carries the instant it was made.
+public struct DurableChanges: Hashable, Sendable {
+    public struct Change: Hashable, Sendable {
+        public var conversation: ConversationRecord
+        public var change: ConversationChangeKind
+        public var at: Date
+
+        public init(conversation: ConversationRecord, change: ConversationChangeKind, at: Date) {
+            self.conversation = conversation
+            self.change = change
+            self.at = at.millisecondPrecision
+        }
+    }
+
+    public struct Receipt: Hashable, Sendable {
+        public var conversationId: ConversationID
+        public var member: ConversationMember
+        public var at: Date
+
+        public init(conversationId: ConversationID, member: ConversationMember, at: Date) {
+            self.conversationId = conversationId
+            self.member = member
+            self.at = at.millisecondPrecision
+        }
+    }
+
+    /// The user's conversations whose last change is after the instant (with that change).
+    public var conversations: [Change] = []
+    /// Watermarks that moved after the instant, in the user's conversations.
+    public var receipts: [Receipt] = []
+    /// Conversations the user was removed from after the instant (`change` is `member_removed`).
+    public var removals: [Change] = []
+
+    public init(conversations: [Change] = [], receipts: [Receipt] = [], removals: [Change] = []) {
+        self.conversations = conversations
+        self.receipts = receipts
+        self.removals = removals
+    }
 }
 
 /// One message to append, from the conversation's owner.

@@ -119,7 +119,7 @@ public enum ChatStoreContract {
             let texts = try await store.messages(in: id, after: 0, limit: 10).map(\.text)
             try check(texts == ["by the first owner", "by the new owner"], "stored \(texts)")
             do {
-                try await store.addMembers([ConversationMember(userId: carol, role: .member)], to: id, epoch: oldEpoch)
+                try await store.addMembers([ConversationMember(userId: carol, role: .member)], to: id, epoch: oldEpoch, at: t0)
                 try check(false, "a stale owner must not add members")
             } catch let error as ChatStoreError {
                 try check(error.kind == .staleEpoch, "threw \(error)")
@@ -170,23 +170,23 @@ public enum ChatStoreContract {
         Case(name: "receipts only move forward and read implies delivered") { store in
             let (id, epoch) = try await owned(store)
             _ = try await store.commit((1...10).map { append(id, epoch: epoch, "m\($0)") })
-            var bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 7, readSeq: 3)
+            var bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 7, readSeq: 3, at: t0)
             try check(bob?.deliveredSeq == 7 && bob?.readSeq == 3, "\(String(describing: bob))")
-            bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 2, readSeq: 1)
+            bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 2, readSeq: 1, at: t0)
             try check(bob?.deliveredSeq == 7 && bob?.readSeq == 3, "moved back: \(String(describing: bob))")
-            bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 0, readSeq: 9)
+            bob = try await store.advanceReceipts(in: id, user: Self.bob, deliveredSeq: 0, readSeq: 9, at: t0)
             try check(bob?.deliveredSeq == 9 && bob?.readSeq == 9, "read 9 implies delivered 9: \(String(describing: bob))")
             try check(try await store.conversation(id)?.member(Self.bob) == bob, "persisted")
-            try check(try await store.advanceReceipts(in: id, user: carol, deliveredSeq: 1, readSeq: 1) == nil, "a non-member has no receipts")
+            try check(try await store.advanceReceipts(in: id, user: carol, deliveredSeq: 1, readSeq: 1, at: t0) == nil, "a non-member has no receipts")
         },
         Case(name: "members are added once and removed, fenced by epoch") { store in
             let (id, epoch) = try await owned(store, members: [alice, bob, carol])
             let dave: UserID = "u_dave"
-            try await store.addMembers([ConversationMember(userId: dave, role: .member), ConversationMember(userId: bob, role: .owner)], to: id, epoch: epoch)
+            try await store.addMembers([ConversationMember(userId: dave, role: .member), ConversationMember(userId: bob, role: .owner)], to: id, epoch: epoch, at: t0)
             var members = try await store.conversation(id)?.members ?? []
             try check(members.map(\.userId).sorted() == [alice, bob, carol, dave].sorted(), "\(members)")
             try check(members.first { $0.userId == bob }?.role == .member, "an existing member is left as it is")
-            try await store.removeMember(carol, from: id, epoch: epoch)
+            try await store.removeMember(carol, from: id, epoch: epoch, at: t0)
             members = try await store.conversation(id)?.members ?? []
             try check(members.map(\.userId).sorted() == [alice, bob, dave].sorted(), "\(members)")
         },
@@ -264,6 +264,39 @@ public enum ChatStoreContract {
             let secondPage = try await store.conversations(of: me, after: ConversationPageCursor(lastActivityAt: last.lastActivityAt, id: last.id), limit: 10)
             try check(secondPage.map(\.id) == Array(expected.dropFirst(2)), "second page \(secondPage.map(\.id)), expected \(expected)")
             try check(secondPage.allSatisfy { $0.member(me) != nil && $0.members.count == 2 }, "records come with their members")
+        },
+        Case(name: "durable changes after an instant: conversation changes, moved receipts, removals") { store in
+            let me: UserID = .make(), other: UserID = .make(), third: UserID = .make()
+            let at = { (offset: Int64) in Date(millisecondsSince1970: t0.millisecondsSince1970 + offset) }
+            let old = conversation(members: [me, other])
+            try await store.createConversation(old)  // created at t0
+            let (group, epoch) = try await owned(store, members: [me, other, third])
+            _ = try await store.commit([append(group, epoch: epoch, "m1", from: third), append(group, epoch: epoch, "m2", from: third)])
+            let (leftGroup, leftEpoch) = try await owned(store, members: [third, me, other])
+
+            try check(try await store.durableChanges(for: me, since: at(-1)).conversations.count == 3, "three conversations created at t0")
+            try check(try await store.durableChanges(for: me, since: at(0)) == DurableChanges(), "nothing after t0")
+
+            try await store.renameConversation(group, name: "renamed", epoch: epoch, at: at(10))
+            _ = try await store.advanceReceipts(in: group, user: other, deliveredSeq: 2, readSeq: 1, at: at(20))
+            _ = try await store.advanceReceipts(in: group, user: me, deliveredSeq: 1, readSeq: 0, at: at(30))
+            _ = try await store.advanceReceipts(in: group, user: me, deliveredSeq: 1, readSeq: 0, at: at(35))  // moves nothing
+            try await store.removeMember(me, from: leftGroup, epoch: leftEpoch, at: at(40))
+            try await store.removeMember(me, from: leftGroup, epoch: leftEpoch, at: at(45))  // not a member any more
+
+            let changes = try await store.durableChanges(for: me, since: at(5))
+            try check(changes.conversations.map(\.conversation.id) == [group], "changed: \(changes.conversations)")
+            try check(changes.conversations.first?.change == .updated && changes.conversations.first?.conversation.name == "renamed"
+                && changes.conversations.first?.at == at(10), "the rename: \(changes.conversations)")
+            let receipts = changes.receipts.map { "\($0.member.userId.rawValue == me.rawValue ? "me" : "other") \($0.member.deliveredSeq)/\($0.member.readSeq)" }
+            try check(receipts == ["other 2/1", "me 1/0"], "receipts: \(receipts)")
+            try check(changes.receipts.map(\.at) == [at(20), at(30)], "a receipt that moved nothing keeps its stamp: \(changes.receipts.map(\.at))")
+            try check(changes.removals.map(\.conversation.id) == [leftGroup] && changes.removals.first?.at == at(40)
+                && changes.removals.first?.conversation.member(me) == nil, "removal: \(changes.removals)")
+            let later = try await store.durableChanges(for: me, since: at(30))
+            try check(later.conversations.isEmpty && later.receipts.isEmpty && later.removals.count == 1, "after 30: \(later)")
+            try check(try await store.durableChanges(for: third, since: at(30)).conversations.map(\.change) == [.memberRemoved],
+                "the others see the removal as the conversation's last change")
         },
     ]
 }

@@ -9,6 +9,21 @@ public final class InMemoryChatStore: ChatStore {
         var epoch: Int64 = 0
         var messages: [Message] = []
         var byClientMessageID: [String: Int] = [:]
+        var lastChange = ConversationChangeKind.created
+        var changedAt: Date
+        var receiptAt: [UserID: Date] = [:]
+        /// Removed members and when.
+        var removals: [(user: UserID, at: Date)] = []
+
+        init(record: ConversationRecord) {
+            self.record = record
+            self.changedAt = record.createdAt
+        }
+
+        mutating func changed(_ change: ConversationChangeKind, at: Date) {
+            lastChange = change
+            changedAt = at.millisecondPrecision
+        }
     }
 
     private let state = Mutex<[ConversationID: Stored]>([:])
@@ -108,35 +123,77 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
-    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws {
-        try state.withLock { state in
-            guard var stored = state[id] else { throw ChatStoreError(.notFound, "no conversation \(id)") }
-            guard stored.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(stored.epoch)") }
+    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64, at: Date) async throws {
+        try fencedChange(of: id, epoch: epoch) { stored in
             for member in members where stored.record.member(member.userId) == nil {
                 stored.record.members.append(member)
             }
-            state[id] = stored
+            stored.changed(.memberAdded, at: at)
         }
     }
 
-    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws {
-        try state.withLock { state in
-            guard var stored = state[id] else { throw ChatStoreError(.notFound, "no conversation \(id)") }
-            guard stored.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(stored.epoch)") }
+    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws {
+        try fencedChange(of: id, epoch: epoch) { stored in
+            guard stored.record.member(user) != nil else { return }
             stored.record.members.removeAll { $0.userId == user }
-            state[id] = stored
+            stored.receiptAt[user] = nil
+            stored.removals.append((user, at.millisecondPrecision))
+            stored.changed(.memberRemoved, at: at)
         }
     }
 
-    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
+    public func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws {
+        try fencedChange(of: id, epoch: epoch) { stored in
+            stored.record.name = name
+            stored.changed(.updated, at: at)
+        }
+    }
+
+    private func fencedChange(of id: ConversationID, epoch: Int64, _ change: (inout Stored) -> Void) throws {
+        try state.withLock { state in
+            guard state[id] != nil else { throw ChatStoreError(.notFound, "no conversation \(id)") }
+            guard state[id]!.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(state[id]!.epoch)") }
+            change(&state[id]!)
+        }
+    }
+
+    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember? {
         state.withLock { state in
             guard var stored = state[id], let index = stored.record.members.firstIndex(where: { $0.userId == user }) else { return nil }
             var member = stored.record.members[index]
             member.readSeq = max(member.readSeq, readSeq)
             member.deliveredSeq = max(member.deliveredSeq, deliveredSeq, member.readSeq)
+            if member != stored.record.members[index] {
+                stored.receiptAt[user] = at.millisecondPrecision
+            }
             stored.record.members[index] = member
             state[id] = stored
             return member
+        }
+    }
+
+    public func durableChanges(for user: UserID, since: Date) async throws -> DurableChanges {
+        state.withLock { state in
+            var changes = DurableChanges()
+            for stored in state.values.sorted(by: { $0.record.id < $1.record.id }) {
+                if stored.record.member(user) != nil {
+                    if stored.changedAt > since {
+                        changes.conversations.append(.init(conversation: stored.record, change: stored.lastChange, at: stored.changedAt))
+                    }
+                    for member in stored.record.members {
+                        if let at = stored.receiptAt[member.userId], at > since {
+                            changes.receipts.append(.init(conversationId: stored.record.id, member: member, at: at))
+                        }
+                    }
+                }
+                for removal in stored.removals where removal.user == user && removal.at > since {
+                    changes.removals.append(.init(conversation: stored.record, change: .memberRemoved, at: removal.at))
+                }
+            }
+            changes.conversations.sort { ($0.at, $0.conversation.id) < ($1.at, $1.conversation.id) }
+            changes.receipts.sort { $0.at < $1.at }
+            changes.removals.sort { $0.at < $1.at }
+            return changes
         }
     }
 

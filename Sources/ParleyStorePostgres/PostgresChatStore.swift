@@ -95,6 +95,20 @@ public final class PostgresChatStore: ChatStore {
             "CREATE TABLE token_revocations (token_id TEXT PRIMARY KEY, expires_at BIGINT NOT NULL)",
             "CREATE INDEX conversations_by_activity ON conversations(last_activity_at, id)",
         ]),
+        (3, "change stamps for resuming event streams", [
+            "ALTER TABLE conversations ADD COLUMN last_change TEXT NOT NULL DEFAULT 'created'",
+            "ALTER TABLE conversations ADD COLUMN changed_at BIGINT NOT NULL DEFAULT 0",
+            "UPDATE conversations SET changed_at = created_at",
+            "ALTER TABLE members ADD COLUMN receipt_at BIGINT NOT NULL DEFAULT 0",
+            """
+            CREATE TABLE removals (
+                user_id TEXT NOT NULL,
+                removed_at BIGINT NOT NULL,
+                conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                PRIMARY KEY (user_id, removed_at, conversation_id)
+            )
+            """,
+        ]),
     ]
 
     public func migrate() async throws {
@@ -124,9 +138,10 @@ public final class PostgresChatStore: ChatStore {
         try await transaction { connection in
             let rows = try await connection.query(
                 """
-                INSERT INTO conversations (id, kind, name, owner_id, last_seq, epoch, created_at, last_activity_at)
+                INSERT INTO conversations (id, kind, name, owner_id, last_seq, epoch, created_at, last_activity_at, last_change, changed_at)
                 VALUES (\(record.id.rawValue), \(record.kind.rawValue), \(record.name), \(record.ownerId.rawValue), \(record.lastSeq), 0,
-                        \(record.createdAt.millisecondsSince1970), \(record.lastActivityAt.millisecondsSince1970))
+                        \(record.createdAt.millisecondsSince1970), \(record.lastActivityAt.millisecondsSince1970), 'created',
+                        \(record.createdAt.millisecondsSince1970))
                 ON CONFLICT (id) DO NOTHING
                 RETURNING id
                 """, logger: logger)
@@ -397,25 +412,92 @@ public final class PostgresChatStore: ChatStore {
 
     // MARK: Members
 
-    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws {
+    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64, at: Date) async throws {
         try await transaction { connection in
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
             try await insertMembers(members, into: id, connection: connection)
+            try await changed(id, .memberAdded, at: at, connection: connection)
         }
     }
 
-    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws {
+    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws {
         try await transaction { connection in
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
-            try await connection.query("DELETE FROM members WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue)", logger: logger)
+            var removed = false
+            for try await _ in try await connection.query(
+                "DELETE FROM members WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING user_id", logger: logger
+            ) { removed = true }
+            guard removed else { return }
+            try await connection.query(
+                """
+                INSERT INTO removals (user_id, removed_at, conversation_id) VALUES (\(user.rawValue), \(at.millisecondsSince1970), \(id.rawValue))
+                ON CONFLICT DO NOTHING
+                """, logger: logger)
+            try await changed(id, .memberRemoved, at: at, connection: connection)
         }
     }
 
-    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
+    public func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            try await connection.query("UPDATE conversations SET name = \(name) WHERE id = \(id.rawValue)", logger: logger)
+            try await changed(id, .updated, at: at, connection: connection)
+        }
+    }
+
+    private func changed(_ id: ConversationID, _ change: ConversationChangeKind, at: Date, connection: PostgresConnection) async throws {
+        try await connection.query(
+            "UPDATE conversations SET last_change = \(change.rawValue), changed_at = \(at.millisecondsSince1970) WHERE id = \(id.rawValue)",
+            logger: logger)
+    }
+
+    public func durableChanges(for user: UserID, since: Date) async throws -> DurableChanges {
+        let since = since.millisecondsSince1970
+        var changed: [(String, String, Int64)] = []
+        var receipts: [DurableChanges.Receipt] = []
+        var removed: [(String, Int64)] = []
+        try await run {
+            for try await row in try await client.query(
+                """
+                SELECT c.id, c.last_change, c.changed_at FROM conversations c JOIN members m ON m.conversation_id = c.id
+                WHERE m.user_id = \(user.rawValue) AND c.changed_at > \(since) ORDER BY c.changed_at, c.id
+                """, logger: logger
+            ).decode((String, String, Int64).self) { changed.append(row) }
+            for try await (conversation, member, role, delivered, read, at) in try await client.query(
+                """
+                SELECT other.conversation_id, other.user_id, other.role, other.delivered_seq, other.read_seq, other.receipt_at
+                FROM members mine JOIN members other ON other.conversation_id = mine.conversation_id
+                WHERE mine.user_id = \(user.rawValue) AND other.receipt_at > \(since) ORDER BY other.receipt_at
+                """, logger: logger
+            ).decode((String, String, String, Int64, Int64, Int64).self) {
+                receipts.append(.init(
+                    conversationId: ConversationID(rawValue: conversation),
+                    member: ConversationMember(userId: UserID(rawValue: member), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read),
+                    at: Date(millisecondsSince1970: at)))
+            }
+            for try await row in try await client.query(
+                "SELECT conversation_id, removed_at FROM removals WHERE user_id = \(user.rawValue) AND removed_at > \(since) ORDER BY removed_at",
+                logger: logger
+            ).decode((String, Int64).self) { removed.append(row) }
+        }
+        let records = try await records(changed.map(\.0) + removed.map(\.0)).reduce(into: [String: ConversationRecord]()) { $0[$1.id.rawValue] = $1 }
+        return DurableChanges(
+            conversations: changed.compactMap { id, change, at in
+                records[id].map { .init(conversation: $0, change: ConversationChangeKind(rawValue: change) ?? .updated, at: Date(millisecondsSince1970: at)) }
+            },
+            receipts: receipts,
+            removals: removed.compactMap { id, at in
+                records[id].map { .init(conversation: $0, change: .memberRemoved, at: Date(millisecondsSince1970: at)) }
+            })
+    }
+
+    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember? {
         try await run {
             let rows = try await client.query(
                 """
-                UPDATE members SET read_seq = GREATEST(read_seq, \(readSeq)), delivered_seq = GREATEST(delivered_seq, \(deliveredSeq), \(readSeq))
+                UPDATE members SET read_seq = GREATEST(read_seq, \(readSeq)), delivered_seq = GREATEST(delivered_seq, \(deliveredSeq), \(readSeq)),
+                    receipt_at = CASE WHEN \(readSeq) > read_seq OR GREATEST(\(deliveredSeq), \(readSeq)) > delivered_seq
+                                      THEN \(at.millisecondsSince1970) ELSE receipt_at END
                 WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue)
                 RETURNING role, delivered_seq, read_seq
                 """, logger: logger)

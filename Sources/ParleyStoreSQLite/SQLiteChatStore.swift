@@ -141,6 +141,20 @@ public final class SQLiteChatStore: ChatStore {
                 CREATE INDEX conversations_by_activity ON conversations(last_activity_at, id);
                 """)
         }
+        migrator.registerMigration("v3: change stamps for resuming event streams") { db in
+            try db.execute(sql: """
+                ALTER TABLE conversations ADD COLUMN last_change TEXT NOT NULL DEFAULT 'created';
+                ALTER TABLE conversations ADD COLUMN changed_at INTEGER NOT NULL DEFAULT 0;
+                UPDATE conversations SET changed_at = created_at;
+                ALTER TABLE members ADD COLUMN receipt_at INTEGER NOT NULL DEFAULT 0;
+                CREATE TABLE removals (
+                    user_id TEXT NOT NULL,
+                    removed_at INTEGER NOT NULL,
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    PRIMARY KEY (user_id, removed_at, conversation_id)
+                ) WITHOUT ROWID;
+                """)
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -165,8 +179,8 @@ public final class SQLiteChatStore: ChatStore {
             }
             try db.execute(
                 sql: """
-                    INSERT INTO conversations (id, kind, name, owner_id, last_seq, epoch, created_at, last_activity_at)
-                    VALUES (?, ?, ?, ?, ?, 0, ?, ?)
+                    INSERT INTO conversations (id, kind, name, owner_id, last_seq, epoch, created_at, last_activity_at, last_change, changed_at)
+                    VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, 'created', ?6)
                     """,
                 arguments: [
                     record.id.rawValue, record.kind.rawValue, record.name, record.ownerId.rawValue, record.lastSeq,
@@ -398,31 +412,91 @@ public final class SQLiteChatStore: ChatStore {
 
     // MARK: Members
 
-    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64) async throws {
+    public func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64, at: Date) async throws {
         try await write { db in
             try Self.checkEpoch(epoch, of: id, db: db)
             try Self.insertMembers(members, into: id, db: db)
+            try Self.changed(id, .memberAdded, at: at, db: db)
         }
     }
 
-    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64) async throws {
+    public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws {
         try await write { db in
             try Self.checkEpoch(epoch, of: id, db: db)
             try db.execute(sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?", arguments: [id.rawValue, user.rawValue])
+            guard db.changesCount > 0 else { return }
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO removals (user_id, removed_at, conversation_id) VALUES (?, ?, ?)",
+                arguments: [user.rawValue, at.millisecondsSince1970, id.rawValue])
+            try Self.changed(id, .memberRemoved, at: at, db: db)
         }
     }
 
-    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64) async throws -> ConversationMember? {
+    public func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try db.execute(sql: "UPDATE conversations SET name = ? WHERE id = ?", arguments: [name, id.rawValue])
+            try Self.changed(id, .updated, at: at, db: db)
+        }
+    }
+
+    private static func changed(_ id: ConversationID, _ change: ConversationChangeKind, at: Date, db: Database) throws {
+        try db.execute(
+            sql: "UPDATE conversations SET last_change = ?, changed_at = ? WHERE id = ?",
+            arguments: [change.rawValue, at.millisecondsSince1970, id.rawValue])
+    }
+
+    public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember? {
         try await write { db in
             try Row.fetchOne(
                 db,
                 sql: """
-                    UPDATE members SET read_seq = max(read_seq, ?1), delivered_seq = max(delivered_seq, ?2, ?1)
+                    UPDATE members SET read_seq = max(read_seq, ?1), delivered_seq = max(delivered_seq, ?2, ?1),
+                        receipt_at = CASE WHEN ?1 > read_seq OR max(?2, ?1) > delivered_seq THEN ?5 ELSE receipt_at END
                     WHERE conversation_id = ?3 AND user_id = ?4
                     RETURNING *
                     """,
-                arguments: [readSeq, deliveredSeq, id.rawValue, user.rawValue]
+                arguments: [readSeq, deliveredSeq, id.rawValue, user.rawValue, at.millisecondsSince1970]
             ).map(Self.member(from:))
+        }
+    }
+
+    public func durableChanges(for user: UserID, since: Date) async throws -> DurableChanges {
+        try await read { db in
+            let since = since.millisecondsSince1970
+            var changes = DurableChanges()
+            let changed = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.id, c.last_change, c.changed_at FROM conversations c JOIN members m ON m.conversation_id = c.id
+                    WHERE m.user_id = ? AND c.changed_at > ? ORDER BY c.changed_at, c.id
+                    """,
+                arguments: [user.rawValue, since])
+            for row in changed {
+                guard let record = try Self.conversation(ConversationID(rawValue: row["id"]), db: db) else { continue }
+                let change = ConversationChangeKind(rawValue: row["last_change"]) ?? .updated
+                changes.conversations.append(.init(conversation: record, change: change, at: Date(millisecondsSince1970: row["changed_at"])))
+            }
+            changes.receipts = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT other.* FROM members mine JOIN members other ON other.conversation_id = mine.conversation_id
+                    WHERE mine.user_id = ? AND other.receipt_at > ? ORDER BY other.receipt_at
+                    """,
+                arguments: [user.rawValue, since]
+            ).map { row in
+                DurableChanges.Receipt(
+                    conversationId: ConversationID(rawValue: row["conversation_id"]), member: Self.member(from: row),
+                    at: Date(millisecondsSince1970: row["receipt_at"]))
+            }
+            let removed = try Row.fetchAll(
+                db, sql: "SELECT conversation_id, removed_at FROM removals WHERE user_id = ? AND removed_at > ? ORDER BY removed_at",
+                arguments: [user.rawValue, since])
+            for row in removed {
+                guard let record = try Self.conversation(ConversationID(rawValue: row["conversation_id"]), db: db) else { continue }
+                changes.removals.append(.init(conversation: record, change: .memberRemoved, at: Date(millisecondsSince1970: row["removed_at"])))
+            }
+            return changes
         }
     }
 

@@ -31,6 +31,7 @@ import Testing
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-chat-\(UUID().uuidString).sqlite").path
         let bootstrap = try SQLiteChatStore(path: path)
         try await bootstrap.migrate()
+        try await registerUsers(Self.members + ["u_a", "u_b", "u_c", "u_x", "u_y", "u_z"], in: bootstrap)
         let stores = Stores()
         let cluster = try LoopbackCluster { system, cluster in
             guard let store = try? SQLiteChatStore(path: path) else { return }

@@ -18,6 +18,7 @@ final class RecordedDeliveries: Sendable {
 @Suite(.serialized) struct FanOutTests {
     @Test func aConversationsEventsReachEachGatewayOnceInSeqOrder() async throws {
         let store = InMemoryChatStore()
+        try await registerUsers((0..<10).map { UserID(rawValue: "u_\($0)") } + ["u_reader"], in: store)
         let services = ChatServices(store: store)
         let cluster = try LoopbackCluster { system, _ in
             guard system.settings.roles.contains(.worker) else { return }
