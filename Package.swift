@@ -129,6 +129,7 @@ let package = Package(
             name: "parley-node",
             dependencies: [
                 "ParleyChat",
+                "ParleyGateway",
                 "ParleyStore",
                 "ParleyStoreSQLite",
                 "ParleyStorePostgres",

@@ -11,6 +11,8 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case typing(TypingEvent)
     /// The conversation was created or changed (durable).
     case conversation(ConversationChange)
+    /// A user the recipients share a conversation with came online, went away or offline (live only).
+    case presence(Presence)
 
     /// When a durable event was committed (what a resume cursor counts in); nil for live-only.
     public var durableAt: Date? {
@@ -18,17 +20,18 @@ public enum ChatEvent: Codable, Sendable, Hashable {
         case .message(let message): message.sentAt
         case .receipt(let receipt): receipt.at
         case .conversation(let change): change.at
-        case .typing: nil
+        case .typing, .presence: nil
         }
     }
 
-    /// The conversation the event is about.
-    public var conversationId: ConversationID {
+    /// The conversation the event is about; nil for presence.
+    public var conversationId: ConversationID? {
         switch self {
         case .message(let message): message.conversationId
         case .receipt(let receipt): receipt.conversationId
         case .conversation(let change): change.conversation.id
         case .typing(let typing): typing.conversationId
+        case .presence: nil
         }
     }
 }

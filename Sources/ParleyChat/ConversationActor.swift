@@ -16,6 +16,15 @@ public struct ChatServices: Sendable {
         self.committer = committer ?? GroupCommitter(store: store)
         self.limits = limits
     }
+
+    /// Runs a store operation; a store failure reaches the caller as `unavailable`.
+    public func withStore<T>(_ body: (any ChatStore) async throws -> T) async throws -> T {
+        do {
+            return try await body(store)
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
+    }
 }
 
 /// The single writer of one conversation: it orders sends, commits them through the node's group
@@ -191,7 +200,7 @@ public distributed actor ConversationActor {
         let conversation = try state.id
         _ = try state.requireMember(user)
         let limit = try checkedLimit(limit)
-        return try await load { try await $0.messages(in: conversation, after: seq, limit: limit) }
+        return try await services.withStore { try await $0.messages(in: conversation, after: seq, limit: limit) }
     }
 
     /// The last `limit` messages before `seq` (ascending), for a member.
@@ -199,7 +208,7 @@ public distributed actor ConversationActor {
         let conversation = try state.id
         _ = try state.requireMember(user)
         let limit = try checkedLimit(limit)
-        return try await load { try await $0.messages(in: conversation, before: seq, limit: limit) }
+        return try await services.withStore { try await $0.messages(in: conversation, before: seq, limit: limit) }
     }
 
     /// The conversation as a member sees it.
@@ -215,7 +224,7 @@ public distributed actor ConversationActor {
         let (delivered, read) = try state.validateReceipt(from: user, deliveredSeq: deliveredSeq, readSeq: readSeq)
         let conversation = try state.id
         let at = Date().millisecondPrecision
-        let stored = try await load { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read, at: at) }
+        let stored = try await services.withStore { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read, at: at) }
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
         var advanced = false
         try update { advanced = $0.receiptsAdvanced(stored) }
@@ -280,7 +289,7 @@ public distributed actor ConversationActor {
 
     /// Unknown member IDs are refused by name (API.md: `400` naming them).
     private func requireUsersExist(_ users: [UserID]) async throws {
-        let known = try await load { try await $0.existingUsers(users) }
+        let known = try await services.withStore { try await $0.existingUsers(users) }
         let unknown = users.filter { !known.contains($0) }
         guard unknown.isEmpty else {
             throw ChatError(.invalidRequest, "unknown memberIds: \(unknown.map(\.rawValue).joined(separator: ", "))")
@@ -296,13 +305,6 @@ public distributed actor ConversationActor {
         return limit
     }
 
-    private func load<T>(_ body: (any ChatStore) async throws -> T) async throws -> T {
-        do {
-            return try await body(services.store)
-        } catch let error as ChatStoreError {
-            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
-        }
-    }
 
     private func fencedWrite(_ body: (any ChatStore) async throws -> Void) async throws {
         do {

@@ -113,22 +113,7 @@ final class ConversationFanOut: Sendable {
         }
     }
 
-    /// The gateways holding streams of each of `members`, from their presence shards.
     private func gateways(of members: [UserID]) async -> [UserID: [String]] {
-        let byShard = Dictionary(grouping: members, by: PresenceShard.shard(of:))
-        let system = self.system
-        return await withTaskGroup(of: [String: [UserID]].self) { group in
-            for users in byShard.values {
-                group.addTask {
-                    guard let first = users.first else { return [:] }
-                    return (try? await PresenceShard.resolve(for: first, using: system).gateways(of: users)) ?? [:]
-                }
-            }
-            return await group.reduce(into: [UserID: [String]]()) { byMember, part in
-                for (gateway, users) in part {
-                    for user in users { byMember[user, default: []].append(gateway) }
-                }
-            }
-        }
+        await PresenceShard.gateways(of: members, using: system)
     }
 }

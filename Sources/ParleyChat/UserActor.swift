@@ -14,6 +14,9 @@ public distributed actor UserActor {
     /// Nil until the user exists (an ID activated before ``create(_:)``).
     private var profile: User?
     private let services: ChatServices
+    /// Token IDs checked against the store: revoked or not. A revocation goes through this actor,
+    /// so the cache is never stale; a new owner after a ring change starts empty.
+    private var tokens: [String: Bool] = [:]
 
     public static func resolve(_ user: UserID, using system: ClusterSystem) throws -> UserActor {
         try resolve(id: ClusterActorID(kind: kind, key: user.rawValue), using: system)
@@ -98,6 +101,85 @@ public distributed actor UserActor {
     }
 }
 
+extension UserActor {
+    /// The user, if the token with this ID (already verified by signature) was not revoked.
+    /// Throws `unauthorized` otherwise.
+    public distributed func authenticate(tokenId: String) async throws -> User {
+        guard let profile else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
+        let revoked: Bool
+        if let known = tokens[tokenId] {
+            revoked = known
+        } else {
+            revoked = try await services.withStore { try await $0.isTokenRevoked(tokenId) }
+            if tokens.count > 10_000 { tokens.removeAll() }
+            tokens[tokenId] = revoked
+        }
+        guard !revoked else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
+        return profile
+    }
+
+    /// Logs a token out everywhere: every later ``authenticate(tokenId:)`` of it fails.
+    public distributed func revoke(tokenId: String, expiresAt: Date) async throws {
+        try await services.withStore { try await $0.revokeToken(tokenId, expiresAt: expiresAt) }
+        tokens[tokenId] = true
+    }
+
+    /// The other members of this user's conversations: whose streams hear of its presence.
+    public distributed func contacts() async throws -> [UserID] {
+        let me = UserID(rawValue: id.key)
+        var contacts: Set<UserID> = []
+        var cursor: ConversationPageCursor?
+        repeat {
+            let page = try await services.withStore { try await $0.conversations(of: me, after: cursor, limit: 100) }
+            for record in page { contacts.formUnion(record.members.map(\.userId)) }
+            cursor = page.count == 100 ? page.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
+        } while cursor != nil
+        contacts.remove(me)
+        return contacts.sorted()
+    }
+
+    /// The durable events committed after `since` that concern this user, for resuming its event
+    /// stream: conversation changes, then each conversation's messages in seq order, then receipts,
+    /// then removals. Throws `cursor_expired` when more than `limit` messages would be replayed.
+    ///
+    /// Messages are found without an extra index: a conversation's `sentAt` never goes backwards
+    /// along its seqs, so its messages after `since` are the tail read backwards from `lastSeq`.
+    public distributed func replay(since: Date, limit: Int) async throws -> [ChatEvent] {
+        let me = UserID(rawValue: id.key)
+        let changes = try await services.withStore { try await $0.durableChanges(for: me, since: since) }
+        var events = changes.conversations.map { ChatEvent.conversation(ConversationChange(conversation: $0.conversation, change: $0.change, at: $0.at)) }
+        var count = 0
+        var cursor: ConversationPageCursor?
+        pages: repeat {
+            let page = try await services.withStore { try await $0.conversations(of: me, after: cursor, limit: 100) }
+            for record in page {
+                guard record.lastActivityAt > since else { break pages }
+                var tail: [Message] = []
+                var before = record.lastSeq + 1
+                while before > 1 {
+                    let chunk = try await services.withStore { try await $0.messages(in: record.id, before: before, limit: 200) }
+                    let recent = chunk.filter { $0.sentAt > since }
+                    tail.insert(contentsOf: recent, at: 0)
+                    count += recent.count
+                    guard count <= limit else {
+                        throw ChatError(.cursorExpired, "the cursor is older than what can be replayed (over \(limit) messages); reload conversations and page messages with after=")
+                    }
+                    guard recent.count == chunk.count, let first = chunk.first else { break }
+                    before = first.seq
+                }
+                events += tail.map(ChatEvent.message)
+            }
+            cursor = page.count == 100 ? page.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
+        } while cursor != nil
+        events += changes.receipts.map {
+            .receipt(ReceiptEvent(conversationId: $0.conversationId, userId: $0.member.userId, deliveredSeq: $0.member.deliveredSeq, readSeq: $0.member.readSeq, at: $0.at))
+        }
+        events += changes.removals.map { .conversation(ConversationChange(conversation: $0.conversation, change: .memberRemoved, at: $0.at)) }
+        return events
+    }
+
+}
+
 /// A registration: the password arrives already hashed (the gateway hashes it; the cluster never
 /// sees a password).
 public struct NewUser: Codable, Sendable, Hashable {
@@ -112,7 +194,7 @@ public struct NewUser: Codable, Sendable, Hashable {
     }
 
     /// API.md: a handle of 3–32 characters of `a-z 0-9 _ . -`, a display name of 1–64.
-    func validate() throws(ChatError) {
+    public func validate() throws(ChatError) {
         let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789_.-")
         guard (3...32).contains(handle.count), handle.allSatisfy(allowed.contains) else {
             throw ChatError(.invalidRequest, "handle must be 3–32 characters of a-z 0-9 _ . -")

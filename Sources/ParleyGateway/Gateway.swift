@@ -1,3 +1,171 @@
+import Foundation
+import HTTPTypes
 import Hummingbird
-import HummingbirdHTTP2
 import HummingbirdBcrypt
+import HummingbirdCore
+import HummingbirdHTTP2
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+
+/// What a gateway needs besides the cluster: where to listen, its TLS identity, the shared token
+/// secret, and the limits of API.md.
+public struct GatewayConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8443
+    /// The client port's certificate chain and key (PEM files).
+    public var certificatePath: String
+    public var keyPath: String
+    /// The HMAC secret every gateway shares (tokens from one are valid on all).
+    public var tokenSecret: String
+    public var bodyLimitBytes = 64 * 1024
+    /// How long a send whose owner died is retried (same `clientMessageId`) before `503`.
+    public var sendRetryWindow: Duration = .seconds(5)
+    /// Messages per user.
+    public var sendRate = RateLimiter.Rule(perSecond: 20, burst: 50)
+    /// Login attempts per handle and per client address.
+    public var loginRatePerHandle = RateLimiter.Rule(perSecond: 0.2, burst: 5)
+    public var loginRatePerAddress = RateLimiter.Rule(perSecond: 2, burst: 30)
+    /// bcrypt cost (2^cost rounds); 10 takes ~60 ms here.
+    public var bcryptCost: UInt8 = 10
+    /// Replies of the operations routes also served on the client port (`/healthz`, `/readyz`,
+    /// `/metrics`, `/v1/cluster`): given the path and the Authorization header.
+    public var operations: (@Sendable (_ path: String, _ authorization: String?) -> OperationsReply?)?
+
+    public init(certificatePath: String, keyPath: String, tokenSecret: String) {
+        self.certificatePath = certificatePath
+        self.keyPath = keyPath
+        self.tokenSecret = tokenSecret
+    }
+}
+
+/// A reply of an operations route.
+public struct OperationsReply: Sendable {
+    public var status: Int
+    public var contentType: String
+    public var body: [UInt8]
+
+    public init(status: Int, contentType: String, body: [UInt8]) {
+        self.status = status
+        self.contentType = contentType
+        self.body = body
+    }
+}
+
+/// The request context: the stream's channel (to notice a client that went away) and the
+/// client's address (for login rate limits).
+public struct GatewayContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    let channel: any Channel
+
+    public init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.channel = source.channel
+    }
+
+    public var maxUploadSize: Int { 64 * 1024 }
+
+    var clientAddress: String { channel.remoteAddress?.ipAddress ?? "unknown" }
+}
+
+/// The client-facing node role: API.md over HTTP/2 (TLS, ALPN `h2`, HTTP/1.1 for tools), backed
+/// by the cluster's actors.
+public final class Gateway: Sendable {
+    let system: ClusterSystem
+    let configuration: GatewayConfiguration
+    let tokens: TokenAuthority
+    let hub: StreamHub
+    let sendLimiter: RateLimiter
+    let loginByHandle: RateLimiter
+    let loginByAddress: RateLimiter
+    let logger: Logger
+    /// A bcrypt hash checked when a handle is unknown, so both failures take as long.
+    let decoyHash: String
+    private let inbox: GatewayInboxHolder
+
+    public init(system: ClusterSystem, configuration: GatewayConfiguration, logger: Logger) throws {
+        self.system = system
+        self.configuration = configuration
+        self.tokens = try TokenAuthority(secret: configuration.tokenSecret)
+        self.hub = StreamHub(system: system, logger: logger)
+        self.sendLimiter = RateLimiter(configuration.sendRate)
+        self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
+        self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
+        self.logger = logger
+        self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
+        let hub = self.hub
+        self.inbox = GatewayInboxHolder(GatewayInbox.open(on: system) { deliveries in hub.deliver(deliveries) })
+    }
+
+    /// The Hummingbird application serving the client port. Run it as a service; `onRunning`
+    /// gets the bound port (useful with port 0).
+    public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
+        let tls = try Self.tlsConfiguration(certificatePath: configuration.certificatePath, keyPath: configuration.keyPath)
+        let router = Router(context: GatewayContext.self)
+        router.add(middleware: APIErrorMiddleware(logger: logger))
+        router.add(middleware: MetricsMiddleware())
+        addRoutes(to: router)
+        return Application(
+            router: router,
+            server: try .http2Upgrade(tlsConfiguration: tls),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "parley"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+
+    /// Ticks streams and renews presence leases until cancelled.
+    public func runStreams() async {
+        await hub.run()
+    }
+
+    /// Ends every event stream cleanly (graceful shutdown).
+    public func closeStreams() {
+        hub.closeAll()
+    }
+
+    public var openStreams: Int { hub.openStreams }
+
+    static func tlsConfiguration(certificatePath: String, keyPath: String) throws -> TLSConfiguration {
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificatePath)
+            key = try NIOSSLPrivateKey(file: keyPath, format: .pem)
+        } catch {
+            throw TokenAuthorityError("cannot load the client TLS certificate \(certificatePath) and key \(keyPath): \(error)")
+        }
+        guard !chain.isEmpty else { throw TokenAuthorityError("no certificate in \(certificatePath)") }
+        var tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        tls.minimumTLSVersion = .tlsv12
+        return tls
+    }
+}
+
+/// Keeps the node's inbox actor alive for as long as the gateway lives.
+private final class GatewayInboxHolder: Sendable {
+    let inbox: GatewayInbox
+    init(_ inbox: GatewayInbox) { self.inbox = inbox }
+}
+
+/// Turns every error into API.md's JSON error body, and logs what is the server's fault.
+struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    let logger: Logger
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            let apiError = APIError.from(error)
+            if apiError.status.code >= 500 {
+                logger.warning("request failed", metadata: [
+                    "http.method": "\(request.method)", "http.path": "\(request.uri.path)", "error": "\(error)",
+                ])
+            }
+            return try apiError.response(from: request, context: context)
+        }
+    }
+}

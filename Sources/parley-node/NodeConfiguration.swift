@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import ParleyCluster
+import ParleyGateway
 import ParleyTransport
 
 /// `parley-node run`'s options resolved: flag, else environment variable, else default; checked.
@@ -14,6 +15,8 @@ struct NodeConfiguration {
     var logLevel: Logger.Level
     var dataDirectory: URL
     var store: StoreLocation
+    /// Set when the node has the gateway role.
+    var gateway: GatewayConfiguration?
 
     init(_ run: Run, environment: [String: String]) throws {
         func value(_ flag: String?, _ variable: String) -> String? {
@@ -79,5 +82,33 @@ struct NodeConfiguration {
             throw ValidationError("store '\(storeText)' must be sqlite:PATH or postgres://USER@HOST:PORT/DATABASE")
         }
         self.store = store
+
+        if roles.contains(.gateway) {
+            guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {
+                throw ValidationError("a gateway needs a token secret: --token-secret or PARLEY_TOKEN_SECRET (at least 32 bytes, the same on every gateway; e.g. `openssl rand -hex 32`)")
+            }
+            guard secret.utf8.count >= 32 else { throw ValidationError("the token secret must be at least 32 bytes") }
+            let cert = value(run.clientTlsCert, "PARLEY_CLIENT_TLS_CERT") ?? tlsDirectory.appendingPathComponent("\(name).pem").path
+            let key = value(run.clientTlsKey, "PARLEY_CLIENT_TLS_KEY") ?? tlsDirectory.appendingPathComponent("\(name)-key.pem").path
+            var gateway = GatewayConfiguration(certificatePath: cert, keyPath: key, tokenSecret: secret)
+            gateway.host = value(run.clientHost, "PARLEY_CLIENT_HOST") ?? "127.0.0.1"
+            gateway.port = try port(run.clientPort, "PARLEY_CLIENT_PORT", default: 8443)
+            func number(_ flag: Double?, _ variable: String, default fallback: Double, range: ClosedRange<Double>) throws -> Double {
+                var result = fallback
+                if let flag {
+                    result = flag
+                } else if let text = environment[variable], !text.isEmpty {
+                    guard let parsed = Double(text) else { throw ValidationError("\(variable)='\(text)' is not a number") }
+                    result = parsed
+                }
+                guard range.contains(result) else { throw ValidationError("\(variable) \(result) must be in \(range.lowerBound)…\(range.upperBound)") }
+                return result
+            }
+            gateway.sendRetryWindow = .milliseconds(Int(try number(run.sendRetrySeconds, "PARLEY_SEND_RETRY_SECONDS", default: 5, range: 0...120) * 1000))
+            let rate = try number(run.sendRate, "PARLEY_SEND_RATE", default: 20, range: 0.1...1_000_000)
+            gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
+            gateway.bcryptCost = UInt8(try number(run.bcryptCost.map(Double.init), "PARLEY_BCRYPT_COST", default: 10, range: 4...31))
+            self.gateway = gateway
+        }
     }
 }

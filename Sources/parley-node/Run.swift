@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import NIOHTTP1
 import ParleyChat
+import ParleyGateway
 import ParleyCluster
 import ParleyStore
 import ParleyTransport
@@ -61,6 +62,30 @@ struct Run: AsyncParsableCommand {
     @Option(help: "sqlite:PATH (one file every node of a local cluster may share) or postgres://USER@HOST:PORT/DB. (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
     var store: String?
 
+    @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
+    var clientHost: String?
+
+    @Option(help: "Gateway: the client port. (env PARLEY_CLIENT_PORT; default 8443)")
+    var clientPort: Int?
+
+    @Option(help: "Gateway: PEM certificate chain of the client port. (env PARLEY_CLIENT_TLS_CERT; default TLS-DIR/NAME.pem, valid for NAME, localhost and 127.0.0.1)")
+    var clientTlsCert: String?
+
+    @Option(help: "Gateway: PEM private key of the client port. (env PARLEY_CLIENT_TLS_KEY; default TLS-DIR/NAME-key.pem)")
+    var clientTlsKey: String?
+
+    @Option(help: "Gateway: the secret that signs access tokens, at least 32 bytes, the same on every gateway. (env PARLEY_TOKEN_SECRET; required for gateways)")
+    var tokenSecret: String?
+
+    @Option(help: "Gateway: how long a send whose conversation owner died is retried before 503, in seconds. (env PARLEY_SEND_RETRY_SECONDS; default 5)")
+    var sendRetrySeconds: Double?
+
+    @Option(help: "Gateway: messages a user may send per second (bursts of 2.5× are allowed). (env PARLEY_SEND_RATE; default 20)")
+    var sendRate: Double?
+
+    @Option(help: "Gateway: bcrypt cost of stored passwords, 4–31. (env PARLEY_BCRYPT_COST; default 10)")
+    var bcryptCost: Int?
+
     func run() async throws {
         let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
         LoggingSystem.bootstrap { label in
@@ -87,14 +112,39 @@ struct Run: AsyncParsableCommand {
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
+            AccountDirectory.register(on: system, services: services)
             logger.info("store ready", metadata: ["store": "\(config.store)"])
         }
-        let ops = OpsServer(host: config.opsHost, port: config.opsPort, logger: logger) { method, path, headers in
+        let respond: @Sendable (HTTPMethod, String, HTTPHeaders) -> OpsServer.Response = { method, path, headers in
             OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)
         }
-        let node = NodeService(system: system, ops: ops, logger: logger)
+        let ops = OpsServer(host: config.opsHost, port: config.opsPort, logger: logger, router: respond)
+        var gateway: Gateway?
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if var gatewayConfig = config.gateway {
+            gatewayConfig.operations = { path, authorization in
+                var headers = HTTPHeaders()
+                if let authorization { headers.add(name: "Authorization", value: authorization) }
+                let reply = respond(.GET, path, headers)
+                return OperationsReply(status: Int(reply.status.code), contentType: reply.contentType, body: reply.body)
+            }
+            let made: Gateway
+            do {
+                made = try Gateway(system: system, configuration: gatewayConfig, logger: Logger(label: "parley.gateway"))
+            } catch {
+                throw ValidationError("\(error)")
+            }
+            gateway = made
+            let (nodeLogger, clientHost) = (logger, gatewayConfig.host)
+            let application = try made.application { port in
+                nodeLogger.info("client port listening (HTTPS: h2 and http/1.1)", metadata: ["client.host": "\(clientHost)", "client.port": "\(port)"])
+            }
+            services.append(.init(service: application))
+        }
+        let node = NodeService(system: system, ops: ops, gateway: gateway, logger: logger)
+        services.insert(.init(service: node), at: 0)
         var groupConfig = ServiceGroupConfiguration(
-            services: [.init(service: node)], gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
         groupConfig.maximumGracefulShutdownDuration = .seconds(4)
         groupConfig.maximumCancellationDuration = .seconds(1)
         try await ServiceGroup(configuration: groupConfig).run()
@@ -102,17 +152,22 @@ struct Run: AsyncParsableCommand {
     }
 }
 
-/// Runs the node until a graceful shutdown, then leaves the cluster.
+/// Runs the node until a graceful shutdown: then ends the event streams cleanly (a gateway) and
+/// leaves the cluster.
 struct NodeService: Service {
     let system: ClusterSystem
     let ops: OpsServer
+    let gateway: Gateway?
     let logger: Logger
 
     func run() async throws {
         try await system.start()
         try await ops.start()
+        let streams = Task { await gateway?.runStreams() }
         try? await gracefulShutdown()
-        logger.info("shutdown requested: leaving the cluster")
+        logger.info("shutdown requested: closing event streams, leaving the cluster")
+        gateway?.closeStreams()
+        streams.cancel()
         await system.shutdown()
         await ops.stop()
     }

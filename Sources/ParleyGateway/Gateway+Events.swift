@@ -1,0 +1,177 @@
+import Foundation
+import Logging
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+
+extension Gateway {
+    /// `GET /v1/events`: the caller's server-sent events. With a cursor (`?cursor=` or
+    /// `Last-Event-ID`): the durable events since it (``StreamCursor``), then `ready`, then live
+    /// events; without one, `ready` first. Per conversation, messages go out in seq order without
+    /// duplicates, and a gap is filled from the conversation before the message after it.
+    func events(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let caller = try await authenticate(request)
+        let cursorText = request.uri.queryParameters["cursor"].map(String.init) ?? request.headers[HTTPField.Name("Last-Event-ID")!]
+        var cursor: StreamCursor?
+        if let cursorText, !cursorText.isEmpty {
+            guard let parsed = StreamCursor(token: cursorText) else { throw APIError.invalid("cursor is not one this server gave") }
+            guard !parsed.isExpired(now: Date()) else {
+                throw APIError(.gone, "cursor_expired", "the cursor is too old to replay; reload conversations and page messages with after=")
+            }
+            cursor = parsed
+        }
+        // Register first, so nothing committed from now on is missed; then tell the presence
+        // shard, so owners deliver here; then read what happened before (replay).
+        guard let (sessionID, input) = hub.register(user: caller.id) else {
+            throw APIError.unavailable("this gateway is shutting down; connect to another")
+        }
+        let session = PresenceShard.SessionRef(userId: caller.id, sessionID: sessionID)
+        let replay: [ChatEvent]
+        do {
+            _ = try await PresenceShard.resolve(for: caller.id, using: system).openSession(session, gateway: system.settings.name)
+            if let cursor {
+                replay = try await UserActor.resolve(caller.id, using: system).replay(since: cursor.replayFrom, limit: 5_000)
+            } else {
+                replay = []
+            }
+        } catch {
+            hub.unregister(sessionID)
+            await closeSession(session)
+            throw error
+        }
+        logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "replayed.count": "\(replay.count)"])
+        let writer = EventStreamWriter(gateway: self, user: caller.id, cursor: cursor ?? StreamCursor(Date()), channel: context.channel)
+        let body = ResponseBody { bodyWriter in
+            await writer.run(replay: replay, input: input, into: &bodyWriter)
+            self.hub.unregister(sessionID)
+            await self.closeSession(session)
+            try? await bodyWriter.finish(nil)
+        }
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/event-stream", .cacheControl: "no-cache", HTTPField.Name("X-Accel-Buffering")!: "no"],
+            body: body)
+    }
+
+    func closeSession(_ session: PresenceShard.SessionRef) async {
+        do {
+            _ = try await PresenceShard.resolve(for: session.userId, using: system).closeSession(session)
+        } catch {
+            // The lease runs out by itself (the user shows offline within the lease).
+            logger.debug("presence session not closed; its lease will run out", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// Writes one stream's events as server-sent events, in order.
+struct EventStreamWriter: Sendable {
+    let gateway: Gateway
+    let user: UserID
+    let cursor: StreamCursor
+    let channel: any Channel
+
+    /// Ping every this many ticks (seconds).
+    static let pingTicks = 15
+
+    private struct Failed: Error {}
+
+    func run(replay: [ChatEvent], input: AsyncStream<StreamInput>, into writer: inout any ResponseBodyWriter) async {
+        var cursor = self.cursor
+        var sequencer = StreamSequencer()
+        var ticks = 0
+        do {
+            for event in replay {
+                try await write(event, cursor: &cursor, sequencer: &sequencer, into: &writer)
+            }
+            try await writer.write(Self.frame(event: "ready", id: cursor.token, data: API.ReadyEvent(cursor: cursor.token)))
+            for await item in input {
+                switch item {
+                case .event(let event):
+                    try await write(event, cursor: &cursor, sequencer: &sequencer, into: &writer)
+                case .tick:
+                    guard channel.isActive else { return }
+                    ticks += 1
+                    if ticks % Self.pingTicks == 0 { try await writer.write(ByteBuffer(string: ": ping\n\n")) }
+                }
+            }
+            // The input ended: the gateway is shutting down; the stream ends cleanly.
+        } catch {
+            gateway.logger.debug("event stream ended", metadata: ["user.id": "\(user)", "reason": "\(error)"])
+        }
+    }
+
+    private func write(_ event: ChatEvent, cursor: inout StreamCursor, sequencer: inout StreamSequencer, into writer: inout any ResponseBodyWriter) async throws {
+        if case .message(let message) = event {
+            switch sequencer.decide(message) {
+            case .duplicate:
+                return
+            case .send:
+                break
+            case .fillGap(let after, let before):
+                for missing in await fetch(message.conversationId, after: after, before: before) where sequencer.decide(missing) == .send {
+                    try await emit(.message(missing), cursor: &cursor, into: &writer)
+                    sequencer.sent(missing)
+                }
+            }
+            sequencer.sent(message)
+        }
+        try await emit(event, cursor: &cursor, into: &writer)
+    }
+
+    private func emit(_ event: ChatEvent, cursor: inout StreamCursor, into writer: inout any ResponseBodyWriter) async throws {
+        cursor = cursor.advanced(by: event)
+        guard let frame = Self.frame(for: event, user: user, cursor: cursor) else { return }
+        try await writer.write(frame)
+    }
+
+    /// Messages `after+1 ..< before` of a conversation, read through its owner; empty when that
+    /// fails (the client still sees the gap, and its next resume replays it).
+    private func fetch(_ conversation: ConversationID, after: Int64, before: Int64) async -> [Message] {
+        var messages: [Message] = []
+        var next = after
+        do {
+            let actor = try ConversationActor.resolve(conversation, using: gateway.system)
+            while next + 1 < before {
+                let chunk = try await actor.messages(for: user, after: next, limit: Int(min(200, before - next - 1)))
+                guard let last = chunk.last else { break }
+                messages += chunk.filter { $0.seq < before }
+                next = last.seq
+            }
+            gateway.logger.info("filled a gap in a stream from the store", metadata: [
+                "conversation.id": "\(conversation)", "after.seq": "\(after)", "before.seq": "\(before)", "filled.count": "\(messages.count)",
+            ])
+        } catch {
+            gateway.logger.warning("could not fill a gap in a stream", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
+        }
+        return messages
+    }
+
+    static func frame(for event: ChatEvent, user: UserID, cursor: StreamCursor) -> ByteBuffer? {
+        switch event {
+        case .message(let message):
+            return frame(event: "message", id: cursor.token, data: API.MessageEvent(message: message))
+        case .receipt(let receipt):
+            return frame(event: "receipt", id: cursor.token, data: API.ReceiptEvent(
+                conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq))
+        case .conversation(let change):
+            return frame(event: "conversation", id: cursor.token, data: API.ConversationEvent(
+                conversation: API.Conversation(change.conversation, for: user), change: change.change))
+        case .typing(let typing):
+            return frame(event: "typing", id: nil, data: API.TypingEvent(conversationId: typing.conversationId, userId: typing.userId, typing: typing.typing))
+        case .presence(let presence):
+            return frame(event: "presence", id: nil, data: API.PresenceEvent(presence: presence))
+        }
+    }
+
+    static func frame(event: String, id: String?, data: some Encodable) -> ByteBuffer {
+        // JSON has no raw newlines (they are escaped in strings), so the data is one line.
+        let json = (try? API.makeEncoder().encode(data)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        var text = "event: \(event)\n"
+        if let id { text += "id: \(id)\n" }
+        text += "data: \(json)\n\n"
+        return ByteBuffer(string: text)
+    }
+}

@@ -1,0 +1,390 @@
+import Foundation
+import Logging
+import HTTPTypes
+import Hummingbird
+import HummingbirdBcrypt
+import NIOCore
+import NIOPosix
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+
+/// The caller of an authenticated route.
+struct Caller: Sendable {
+    var user: User
+    var claims: TokenAuthority.Claims
+    var id: UserID { user.id }
+}
+
+extension Gateway {
+    func addRoutes(to router: Router<GatewayContext>) {
+        let v1 = router.group("v1")
+        // Accounts
+        v1.post("users") { request, context in try await self.register(request, context) }
+        v1.post("sessions") { request, context in try await self.login(request, context) }
+        v1.delete("sessions/current") { request, context in
+            let caller = try await self.authenticate(request)
+            try await UserActor.resolve(caller.id, using: self.system).revoke(tokenId: caller.claims.tokenId, expiresAt: caller.claims.expiresAt)
+            return Response(status: .noContent)
+        }
+        v1.get("users/me") { request, context in try Self.json(try await self.authenticate(request).user) }
+        v1.patch("users/me") { request, context in
+            let caller = try await self.authenticate(request)
+            let change = try await self.decode(API.ProfileChange.self, from: request)
+            return try Self.json(try await UserActor.resolve(caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL))
+        }
+        v1.get("users") { request, context in
+            _ = try await self.authenticate(request)
+            let prefix = String(request.uri.queryParameters["prefix"] ?? "")
+            let limit = try Self.intParameter(request, "limit", default: 20, range: 1...100)
+            let users = try await AccountDirectory.resolve(handle: "search", using: self.system).search(prefix: prefix, limit: limit)
+            return try Self.json(API.Users(users: users))
+        }
+        v1.get("users/:userId") { request, context in
+            _ = try await self.authenticate(request)
+            let id = try Self.userID(context.parameters.require("userId"))
+            return try Self.json(try await UserActor.resolve(id, using: self.system).user())
+        }
+
+        // Conversations
+        v1.post("conversations") { request, context in try await self.createConversation(request) }
+        v1.get("conversations") { request, context in try await self.listConversations(request) }
+        v1.get("conversations/:id") { request, context in
+            let caller = try await self.authenticate(request)
+            return try Self.json(try await self.conversation(try Self.conversationID(context), for: caller.id))
+        }
+        v1.patch("conversations/:id") { request, context in
+            let caller = try await self.authenticate(request)
+            let id = try Self.conversationID(context)
+            let rename = try await self.decode(API.Rename.self, from: request)
+            let record = try await ConversationActor.resolve(id, using: self.system).rename(rename.name, by: caller.id)
+            return try Self.json(API.Conversation(record, for: caller.id))
+        }
+        v1.post("conversations/:id/members") { request, context in
+            let caller = try await self.authenticate(request)
+            let id = try Self.conversationID(context)
+            let body = try await self.decode(API.NewMembers.self, from: request)
+            guard body.userIds.count <= 1000 else { throw APIError.invalid("userIds: at most 1,000") }
+            let record = try await ConversationActor.resolve(id, using: self.system).addMembers(body.userIds, by: caller.id)
+            return try Self.json(API.Conversation(record, for: caller.id))
+        }
+        v1.delete("conversations/:id/members/:userId") { request, context in
+            let caller = try await self.authenticate(request)
+            let id = try Self.conversationID(context)
+            let member = try Self.userID(context.parameters.require("userId"))
+            try await ConversationActor.resolve(id, using: self.system).removeMember(member, by: caller.id)
+            return Response(status: .noContent)
+        }
+
+        // Messages, receipts, typing
+        v1.post("conversations/:id/messages") { request, context in try await self.send(request, context) }
+        v1.get("conversations/:id/messages") { request, context in try await self.history(request, context) }
+        v1.post("conversations/:id/receipts") { request, context in
+            let caller = try await self.authenticate(request)
+            let id = try Self.conversationID(context)
+            let body = try await self.decode(API.Receipts.self, from: request)
+            _ = try await ConversationActor.resolve(id, using: self.system).markReceipts(for: caller.id, deliveredSeq: body.deliveredSeq, readSeq: body.readSeq)
+            return Response(status: .noContent)
+        }
+        v1.post("conversations/:id/typing") { request, context in
+            let caller = try await self.authenticate(request)
+            let id = try Self.conversationID(context)
+            let body = try await self.decode(API.Typing.self, from: request)
+            _ = try await ConversationActor.resolve(id, using: self.system).setTyping(for: caller.id, body.typing)
+            return Response(status: .noContent)
+        }
+
+        // Presence
+        v1.put("presence") { request, context in
+            let caller = try await self.authenticate(request)
+            let body = try await self.decode(API.PresencePreference.self, from: request)
+            guard body.status != .offline else { throw APIError.invalid("status must be online or away") }
+            _ = try await PresenceShard.resolve(for: caller.id, using: self.system).setPreference(caller.id, body.status)
+            return Response(status: .noContent)
+        }
+        v1.get("presence") { request, context in try await self.presence(request) }
+
+        // The event stream
+        v1.get("events") { request, context in try await self.events(request, context) }
+
+        // Operations, also on the client port
+        for path in ["healthz", "readyz", "metrics"] {
+            router.get(RouterPath(path)) { request, context in try self.operations(request) }
+        }
+        v1.get("cluster") { request, context in try self.operations(request) }
+    }
+
+    // MARK: Accounts
+
+    private func register(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let body = try await decode(API.NewUser.self, from: request)
+        guard (8...256).contains(body.password.count) else { throw APIError.invalid("password must be 8–256 characters") }
+        let unhashed = NewUser(handle: body.handle, displayName: body.displayName, passwordHash: "-")
+        try unhashed.validate()  // before spending a bcrypt on it
+        let hash = try await hashPassword(body.password)
+        let id = UserID.make()
+        let user = try await UserActor.resolve(id, using: system).create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: hash))
+        logger.info("user registered", metadata: ["user.id": "\(user.id)"])
+        return try Self.json(API.Session(user: user, token: tokens.issue(for: user.id).token), status: .created)
+    }
+
+    private func login(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let body = try await decode(API.Credentials.self, from: request)
+        for (limiter, key) in [(loginByAddress, context.clientAddress), (loginByHandle, body.handle)] {
+            if let wait = limiter.acquire(key) {
+                throw APIError(.tooManyRequests, "rate_limited", "too many login attempts; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
+            }
+        }
+        let login = body.handle.count <= 64 ? try await AccountDirectory.resolve(handle: body.handle, using: system).login(handle: body.handle) : nil
+        // An unknown handle costs the same bcrypt as a wrong password, and answers the same.
+        let matches = try await verifyPassword(String(body.password.prefix(256)), hash: login?.passwordHash ?? decoyHash)
+        guard let login, matches else { throw APIError.unauthorized("wrong handle or password") }
+        return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id).token))
+    }
+
+    private func hashPassword(_ password: String) async throws -> String {
+        let cost = configuration.bcryptCost
+        return try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+    }
+
+    private func verifyPassword(_ password: String, hash: String) async throws -> Bool {
+        try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+    }
+
+    /// The caller of a request with `Authorization: Bearer <token>`: a valid signature, not
+    /// expired, not revoked (asked of the user's actor), else `401`.
+    func authenticate(_ request: Request) async throws -> Caller {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
+            throw APIError.unauthorized("Authorization: Bearer <token> is required")
+        }
+        guard let claims = tokens.verify(String(header.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)) else {
+            throw APIError.unauthorized("unknown, expired or revoked token")
+        }
+        let user = try await UserActor.resolve(claims.userId, using: system).authenticate(tokenId: claims.tokenId)
+        return Caller(user: user, claims: claims)
+    }
+
+    // MARK: Conversations
+
+    private func createConversation(_ request: Request) async throws -> Response {
+        let caller = try await authenticate(request)
+        let body = try await decode(API.NewConversation.self, from: request)
+        guard body.memberIds.count <= 1000 else { throw APIError.invalid("memberIds: a group has at most 1,000 members") }
+        let create = CreateConversation(creatorId: caller.id, memberIds: body.memberIds, name: body.name)
+        let others = Set(body.memberIds).subtracting([caller.id])
+        let id = create.isDirect ? ConversationActor.directID(caller.id, others.first ?? caller.id) : ConversationID.make()
+        let result = try await ConversationActor.resolve(id, using: system).create(create)
+        return try Self.json(API.CreatedConversation(conversation: API.Conversation(result.conversation, for: caller.id)), status: result.created ? .created : .ok)
+    }
+
+    private func listConversations(_ request: Request) async throws -> Response {
+        let caller = try await authenticate(request)
+        let limit = try Self.intParameter(request, "limit", default: 50, range: 1...100)
+        var cursor: ConversationPageCursor?
+        if let text = request.uri.queryParameters["cursor"] {
+            guard let parsed = Self.pageCursor(String(text)) else { throw APIError.invalid("cursor is not one this server gave") }
+            cursor = parsed
+        }
+        let page = try await UserActor.resolve(caller.id, using: system).conversations(after: cursor, limit: limit)
+        return try Self.json(API.ConversationList(
+            conversations: page.conversations.map { API.Conversation($0.conversation, for: caller.id, lastMessage: $0.lastMessage) },
+            next: page.next.map(Self.pageCursorToken)))
+    }
+
+    /// A conversation as the member sees it, with its last message.
+    func conversation(_ id: ConversationID, for user: UserID) async throws -> API.Conversation {
+        let actor = try ConversationActor.resolve(id, using: system)
+        let record = try await actor.snapshot(for: user)
+        let last = record.lastSeq > 0 ? try await actor.messages(for: user, before: record.lastSeq + 1, limit: 1).last : nil
+        return API.Conversation(record, for: user, lastMessage: last)
+    }
+
+    static func pageCursorToken(_ cursor: ConversationPageCursor) -> String {
+        "\(cursor.lastActivityAt.millisecondsSince1970).\(cursor.id.rawValue)"
+    }
+
+    static func pageCursor(_ token: String) -> ConversationPageCursor? {
+        guard token.count <= 200, let dot = token.firstIndex(of: "."), let millis = Int64(token[..<dot]) else { return nil }
+        let id = String(token[token.index(after: dot)...])
+        guard !id.isEmpty else { return nil }
+        return ConversationPageCursor(lastActivityAt: Date(millisecondsSince1970: millis), id: ConversationID(rawValue: id))
+    }
+
+    // MARK: Messages
+
+    private func send(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let caller = try await authenticate(request)
+        let id = try Self.conversationID(context)
+        let body = try await decode(API.NewMessage.self, from: request)
+        if let wait = sendLimiter.acquire(caller.id.rawValue) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many messages; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
+        }
+        let result = try await sendRetrying(SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text), to: id)
+        return try Self.json(API.SentMessage(message: result.message), status: result.created ? .created : .ok)
+    }
+
+    /// Sends through the conversation's owner. When the owner dies mid-request (lost connection,
+    /// no reply, the ring moving), the send is retried with the same `clientMessageId` — it is
+    /// the idempotency key, so a send that did commit returns the original — until
+    /// `sendRetryWindow` runs out; only then the client gets `503`, retryable.
+    func sendRetrying(_ message: SendMessage, to conversation: ConversationID) async throws -> SendResult {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
+        var pause = Duration.milliseconds(50)
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                let result = try await ConversationActor.resolve(conversation, using: system).send(message)
+                if attempt > 1 {
+                    logger.info("send succeeded after retries", metadata: ["conversation.id": "\(conversation)", "attempts": "\(attempt)"])
+                }
+                return result
+            } catch let error as ClusterCallError where Self.retryableSendCodes.contains(error.code.rawValue) {
+                guard clock.now.advanced(by: pause) < deadline else {
+                    throw APIError.unavailable("the conversation's owner did not answer within \(configuration.sendRetryWindow) (\(error.code)); retry with the same clientMessageId")
+                }
+                logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
+                try await Task.sleep(for: pause)
+                pause = min(pause * 2, .milliseconds(500))
+            }
+        }
+    }
+
+    static let retryableSendCodes: Set<String> = [
+        ClusterCallError.Code.deadlineExceeded.rawValue, ClusterCallError.Code.notOwner.rawValue,
+        ClusterCallError.Code.unavailable.rawValue, ClusterCallError.Code.connectionLost.rawValue,
+        ClusterCallError.Code.shutdown.rawValue,
+    ]
+
+    private func history(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let caller = try await authenticate(request)
+        let id = try Self.conversationID(context)
+        let actor = try ConversationActor.resolve(id, using: system)
+        let query = request.uri.queryParameters
+        if query["after"] != nil, query["before"] != nil { throw APIError.invalid("give after or before, not both") }
+        let messages: [Message]
+        if query["before"] != nil {
+            let before = try Self.intParameter(request, "before", default: 0, range: 1...Int.max)
+            let limit = try Self.intParameter(request, "limit", default: 50, range: 1...200)
+            messages = try await actor.messages(for: caller.id, before: Int64(before), limit: limit)
+        } else {
+            let after = try Self.intParameter(request, "after", default: 0, range: 0...Int.max)
+            let limit = try Self.intParameter(request, "limit", default: 100, range: 1...200)
+            messages = try await actor.messages(for: caller.id, after: Int64(after), limit: limit)
+        }
+        return try Self.json(API.Messages(messages: messages))
+    }
+
+    // MARK: Presence
+
+    private func presence(_ request: Request) async throws -> Response {
+        _ = try await authenticate(request)
+        let text = request.uri.queryParameters["userIds"].map(String.init) ?? ""
+        let ids = try text.split(separator: ",").map { try Self.userID(String($0)) }
+        guard !ids.isEmpty else { throw APIError.invalid("userIds is required (comma-separated)") }
+        guard ids.count <= 100 else { throw APIError.invalid("userIds: at most 100") }
+        let system = self.system
+        let found = try await withThrowingTaskGroup(of: [Presence].self) { group in
+            for users in Dictionary(grouping: Array(Set(ids)), by: PresenceShard.shard(of:)).values {
+                group.addTask { try await PresenceShard.resolve(for: users[0], using: system).presence(of: users) }
+            }
+            return try await group.reduce(into: [UserID: Presence]()) { all, part in
+                for presence in part { all[presence.userId] = presence }
+            }
+        }
+        return try Self.json(API.Presences(presence: ids.compactMap { found[$0] }))
+    }
+
+    // MARK: Operations
+
+    private func operations(_ request: Request) throws -> Response {
+        guard let reply = configuration.operations?(request.uri.path, request.headers[.authorization]) else {
+            throw APIError.notFound("no route \(request.uri.path)")
+        }
+        return Response(
+            status: HTTPResponse.Status(code: reply.status), headers: [.contentType: reply.contentType],
+            body: .init(byteBuffer: ByteBuffer(bytes: reply.body)))
+    }
+
+    // MARK: Helpers
+
+    /// The JSON body as `T`: at most the body limit (`413`), valid JSON of the right shape (`400`
+    /// naming the field).
+    func decode<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
+        var request = request
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: configuration.bodyLimitBytes)
+        } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw APIError(.contentTooLarge, "payload_too_large", "the body is over \(configuration.bodyLimitBytes / 1024) KiB")
+        }
+        do {
+            return try API.makeDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch let error as DecodingError {
+            throw APIError.invalid(Self.describe(error))
+        } catch {
+            throw APIError.invalid("malformed JSON")
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context) -> String {
+            let names = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
+            return names.isEmpty ? "the body" : names.joined(separator: ".").replacingOccurrences(of: ".[", with: "[")
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            let parent = path(context)
+            return "\(parent == "the body" ? key.stringValue : "\(parent).\(key.stringValue)") is required"
+        case .typeMismatch(let type, let context): return "\(path(context)) must be \(jsonType(type))"
+        case .valueNotFound(let type, let context): return "\(path(context)) must be \(jsonType(type)), not null"
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "malformed JSON" : "\(path(context)) is invalid: \(context.debugDescription)"
+        @unknown default: return "malformed JSON"
+        }
+    }
+
+    private static func jsonType(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Bool.Type: "true or false"
+        case is Int.Type, is Int64.Type, is Double.Type: "a number"
+        case is [Any].Type: "an array"
+        default: "\(type)"
+        }
+    }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let data = try API.makeEncoder().encode(value)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func intParameter(_ request: Request, _ name: String, default fallback: Int, range: ClosedRange<Int>) throws -> Int {
+        guard let text = request.uri.queryParameters[Substring(name)] else { return fallback }
+        guard let value = Int(text), range.contains(value) else {
+            throw APIError.invalid(range.upperBound == Int.max ? "\(name) must be an integer ≥ \(range.lowerBound)" : "\(name) must be an integer in \(range.lowerBound)–\(range.upperBound)")
+        }
+        return value
+    }
+
+    /// IDs are opaque, but bounded: at most 128 printable ASCII characters without `/`.
+    static func userID(_ text: String) throws -> UserID {
+        guard isPlausibleID(text) else { throw APIError.notFound("user not found") }
+        return UserID(rawValue: text)
+    }
+
+    static func conversationID(_ context: GatewayContext) throws -> ConversationID {
+        let text = try context.parameters.require("id")
+        guard isPlausibleID(text) else { throw APIError.notFound("conversation not found") }
+        return ConversationID(rawValue: text)
+    }
+
+    private static func isPlausibleID(_ text: String) -> Bool {
+        (1...128).contains(text.utf8.count) && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") }
+    }
+
+    static func seconds(_ duration: Duration) -> Int {
+        max(1, Int(duration.components.seconds) + (duration.components.attoseconds > 0 ? 1 : 0))
+    }
+}

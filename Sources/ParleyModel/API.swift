@@ -1,0 +1,255 @@
+import Foundation
+
+/// The client API's wire format (API.md), shared by the gateway that serves it and the client
+/// library that calls it, so the two cannot disagree on a field.
+public enum API {
+    /// `conversation` as API.md serves it: for one caller (its `unreadCount`).
+    public struct Conversation: Codable, Sendable, Hashable {
+        public var id: ConversationID
+        public var kind: ConversationKind
+        public var name: String?
+        public var members: [ConversationMember]
+        public var lastSeq: Int64
+        public var lastMessage: Message?
+        public var unreadCount: Int64
+        public var createdAt: Date
+
+        public init(_ record: ConversationRecord, for user: UserID, lastMessage: Message? = nil) {
+            self.id = record.id
+            self.kind = record.kind
+            self.name = record.name
+            self.members = record.members
+            self.lastSeq = record.lastSeq
+            self.lastMessage = lastMessage
+            self.unreadCount = max(0, record.lastSeq - (record.member(user)?.readSeq ?? record.lastSeq))
+            self.createdAt = record.createdAt
+        }
+    }
+
+    /// `{"error": {"code", "message", "retryable"}}`.
+    public struct ErrorBody: Codable, Sendable, Hashable {
+        public struct Detail: Codable, Sendable, Hashable {
+            public var code: String
+            public var message: String
+            public var retryable: Bool
+        }
+
+        public var error: Detail
+
+        public init(code: String, message: String, retryable: Bool) {
+            self.error = Detail(code: code, message: message, retryable: retryable)
+        }
+    }
+
+    // MARK: Requests
+
+    public struct NewUser: Codable, Sendable {
+        public var handle: String
+        public var password: String
+        public var displayName: String
+        public init(handle: String, password: String, displayName: String) {
+            self.handle = handle
+            self.password = password
+            self.displayName = displayName
+        }
+    }
+
+    public struct Credentials: Codable, Sendable {
+        public var handle: String
+        public var password: String
+        public init(handle: String, password: String) {
+            self.handle = handle
+            self.password = password
+        }
+    }
+
+    public struct ProfileChange: Codable, Sendable {
+        public var displayName: String?
+        public var avatarURL: String?
+        public init(displayName: String? = nil, avatarURL: String? = nil) {
+            self.displayName = displayName
+            self.avatarURL = avatarURL
+        }
+    }
+
+    public struct NewConversation: Codable, Sendable {
+        public var memberIds: [UserID]
+        public var name: String?
+        public init(memberIds: [UserID], name: String? = nil) {
+            self.memberIds = memberIds
+            self.name = name
+        }
+    }
+
+    public struct Rename: Codable, Sendable {
+        public var name: String
+        public init(name: String) { self.name = name }
+    }
+
+    public struct NewMembers: Codable, Sendable {
+        public var userIds: [UserID]
+        public init(userIds: [UserID]) { self.userIds = userIds }
+    }
+
+    public struct NewMessage: Codable, Sendable {
+        public var clientMessageId: String
+        public var text: String
+        public init(clientMessageId: String, text: String) {
+            self.clientMessageId = clientMessageId
+            self.text = text
+        }
+    }
+
+    public struct Receipts: Codable, Sendable {
+        public var deliveredSeq: Int64?
+        public var readSeq: Int64?
+        public init(deliveredSeq: Int64? = nil, readSeq: Int64? = nil) {
+            self.deliveredSeq = deliveredSeq
+            self.readSeq = readSeq
+        }
+    }
+
+    public struct Typing: Codable, Sendable {
+        public var typing: Bool
+        public init(typing: Bool) { self.typing = typing }
+    }
+
+    public struct PresencePreference: Codable, Sendable {
+        public var status: PresenceStatus
+        public init(status: PresenceStatus) { self.status = status }
+    }
+
+    // MARK: Responses
+
+    public struct Session: Codable, Sendable {
+        public var user: User
+        public var token: String
+        public init(user: User, token: String) {
+            self.user = user
+            self.token = token
+        }
+    }
+
+    public struct Users: Codable, Sendable {
+        public var users: [User]
+        public init(users: [User]) { self.users = users }
+    }
+
+    public struct CreatedConversation: Codable, Sendable {
+        public var conversation: Conversation
+        public init(conversation: Conversation) { self.conversation = conversation }
+    }
+
+    public struct ConversationList: Codable, Sendable {
+        public var conversations: [Conversation]
+        public var next: String?
+        public init(conversations: [Conversation], next: String?) {
+            self.conversations = conversations
+            self.next = next
+        }
+    }
+
+    public struct SentMessage: Codable, Sendable {
+        public var message: Message
+        public init(message: Message) { self.message = message }
+    }
+
+    public struct Messages: Codable, Sendable {
+        public var messages: [Message]
+        public init(messages: [Message]) { self.messages = messages }
+    }
+
+    public struct Presences: Codable, Sendable {
+        public var presence: [Presence]
+        public init(presence: [Presence]) { self.presence = presence }
+    }
+
+    // MARK: Event stream data
+
+    public struct MessageEvent: Codable, Sendable, Hashable {
+        public var message: Message
+        public init(message: Message) { self.message = message }
+    }
+
+    public struct ReceiptEvent: Codable, Sendable, Hashable {
+        public var conversationId: ConversationID
+        public var userId: UserID
+        public var deliveredSeq: Int64
+        public var readSeq: Int64
+        public init(conversationId: ConversationID, userId: UserID, deliveredSeq: Int64, readSeq: Int64) {
+            self.conversationId = conversationId
+            self.userId = userId
+            self.deliveredSeq = deliveredSeq
+            self.readSeq = readSeq
+        }
+    }
+
+    public struct ConversationEvent: Codable, Sendable, Hashable {
+        public var conversation: Conversation
+        public var change: ConversationChangeKind
+        public init(conversation: Conversation, change: ConversationChangeKind) {
+            self.conversation = conversation
+            self.change = change
+        }
+    }
+
+    public struct TypingEvent: Codable, Sendable, Hashable {
+        public var conversationId: ConversationID
+        public var userId: UserID
+        public var typing: Bool
+        public init(conversationId: ConversationID, userId: UserID, typing: Bool) {
+            self.conversationId = conversationId
+            self.userId = userId
+            self.typing = typing
+        }
+    }
+
+    public struct PresenceEvent: Codable, Sendable, Hashable {
+        public var presence: Presence
+        public init(presence: Presence) { self.presence = presence }
+    }
+
+    public struct ReadyEvent: Codable, Sendable, Hashable {
+        public var cursor: String
+        public init(cursor: String) { self.cursor = cursor }
+    }
+
+    // MARK: Coding
+
+    /// RFC 3339 in UTC with milliseconds: `2026-11-22T10:15:30.123Z`.
+    public static func timestamp(_ date: Date) -> String {
+        // Whole milliseconds plus half of one: the formatter truncates, and a Double of N.123 s
+        // may be just below it.
+        let millis = date.millisecondsSince1970
+        return Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date(timeIntervalSince1970: (Double(millis) + 0.5) / 1000))
+    }
+
+    /// Parses what ``timestamp(_:)`` writes (and RFC 3339 without fractional seconds).
+    public static func parseTimestamp(_ text: String) -> Date? {
+        if let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) { return date }
+        return try? Date(text, strategy: Date.ISO8601FormatStyle())
+    }
+
+    public static func makeEncoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(timestamp(date))
+        }
+        return encoder
+    }
+
+    public static func makeDecoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = parseTimestamp(text) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "not an RFC 3339 timestamp: \(text)")
+            }
+            return date
+        }
+        return decoder
+    }
+}
