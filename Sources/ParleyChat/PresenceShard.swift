@@ -71,7 +71,7 @@ public distributed actor PresenceShard {
     /// A stream closed; returns the user's presence (offline with `lastSeenAt` if it was the last).
     public distributed func closeSession(_ session: SessionRef) -> Presence {
         expire()
-        announce(state.sessionClosed(session.userId, sessionID: session.sessionID, wallClock: Date()))
+        announce(state.sessionClosed(session.userId, sessionID: session.sessionID, now: .now, wallClock: Date()))
         return state.presence(of: session.userId)
     }
 

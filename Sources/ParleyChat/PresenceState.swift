@@ -20,6 +20,9 @@ public struct PresenceState: Sendable {
     private var sessions: [UserID: [String: Session]] = [:]
     private var preferences: [UserID: PresenceStatus] = [:]
     private var lastSeen: [UserID: Date] = [:]
+    /// Sessions closed explicitly, until their lease would have run out: a renewal already on its
+    /// way when the stream closed must not open them again.
+    private var closed: [String: ContinuousClock.Instant] = [:]
 
     public init(lease: Duration = .seconds(6)) {
         self.lease = lease
@@ -42,12 +45,17 @@ public struct PresenceState: Sendable {
     /// A gateway renews the leases of its open sessions. Unknown sessions (expired meanwhile) are
     /// opened again. Returns the presences that changed.
     public mutating func renew(gateway: String, sessions renewed: [(user: UserID, sessionID: String)], now: ContinuousClock.Instant) -> [Presence] {
-        renewed.compactMap { sessionOpened($0.user, gateway: gateway, sessionID: $0.sessionID, now: now) }
+        closed = closed.filter { $0.value > now }
+        return renewed.compactMap { renewal in
+            guard closed[renewal.sessionID] == nil else { return nil }
+            return sessionOpened(renewal.user, gateway: gateway, sessionID: renewal.sessionID, now: now)
+        }
     }
 
     /// A stream closed. Returns the new presence if the user went offline.
-    public mutating func sessionClosed(_ user: UserID, sessionID: String, wallClock: Date) -> Presence? {
+    public mutating func sessionClosed(_ user: UserID, sessionID: String, now: ContinuousClock.Instant, wallClock: Date) -> Presence? {
         let before = presence(of: user).status
+        if let session = sessions[user]?[sessionID] { closed[sessionID] = session.leaseExpiresAt }
         sessions[user]?[sessionID] = nil
         if sessions[user]?.isEmpty == true {
             sessions[user] = nil

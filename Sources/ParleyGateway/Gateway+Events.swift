@@ -73,8 +73,11 @@ struct EventStreamWriter: Sendable {
     let cursor: StreamCursor
     let channel: any Channel
 
-    /// Ping every this many ticks (seconds).
-    static let pingTicks = 15
+    /// Ping every this many ticks (seconds): API.md's 15 s on HTTP/2, where a stream the client
+    /// resets or a connection that drops is seen at once (the stream channel goes inactive). Over
+    /// HTTP/1.1 a client that went away is noticed only when a write fails, so pings go every 3 s
+    /// there, and presence goes offline within seconds on both.
+    static func pingTicks(http2: Bool) -> Int { http2 ? 15 : 3 }
 
     private struct Failed: Error {}
 
@@ -82,6 +85,9 @@ struct EventStreamWriter: Sendable {
         var cursor = self.cursor
         var sequencer = StreamSequencer()
         var ticks = 0
+        // An HTTP/2 stream's channel is the child of a connection, itself the child of the listener;
+        // an HTTP/1.1 connection is the listener's child.
+        let pingTicks = Self.pingTicks(http2: channel.parent?.parent != nil)
         do {
             for event in replay {
                 try await write(event, cursor: &cursor, sequencer: &sequencer, into: &writer)
@@ -92,9 +98,12 @@ struct EventStreamWriter: Sendable {
                 case .event(let event):
                     try await write(event, cursor: &cursor, sequencer: &sequencer, into: &writer)
                 case .tick:
-                    guard channel.isActive else { return }
+                    guard channel.isActive else {
+                        gateway.logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
+                        return
+                    }
                     ticks += 1
-                    if ticks % Self.pingTicks == 0 { try await writer.write(ByteBuffer(string: ": ping\n\n")) }
+                    if ticks % pingTicks == 0 { try await writer.write(ByteBuffer(string: ": ping\n\n")) }
                 }
             }
             // The input ended: the gateway is shutting down; the stream ends cleanly.

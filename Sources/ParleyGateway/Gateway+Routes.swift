@@ -318,6 +318,8 @@ extension Gateway {
             buffer = try await request.collectBody(upTo: configuration.bodyLimitBytes)
         } catch let error as HTTPError where error.status == .contentTooLarge {
             throw APIError(.contentTooLarge, "payload_too_large", "the body is over \(configuration.bodyLimitBytes / 1024) KiB")
+        } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, "payload_too_large", "the body is over \(configuration.bodyLimitBytes / 1024) KiB")
         }
         do {
             return try API.makeDecoder().decode(T.self, from: Data(buffer.readableBytesView))

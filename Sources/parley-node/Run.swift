@@ -140,13 +140,17 @@ struct Run: AsyncParsableCommand {
                 nodeLogger.info("client port listening (HTTPS: h2 and http/1.1)", metadata: ["client.host": "\(clientHost)", "client.port": "\(port)"])
             }
             services.append(.init(service: application))
+            // Services shut down in reverse order: the streams end first, so the application can
+            // drain its requests, then the node leaves the cluster.
+            services.append(.init(service: StreamCloser(gateway: made, logger: logger)))
         }
         let node = NodeService(system: system, ops: ops, gateway: gateway, logger: logger)
         services.insert(.init(service: node), at: 0)
         var groupConfig = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
         groupConfig.maximumGracefulShutdownDuration = .seconds(4)
-        groupConfig.maximumCancellationDuration = .seconds(1)
+        // Cancellation after the grace period must not crash the process: the watchdog below ends it.
+        groupConfig.maximumCancellationDuration = nil
         try await ServiceGroup(configuration: groupConfig).run()
         logger.info("stopped")
     }
@@ -165,11 +169,29 @@ struct NodeService: Service {
         try await ops.start()
         let streams = Task { await gateway?.runStreams() }
         try? await gracefulShutdown()
-        logger.info("shutdown requested: closing event streams, leaving the cluster")
-        gateway?.closeStreams()
+        logger.info("shutdown requested: leaving the cluster")
         streams.cancel()
         await system.shutdown()
         await ops.stop()
+    }
+}
+
+/// Ends a gateway's event streams cleanly when a graceful shutdown begins, and makes sure the
+/// process exits within 5 s of it: an HTTP/1.1 client that keeps an idle connection open can hold
+/// the HTTP server's graceful shutdown; the cluster has been left by then.
+struct StreamCloser: Service {
+    let gateway: Gateway
+    let logger: Logger
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        gateway.closeStreams()
+        let logger = self.logger
+        Thread.detachNewThread {
+            Thread.sleep(forTimeInterval: 5)
+            logger.warning("client connections still open 5 s after the shutdown began: exiting anyway")
+            exit(0)
+        }
     }
 }
 

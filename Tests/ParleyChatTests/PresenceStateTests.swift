@@ -40,7 +40,7 @@ import Testing
         _ = state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "phone", now: time.now)
         #expect(state.sessionOpened(Self.ann, gateway: "gateway-2", sessionID: "laptop", now: time.now) == nil, "already online: no change")
         #expect(state.gateways(of: [Self.ann]) == ["gateway-1": [Self.ann], "gateway-2": [Self.ann]])
-        #expect(state.sessionClosed(Self.ann, sessionID: "phone", wallClock: Date()) == nil, "the laptop stream is still open")
+        #expect(state.sessionClosed(Self.ann, sessionID: "phone", now: time.now, wallClock: Date()) == nil, "the laptop stream is still open")
         // gateway-2 keeps renewing; gateway-1 is gone.
         time.advance(by: .seconds(4))
         _ = state.renew(gateway: "gateway-2", sessions: [(Self.ann, "laptop")], now: time.now)
@@ -48,7 +48,20 @@ import Testing
         #expect(state.expireLeases(now: time.now, wallClock: Date()).isEmpty)
         #expect(state.presence(of: Self.ann).status == .online)
         let closedAt = Date(timeIntervalSince1970: 1_800_000_100)
-        #expect(state.sessionClosed(Self.ann, sessionID: "laptop", wallClock: closedAt) == Presence(userId: Self.ann, status: .offline, lastSeenAt: closedAt))
+        #expect(state.sessionClosed(Self.ann, sessionID: "laptop", now: time.now, wallClock: closedAt) == Presence(userId: Self.ann, status: .offline, lastSeenAt: closedAt))
+    }
+
+    @Test func aRenewalInFlightWhenTheStreamClosedDoesNotReopenIt() {
+        var time = ManualTime()
+        var state = PresenceState(lease: .seconds(6))
+        _ = state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "s1", now: time.now)
+        time.advance(by: .seconds(1))
+        #expect(state.sessionClosed(Self.ann, sessionID: "s1", now: time.now, wallClock: Date())?.status == .offline)
+        // The gateway's renewal round listed s1 before the stream closed, and arrives after.
+        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).isEmpty)
+        #expect(state.presence(of: Self.ann).status == .offline)
+        // A renewal of a session never closed here (the shard moved) still opens it.
+        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s2")], now: time.now).map(\.status) == [.online])
     }
 
     @Test func awayShowsOnlyWhileConnected() throws {

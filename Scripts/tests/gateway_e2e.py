@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""The gateway end to end, through real parley-node processes (2 workers, 2 gateways, SQLite, TLS).
+
+Two users register, open event streams on different gateways, talk in a direct conversation;
+receipts, typing and presence arrive; a stream resumes by cursor; a gateway is SIGKILLed and its
+client resumes on the other; a worker owning the conversation is SIGKILLed while a client sends
+continuously; curl, nghttp and openssl speak h2 to it; bad input gets API.md's errors; SIGTERM
+ends streams cleanly. Python's standard library only (HTTP/1.1 for this driver; h2 is checked
+with curl and nghttp).
+
+    Scripts/tests/gateway_e2e.py PATH-TO-parley-node
+
+Every process it starts is recorded and stopped by its PID.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+WORK = tempfile.mkdtemp(prefix="parley-gateway.")
+SECRET = "e2e-token-secret-0123456789abcdef0123"
+ADMIN = "e2e-admin"
+PROCS = {}
+PASSED = 0
+FAILED = 0
+
+
+def check(condition, what, detail=""):
+    global PASSED, FAILED
+    if condition:
+        PASSED += 1
+        print(f"  ok    {what}", flush=True)
+    else:
+        FAILED += 1
+        print(f"  FAIL  {what} {detail}", flush=True)
+    return condition
+
+
+def free_ports(n):
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
+ports = free_ports(3 * len(NAMES))
+CLUSTER = {n: ports[i] for i, n in enumerate(NAMES)}
+OPS = {n: ports[len(NAMES) + i] for i, n in enumerate(NAMES)}
+CLIENT = {n: ports[2 * len(NAMES) + i] for i, n in enumerate(NAMES)}
+SEEDS = ",".join(f"127.0.0.1:{CLUSTER[n]}" for n in ["worker-1", "worker-2"])
+TLS = os.path.join(WORK, "tls")
+CA = os.path.join(TLS, "ca.pem")
+
+
+def start(name):
+    roles = "gateway" if name.startswith("gateway") else "worker"
+    log = open(os.path.join(WORK, f"{name}.log"), "ab")
+    env = dict(os.environ, PARLEY_TOKEN_SECRET=SECRET, PARLEY_ADMIN_TOKEN=ADMIN, PARLEY_BCRYPT_COST="4",
+               PARLEY_LOG_LEVEL="debug" if roles == "worker" else "info")
+    PROCS[name] = subprocess.Popen(
+        [NODE, "run", "--name", name, "--roles", roles, "--tls-dir", TLS, "--cluster-port", str(CLUSTER[name]),
+         "--ops-port", str(OPS[name]), "--client-port", str(CLIENT[name]), "--seeds", SEEDS,
+         "--data-dir", os.path.join(WORK, "data")],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def kill(name, sig=signal.SIGKILL):
+    proc = PROCS.get(name)
+    if proc and proc.poll() is None:
+        os.kill(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.wait()
+
+
+def cleanup():
+    for name in list(PROCS):
+        kill(name)
+
+
+def tail(name, lines=40):
+    try:
+        with open(os.path.join(WORK, f"{name}.log"), "rb") as f:
+            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_until(seconds, predicate):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return True
+        except Exception:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def ready(name):
+    conn = http.client.HTTPConnection("127.0.0.1", OPS[name], timeout=2)
+    conn.request("GET", "/readyz")
+    return conn.getresponse().status == 200
+
+
+CONTEXT = None
+
+
+class Client:
+    """One HTTP/1.1 keep-alive connection to a gateway."""
+
+    def __init__(self, gateway, token=None):
+        self.gateway = gateway
+        self.token = token
+        self.conn = None
+
+    def call(self, method, path, body=None, token=None, raw=None, headers=None):
+        token = token or self.token
+        hdrs = {"Content-Type": "application/json"}
+        if token:
+            hdrs["Authorization"] = f"Bearer {token}"
+        hdrs.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = http.client.HTTPSConnection("localhost", CLIENT[self.gateway], context=CONTEXT, timeout=15)
+            try:
+                self.conn.request(method, path, body=data, headers=hdrs)
+                resp = self.conn.getresponse()
+                payload = resp.read()
+                try:
+                    decoded = json.loads(payload) if payload else None
+                except ValueError:
+                    decoded = payload
+                return resp.status, decoded, dict(resp.getheaders())
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt == 1:
+                    raise
+        raise RuntimeError("unreachable")
+
+
+class Stream(threading.Thread):
+    """A user's event stream: every SSE event parsed into (event, id, data)."""
+
+    def __init__(self, gateway, token, cursor=None):
+        super().__init__(daemon=True)
+        self.gateway, self.token, self.cursor = gateway, token, cursor
+        self.events = []
+        self.lock = threading.Lock()
+        self.status = None
+        self.ended = threading.Event()
+        self.clean_end = False
+        self.conn = None
+        self.start()
+
+    def run(self):
+        try:
+            self.conn = http.client.HTTPSConnection("localhost", CLIENT[self.gateway], context=CONTEXT, timeout=60)
+            path = "/v1/events" + (f"?cursor={self.cursor}" if self.cursor else "")
+            self.conn.request("GET", path, headers={"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"})
+            resp = self.conn.getresponse()
+            self.status = resp.status
+            if resp.status != 200:
+                resp.read()
+                return
+            event, ident, data = None, None, None
+            while True:
+                line = resp.readline()
+                if not line:
+                    self.clean_end = True
+                    return
+                line = line.decode().rstrip("\n")
+                if line == "":
+                    if event:
+                        with self.lock:
+                            self.events.append((event, ident, json.loads(data) if data else None))
+                    event, ident, data = None, None, None
+                elif line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("id: "):
+                    ident = line[4:]
+                elif line.startswith("data: "):
+                    data = line[6:]
+        except Exception:
+            pass
+        finally:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.ended.set()
+
+    def close(self):
+        try:
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        except Exception:
+            pass
+        self.ended.wait(5)
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.events)
+
+    def messages(self, conversation):
+        return [d["message"] for e, _, d in self.snapshot() if e == "message" and d["message"]["conversationId"] == conversation]
+
+    def last_cursor(self):
+        ids = [i for _, i, _ in self.snapshot() if i]
+        return ids[-1] if ids else None
+
+    def wait_for(self, seconds, predicate):
+        return wait_until(seconds, lambda: predicate(self.snapshot()))
+
+
+def seqs(messages):
+    return [m["seq"] for m in messages]
+
+
+def dedup(messages):
+    seen, out = set(), []
+    for m in messages:
+        if m["seq"] not in seen:
+            seen.add(m["seq"])
+            out.append(m)
+    return out
+
+
+def send(client, conversation, text, cmid=None):
+    return client.call("POST", f"/v1/conversations/{conversation}/messages", {"clientMessageId": cmid or str(uuid.uuid4()), "text": text})
+
+
+def main():
+    global CONTEXT
+    print(f"gateway end-to-end test (work dir {WORK})", flush=True)
+    subprocess.run([NODE, "certs", "init", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    for name in NAMES:
+        subprocess.run([NODE, "certs", "issue", name, "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    CONTEXT = ssl.create_default_context(cafile=CA)
+    for name in NAMES:
+        start(name)
+    if not check(wait_until(40, lambda: all(ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
+        for n in NAMES:
+            print(tail(n))
+        return
+
+    # Accounts
+    g1, g2 = Client("gateway-1"), Client("gateway-2")
+    status, alice, _ = g1.call("POST", "/v1/users", {"handle": "alice", "password": "correct horse", "displayName": "Alice"})
+    check(status == 201 and alice["user"]["handle"] == "alice" and alice["token"], "register answers 201 {user, token}", f"{status} {alice}")
+    status, bob, _ = g2.call("POST", "/v1/users", {"handle": "bob", "password": "battery staple", "displayName": "Bob"})
+    status_dup, dup, _ = g1.call("POST", "/v1/users", {"handle": "bob", "password": "whatever1", "displayName": "Bob 2"})
+    check(status_dup == 409 and dup["error"]["code"] == "conflict", "a taken handle is 409 conflict", f"{status_dup} {dup}")
+    s1, wrong, _ = g1.call("POST", "/v1/sessions", {"handle": "alice", "password": "wrong password"})
+    s2, unknown, _ = g1.call("POST", "/v1/sessions", {"handle": "nobody", "password": "wrong password"})
+    check(s1 == s2 == 401 and wrong == unknown, "an unknown handle and a wrong password get the same 401", f"{s1} {wrong} / {s2} {unknown}")
+    status, login, _ = g2.call("POST", "/v1/sessions", {"handle": "alice", "password": "correct horse"})
+    check(status == 200 and login["user"]["id"] == alice["user"]["id"], "login on the other gateway gives a token for the same user")
+    a1 = Client("gateway-1", alice["token"])
+    a2 = Client("gateway-2", login["token"])  # a token from gateway-2, used on both
+    b1 = Client("gateway-1", bob["token"])
+    b2 = Client("gateway-2", bob["token"])
+    check(a1.call("GET", "/v1/users/me", token=login["token"])[0] == 200, "a token issued by one gateway works on another")
+    alice_id, bob_id = alice["user"]["id"], bob["user"]["id"]
+
+    # Live delivery across gateways
+    bob_stream = Stream("gateway-2", bob["token"])
+    alice_stream = Stream("gateway-1", alice["token"])
+    check(bob_stream.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev)), "a stream without a cursor starts with ready")
+    alice_stream.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    status, created, _ = a1.call("POST", "/v1/conversations", {"memberIds": [bob_id]})
+    check(status == 201 and created["conversation"]["kind"] == "direct", "a direct conversation is created (201)", f"{status} {created}")
+    conv = created["conversation"]["id"]
+    status, again, _ = b2.call("POST", "/v1/conversations", {"memberIds": [alice_id]})
+    check(status == 200 and again["conversation"]["id"] == conv, "creating the same direct conversation again returns it with 200", f"{status}")
+    check(bob_stream.wait_for(10, lambda ev: any(e == "conversation" and d["change"] == "created" for e, _, d in ev)), "the other member's stream gets conversation created")
+    for i in range(1, 6):
+        status, sent, _ = a1.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": f"hello {i}"})
+        if status != 201:
+            check(False, "send answers 201", f"{status} {sent}")
+    check(bob_stream.wait_for(10, lambda ev: len(bob_stream.messages(conv)) >= 5), "messages arrive live on the other gateway's stream")
+    check(seqs(bob_stream.messages(conv)) == [1, 2, 3, 4, 5], "in seq order, each once", seqs(bob_stream.messages(conv)))
+    check(alice_stream.wait_for(10, lambda ev: seqs(alice_stream.messages(conv)) == [1, 2, 3, 4, 5]), "and on the sender's own stream")
+    check(b2.call("POST", f"/v1/conversations/{conv}/receipts", {"readSeq": 4})[0] == 204, "receipts answer 204")
+    check(alice_stream.wait_for(10, lambda ev: any(e == "receipt" and d["userId"] == bob_id and d["readSeq"] == 4 for e, _, d in ev)), "the receipt reaches the other member")
+    cmid = str(uuid.uuid4())
+    s_first, first, _ = b2.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": cmid, "text": "once"})
+    s_again, repeat, _ = b1.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": cmid, "text": "once"})
+    check(s_first == 201 and s_again == 200 and repeat["message"]["seq"] == first["message"]["seq"] == 6,
+          "the same clientMessageId through another gateway returns the original (200, same seq)", f"{s_first} {s_again}")
+
+    check(a1.call("POST", f"/v1/conversations/{conv}/typing", {"typing": True})[0] == 204, "typing answers 204")
+    check(bob_stream.wait_for(10, lambda ev: any(e == "typing" and d["userId"] == alice_id and d["typing"] for e, _, d in ev)), "typing reaches the other member")
+    status, listing, _ = a2.call("GET", "/v1/conversations")
+    check(status == 200 and listing["conversations"][0]["unreadCount"] == 1 and listing["conversations"][0]["lastMessage"]["seq"] == 6,
+          "the conversation list has the unread count and last message", f"{listing}")
+
+    # Presence: online, then offline with lastSeen after the stream closes; contacts are told.
+    status, pres, _ = a1.call("GET", f"/v1/presence?userIds={bob_id}")
+    check(status == 200 and pres["presence"][0]["status"] == "online", "a user with an open stream is online", f"{pres}")
+    bob_cursor = bob_stream.last_cursor()
+    bob_seen = bob_stream.messages(conv)
+    bob_stream.close()
+
+    def bob_offline():
+        p = a1.call("GET", f"/v1/presence?userIds={bob_id}")[1]["presence"][0]
+        return p["status"] == "offline" and p.get("lastSeenAt")
+    check(wait_until(10, bob_offline), "after the stream closes the user is offline with lastSeenAt",
+          str(a1.call("GET", f"/v1/presence?userIds={bob_id}")))
+    check(alice_stream.wait_for(10, lambda ev: any(e == "presence" and d["presence"]["userId"] == bob_id and d["presence"]["status"] == "offline" for e, _, d in ev)),
+          "a contact's stream gets the presence event")
+
+    # Resume: missed messages, then ready, then live.
+    for i in range(7, 10):
+        send(a1, conv, f"while away {i}")
+    resumed = Stream("gateway-2", bob["token"], cursor=bob_cursor)
+    resumed.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    send(a1, conv, "live 10")
+    check(resumed.wait_for(10, lambda ev: 10 in seqs(resumed.messages(conv))), "the resumed stream gets live messages")
+    events = resumed.snapshot()
+    ready_at = next(i for i, (e, _, _) in enumerate(events) if e == "ready")
+    before_ready = [d["message"]["seq"] for e, _, d in events[:ready_at] if e == "message"]
+    after_ready = [d["message"]["seq"] for e, _, d in events[ready_at:] if e == "message"]
+    new_before = [s for s in before_ready if s > max(seqs(bob_seen))]
+    check(new_before == list(range(max(seqs(bob_seen)) + 1, 10)) and after_ready == [10], "resume replays exactly the missed messages in order, then ready, then live",
+          f"replayed {before_ready}, after ready {after_ready}")
+    check(all(s in seqs(bob_seen) for s in before_ready if s <= 5), "anything else replayed is a duplicate the client already had")
+
+    # Gateway failover: bob streams from gateway-2; it is SIGKILLed; bob resumes on gateway-1.
+    cursor = resumed.last_cursor()
+    kill("gateway-2")
+    resumed.ended.wait(10)
+    for i in range(11, 14):
+        send(a1, conv, f"during gateway failover {i}")
+    failover = Stream("gateway-1", bob["token"], cursor=cursor)
+    check(failover.wait_for(10, lambda ev: {11, 12, 13} <= set(seqs(failover.messages(conv)))), "after its gateway dies a client resumes on another and misses nothing")
+    start("gateway-2")
+
+    # Owner failover during sends: the worker hosting the conversation is SIGKILLed mid-stream.
+    def owner():
+        # The worker whose log shows the conversation's latest activation or creation.
+        latest = ("", "worker-1")
+        for w in ["worker-1", "worker-2"]:
+            with open(os.path.join(WORK, f"{w}.log"), "rb") as f:
+                for line in f.read().decode(errors="replace").splitlines():
+                    if f"conversation.id={conv}" in line and ("conversation activated" in line or "conversation created" in line):
+                        latest = max(latest, (line[:24], w))
+        return latest[1]
+    victim = owner()
+    acked, failures, retried = {}, [], {}
+    stop = threading.Event()
+
+    def sender():
+        client = Client("gateway-1", alice["token"])
+        n = 0
+        while not stop.is_set() and n < 400:
+            n += 1
+            cmid = str(uuid.uuid4())
+            deadline = time.time() + 30
+            while time.time() < deadline:  # the outbox: same clientMessageId until acknowledged
+                try:
+                    status, body, _ = send(client, conv, f"burst {n}", cmid)
+                except Exception as error:
+                    status, body = 0, str(error)
+                if status in (200, 201):
+                    acked[cmid] = body["message"]["seq"]
+                    break
+                retried[status] = retried.get(status, 0) + 1
+                time.sleep(0.2)
+            else:
+                failures.append(cmid)
+    t = threading.Thread(target=sender)
+    t.start()
+    time.sleep(1.5)
+    kill(victim)
+    killed_at = len(acked)
+    time.sleep(6)
+    stop.set()
+    t.join(60)
+    check(len(acked) > killed_at + 5 and not failures, f"sends continue after the owner ({victim}) is SIGKILLed",
+          f"acked {len(acked)} ({killed_at} before the kill), failed {len(failures)}, client retries by status {retried}")
+    history = []
+    after = 0
+    while True:
+        status, page, _ = a1.call("GET", f"/v1/conversations/{conv}/messages?after={after}&limit=200")
+        if status != 200 or not page["messages"]:
+            break
+        history += page["messages"]
+        after = page["messages"][-1]["seq"]
+    by_cmid = {}
+    for m in history:
+        by_cmid.setdefault(m["clientMessageId"], []).append(m["seq"])
+    check(seqs(history) == list(range(1, len(history) + 1)), "history is gapless and ordered after the owner's death", seqs(history)[-5:])
+    check(all(by_cmid.get(c) == [s] for c, s in acked.items()), "every acknowledged message is stored exactly once with its acknowledged seq")
+    check(failover.wait_for(20, lambda ev: seqs(dedup(failover.messages(conv)))[-1:] == [len(history)]), "the live stream caught up")
+    live = seqs(dedup(failover.messages(conv)))
+    check(live == list(range(live[0], len(history) + 1)), "the live stream saw every message in seq order, gaps filled", f"{live[:3]}…{live[-3:]} of {len(history)}")
+    print(f"        ({len(acked)} acknowledged sends; client-side retries by status: {retried} — 429 is the per-user send rate,"
+          " 503 a send the gateway could not place within its 5 s retry window)")
+    start(victim)
+
+    # Interoperability with independent clients
+    wait_until(30, lambda: ready("gateway-2"))
+    out = subprocess.run(["curl", "-s", "--http2", "--cacert", CA, "-o", "/dev/null", "-w", "%{http_version}",
+                          "-H", f"Authorization: Bearer {bob['token']}", f"https://localhost:{CLIENT['gateway-1']}/v1/users/me"],
+                         capture_output=True, text=True)
+    check(out.stdout == "2", "curl --http2 negotiates h2", out.stdout)
+    reg = subprocess.run(["curl", "-s", "--http2", "--cacert", CA, "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"handle": "carol", "password": "carol-password", "displayName": "Carol"}),
+                          f"https://localhost:{CLIENT['gateway-2']}/v1/users"], capture_output=True, text=True)
+    carol = json.loads(reg.stdout)
+    check("token" in carol, "curl registers over h2")
+    if shutil.which("nghttp"):
+        proc = subprocess.Popen(["nghttp", "-v", "--no-verify-peer", "-H", f"authorization: Bearer {bob['token']}",
+                                 f"https://localhost:{CLIENT['gateway-2']}/v1/events"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(1.5)
+        send(a1, conv, "to nghttp")
+        time.sleep(1.5)
+        os.kill(proc.pid, signal.SIGTERM)
+        text = proc.communicate(timeout=10)[0].decode(errors="replace")
+        check("h2" in text and ":status: 200" in text and "event: message" in text and "to nghttp" in text,
+              "nghttp reads the event stream over h2", text[-600:])
+        body_file = os.path.join(WORK, "nghttp-body.json")
+        with open(body_file, "w") as f:
+            json.dump({"clientMessageId": str(uuid.uuid4()), "text": "sent by nghttp"}, f)
+        nghttp_send = subprocess.run(["nghttp", "--no-verify-peer", "-H", f"authorization: Bearer {bob['token']}", "-H", "content-type: application/json",
+                                      "-d", body_file, f"https://localhost:{CLIENT['gateway-1']}/v1/conversations/{conv}/messages"],
+                                     capture_output=True, text=True)
+        check('"text":"sent by nghttp"' in nghttp_send.stdout, "nghttp sends a message", nghttp_send.stdout + nghttp_send.stderr)
+    else:
+        check(False, "nghttp is installed (Debian nghttp2-client)")
+    s_client = subprocess.run(["openssl", "s_client", "-alpn", "h2", "-CAfile", CA, "-connect", f"127.0.0.1:{CLIENT['gateway-1']}", "-servername", "localhost"],
+                              input="", capture_output=True, text=True, timeout=10)
+    check("ALPN protocol: h2" in s_client.stdout and "Verify return code: 0" in s_client.stdout, "openssl s_client negotiates ALPN h2 with a verified certificate")
+
+    # Bad input: the documented errors, and everyone else keeps being served.
+    def error_of(status, body):
+        return status, body["error"]["code"] if isinstance(body, dict) and "error" in body else body
+    cases = [
+        ("malformed JSON", ("POST", f"/v1/conversations/{conv}/messages", None, b'{"text": '), (400, "invalid_request")),
+        ("wrong types", ("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": 5, "text": []}, None), (400, "invalid_request")),
+        ("not a UUID", ("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": "abc", "text": "x"}, None), (400, "invalid_request")),
+        ("only whitespace", ("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": " \n "}, None), (400, "invalid_request")),
+        ("4,001 scalars", ("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "é" * 4001}, None), (400, "invalid_request")),
+        ("invalid UTF-8", ("POST", f"/v1/conversations/{conv}/messages", None, b'{"clientMessageId":"' + str(uuid.uuid4()).encode() + b'","text":"\xff\xfe"}'), (400, "invalid_request")),
+        ("a huge body", ("POST", f"/v1/conversations/{conv}/messages", None, b'{"text":"' + b"x" * 200_000 + b'"}'), (413, "payload_too_large")),
+        ("deep nesting", ("POST", "/v1/conversations", None, b"[" * 60_000), (400, "invalid_request")),
+        ("an unknown route", ("GET", "/v1/nothing/here", None, None), (404, "not_found")),
+        ("a non-member", ("GET", f"/v1/conversations/{conv}", None, None, carol["token"]), (404, "not_found")),
+        ("a missing token", ("GET", "/v1/users/me", None, None, "-"), (401, "unauthorized")),
+        ("a forged token", ("GET", "/v1/users/me", None, None, alice["token"][:-4] + "AAAA"), (401, "unauthorized")),
+        ("history limit 201", ("GET", f"/v1/conversations/{conv}/messages?limit=201", None, None), (400, "invalid_request")),
+        ("a receipt past lastSeq", ("POST", f"/v1/conversations/{conv}/receipts", {"readSeq": 10_000_000}, None), (400, "invalid_request")),
+        ("a garbage cursor", ("GET", "/v1/events?cursor=zzz", None, None), (400, "invalid_request")),
+        ("an expired cursor", ("GET", "/v1/events?cursor=pc1.1000", None, None), (410, "cursor_expired")),
+    ]
+    for what, request, expected in cases:
+        method, path, body, raw = request[:4]
+        token = request[4] if len(request) > 4 else None
+        client = Client("gateway-1", alice["token"])
+        if token == "-":
+            client.token, token = None, None
+        status, reply, _ = client.call(method, path, body, token=token, raw=raw)
+        check(error_of(status, reply) == expected, f"{what} → {expected[0]} {expected[1]}", f"got {error_of(status, reply)}")
+    logout_client = Client("gateway-2", login["token"])
+    check(logout_client.call("DELETE", "/v1/sessions/current")[0] == 204, "logout answers 204")
+    check(a1.call("GET", "/v1/users/me", token=login["token"])[0] == 401, "a revoked token is refused on every gateway")
+    check(a1.call("GET", "/v1/users/me")[0] == 200, "the user's other token still works, and the node still serves")
+    burst = [send(b1, conv, f"flood {i}")[0] for i in range(120)]
+    limited = [s for s in burst if s == 429]
+    check(limited and b1.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "x"})[2].get("Retry-After"),
+          "sending faster than the per-user rate gets 429 with Retry-After", f"{len(limited)} of 120 limited")
+
+    # Graceful shutdown: SIGTERM ends open streams cleanly and the process exits.
+    stream = Stream("gateway-1", alice["token"])
+    stream.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    started = time.time()
+    kill("gateway-1", signal.SIGTERM)
+    exited = wait_until(8, lambda: PROCS["gateway-1"].poll() is not None)
+    check(exited and stream.ended.wait(1) and stream.clean_end, "SIGTERM ends the event streams cleanly and the gateway exits",
+          f"exited={exited} after {time.time() - started:.1f}s, clean={stream.clean_end}")
+
+
+try:
+    main()
+except Exception as error:  # a crash of the driver is a failure, with its cause
+    import traceback
+    traceback.print_exc()
+    check(False, f"the test driver failed: {error}")
+finally:
+    cleanup()
+    if FAILED:
+        for name in NAMES:
+            print(f"----- {name}.log (last 30 lines)")
+            print(tail(name, 30))
+    if FAILED and os.environ.get("PARLEY_KEEP_FAILED"):
+        print(f"kept {WORK} for inspection")
+    else:
+        shutil.rmtree(WORK, ignore_errors=True)
+print(f"gateway end-to-end: {PASSED} passed, {FAILED} failed")
+sys.exit(1 if FAILED else 0)
