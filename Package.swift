@@ -13,6 +13,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "parley-node", targets: ["parley-node"]),
+        .executable(name: "parley", targets: ["parley"]),
+        .library(name: "ParleyClient", targets: ["ParleyClient"]),
         .library(name: "ParleyCluster", targets: ["ParleyCluster"]),
         .library(name: "ParleyTransport", targets: ["ParleyTransport"]),
     ],
@@ -92,6 +94,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -144,6 +147,15 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .executableTarget(
+            name: "parley",
+            dependencies: [
+                "ParleyClient",
+                "ParleyModel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: upcoming
         ),

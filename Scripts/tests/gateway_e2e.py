@@ -72,7 +72,7 @@ def start(name):
     roles = "gateway" if name.startswith("gateway") else "worker"
     log = open(os.path.join(WORK, f"{name}.log"), "ab")
     env = dict(os.environ, PARLEY_TOKEN_SECRET=SECRET, PARLEY_ADMIN_TOKEN=ADMIN, PARLEY_BCRYPT_COST="4",
-               PARLEY_LOG_LEVEL="debug" if roles == "worker" else "info")
+               PARLEY_LOG_LEVEL=os.environ.get("E2E_LOG_LEVEL", "debug" if roles == "worker" else "info"))
     PROCS[name] = subprocess.Popen(
         [NODE, "run", "--name", name, "--roles", roles, "--tls-dir", TLS, "--cluster-port", str(CLUSTER[name]),
          "--ops-port", str(OPS[name]), "--client-port", str(CLIENT[name]), "--seeds", SEEDS,
@@ -487,6 +487,44 @@ def main():
     limited = [s for s in burst if s == 429]
     check(limited and b1.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "x"})[2].get("Retry-After"),
           "sending faster than the per-user rate gets 429 with Retry-After", f"{len(limited)} of 120 limited")
+
+    # ParleyClient, through the `parley` CLI: its event stream survives the SIGKILL of its gateway.
+    parley = os.path.join(os.path.dirname(NODE), "parley")
+    cli_env = dict(os.environ, PARLEY_CONFIG=os.path.join(WORK, "parley-cli.json"), PARLEY_CA=CA,
+                   PARLEY_URLS=f"https://localhost:{CLIENT['gateway-2']},https://localhost:{CLIENT['gateway-1']}", PARLEY_PASSWORD="dave-password")
+
+    def cli(*args):
+        return subprocess.run([parley, *args], env=cli_env, capture_output=True, text=True, timeout=60)
+    reg = cli("register", "dave", "--display-name", "Dave")
+    check(reg.returncode == 0 and "signed in as dave" in reg.stdout, "parley register signs in and keeps the token", reg.stdout + reg.stderr)
+    new = cli("new", "alice", "--json")
+    dave_conv = json.loads(new.stdout)["id"] if new.returncode == 0 else None
+    check(dave_conv is not None, "parley new starts a direct conversation by handle", new.stdout + new.stderr)
+    wait_until(30, lambda: ready("gateway-2"))
+    tail = subprocess.Popen([parley, "tail", "--json", "--count", "6", "--seconds", "60"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    for i in range(1, 4):
+        send(a1, dave_conv, f"to dave {i}")
+    time.sleep(1)
+    kill("gateway-2")
+    for i in range(4, 7):
+        send(a1, dave_conv, f"to dave {i}")
+    try:
+        out, err = tail.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.kill(tail.pid, signal.SIGKILL)
+        out, err = tail.communicate()
+    got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    dave_seqs = [int(e["seq"]) for e in got if e["event"] == "message" and e["conversationId"] == dave_conv]
+    check(tail.returncode == 0 and dave_seqs == [1, 2, 3, 4, 5, 6], "ParleyClient's stream moves to the other gateway after a SIGKILL and misses nothing, each once",
+          f"rc={tail.returncode} seqs={dave_seqs} {err[-300:]}")
+    sent = cli("send", dave_conv, "hi", "alice", "--json")
+    check(sent.returncode == 0 and json.loads(sent.stdout)["message"]["seq"] == 7, "parley send goes through the remaining gateway", sent.stdout + sent.stderr)
+    hist = cli("history", dave_conv, "--limit", "3")
+    check(hist.returncode == 0 and "hi alice" in hist.stdout and "to dave 6" in hist.stdout, "parley history prints the last messages", hist.stdout + hist.stderr)
+    bad = cli("send", "c_nope", "x")
+    check(bad.returncode != 0 and "404 not_found" in bad.stderr, "a CLI error is one clear line and a non-zero exit", bad.stderr)
+    start("gateway-2")
 
     # Graceful shutdown: SIGTERM ends open streams cleanly and the process exits.
     stream = Stream("gateway-1", alice["token"])

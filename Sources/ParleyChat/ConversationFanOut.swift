@@ -85,6 +85,9 @@ final class ConversationFanOut: Sendable {
                 for member in members {
                     for gateway in gatewayOf[member] ?? [] { shares[gateway, default: []].append(member) }
                 }
+                if shares.isEmpty {
+                    logger.trace("no member of this event has an open stream", metadata: ["members.count": "\(members.count)"])
+                }
                 for (gateway, users) in shares.sorted(by: { $0.key < $1.key }) {
                     perform(state.withLock { $0.machine.enqueue(EventDelivery(event: event, recipients: users), to: gateway) })
                 }

@@ -1,1 +1,301 @@
 import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import NIOSSL
+import ParleyModel
+import Synchronization
+
+/// An error the API answered (API.md's `{"error": {code, message, retryable}}`), or a failure to
+/// reach any gateway (`code` `unreachable`, retryable).
+public struct ParleyError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var status: Int
+    public var code: String
+    public var message: String
+    public var retryable: Bool
+    /// From `Retry-After`, when the server gave one.
+    public var retryAfter: Duration?
+
+    public init(status: Int, code: String, message: String, retryable: Bool, retryAfter: Duration? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.retryAfter = retryAfter
+    }
+
+    public var description: String { status == 0 ? "\(code): \(message)" : "\(status) \(code): \(message)" }
+
+    static func unreachable(_ message: String) -> ParleyError {
+        ParleyError(status: 0, code: "unreachable", message: message, retryable: true)
+    }
+}
+
+/// The Parley client: the calls a chat app makes (accounts, conversations, messages, receipts,
+/// typing, presence), a send outbox that retries with the same `clientMessageId` until the server
+/// acknowledges, and ``events(cursor:)``, a stream of events that reconnects across gateways and
+/// resumes where it left off.
+///
+/// One instance per signed-in user; it keeps the token. Call ``shutdown()`` when done.
+public final class ParleyClient: Sendable {
+    public struct Configuration: Sendable {
+        /// Gateway base URLs (`https://host:port`); requests go to the first that answers, and the
+        /// event stream moves on to the next when one fails.
+        public var gateways: [URL]
+        /// A PEM file of the CA that signed the gateways' certificates (nil: the system's roots).
+        public var caCertificatePath: String?
+        /// How long one request may take.
+        public var requestTimeout: Duration = .seconds(15)
+        /// How long ``send(_:to:clientMessageId:)`` keeps retrying a retryable failure.
+        public var sendRetryWindow: Duration = .seconds(60)
+
+        public init(gateways: [URL], caCertificatePath: String? = nil) {
+            self.gateways = gateways
+            self.caCertificatePath = caCertificatePath
+        }
+    }
+
+    public let configuration: Configuration
+    let http: HTTPClient
+    private let state: Mutex<State>
+    let logger: Logger
+
+    struct State {
+        var token: String?
+        var user: User?
+        /// The gateway requests go to first: the last one that answered.
+        var preferredGateway = 0
+    }
+
+    public init(configuration: Configuration, token: String? = nil, logger: Logger = Logger(label: "parley.client")) throws {
+        precondition(!configuration.gateways.isEmpty, "ParleyClient needs at least one gateway URL")
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let ca = configuration.caCertificatePath {
+            tls.trustRoots = .file(ca)
+        }
+        var http = HTTPClient.Configuration(tlsConfiguration: tls)
+        http.timeout = .init(connect: .seconds(5), read: .seconds(40))
+        http.httpVersion = .automatic
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
+        self.configuration = configuration
+        self.state = Mutex(State(token: token))
+        self.logger = logger
+    }
+
+    public func shutdown() async throws {
+        try await http.shutdown()
+    }
+
+    /// The token this client authenticates with (keep it to sign in again without a password).
+    public var token: String? { state.withLock { $0.token } }
+    /// The signed-in user, once known.
+    public var currentUser: User? { state.withLock { $0.user } }
+
+    // MARK: Accounts
+
+    @discardableResult
+    public func register(handle: String, password: String, displayName: String) async throws -> User {
+        let session: API.Session = try await call(.POST, "/v1/users", body: API.NewUser(handle: handle, password: password, displayName: displayName), authenticated: false)
+        state.withLock { $0.token = session.token; $0.user = session.user }
+        return session.user
+    }
+
+    @discardableResult
+    public func login(handle: String, password: String) async throws -> User {
+        let session: API.Session = try await call(.POST, "/v1/sessions", body: API.Credentials(handle: handle, password: password), authenticated: false)
+        state.withLock { $0.token = session.token; $0.user = session.user }
+        return session.user
+    }
+
+    /// Revokes this client's token on every gateway.
+    public func logout() async throws {
+        try await callWithoutResult(.DELETE, "/v1/sessions/current")
+        state.withLock { $0.token = nil; $0.user = nil }
+    }
+
+    public func me() async throws -> User {
+        let user: User = try await call(.GET, "/v1/users/me")
+        state.withLock { $0.user = user }
+        return user
+    }
+
+    public func updateProfile(displayName: String? = nil, avatarURL: String? = nil) async throws -> User {
+        try await call(.PATCH, "/v1/users/me", body: API.ProfileChange(displayName: displayName, avatarURL: avatarURL))
+    }
+
+    public func searchUsers(prefix: String, limit: Int = 20) async throws -> [User] {
+        let users: API.Users = try await call(.GET, "/v1/users?prefix=\(Self.query(prefix))&limit=\(limit)")
+        return users.users
+    }
+
+    public func user(_ id: UserID) async throws -> User {
+        try await call(.GET, "/v1/users/\(Self.query(id.rawValue))")
+    }
+
+    // MARK: Conversations
+
+    /// A direct conversation with one other user and no name (the existing one if any), else a group.
+    public func createConversation(with members: [UserID], name: String? = nil) async throws -> API.Conversation {
+        let created: API.CreatedConversation = try await call(.POST, "/v1/conversations", body: API.NewConversation(memberIds: members, name: name))
+        return created.conversation
+    }
+
+    /// One page of conversations, newest activity first; pass `next` back for the following page.
+    public func conversations(limit: Int = 50, cursor: String? = nil) async throws -> API.ConversationList {
+        try await call(.GET, "/v1/conversations?limit=\(limit)" + (cursor.map { "&cursor=\(Self.query($0))" } ?? ""))
+    }
+
+    public func conversation(_ id: ConversationID) async throws -> API.Conversation {
+        try await call(.GET, "/v1/conversations/\(Self.query(id.rawValue))")
+    }
+
+    public func rename(_ id: ConversationID, to name: String) async throws -> API.Conversation {
+        try await call(.PATCH, "/v1/conversations/\(Self.query(id.rawValue))", body: API.Rename(name: name))
+    }
+
+    public func addMembers(_ users: [UserID], to id: ConversationID) async throws -> API.Conversation {
+        try await call(.POST, "/v1/conversations/\(Self.query(id.rawValue))/members", body: API.NewMembers(userIds: users))
+    }
+
+    public func removeMember(_ user: UserID, from id: ConversationID) async throws {
+        try await callWithoutResult(.DELETE, "/v1/conversations/\(Self.query(id.rawValue))/members/\(Self.query(user.rawValue))")
+    }
+
+    // MARK: Messages
+
+    /// Sends a message through the outbox: a retryable failure (a gateway or owner that died, a
+    /// rate limit, no network) is retried with the **same** `clientMessageId`, so the message is
+    /// stored once however many attempts it takes; it returns once the server acknowledged it
+    /// (durable), or throws a non-retryable error, or after `sendRetryWindow`.
+    public func send(_ text: String, to conversation: ConversationID, clientMessageId: String = UUID().uuidString.lowercased()) async throws -> Message {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
+        var pause = Duration.milliseconds(100)
+        while true {
+            do {
+                let sent: API.SentMessage = try await call(
+                    .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
+                    body: API.NewMessage(clientMessageId: clientMessageId, text: text))
+                return sent.message
+            } catch let error as ParleyError where error.retryable {
+                let wait = max(pause, error.retryAfter ?? .zero)
+                guard clock.now.advanced(by: wait) < deadline else { throw error }
+                logger.debug("send failed; retrying with the same clientMessageId", metadata: ["error": "\(error)", "clientMessageId": "\(clientMessageId)"])
+                try await Task.sleep(for: wait)
+                pause = min(pause * 2, .seconds(2))
+            }
+        }
+    }
+
+    /// Messages with `seq > after`, ascending.
+    public func messages(in conversation: ConversationID, after seq: Int64 = 0, limit: Int = 100) async throws -> [Message] {
+        let page: API.Messages = try await call(.GET, "/v1/conversations/\(Self.query(conversation.rawValue))/messages?after=\(seq)&limit=\(limit)")
+        return page.messages
+    }
+
+    /// The last `limit` messages before `seq`, ascending (history scrolling).
+    public func messages(in conversation: ConversationID, before seq: Int64, limit: Int = 50) async throws -> [Message] {
+        let page: API.Messages = try await call(.GET, "/v1/conversations/\(Self.query(conversation.rawValue))/messages?before=\(seq)&limit=\(limit)")
+        return page.messages
+    }
+
+    public func markDelivered(_ seq: Int64, in conversation: ConversationID) async throws {
+        try await callWithoutResult(.POST, "/v1/conversations/\(Self.query(conversation.rawValue))/receipts", body: API.Receipts(deliveredSeq: seq))
+    }
+
+    public func markRead(_ seq: Int64, in conversation: ConversationID) async throws {
+        try await callWithoutResult(.POST, "/v1/conversations/\(Self.query(conversation.rawValue))/receipts", body: API.Receipts(readSeq: seq))
+    }
+
+    public func setTyping(_ typing: Bool, in conversation: ConversationID) async throws {
+        try await callWithoutResult(.POST, "/v1/conversations/\(Self.query(conversation.rawValue))/typing", body: API.Typing(typing: typing))
+    }
+
+    // MARK: Presence
+
+    /// `online` or `away` (shown while an event stream is open).
+    public func setPresence(_ status: PresenceStatus) async throws {
+        try await callWithoutResult(.PUT, "/v1/presence", body: API.PresencePreference(status: status))
+    }
+
+    public func presence(of users: [UserID]) async throws -> [Presence] {
+        let found: API.Presences = try await call(.GET, "/v1/presence?userIds=\(users.map { Self.query($0.rawValue) }.joined(separator: ","))")
+        return found.presence
+    }
+
+    // MARK: Transport
+
+    struct Empty: Codable {}
+
+    func call<Result: Decodable>(_ method: HTTPMethod, _ path: String, authenticated: Bool = true) async throws -> Result {
+        try await call(method, path, body: Optional<Empty>.none, authenticated: authenticated)
+    }
+
+    func callWithoutResult(_ method: HTTPMethod, _ path: String, body: (some Encodable & Sendable)? = Optional<Empty>.none) async throws {
+        _ = try await perform(method, path, body: body, authenticated: true)
+    }
+
+    func call<Result: Decodable>(_ method: HTTPMethod, _ path: String, body: (some Encodable & Sendable)?, authenticated: Bool = true) async throws -> Result {
+        let data = try await perform(method, path, body: body, authenticated: authenticated)
+        do {
+            return try API.makeDecoder().decode(Result.self, from: data)
+        } catch {
+            throw ParleyError(status: 200, code: "invalid_response", message: "the server's answer did not decode: \(error)", retryable: false)
+        }
+    }
+
+    /// One request, on the preferred gateway, then on each other one if a gateway cannot be
+    /// reached. A request that reached a gateway is not repeated here (only ``send`` retries, and
+    /// it is idempotent).
+    private func perform(_ method: HTTPMethod, _ path: String, body: (some Encodable & Sendable)?, authenticated: Bool) async throws -> Data {
+        let (token, first) = state.withLock { ($0.token, $0.preferredGateway) }
+        if authenticated, token == nil { throw ParleyError(status: 401, code: "unauthorized", message: "not signed in", retryable: false) }
+        let encoded = try body.map { try API.makeEncoder().encode($0) }
+        var lastFailure = ParleyError.unreachable("no gateway")
+        for offset in 0..<configuration.gateways.count {
+            let index = (first + offset) % configuration.gateways.count
+            var request = HTTPClientRequest(url: configuration.gateways[index].absoluteString + path)
+            request.method = method
+            if let encoded {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(data: encoded))
+            }
+            if authenticated, let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+            let response: HTTPClientResponse
+            do {
+                response = try await http.execute(request, timeout: .init(configuration.requestTimeout))
+            } catch {
+                lastFailure = .unreachable("\(configuration.gateways[index]): \(error)")
+                continue
+            }
+            state.withLock { $0.preferredGateway = index }
+            let bytes = try await response.body.collect(upTo: 16 * 1024 * 1024)
+            let data = Data(buffer: bytes)
+            guard (200..<300).contains(Int(response.status.code)) else {
+                throw Self.error(status: Int(response.status.code), headers: response.headers, body: data)
+            }
+            return data
+        }
+        throw lastFailure
+    }
+
+    static func error(status: Int, headers: HTTPHeaders, body: Data) -> ParleyError {
+        let retryAfter = headers.first(name: "Retry-After").flatMap(Int.init).map { Duration.seconds($0) }
+        if let decoded = try? API.makeDecoder().decode(API.ErrorBody.self, from: body) {
+            return ParleyError(status: status, code: decoded.error.code, message: decoded.error.message, retryable: decoded.error.retryable || status == 429, retryAfter: retryAfter)
+        }
+        return ParleyError(status: status, code: "http_\(status)", message: String(decoding: body.prefix(200), as: UTF8.self), retryable: status >= 500, retryAfter: retryAfter)
+    }
+
+    static func query(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? text
+    }
+}
+
+extension TimeAmount {
+    init(_ duration: Duration) {
+        self = .nanoseconds(Int64(duration.components.seconds) * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+    }
+}

@@ -49,6 +49,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         var ticks = 0
         /// Set by ``forceRing(_:)``: the ring ignores the membership.
         var forcedRingWorkers: [String]?
+        /// When ``start()`` ran.
+        var startedAt: Instant?
     }
 
     /// A local actor: virtual ones are held by the system (it owns their lifetime); pinned ones
@@ -95,7 +97,10 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     /// Starts the transport and the membership and deadline loops. Returns at once; the node
     /// becomes `up` when it meets the cluster (see ``isUp``).
     public func start() async throws {
-        let identity = state.withLock { PeerIdentity(id: $0.membership.me.id, roles: settings.roles, address: $0.address) }
+        let identity = state.withLock { state in
+            state.startedAt = clock.now
+            return PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address)
+        }
         let bound = try await transport.start(identity: identity, delegate: self)
         if settings.bindAddress.port == 0 && settings.advertisedAddress == nil {
             // Tests bind port 0: advertise the port the kernel picked.
@@ -165,6 +170,23 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
 
     /// True once this node is an `up` member.
     public var isUp: Bool { me.status == .up }
+
+    /// Up, and its view of the cluster has settled: every seed is known `up`, or the seeds that
+    /// are not have had ``settleTime`` since the start to be heard of (they may be dead). Until
+    /// then seeds started together may still be merging, and the ring still growing: work routed
+    /// meanwhile may land on an owner that gives it up a moment later.
+    public var isReady: Bool {
+        state.withLock { state in
+            guard state.membership.me.status == .up else { return false }
+            let upAddresses = Set(state.membership.view.filter { $0.status == .up }.map(\.address))
+            if settings.seeds.allSatisfy({ upAddresses.contains($0) || $0 == state.address }) { return true }
+            guard let startedAt = state.startedAt else { return false }
+            return startedAt.duration(to: clock.now) >= Self.settleTime
+        }
+    }
+
+    /// How long a node waits for seeds it has not heard of before it reports ready anyway.
+    public static let settleTime: Duration = .seconds(5)
 
     /// Every known member with this node's opinion applied, this node first.
     public var members: [Member] { state.withLock { $0.membership.view } }

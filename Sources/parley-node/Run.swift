@@ -208,7 +208,8 @@ enum OpsRoutes {
             return .text(.ok, "ok")
         case "/readyz":
             let me = system.me
-            return me.status == .up ? .text(.ok, "ready") : .text(.serviceUnavailable, "not ready: \(me.status.rawValue)")
+            if system.isReady { return .text(.ok, "ready") }
+            return .text(.serviceUnavailable, me.status == .up ? "not ready: waiting to hear of every seed" : "not ready: \(me.status.rawValue)")
         case "/metrics":
             var body: [UInt8] = []
             registry.emit(into: &body)

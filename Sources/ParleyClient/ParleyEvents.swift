@@ -1,0 +1,165 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import ParleyModel
+
+/// One event of a user's stream.
+public enum ParleyEvent: Sendable, Hashable {
+    case message(Message)
+    case receipt(API.ReceiptEvent)
+    case conversation(API.ConversationEvent)
+    case typing(API.TypingEvent)
+    case presence(Presence)
+    /// The stream (re)connected and replayed what was missed: live events follow.
+    case ready(cursor: String)
+    /// The cursor was too old to replay: reload conversations and page messages with `after=`;
+    /// the stream continues from now.
+    case cursorExpired
+}
+
+/// Pure: turns server-sent event lines into events, and remembers what a resume needs.
+struct ServerSentEventParser {
+    struct Frame: Equatable {
+        var event: String?
+        var id: String?
+        var data: String = ""
+    }
+
+    private var current = Frame()
+    private var pending: [UInt8] = []
+
+    /// Feeds bytes; returns the complete frames.
+    mutating func feed(_ bytes: some Sequence<UInt8>) -> [Frame] {
+        var frames: [Frame] = []
+        for byte in bytes {
+            guard byte == UInt8(ascii: "\n") else {
+                pending.append(byte)
+                continue
+            }
+            if pending.last == UInt8(ascii: "\r") { pending.removeLast() }
+            let line = String(decoding: pending, as: UTF8.self)
+            pending.removeAll(keepingCapacity: true)
+            if line.isEmpty {
+                if current.event != nil || !current.data.isEmpty { frames.append(current) }
+                current = Frame()
+            } else if line.hasPrefix(":") {
+                continue  // a comment: `: ping`
+            } else {
+                let (field, value) = Self.split(line)
+                switch field {
+                case "event": current.event = value
+                case "id": current.id = value
+                case "data": current.data += current.data.isEmpty ? value : "\n" + value
+                default: break
+                }
+            }
+        }
+        return frames
+    }
+
+    private static func split(_ line: String) -> (String, String) {
+        guard let colon = line.firstIndex(of: ":") else { return (line, "") }
+        var value = line[line.index(after: colon)...]
+        if value.first == " " { value = value.dropFirst() }
+        return (String(line[..<colon]), String(value))
+    }
+}
+
+/// Pure: which messages the app has already seen, per conversation (streams deliver each
+/// conversation in seq order; a resume may repeat messages, which are dropped here).
+struct MessageDeduplicator {
+    private var lastSeq: [ConversationID: Int64] = [:]
+
+    /// True the first time a `(conversationId, seq)` comes; false for a repeat.
+    mutating func isNew(_ message: Message) -> Bool {
+        if let last = lastSeq[message.conversationId], message.seq <= last { return false }
+        lastSeq[message.conversationId] = message.seq
+        return true
+    }
+}
+
+extension ParleyClient {
+    /// The signed-in user's events, forever: it connects to a gateway, and whenever the stream
+    /// ends or fails it reconnects (with backoff, moving on to the next gateway) and resumes from
+    /// the cursor of the last event it delivered, so nothing durable is missed; messages already
+    /// delivered are dropped by `(conversationId, seq)`. Ends on `401` (signed out) or when the
+    /// consuming task is cancelled.
+    public func events(cursor: String? = nil) -> AsyncThrowingStream<ParleyEvent, any Error> {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                var cursor = cursor
+                var deduplicator = MessageDeduplicator()
+                var gateway = 0
+                var pause = Duration.milliseconds(200)
+                while !Task.isCancelled {
+                    let url = configuration.gateways[gateway % configuration.gateways.count]
+                    do {
+                        var delivered = false
+                        try await stream(from: url, cursor: cursor) { event, id in
+                            if let id { cursor = id }
+                            if case .message(let message) = event, !deduplicator.isNew(message) { return }
+                            delivered = true
+                            continuation.yield(event)
+                        }
+                        if delivered { pause = .milliseconds(200) }
+                    } catch let error as ParleyError where error.code == "cursor_expired" {
+                        cursor = nil
+                        continuation.yield(.cursorExpired)
+                        continue
+                    } catch let error as ParleyError where error.status == 401 {
+                        continuation.finish(throwing: error)
+                        return
+                    } catch {
+                        logger.debug("event stream failed; reconnecting", metadata: ["gateway": "\(url)", "error": "\(error)"])
+                    }
+                    guard !Task.isCancelled else { break }
+                    gateway += 1
+                    try? await Task.sleep(for: pause + .milliseconds(Int.random(in: 0...100)))
+                    pause = min(pause * 2, .seconds(5))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// One connection: events are handed to `deliver` with their `id` (the cursor after them).
+    private func stream(from gateway: URL, cursor: String?, deliver: (ParleyEvent, String?) -> Void) async throws {
+        guard let token else { throw ParleyError(status: 401, code: "unauthorized", message: "not signed in", retryable: false) }
+        var request = HTTPClientRequest(url: gateway.absoluteString + "/v1/events" + (cursor.map { "?cursor=\(Self.query($0))" } ?? ""))
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Accept", value: "text/event-stream")
+        let response = try await http.execute(request, timeout: .hours(24 * 365))
+        guard response.status == .ok else {
+            let body = try await response.body.collect(upTo: 1024 * 1024)
+            throw Self.error(status: Int(response.status.code), headers: response.headers, body: Data(buffer: body))
+        }
+        var parser = ServerSentEventParser()
+        let decoder = API.makeDecoder()
+        for try await chunk in response.body {
+            for frame in parser.feed(chunk.readableBytesView) {
+                guard let event = Self.decode(frame, decoder: decoder) else {
+                    logger.debug("ignored an event this client does not know", metadata: ["event": "\(frame.event ?? "?")"])
+                    continue
+                }
+                deliver(event, frame.id)
+            }
+        }
+    }
+
+    static func decode(_ frame: ServerSentEventParser.Frame, decoder: JSONDecoder) -> ParleyEvent? {
+        let data = Data(frame.data.utf8)
+        switch frame.event {
+        case "message": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .message($0.message) }
+        case "receipt": return (try? decoder.decode(API.ReceiptEvent.self, from: data)).map { .receipt($0) }
+        case "conversation": return (try? decoder.decode(API.ConversationEvent.self, from: data)).map { .conversation($0) }
+        case "typing": return (try? decoder.decode(API.TypingEvent.self, from: data)).map { .typing($0) }
+        case "presence": return (try? decoder.decode(API.PresenceEvent.self, from: data)).map { .presence($0.presence) }
+        case "ready": return (try? decoder.decode(API.ReadyEvent.self, from: data)).map { .ready(cursor: $0.cursor) }
+        default: return nil
+        }
+    }
+}

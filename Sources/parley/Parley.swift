@@ -1,0 +1,358 @@
+import ArgumentParser
+import Foundation
+import ParleyClient
+import ParleyModel
+
+/// `parley`: Parley from a terminal. It keeps the server and the token in a config file, prints
+/// readable output, and `--json` for scripts.
+@main
+struct Parley: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "parley",
+        abstract: "Chat through a Parley cluster from a terminal.",
+        discussion: """
+            Start with `parley register HANDLE --server https://localhost:8443 --ca PATH/ca.pem` \
+            (or `login`); the server, CA and token are then kept in the config file \
+            (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
+            (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
+            """,
+        subcommands: [Register.self, Login.self, Logout.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self])
+}
+
+/// Options every command takes.
+struct Connection: ParsableArguments {
+    @Option(help: "Gateway URL(s), comma-separated (env PARLEY_URLS or PARLEY_URL; else the config file).")
+    var server: String?
+
+    @Option(help: "PEM file of the CA that signed the gateways' certificates (env PARLEY_CA; else the config file).")
+    var ca: String?
+
+    @Flag(help: "Print JSON (one object per line for tail) instead of text.")
+    var json = false
+
+    /// The client, from flags, then environment, then the config file.
+    func client(requireToken: Bool = true) throws -> (ParleyClient, StoredConfig) {
+        let environment = ProcessInfo.processInfo.environment
+        var stored = StoredConfig.load()
+        if let servers = server ?? environment["PARLEY_URLS"] ?? environment["PARLEY_URL"] {
+            stored.servers = servers.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
+        }
+        if let ca = ca ?? environment["PARLEY_CA"] { stored.ca = ca }
+        guard !stored.servers.isEmpty else {
+            throw ValidationError("no server: give --server https://HOST:PORT (or set PARLEY_URL), once; it is remembered")
+        }
+        var urls: [URL] = []
+        for text in stored.servers {
+            guard let url = URL(string: text), url.scheme == "https" || url.scheme == "http", url.host != nil else {
+                throw ValidationError("'\(text)' is not a gateway URL like https://localhost:8443")
+            }
+            urls.append(url)
+        }
+        if requireToken, stored.token == nil { throw ValidationError("not signed in: run `parley login HANDLE` first") }
+        let client = try ParleyClient(configuration: .init(gateways: urls, caCertificatePath: stored.ca), token: stored.token)
+        return (client, stored)
+    }
+
+    func print(_ value: some Encodable, text: () -> String) {
+        if json {
+            let encoder = API.makeEncoder()
+            Swift.print(String(decoding: (try? encoder.encode(value)) ?? Data("{}".utf8), as: UTF8.self))
+        } else {
+            Swift.print(text())
+        }
+    }
+}
+
+/// What `parley` remembers between runs.
+struct StoredConfig: Codable {
+    var servers: [String] = []
+    var ca: String?
+    var token: String?
+    var userId: String?
+    var handle: String?
+
+    static var path: URL {
+        if let path = ProcessInfo.processInfo.environment["PARLEY_CONFIG"] { return URL(fileURLWithPath: path) }
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? FileManager.default.currentDirectoryPath
+        return URL(fileURLWithPath: home).appendingPathComponent(".config/parley/config.json")
+    }
+
+    static func load() -> StoredConfig {
+        guard let data = try? Data(contentsOf: path) else { return StoredConfig() }
+        return (try? JSONDecoder().decode(StoredConfig.self, from: data)) ?? StoredConfig()
+    }
+
+    func save() throws {
+        try FileManager.default.createDirectory(at: Self.path.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(self).write(to: Self.path, options: .atomic)
+        // The token is a credential: only the owner may read it.
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: Self.path.path)
+    }
+}
+
+/// Runs `body` with a client and shuts it down afterwards; API errors become one clear line.
+func withClient<T>(_ connection: Connection, requireToken: Bool = true, _ body: (ParleyClient, inout StoredConfig) async throws -> T) async throws -> T {
+    let (client, stored) = try connection.client(requireToken: requireToken)
+    var config = stored
+    do {
+        let result = try await body(client, &config)
+        try? await client.shutdown()
+        return result
+    } catch let error as ParleyError {
+        try? await client.shutdown()
+        throw ValidationError(error.description)
+    } catch {
+        try? await client.shutdown()
+        throw error
+    }
+}
+
+func readPassword(_ given: String?) throws -> String {
+    if let given { return given }
+    if let fromEnvironment = ProcessInfo.processInfo.environment["PARLEY_PASSWORD"] { return fromEnvironment }
+    guard let typed = getpass("password: ").map({ String(cString: $0) }), !typed.isEmpty else {
+        throw ValidationError("a password is required (--password, PARLEY_PASSWORD, or typed)")
+    }
+    return typed
+}
+
+struct Register: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Create an account and sign in.")
+    @Argument(help: "3–32 characters of a-z 0-9 _ . -") var handle: String
+    @Option(help: "The name others see (default: the handle).") var displayName: String?
+    @Option(help: "8–256 characters (or PARLEY_PASSWORD, or typed at the prompt).") var password: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        let secret = try readPassword(password)
+        try await withClient(connection, requireToken: false) { client, config in
+            let user = try await client.register(handle: handle, password: secret, displayName: displayName ?? handle)
+            config.token = client.token
+            config.userId = user.id.rawValue
+            config.handle = user.handle
+            try config.save()
+            connection.print(user) { "registered and signed in as \(user.handle) (\(user.id))" }
+        }
+    }
+}
+
+
+struct Login: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Sign in; the token is kept in the config file.")
+    @Argument var handle: String
+    @Option(help: "(or PARLEY_PASSWORD, or typed at the prompt)") var password: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        let secret = try readPassword(password)
+        try await withClient(connection, requireToken: false) { client, config in
+            let user = try await client.login(handle: handle, password: secret)
+            config.token = client.token
+            config.userId = user.id.rawValue
+            config.handle = user.handle
+            try config.save()
+            connection.print(user) { "signed in as \(user.handle) (\(user.id))" }
+        }
+    }
+}
+
+struct Logout: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Revoke the kept token on every gateway and forget it.")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, config in
+            try await client.logout()
+            config.token = nil
+            try config.save()
+            connection.print(["signedOut": true]) { "signed out" }
+        }
+    }
+}
+
+struct Users: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Find users by handle prefix.")
+    @Argument var prefix: String = ""
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let users = try await client.searchUsers(prefix: prefix, limit: 100)
+            connection.print(API.Users(users: users)) {
+                users.isEmpty ? "no users" : users.map { "\($0.handle)\t\($0.displayName)\t\($0.id)" }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+struct Conversations: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Your conversations, newest activity first.")
+    @Option var limit = 50
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, config in
+            let page = try await client.conversations(limit: limit)
+            connection.print(page) {
+                page.conversations.isEmpty ? "no conversations" : page.conversations.map { conversation in
+                    let title = conversation.name ?? conversation.members.map(\.userId.rawValue).filter { $0 != config.userId }.joined(separator: ", ")
+                    let last = conversation.lastMessage.map { "  last: \($0.text.prefix(40))" } ?? ""
+                    return "\(conversation.id)\t\(conversation.kind.rawValue)\t\(title)\tunread \(conversation.unreadCount)\(last)"
+                }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+/// Handles or user IDs → user IDs (a handle is looked up exactly).
+func resolveUsers(_ names: [String], client: ParleyClient) async throws -> [UserID] {
+    var ids: [UserID] = []
+    for name in names {
+        if name.hasPrefix("u_") {
+            ids.append(UserID(rawValue: name))
+        } else if let user = try await client.searchUsers(prefix: name, limit: 100).first(where: { $0.handle == name }) {
+            ids.append(user.id)
+        } else {
+            throw ValidationError("no user with handle '\(name)'")
+        }
+    }
+    return ids
+}
+
+struct New: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Start a conversation: one other user and no --name is a direct one.")
+    @Argument(help: "Handles or user IDs of the other members.") var members: [String]
+    @Option(help: "A group's name.") var name: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let conversation = try await client.createConversation(with: try await resolveUsers(members, client: client), name: name)
+            connection.print(conversation) { "\(conversation.id) (\(conversation.kind.rawValue), \(conversation.members.count) members)" }
+        }
+    }
+}
+
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Send a message; retried with the same clientMessageId until acknowledged.")
+    @Argument var conversation: String
+    @Argument(help: "The text (words are joined with spaces).") var text: [String]
+    @Option(help: "The idempotency key (default: a new UUID).") var clientMessageId: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let message = try await client.send(
+                text.joined(separator: " "), to: ConversationID(rawValue: conversation), clientMessageId: clientMessageId ?? UUID().uuidString.lowercased())
+            connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
+        }
+    }
+}
+
+struct History: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The last messages of a conversation.")
+    @Argument var conversation: String
+    @Option(help: "How many (1–200).") var limit = 20
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let id = ConversationID(rawValue: conversation)
+            let lastSeq = try await client.conversation(id).lastSeq
+            let messages = try await client.messages(in: id, before: lastSeq + 1, limit: limit)
+            connection.print(API.Messages(messages: messages)) {
+                messages.isEmpty ? "no messages" : messages.map(Tail.line).joined(separator: "\n")
+            }
+        }
+    }
+}
+
+struct Read: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Mark a conversation read (up to SEQ, default its last message).")
+    @Argument var conversation: String
+    @Argument var seq: Int64?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let id = ConversationID(rawValue: conversation)
+            let upTo: Int64
+            if let seq { upTo = seq } else { upTo = try await client.conversation(id).lastSeq }
+            try await client.markRead(upTo, in: id)
+            connection.print(API.Receipts(readSeq: upTo)) { "read up to #\(upTo)" }
+        }
+    }
+}
+
+struct Tail: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Follow your events live (reconnects across gateways and resumes by cursor).",
+        discussion: "Runs until interrupted, or until --count events or --seconds have passed.")
+    @Option(help: "Resume after this cursor.") var cursor: String?
+    @Option(help: "Stop after this many message events.") var count: Int?
+    @Option(help: "Stop after this many seconds.") var seconds: Double?
+    @OptionGroup var connection: Connection
+
+    static func line(_ message: Message) -> String {
+        "[\(message.conversationId) #\(message.seq) \(API.timestamp(message.sentAt))] \(message.senderId): \(message.text)"
+    }
+
+    func run() async throws {
+        let (client, _) = try connection.client()
+        let deadline = seconds.map { ContinuousClock.now.advanced(by: .milliseconds(Int($0 * 1000))) }
+        let consumer = Task {
+            var messages = 0
+            for try await event in client.events(cursor: cursor) {
+                emit(event)
+                if case .message = event { messages += 1 }
+                if let count, messages >= count { return }
+            }
+        }
+        if let deadline {
+            let timer = Task {
+                try await Task.sleep(until: deadline)
+                consumer.cancel()
+            }
+            _ = await consumer.result
+            timer.cancel()
+        } else {
+            _ = await consumer.result
+        }
+        try? await client.shutdown()
+        if case .failure(let error) = await consumer.result, !(error is CancellationError) {
+            throw ValidationError("\(error)")
+        }
+    }
+
+    private func emit(_ event: ParleyEvent) {
+        switch event {
+        case .message(let message):
+            connection.print(["event": "message", "conversationId": message.conversationId.rawValue, "seq": "\(message.seq)",
+                              "senderId": message.senderId.rawValue, "text": message.text, "clientMessageId": message.clientMessageId]) { Self.line(message) }
+        case .receipt(let receipt):
+            connection.print(["event": "receipt", "conversationId": receipt.conversationId.rawValue, "userId": receipt.userId.rawValue,
+                              "readSeq": "\(receipt.readSeq)", "deliveredSeq": "\(receipt.deliveredSeq)"]) {
+                "[\(receipt.conversationId)] \(receipt.userId) read #\(receipt.readSeq), delivered #\(receipt.deliveredSeq)"
+            }
+        case .conversation(let change):
+            connection.print(["event": "conversation", "conversationId": change.conversation.id.rawValue, "change": change.change.rawValue]) {
+                "[\(change.conversation.id)] \(change.change.rawValue)"
+            }
+        case .typing(let typing):
+            connection.print(["event": "typing", "conversationId": typing.conversationId.rawValue, "userId": typing.userId.rawValue, "typing": "\(typing.typing)"]) {
+                "[\(typing.conversationId)] \(typing.userId) \(typing.typing ? "is typing…" : "stopped typing")"
+            }
+        case .presence(let presence):
+            connection.print(["event": "presence", "userId": presence.userId.rawValue, "status": presence.status.rawValue]) {
+                "\(presence.userId) is \(presence.status.rawValue)" + (presence.lastSeenAt.map { " (last seen \(API.timestamp($0)))" } ?? "")
+            }
+        case .ready(let cursor):
+            connection.print(["event": "ready", "cursor": cursor]) { "— live (cursor \(cursor)) —" }
+        case .cursorExpired:
+            connection.print(["event": "cursor_expired"]) { "— the cursor was too old; reload with `parley conversations` and `history` —" }
+        }
+        fflush(nil)  // every stream: the lines go out as events come
+    }
+}
