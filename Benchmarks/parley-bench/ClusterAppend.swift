@@ -38,10 +38,16 @@ struct ClusterAppend: AsyncParsableCommand {
 
     func run() async throws {
         let system = try await node.startDriver()
+        // Members must be registered users: a driver and a peer of their own for this run.
+        let (driver, peer) = (UserID.make(), UserID.make())
+        for user in [driver, peer] {
+            _ = try await UserActor.resolve(user, using: system).create(
+                NewUser(handle: "bench-\(user.rawValue.suffix(12))", displayName: "bench", passwordHash: "not-a-login"))
+        }
         var ids: [ConversationID] = []
         for _ in 0..<conversations {
             let id = ConversationID.make()
-            _ = try await ConversationActor.resolve(id, using: system).create(CreateConversation(creatorId: "u_driver", memberIds: ["u_peer"], name: "durability"))
+            _ = try await ConversationActor.resolve(id, using: system).create(CreateConversation(creatorId: driver, memberIds: [peer], name: "durability"))
             ids.append(id)
         }
         let conversationIDs = ids
@@ -58,7 +64,7 @@ struct ClusterAppend: AsyncParsableCommand {
                         let clientMessageId = UUID().uuidString.lowercased()
                         do {
                             let result = try await ConversationActor.resolve(conversation, using: system)
-                                .send(SendMessage(senderId: "u_driver", clientMessageId: clientMessageId, text: "durable \(i)"))
+                                .send(SendMessage(senderId: driver, clientMessageId: clientMessageId, text: "durable \(i)"))
                             acks.append(Ack(conversationId: conversation.rawValue, seq: result.message.seq, clientMessageId: clientMessageId))
                         } catch {
                             failed += 1
