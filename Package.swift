@@ -163,6 +163,7 @@ let package = Package(
             name: "parley-bench",
             dependencies: [
                 "ParleyChat",
+                "ParleyClient",
                 "ParleyCluster",
                 "ParleyModel",
                 "ParleyStore",
