@@ -191,6 +191,16 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .testTarget(
+            name: "ParleyGatewayTests",
+            dependencies: ["ParleyGateway", "ParleyChat", "ParleyModel"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyClientTests",
+            dependencies: ["ParleyClient", "ParleyModel"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
             name: "ParleyClusterTests",
             dependencies: ["ParleyCluster", "ParleyTestKit"],
             swiftSettings: upcoming

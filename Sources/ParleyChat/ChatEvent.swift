@@ -68,17 +68,8 @@ public struct ReceiptEvent: Codable, Sendable, Hashable {
     }
 }
 
-public struct TypingEvent: Codable, Sendable, Hashable {
-    public var conversationId: ConversationID
-    public var userId: UserID
-    public var typing: Bool
-
-    public init(conversationId: ConversationID, userId: UserID, typing: Bool) {
-        self.conversationId = conversationId
-        self.userId = userId
-        self.typing = typing
-    }
-}
+/// Typing is live only and carries nothing beyond what clients see.
+public typealias TypingEvent = API.TypingEvent
 
 /// An event and the users on the receiving gateway whose streams it is for.
 public struct EventDelivery: Codable, Sendable, Hashable {

@@ -169,7 +169,7 @@ struct EventStreamWriter: Sendable {
             return frame(event: "conversation", id: cursor.token, data: API.ConversationEvent(
                 conversation: API.Conversation(change.conversation, for: user), change: change.change))
         case .typing(let typing):
-            return frame(event: "typing", id: nil, data: API.TypingEvent(conversationId: typing.conversationId, userId: typing.userId, typing: typing.typing))
+            return frame(event: "typing", id: nil, data: typing)
         case .presence(let presence):
             return frame(event: "presence", id: nil, data: API.PresenceEvent(presence: presence))
         }

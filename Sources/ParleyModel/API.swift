@@ -225,9 +225,11 @@ public enum API {
     }
 
     /// Parses what ``timestamp(_:)`` writes (and RFC 3339 without fractional seconds).
+    /// The result is whole milliseconds, exactly the `Date` the server had.
     public static func parseTimestamp(_ text: String) -> Date? {
-        if let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) { return date }
-        return try? Date(text, strategy: Date.ISO8601FormatStyle())
+        let parsed = (try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+            ?? (try? Date(text, strategy: Date.ISO8601FormatStyle()))
+        return parsed.map { Date(millisecondsSince1970: Int64(($0.timeIntervalSince1970 * 1000).rounded())) }
     }
 
     public static func makeEncoder() -> JSONEncoder {

@@ -82,6 +82,14 @@ struct StoredConfig: Codable {
         return (try? JSONDecoder().decode(StoredConfig.self, from: data)) ?? StoredConfig()
     }
 
+    /// Keeps the signed-in user and token.
+    mutating func signedIn(_ user: User, token: String?) throws {
+        self.token = token
+        userId = user.id.rawValue
+        handle = user.handle
+        try save()
+    }
+
     func save() throws {
         try FileManager.default.createDirectory(at: Self.path.deletingLastPathComponent(), withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -129,15 +137,11 @@ struct Register: AsyncParsableCommand {
         let secret = try readPassword(password)
         try await withClient(connection, requireToken: false) { client, config in
             let user = try await client.register(handle: handle, password: secret, displayName: displayName ?? handle)
-            config.token = client.token
-            config.userId = user.id.rawValue
-            config.handle = user.handle
-            try config.save()
+            try config.signedIn(user, token: client.token)
             connection.print(user) { "registered and signed in as \(user.handle) (\(user.id))" }
         }
     }
 }
-
 
 struct Login: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Sign in; the token is kept in the config file.")
@@ -149,10 +153,7 @@ struct Login: AsyncParsableCommand {
         let secret = try readPassword(password)
         try await withClient(connection, requireToken: false) { client, config in
             let user = try await client.login(handle: handle, password: secret)
-            config.token = client.token
-            config.userId = user.id.rawValue
-            config.handle = user.handle
-            try config.save()
+            try config.signedIn(user, token: client.token)
             connection.print(user) { "signed in as \(user.handle) (\(user.id))" }
         }
     }
