@@ -13,6 +13,8 @@ public struct ClusterView: Codable, Sendable, Equatable {
         public var workers: [String]
         /// Points per worker.
         public var virtualNodes: Int
+        /// The fraction of keys each worker owns, estimated over 10,000 sample keys.
+        public var shares: [String: Double]
     }
 
     /// This node's name.
@@ -30,6 +32,14 @@ extension ClusterSystem {
             members: members.map {
                 .init(name: $0.name, address: $0.address.description, roles: $0.roles.names, status: $0.status.rawValue, incarnation: $0.id.incarnation)
             },
-            ring: .init(workers: ring.workers, virtualNodes: ring.settings.virtualNodes))
+            ring: .init(workers: ring.workers, virtualNodes: ring.settings.virtualNodes, shares: Self.shares(of: ring)))
+    }
+
+    static func shares(of ring: HashRing, samples: Int = 10_000) -> [String: Double] {
+        var counts: [String: Int] = [:]
+        for sample in 0..<samples {
+            if let owner = ring.owner(of: "ring-share-sample-\(sample)") { counts[owner, default: 0] += 1 }
+        }
+        return counts.mapValues { (Double($0) / Double(samples) * 1000).rounded() / 1000 }
     }
 }

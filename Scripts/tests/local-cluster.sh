@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Scripts/cluster from a clean clone: up (3 workers, 1 gateway), a curl register / login / send /
+# events round trip against the URL and CA it prints, add-worker (the new worker owns about a
+# quarter of the ring), kill worker-2 and a send still succeeds, down, and no node remains.
+# Uses the binaries next to PATH-TO-parley-node (PARLEY_BIN) instead of a release build.
+#
+#   Scripts/tests/local-cluster.sh [PATH-TO-parley-node]
+source "$(dirname "$0")/lib.sh"
+NODE="${1:-.build/debug/parley-node}"
+[ -x "$NODE" ] || { echo "no parley-node binary at $NODE (build first)"; exit 2; }
+BIN_DIR="$(cd "$(dirname "$NODE")" && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+echo "local cluster script test (work dir $WORK)"
+
+git clone -q "$ROOT" "$WORK/clone"
+# Uncommitted changes to the script under test count too (a developer runs this before committing).
+cp "$ROOT/Scripts/cluster" "$WORK/clone/Scripts/cluster"
+CLUSTER="$WORK/clone/Scripts/cluster"
+# Three free ranges of 8 ports for the cluster, operations and client ports.
+read -r CB OB GB <<<"$(python3 - <<'PY'
+import socket, random
+def free(base):
+    for p in range(base, base + 8):
+        s = socket.socket()
+        try: s.bind(("127.0.0.1", p))
+        except OSError: return False
+        finally: s.close()
+    return True
+bases = []
+while len(bases) < 3:
+    b = random.randrange(20000, 60000, 10)
+    if free(b) and all(abs(b - o) >= 10 for o in bases): bases.append(b)
+print(*bases)
+PY
+)"
+export PARLEY_BIN="$BIN_DIR" PARLEY_CLUSTER_BASE="$CB" PARLEY_OPS_BASE="$OB" PARLEY_CLIENT_BASE="$GB"
+# Whatever happens, stop exactly the nodes the script recorded.
+stop_recorded() { for f in "$WORK"/clone/.parley/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; true; }
+trap 'stop_recorded; cleanup' EXIT
+
+if out="$("$CLUSTER" up --workers 3 --gateways 1 2>&1)"; then
+    pass "Scripts/cluster up started 3 workers and 1 gateway and waited for /readyz"
+else
+    fail "Scripts/cluster up failed: $out"
+    summary
+    exit 1
+fi
+URL="$(echo "$out" | awk '/gateway URL/ {print $3}')"
+CA="$(echo "$out" | awk '/  CA / {print $2}')"
+[ -n "$URL" ] && [ -f "$CA" ] && pass "it printed the gateway URL ($URL) and the CA" || fail "no URL/CA in: $out"
+second="$("$CLUSTER" up 2>&1 || true)"
+if echo "$second" | grep -q "already running"; then pass "up twice does not start a second cluster"; else fail "a second up was not refused: $second"; fi
+eval "$("$CLUSTER" env)"
+[ "$PARLEY_URL" = "$URL" ] && [ "$PARLEY_CA" = "$CA" ] && [ -n "$PARLEY_ADMIN_TOKEN" ] && pass "env prints PARLEY_URL, PARLEY_URLS, PARLEY_CA, PARLEY_ADMIN_TOKEN" \
+    || fail "env printed URL=$PARLEY_URL CA=$PARLEY_CA"
+
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+C=(curl -s --http2 --cacert "$CA" -H 'Content-Type: application/json')
+A="$("${C[@]}" "$URL/v1/users" -d '{"handle":"alice","password":"correct horse","displayName":"Alice"}')"
+B="$("${C[@]}" "$URL/v1/users" -d '{"handle":"bob","password":"battery staple","displayName":"Bob"}')"
+TOKEN="$("${C[@]}" "$URL/v1/sessions" -d '{"handle":"alice","password":"correct horse"}' | json 'd["token"]')"
+BOB_ID="$(echo "$B" | json 'd["user"]["id"]')"
+BOB_TOKEN="$(echo "$B" | json 'd["token"]')"
+[ -n "$TOKEN" ] && [ -n "$BOB_ID" ] && pass "curl registers and logs in" || fail "register/login: $A / $B"
+CONV="$("${C[@]}" -H "Authorization: Bearer $TOKEN" "$URL/v1/conversations" -d "{\"memberIds\":[\"$BOB_ID\"]}" | json 'd["conversation"]["id"]')"
+"${C[@]}" -N -m 6 -H "Authorization: Bearer $BOB_TOKEN" "$URL/v1/events" >"$WORK/events.txt" 2>/dev/null &
+sleep 1.5
+sent() { "${C[@]}" -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "$URL/v1/conversations/$CONV/messages" \
+    -d "{\"clientMessageId\":\"$(python3 -c 'import uuid; print(uuid.uuid4())')\",\"text\":\"$1\"}"; }
+[ "$(sent "hello through the script's cluster")" = 201 ] && pass "curl sends a message (201)" || fail "send failed"
+wait_until 8 "the message is on bob's stream" grep -q "hello through the script's cluster" "$WORK/events.txt" \
+    && pass "the message arrives on the other user's event stream" || fail "events: $(cat "$WORK/events.txt")"
+
+if "$CLUSTER" add-worker >/dev/null 2>&1; then
+    share="$(curl -s -H "Authorization: Bearer $PARLEY_ADMIN_TOKEN" "http://127.0.0.1:$OB/v1/cluster" | json 'd["ring"]["shares"].get("worker-4", 0)')"
+    python3 -c "import sys; sys.exit(0 if 0.15 <= $share <= 0.35 else 1)" && pass "add-worker: worker-4 is on the ring with $share of the keys (≈ 1/4)" \
+        || fail "worker-4's share is $share"
+else
+    fail "add-worker failed"
+fi
+"$CLUSTER" status >"$WORK/status.txt" 2>&1 && grep -q "worker-4" "$WORK/status.txt" && grep -q "share of keys" "$WORK/status.txt" \
+    && pass "status lists the nodes and the ring shares" || fail "status: $(cat "$WORK/status.txt")"
+
+"$CLUSTER" kill worker-2 >/dev/null
+[ "$(sent "after worker-2 died")" = 201 ] && pass "after kill worker-2 a send still succeeds" || fail "a send failed after worker-2 was killed"
+
+PIDS_BEFORE="$(cat "$WORK"/clone/.parley/*.pid 2>/dev/null | tr '\n' ' ')"
+"$CLUSTER" down >/dev/null
+left=""
+for pid in $PIDS_BEFORE; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; done
+[ -z "$left" ] && pass "down stopped every node (pids $PIDS_BEFORE)" || fail "still running after down:$left"
+[ -z "$(cd "$WORK/clone" && git status --porcelain --ignored=no | grep -v ' Scripts/cluster$' || true)" ] \
+    && pass "nothing outside .parley/ was written" || fail "files changed: $(cd "$WORK/clone" && git status --porcelain)"
+summary
