@@ -47,7 +47,9 @@ extension Gateway {
         let body = ResponseBody { bodyWriter in
             await writer.run(replay: replay, input: input, into: &bodyWriter)
             self.hub.unregister(sessionID)
-            await self.closeSession(session)
+            // The response ends now; the presence shard hears of it in the background (if it
+            // cannot be reached, the session's lease runs out instead).
+            Task { await self.closeSession(session) }
             try? await bodyWriter.finish(nil)
         }
         return Response(
