@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import HTTPTypes
 import Hummingbird
 import NIOCore
@@ -74,6 +75,8 @@ struct EventStreamWriter: Sendable {
     let user: UserID
     let cursor: StreamCursor
     let channel: any Channel
+
+    static let gapFills = Counter(label: "parley.gateway.gap_filled_messages")
 
     /// Ping every this many ticks (seconds): API.md's 15 s on HTTP/2, where a stream the client
     /// resets or a connection that drops is seen at once (the stream channel goes inactive). Over
@@ -151,6 +154,7 @@ struct EventStreamWriter: Sendable {
                 messages += chunk.filter { $0.seq < before }
                 next = last.seq
             }
+            Self.gapFills.increment(by: messages.count)
             gateway.logger.info("filled a gap in a stream from the store", metadata: [
                 "conversation.id": "\(conversation)", "after.seq": "\(after)", "before.seq": "\(before)", "filled.count": "\(messages.count)",
             ])

@@ -3,6 +3,7 @@ import Logging
 import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
+import Metrics
 import NIOCore
 import NIOPosix
 import ParleyChat
@@ -245,11 +246,14 @@ extension Gateway {
                     throw APIError.unavailable("the conversation's owner did not answer within \(configuration.sendRetryWindow) (\(error.code)); retry with the same clientMessageId")
                 }
                 logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
+                Self.sendRetries.increment()
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, .milliseconds(500))
             }
         }
     }
+
+    static let sendRetries = Counter(label: "parley.gateway.send_retries")
 
     static let retryableSendCodes: Set<String> = [
         ClusterCallError.Code.deadlineExceeded.rawValue, ClusterCallError.Code.notOwner.rawValue,

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import ParleyChat
 import ParleyCluster
 import ParleyModel
@@ -57,6 +58,7 @@ public final class StreamHub: Sendable {
             return true
         }
         guard registered else { return nil }
+        Self.streamsGauge.record(openStreams)
         return (sessionID, input)
     }
 
@@ -67,7 +69,10 @@ public final class StreamHub: Sendable {
             if state.byUser[registration.user]?.isEmpty == true { state.byUser[registration.user] = nil }
             registration.continuation.finish()
         }
+        Self.streamsGauge.record(openStreams)
     }
+
+    static let streamsGauge = Gauge(label: "parley.gateway.streams")
 
     /// This node's inbox handler: every event to every local stream of its recipients.
     public func deliver(_ deliveries: [EventDelivery]) {
