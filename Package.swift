@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "parley-node", targets: ["parley-node"]),
         .executable(name: "parley", targets: ["parley"]),
+        .executable(name: "parley-load", targets: ["parley-load"]),
         .library(name: "ParleyClient", targets: ["ParleyClient"]),
         .library(name: "ParleyCluster", targets: ["ParleyCluster"]),
         .library(name: "ParleyTransport", targets: ["ParleyTransport"]),
@@ -34,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         .target(name: "ParleyModel", swiftSettings: upcoming),
@@ -150,6 +152,22 @@ let package = Package(
             ],
             swiftSettings: upcoming
         ),
+        .target(
+            name: "ParleyLoad",
+            dependencies: ["ParleyModel", .product(name: "Histogram", package: "hdrhistogram-swift")],
+            swiftSettings: upcoming
+        ),
+        .executableTarget(
+            name: "parley-load",
+            dependencies: [
+                "ParleyLoad",
+                "ParleyClient",
+                "ParleyModel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: upcoming
+        ),
         .executableTarget(
             name: "parley",
             dependencies: [
@@ -163,7 +181,6 @@ let package = Package(
             name: "parley-bench",
             dependencies: [
                 "ParleyChat",
-                "ParleyClient",
                 "ParleyCluster",
                 "ParleyModel",
                 "ParleyStore",
@@ -198,6 +215,11 @@ let package = Package(
         .testTarget(
             name: "ParleyClientTests",
             dependencies: ["ParleyClient", "ParleyModel"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyLoadTests",
+            dependencies: ["ParleyLoad", "ParleyModel"],
             swiftSettings: upcoming
         ),
         .testTarget(

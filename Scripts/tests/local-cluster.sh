@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scripts/cluster from a clean clone: up (3 workers, 1 gateway), a curl register / login / send /
-# events round trip against the URL and CA it prints, add-worker (the new worker owns about a
+# events round trip against the URL and CA it prints, a short parley-load run, add-worker (the new worker owns about a
 # quarter of the ring), kill worker-2 and a send still succeeds, down, and no node remains.
 # Uses the binaries next to PATH-TO-parley-node (PARLEY_BIN) instead of a release build.
 #
@@ -70,6 +70,14 @@ sent() { "${C[@]}" -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOK
 [ "$(sent "hello through the script's cluster")" = 201 ] && pass "curl sends a message (201)" || fail "send failed"
 wait_until 8 "the message is on bob's stream" grep -q "hello through the script's cluster" "$WORK/events.txt" \
     && pass "the message arrives on the other user's event stream" || fail "events: $(cat "$WORK/events.txt")"
+
+# parley-load: a short run against the cluster verifies clean and reports deliveries.
+if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --report "$WORK/load.json" >"$WORK/load.txt" 2>&1 \
+    && [ "$(json 'd["deliveries"]' <"$WORK/load.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/load.json")" = True ]; then
+    pass "a short parley-load run verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
+else
+    fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
+fi
 
 if "$CLUSTER" add-worker >/dev/null 2>&1; then
     share="$(curl -s -H "Authorization: Bearer $PARLEY_ADMIN_TOKEN" "http://127.0.0.1:$OB/v1/cluster" | json 'd["ring"]["shares"].get("worker-4", 0)')"

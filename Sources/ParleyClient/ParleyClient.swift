@@ -76,7 +76,9 @@ public final class ParleyClient: Sendable {
             tls.trustRoots = .file(ca)
         }
         var http = HTTPClient.Configuration(tlsConfiguration: tls)
-        http.timeout = .init(connect: .seconds(5), read: .seconds(40))
+        // A gateway that died is refused at once, but the connection pool retries until the connect
+        // timeout before the request fails over to the next gateway: keep it short.
+        http.timeout = .init(connect: .seconds(1), read: .seconds(40))
         http.httpVersion = .automatic
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
         self.configuration = configuration

@@ -1,0 +1,88 @@
+import ParleyModel
+
+/// Checks a load run's history against the contract, with no IO: what the server acknowledged,
+/// and what each member's stream delivered, in order.
+///
+/// Faults it names:
+/// - `lost`: an acknowledged message that a member's stream never delivered;
+/// - `duplicate`: a stream delivered the same `(conversationId, seq)` twice (after the client's
+///   de-duplication, so the client library's own de-duplication is checked too);
+/// - `reorder`: a stream delivered a conversation's seq after a higher one;
+/// - `gap`: a stream delivered seq N and then N+k (k > 1) with the ones between never delivered;
+/// - `conflict`: one `clientMessageId` acknowledged with two different seqs.
+public struct DeliveryVerifier: Sendable {
+    public struct Fault: Hashable, Sendable, Codable, CustomStringConvertible {
+        public enum Kind: String, Hashable, Sendable, Codable {
+            case lost, duplicate, reorder, gap, conflict
+        }
+
+        public var kind: Kind
+        public var conversationId: ConversationID
+        public var seq: Int64
+        /// The member whose stream shows it (nil for `conflict`).
+        public var member: UserID?
+        public var detail: String
+
+        public var description: String {
+            "\(kind.rawValue): \(conversationId) seq \(seq)" + (member.map { " on \($0)'s stream" } ?? "") + (detail.isEmpty ? "" : " (\(detail))")
+        }
+    }
+
+    /// Who is in each conversation (whose streams must deliver its messages).
+    private var members: [ConversationID: [UserID]] = [:]
+    /// Acknowledged sends: conversation → seq → clientMessageId.
+    private var acknowledged: [ConversationID: [Int64: String]] = [:]
+    private var seqOfClientMessageID: [String: (ConversationID, Int64)] = [:]
+    private var conflicts: [Fault] = []
+    /// What each member's stream delivered, per conversation, in arrival order.
+    private var delivered: [UserID: [ConversationID: [Int64]]] = [:]
+
+    public init() {}
+
+    public mutating func conversation(_ id: ConversationID, members: [UserID]) {
+        self.members[id] = members
+    }
+
+    public mutating func acknowledged(_ message: Message) {
+        if let (conversation, seq) = seqOfClientMessageID[message.clientMessageId], conversation == message.conversationId, seq != message.seq {
+            conflicts.append(Fault(kind: .conflict, conversationId: conversation, seq: message.seq, member: nil,
+                                   detail: "clientMessageId \(message.clientMessageId) acknowledged as seq \(seq) and \(message.seq)"))
+        }
+        seqOfClientMessageID[message.clientMessageId] = (message.conversationId, message.seq)
+        acknowledged[message.conversationId, default: [:]][message.seq] = message.clientMessageId
+    }
+
+    public mutating func delivered(_ message: Message, to member: UserID) {
+        delivered[member, default: [:]][message.conversationId, default: []].append(message.seq)
+    }
+
+    public var acknowledgedCount: Int { acknowledged.values.reduce(0) { $0 + $1.count } }
+    public var deliveredCount: Int { delivered.values.reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.count } } }
+
+    /// Every fault, in a stable order.
+    public func faults() -> [Fault] {
+        var faults = conflicts
+        for (conversation, acked) in acknowledged.sorted(by: { $0.key < $1.key }) {
+            for member in members[conversation] ?? [] {
+                let seqs = delivered[member]?[conversation] ?? []
+                var seen: Set<Int64> = []
+                var previous: Int64?
+                for seq in seqs {
+                    if seen.contains(seq) {
+                        faults.append(Fault(kind: .duplicate, conversationId: conversation, seq: seq, member: member, detail: ""))
+                    } else if let previous, seq < previous {
+                        faults.append(Fault(kind: .reorder, conversationId: conversation, seq: seq, member: member, detail: "after seq \(previous)"))
+                    } else if let previous, seq > previous + 1 {
+                        faults.append(Fault(kind: .gap, conversationId: conversation, seq: seq, member: member, detail: "after seq \(previous)"))
+                    }
+                    seen.insert(seq)
+                    previous = max(previous ?? seq, seq)
+                }
+                for seq in acked.keys.sorted() where !seen.contains(seq) {
+                    faults.append(Fault(kind: .lost, conversationId: conversation, seq: seq, member: member, detail: "acknowledged, never delivered"))
+                }
+            }
+        }
+        return faults
+    }
+}

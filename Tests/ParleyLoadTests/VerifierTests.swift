@@ -1,0 +1,92 @@
+import Foundation
+import Histogram
+import ParleyLoad
+import ParleyModel
+import Synchronization
+import Testing
+
+@Suite struct VerifierTests {
+    static let conversation: ConversationID = "c_1"
+    static let members: [UserID] = ["u_a", "u_b"]
+
+    static func message(_ seq: Int64, cmid: String? = nil) -> Message {
+        Message(conversationId: conversation, seq: seq, senderId: "u_a", clientMessageId: cmid ?? "cmid-\(seq)", text: "t", sentAt: Date(millisecondsSince1970: 0))
+    }
+
+    /// A clean history: 1…5 acknowledged, both streams deliver 1…5 in order.
+    static func history(deliveredToB: [Int64] = [1, 2, 3, 4, 5]) -> DeliveryVerifier {
+        var verifier = DeliveryVerifier()
+        verifier.conversation(conversation, members: members)
+        for seq in Int64(1)...5 { verifier.acknowledged(message(seq)) }
+        for seq in Int64(1)...5 { verifier.delivered(message(seq), to: "u_a") }
+        for seq in deliveredToB { verifier.delivered(message(seq), to: "u_b") }
+        return verifier
+    }
+
+    @Test func aCleanHistoryHasNoFaults() {
+        #expect(Self.history().faults().isEmpty)
+    }
+
+    @Test func eachFaultIsFoundAndNamed() {
+        let cases: [([Int64], DeliveryVerifier.Fault.Kind, Int64)] = [
+            ([1, 2, 4, 5], .lost, 3),        // dropped (and a gap where it was)
+            ([1, 2, 3, 3, 4, 5], .duplicate, 3),
+            ([1, 3, 2, 4, 5], .reorder, 2),
+            ([1, 2, 3, 5], .gap, 5),
+        ]
+        for (delivered, kind, seq) in cases {
+            let faults = Self.history(deliveredToB: delivered).faults()
+            #expect(faults.contains { $0.kind == kind && $0.seq == seq && $0.member == "u_b" }, "\(delivered): \(faults)")
+        }
+    }
+
+    @Test func oneClientMessageIdWithTwoSeqsIsAConflict() {
+        var verifier = Self.history()
+        verifier.acknowledged(Self.message(6, cmid: "cmid-2"))
+        #expect(verifier.faults().contains { $0.kind == .conflict })
+    }
+}
+
+@Suite struct OpenLoopTests {
+    /// A test double of a server that handles one request at a time (FIFO); request 10 stalls it
+    /// for 300 ms, so the requests scheduled during the stall queue behind it.
+    final class SerialServer: Sendable {
+        let busyUntil = Mutex(ContinuousClock.now)
+
+        func handle(_ k: Int) async {
+            let done = busyUntil.withLock { busy -> ContinuousClock.Instant in
+                busy = max(busy, .now).advanced(by: k == 10 ? .milliseconds(300) : .milliseconds(1))
+                return busy
+            }
+            try? await Task.sleep(until: done)
+        }
+    }
+
+    @Test func aServerStallShowsInTheLatencyOfEverySendScheduledDuringIt() async {
+        // 60 sends at 100/s. A closed-loop sender would wait for the stalled request, start the
+        // next ones late and report them fast; open loop starts each on its schedule and counts
+        // from it, so the ~30 sends scheduled during the 300 ms stall all show the wait.
+        let server = SerialServer()
+        let result = await OpenLoop(rate: 100, count: 60).run { k, _ in
+            await server.handle(k)
+            return true
+        }
+        #expect(result.latency.totalCount == 60)
+        #expect(result.latency.max >= 300_000, "the stalled send counts the whole stall: max \(result.latency.max) µs")
+        let slow = result.latency.count(within: 100_000...3_600_000_000)
+        #expect(slow >= 15, "sends queued behind the stall show it: \(slow) of 60 took ≥ 100 ms")
+    }
+
+    @Test func theScheduleIsFixedByTheRate() {
+        let start = ContinuousClock.now
+        let loop = OpenLoop(rate: 200, count: 10)
+        #expect(start.duration(to: loop.scheduled(4, from: start)) == .milliseconds(20))
+    }
+
+    @Test func aSeedGivesTheSameSequence() {
+        var a = SplitMix64(seed: 42), b = SplitMix64(seed: 42), c = SplitMix64(seed: 43)
+        let first = (0..<5).map { _ in a.next() }
+        #expect(first == (0..<5).map { _ in b.next() })
+        #expect(first != (0..<5).map { _ in c.next() })
+    }
+}
