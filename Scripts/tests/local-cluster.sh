@@ -79,6 +79,12 @@ else
     fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
 fi
 
+if "$BIN_DIR/parley-load" idle --users 10 --hold 1 --prefix idle >"$WORK/idle.txt" 2>&1 && grep -q "KiB per stream" "$WORK/idle.txt"; then
+    pass "parley-load idle reports the gateway's memory per idle stream: $(tail -n 1 "$WORK/idle.txt" | sed 's/.*→ //')"
+else
+    fail "parley-load idle: $(tail -n 5 "$WORK/idle.txt")"
+fi
+
 if "$CLUSTER" add-worker >/dev/null 2>&1; then
     share="$(curl -s -H "Authorization: Bearer $PARLEY_ADMIN_TOKEN" "http://127.0.0.1:$OB/v1/cluster" | json 'd["ring"]["shares"].get("worker-4", 0)')"
     python3 -c "import sys; sys.exit(0 if 0.15 <= $share <= 0.35 else 1)" && pass "add-worker: worker-4 is on the ring with $share of the keys (≈ 1/4)" \

@@ -301,3 +301,22 @@ extension TimeAmount {
         self = .nanoseconds(Int64(duration.components.seconds) * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
     }
 }
+
+extension ParleyClient {
+    /// A plain GET of a text resource (e.g. a gateway's `/metrics`), trusting `caCertificatePath`.
+    public static func fetchText(_ url: URL, caCertificatePath: String?) async throws -> String {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let caCertificatePath { tls.trustRoots = .file(caCertificatePath) }
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: tls))
+        do {
+            let response = try await http.execute(HTTPClientRequest(url: url.absoluteString), timeout: .seconds(10))
+            let body = try await response.body.collect(upTo: 16 * 1024 * 1024)
+            try await http.shutdown()
+            guard response.status == .ok else { throw ParleyError(status: Int(response.status.code), code: "http_\(response.status.code)", message: url.absoluteString, retryable: false) }
+            return String(buffer: body)
+        } catch {
+            try? await http.shutdown()
+            throw error
+        }
+    }
+}

@@ -11,7 +11,29 @@ struct ParleyLoadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "parley-load",
         abstract: "Load a Parley cluster like real apps do, measure honestly, and verify every message.",
-        subcommands: [Run.self])
+        subcommands: [Run.self, Ramp.self, Idle.self])
+}
+
+/// Who takes part: the options every subcommand shares.
+struct WorkloadOptions: ParsableArguments {
+    @Option(help: "Gateway URLs, comma-separated (env PARLEY_URLS).") var gateways: String?
+    @Option(help: "CA PEM of the gateways' certificates (env PARLEY_CA).") var ca: String?
+    @Option(help: "Users (an even number is used).") var users = 100
+    @Option(help: "Group conversations.") var groups = 0
+    @Option(help: "Members per group.") var groupSize = 10
+    @Option(help: "Share of sends that go to groups (0–1).") var groupShare = 0.0
+    @Option(help: "Seed of the random choices (who sends where).") var seed: UInt64 = 1
+    @Option(help: "Handle prefix of the users (reused when they exist).") var prefix = "load"
+    @Option(help: "Write the JSON report here.") var report: String?
+    @Option(help: "Seconds to wait for the last deliveries after the last send.") var drain = 10.0
+
+    func validate() throws {
+        guard users >= 2 else { throw ValidationError("--users must be at least 2") }
+        guard (0...1).contains(groupShare), groups >= 0, groupSize >= 2, groupSize <= users else {
+            throw ValidationError("--group-share must be 0–1 and --group-size 2…users")
+        }
+        if groups > 0 && groupShare == 0 { throw ValidationError("--groups without --group-share sends nothing to them") }
+    }
 }
 
 /// `parley-load run`: users with open streams, direct and group conversations, sends at a fixed
@@ -28,44 +50,155 @@ struct Run: AsyncParsableCommand {
             scheduled time (no coordinated omission).
             """)
 
-    @Option(help: "Gateway URLs, comma-separated (env PARLEY_URLS).") var gateways: String?
-    @Option(help: "CA PEM of the gateways' certificates (env PARLEY_CA).") var ca: String?
-    @Option(help: "Users (an even number is used).") var users = 100
-    @Option(help: "Group conversations.") var groups = 0
-    @Option(help: "Members per group.") var groupSize = 10
-    @Option(help: "Share of sends that go to groups (0–1).") var groupShare = 0.0
+    @OptionGroup var options: WorkloadOptions
     @Option(help: "Offered sends per second, all users together.") var rate = 100.0
     @Option(help: "Measured seconds.") var duration = 10.0
     @Option(help: "Seconds of sending before measuring.") var warmup = 2.0
-    @Option(help: "Seed of the random choices (who sends where).") var seed: UInt64 = 1
-    @Option(help: "Handle prefix of the users.") var prefix = "load"
-    @Option(help: "Write the JSON report here.") var report: String?
-    @Option(help: "Seconds to wait for the last deliveries after the last send.") var drain = 10.0
 
     func validate() throws {
-        guard users >= 2 else { throw ValidationError("--users must be at least 2") }
         guard rate > 0, duration > 0, warmup >= 0 else { throw ValidationError("--rate and --duration must be positive") }
-        guard (0...1).contains(groupShare), groups >= 0, groupSize >= 2, groupSize <= users else {
-            throw ValidationError("--group-share must be 0–1 and --group-size 2…users")
-        }
-        if groups > 0 && groupShare == 0 { throw ValidationError("--groups without --group-share sends nothing to them") }
     }
 
     func run() async throws {
+        let workload = try await Workload.prepare(options)
+        print("parley-load: \(workload.clients.count) users, \(workload.conversations.count) conversations, \(rate) msg/s offered for \(warmup) s + \(duration) s, seed \(options.seed)")
+        let phase = await workload.phase(rate: rate, duration: duration, warmup: warmup)
+        let faults = await workload.finish(drain: options.drain)
+        let summary = workload.summary(phase, faults: faults)
+        summary.print()
+        try summary.write(to: options.report)
+        if !faults.isEmpty { throw ExitCode(1) }
+    }
+}
+
+/// `parley-load ramp`: the rate steps up until the delivery p99 passes a bound or sends fail.
+struct Ramp: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Step the offered rate up until p99 passes a bound; report the highest rate that held.")
+
+    @OptionGroup var options: WorkloadOptions
+    @Option(help: "The first rate (sends per second).") var from = 100.0
+    @Option(help: "Added at each step.") var step = 100.0
+    @Option(help: "Seconds per step (the first 2 s of each are not measured).") var stepSeconds = 20.0
+    @Option(help: "The bound on delivery p99, e.g. 50ms or 1s.") var untilP99 = "50ms"
+    @Option(help: "Stop after this rate even if it held.") var max = 100_000.0
+
+    func run() async throws {
+        guard let bound = Self.micros(untilP99) else { throw ValidationError("--until-p99 must look like 50ms or 1s") }
+        let workload = try await Workload.prepare(options)
+        print("parley-load ramp: \(workload.clients.count) users, from \(from)/s by \(step)/s, \(stepSeconds) s per step, until delivery p99 > \(untilP99)")
+        var held: Double?
+        var steps: [Summary] = []
+        var rate = from
+        while rate <= max {
+            let phase = await workload.phase(rate: rate, duration: Swift.max(1, stepSeconds - 2), warmup: 2, quiet: true)
+            let summary = workload.summary(phase, faults: [])
+            steps.append(summary)
+            let p99 = summary.delivery.p99
+            let errors = summary.sendErrors.values.reduce(0, +)
+            Swift.print(String(format: "  %8.0f/s  acked %6d  delivered p50 %@  p99 %@  errors %d", rate, summary.acknowledged,
+                               Summary.Percentiles.format(summary.delivery.p50), Summary.Percentiles.format(p99), errors))
+            guard p99 <= bound, errors == 0 else { break }
+            held = rate
+            rate += step
+        }
+        let faults = await workload.finish(drain: options.drain)
+        Swift.print(held.map { "highest rate that held: \($0) msg/s (delivery p99 ≤ \(untilP99), no errors)" } ?? "not even \(from) msg/s held")
+        Swift.print(faults.isEmpty ? "verified: every acknowledged message of every step was delivered" : "VERIFICATION FAILED: \(faults.count) fault(s)")
+        for fault in faults.prefix(50) { Swift.print("  \(fault)") }
+        if let report = options.report {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            struct RampReport: Encodable { var steps: [Summary]; var highestRateHeld: Double?; var faults: [String] }
+            try encoder.encode(RampReport(steps: steps, highestRateHeld: held, faults: faults.map(\.description))).write(to: URL(fileURLWithPath: report))
+        }
+        if !faults.isEmpty { throw ExitCode(1) }
+    }
+
+    static func micros(_ text: String) -> UInt64? {
+        if text.hasSuffix("ms"), let value = Double(text.dropLast(2)) { return UInt64(value * 1000) }
+        if text.hasSuffix("s"), let value = Double(text.dropLast(1)) { return UInt64(value * 1_000_000) }
+        return nil
+    }
+}
+
+/// `parley-load idle`: authenticated users with open streams and no traffic, to measure what an
+/// idle stream costs the gateway (its resident memory before and after, from its /metrics).
+struct Idle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Open N idle streams and report the gateway's memory per stream.")
+
+    @OptionGroup var options: WorkloadOptions
+    @Option(help: "Seconds to hold the streams open before measuring.") var hold = 5.0
+
+    func run() async throws {
+        let urls = try options.gatewayURLs()
+        let before = try await Self.residentBytes(urls[0], ca: options.caPath)
+        let workload = try await Workload.prepare(options, conversations: false)
+        try await Task.sleep(for: .seconds(hold))
+        let after = try await Self.residentBytes(urls[0], ca: options.caPath)
+        let perGateway = Double(workload.clients.count) / Double(urls.count)
+        _ = await workload.finish(drain: 0)
+        Swift.print(String(format: "%d idle streams over %d gateway(s); %@ resident: %.1f MiB before, %.1f MiB after → %.1f KiB per stream",
+                           workload.clients.count, urls.count, urls[0].absoluteString, Double(before) / 1_048_576, Double(after) / 1_048_576,
+                           (Double(after) - Double(before)) / perGateway / 1024))
+    }
+
+    /// `process_resident_memory_bytes` from the gateway's /metrics (on its client port).
+    static func residentBytes(_ gateway: URL, ca: String?) async throws -> Int {
+        let text = try await ParleyClient.fetchText(gateway.appendingPathComponent("metrics"), caCertificatePath: ca)
+        for line in text.split(separator: "\n") where line.hasPrefix("process_resident_memory_bytes ") {
+            if let value = Int(line.split(separator: " ")[1]) { return value }
+        }
+        throw ValidationError("the gateway's /metrics has no process_resident_memory_bytes")
+    }
+}
+
+extension WorkloadOptions {
+    func gatewayURLs() throws -> [URL] {
         let environment = ProcessInfo.processInfo.environment
         guard let list = gateways ?? environment["PARLEY_URLS"] ?? environment["PARLEY_URL"] else {
             throw ValidationError("no gateway: --gateways URL[,URL] (or eval \"$(Scripts/cluster env)\")")
         }
-        let urls = try list.split(separator: ",").map { text -> URL in
+        return try list.split(separator: ",").map { text -> URL in
             guard let url = URL(string: String(text)), url.host != nil else { throw ValidationError("'\(text)' is not a URL") }
             return url
         }
-        let caPath = ca ?? environment["PARLEY_CA"]
-        var random = SplitMix64(seed: seed)
-        let userCount = users / 2 * 2
+    }
 
+    var caPath: String? { ca ?? ProcessInfo.processInfo.environment["PARLEY_CA"] }
+}
+
+/// The users, their clients and streams, and the conversations: set up once, then loaded in
+/// phases; the verifier sees every phase.
+final class Workload: Sendable {
+    let clients: [ParleyClient]
+    let ids: [UserID]
+    let conversations: [(id: ConversationID, members: [Int])]
+    let directCount: Int
+    let groupShare: Double
+    let shared: Shared
+    let streams: [Task<Void, Never>]
+    let seed: UInt64
+    let phases = Mutex(0)
+
+    init(clients: [ParleyClient], ids: [UserID], conversations: [(id: ConversationID, members: [Int])], directCount: Int,
+         groupShare: Double, shared: Shared, streams: [Task<Void, Never>], seed: UInt64) {
+        self.clients = clients
+        self.ids = ids
+        self.conversations = conversations
+        self.directCount = directCount
+        self.groupShare = groupShare
+        self.shared = shared
+        self.streams = streams
+        self.seed = seed
+    }
+
+    static func prepare(_ options: WorkloadOptions, conversations makeConversations: Bool = true) async throws -> Workload {
+        let urls = try options.gatewayURLs()
+        let caPath = options.caPath
+        var random = SplitMix64(seed: options.seed)
+        let userCount = options.users / 2 * 2
+        let prefix = options.prefix
         // Users: one client each, its requests and stream on "its" gateway first.
-        print("parley-load: \(userCount) users over \(urls.count) gateway(s), \(rate) msg/s offered for \(warmup) s + \(duration) s, seed \(seed)")
         let clients = try await withThrowingTaskGroup(of: (Int, ParleyClient).self) { group in
             for index in 0..<userCount {
                 let rotated = Array(urls[(index % urls.count)...] + urls[..<(index % urls.count)])
@@ -86,13 +219,15 @@ struct Run: AsyncParsableCommand {
 
         // Conversations: direct pairs, then groups of random members.
         var conversations: [(id: ConversationID, members: [Int])] = []
-        for pair in stride(from: 0, to: userCount, by: 2) {
-            conversations.append((try await clients[pair].createConversation(with: [ids[pair + 1]]).id, [pair, pair + 1]))
+        if makeConversations {
+            for pair in stride(from: 0, to: userCount, by: 2) {
+                conversations.append((try await clients[pair].createConversation(with: [ids[pair + 1]]).id, [pair, pair + 1]))
+            }
         }
         let directCount = conversations.count
-        for g in 0..<groups {
+        for g in 0..<(makeConversations ? options.groups : 0) {
             var members = Set<Int>()
-            while members.count < groupSize { members.insert(Int(random.next() % UInt64(userCount))) }
+            while members.count < options.groupSize { members.insert(Int(random.next() % UInt64(userCount))) }
             let sorted = members.sorted()
             let group = try await clients[sorted[0]].createConversation(with: sorted.dropFirst().map { ids[$0] }, name: "\(prefix)-group-\(g)")
             conversations.append((group.id, sorted))
@@ -124,11 +259,27 @@ struct Run: AsyncParsableCommand {
             }
         }
         while shared.ready.withLock({ $0 }) < clients.count { try await Task.sleep(for: .milliseconds(50)) }
+        return Workload(
+            clients: clients, ids: ids, conversations: conversations, directCount: directCount,
+            groupShare: options.groups > 0 ? options.groupShare : 0, shared: shared, streams: streams, seed: options.seed)
+    }
 
-        // The schedule: who sends where, decided up front from the seed.
+    struct Phase {
+        var rate: Double
+        var duration: Double
+        var sent: Int
+        var lag: Histogram<UInt64>
+    }
+
+    /// Sends at `rate` for `warmup + duration` seconds; the histograms cover the measured part.
+    func phase(rate: Double, duration: Double, warmup: Double, quiet: Bool = false) async -> Phase {
+        let number = phases.withLock { $0 += 1; return $0 }
+        var random = SplitMix64(seed: seed &+ UInt64(number) &* 0x9E37_79B9)
+        shared.resetPhase()
         let total = Int((warmup + duration) * rate)
         let measuredFrom = Int(warmup * rate)
         var plan: [(conversation: Int, sender: Int)] = []
+        let groups = conversations.count - directCount
         for _ in 0..<total {
             let toGroup = groups > 0 && Double(random.next() % 10_000) / 10_000 < groupShare
             let conversation = toGroup ? directCount + Int(random.next() % UInt64(groups)) : Int(random.next() % UInt64(directCount))
@@ -136,14 +287,13 @@ struct Run: AsyncParsableCommand {
             plan.append((conversation, members[Int(random.next() % UInt64(members.count))]))
         }
         let schedule = plan
-        let progress = Task { await self.progress(shared, total: total) }
-        let convs = conversations
-        let result = await OpenLoop(rate: rate, count: total).run { k, scheduled in
+        let progress = quiet ? nil : Task { await self.progress() }
+        let result = await OpenLoop(rate: rate, count: total).run { [self] k, scheduled in
             let (conversation, sender) = schedule[k]
             let clientMessageId = UUID().uuidString.lowercased()
             shared.pending.withLock { $0[clientMessageId] = (scheduled, k >= measuredFrom) }
             do {
-                let message = try await clients[sender].send("load \(k)", to: convs[conversation].id, clientMessageId: clientMessageId)
+                let message = try await clients[sender].send("load \(k)", to: conversations[conversation].id, clientMessageId: clientMessageId)
                 shared.acknowledged(message, scheduled: scheduled, measured: k >= measuredFrom)
                 return true
             } catch {
@@ -151,44 +301,47 @@ struct Run: AsyncParsableCommand {
                 return false
             }
         }
-        // Wait for the last deliveries.
-        let expected = { shared.verifier.withLock { verifier in verifier.faults().filter { $0.kind == .lost }.count } }
-        let drainUntil = ContinuousClock.now.advanced(by: .seconds(drain))
-        while expected() > 0, ContinuousClock.now < drainUntil { try await Task.sleep(for: .milliseconds(200)) }
-        progress.cancel()
-        for stream in streams { stream.cancel() }
-        for client in clients { try? await client.shutdown() }
-
-        let faults = shared.verifier.withLock { $0.faults() }
-        let summary = Summary(
-            users: userCount, conversations: conversations.count, offeredRate: rate, measuredSeconds: duration, sent: total,
-            acknowledged: shared.verifier.withLock { $0.acknowledgedCount }, deliveries: shared.verifier.withLock { $0.deliveredCount },
-            sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
-            ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(result.lag),
-            faults: faults.map(\.description), verified: faults.isEmpty)
-        summary.print()
-        if let report {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try encoder.encode(summary).write(to: URL(fileURLWithPath: report))
-            Swift.print("report: \(report)")
-        }
-        if !faults.isEmpty { throw ExitCode(1) }
+        // Let this phase's deliveries arrive before measuring the next one.
+        let settle = ContinuousClock.now.advanced(by: .seconds(5))
+        while lostCount() > 0, ContinuousClock.now < settle { try? await Task.sleep(for: .milliseconds(100)) }
+        progress?.cancel()
+        return Phase(rate: rate, duration: duration, sent: total, lag: result.lag)
     }
 
-    private func progress(_ shared: Shared, total: Int) async {
+    private func lostCount() -> Int {
+        shared.verifier.withLock { verifier in verifier.faults().filter { $0.kind == .lost }.count }
+    }
+
+    /// Waits (up to `drain` s) for the last deliveries, closes everything, returns the faults.
+    func finish(drain: Double) async -> [DeliveryVerifier.Fault] {
+        let drainUntil = ContinuousClock.now.advanced(by: .seconds(drain))
+        while lostCount() > 0, ContinuousClock.now < drainUntil { try? await Task.sleep(for: .milliseconds(200)) }
+        for stream in streams { stream.cancel() }
+        for client in clients { try? await client.shutdown() }
+        return shared.verifier.withLock { $0.faults() }
+    }
+
+    func summary(_ phase: Phase, faults: [DeliveryVerifier.Fault]) -> Summary {
+        Summary(
+            users: clients.count, conversations: conversations.count, offeredRate: phase.rate, measuredSeconds: phase.duration, sent: phase.sent,
+            acknowledged: shared.phaseAcks.withLock { $0 }, deliveries: shared.phaseDeliveries.withLock { $0 },
+            sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
+            ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
+            faults: faults.map(\.description), verified: faults.isEmpty)
+    }
+
+    private func progress() async {
         let started = ContinuousClock.now
         var lastAcks = 0, lastDeliveries = 0
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(1))
             guard !Task.isCancelled else { return }
-            let (acks, deliveries) = shared.verifier.withLock { ($0.acknowledgedCount, $0.deliveredCount) }
+            let acks = shared.phaseAcks.withLock { $0 }, deliveries = shared.phaseDeliveries.withLock { $0 }
             let p = shared.delivery.withLock { ($0.valueAtPercentile(50), $0.valueAtPercentile(99)) }
             let errors = shared.sendErrors.withLock { $0.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ") }
-            let elapsed = started.duration(to: .now)
             Swift.print(String(
-                format: "%5.1fs  acked %5d/s  delivered %6d/s  delivery p50 %@ p99 %@  errors [%@]  reconnects %d",
-                Double(elapsed.components.seconds), acks - lastAcks, deliveries - lastDeliveries,
+                format: "%5.0fs  acked %5d/s  delivered %6d/s  delivery p50 %@ p99 %@  errors [%@]  reconnects %d",
+                Double(started.duration(to: .now).components.seconds), acks - lastAcks, deliveries - lastDeliveries,
                 Summary.Percentiles.format(p.0), Summary.Percentiles.format(p.1), errors, shared.reconnects.withLock { $0 }))
             (lastAcks, lastDeliveries) = (acks, deliveries)
         }
@@ -205,15 +358,28 @@ final class Shared: Sendable {
     let streamErrors = Mutex<[String]>([])
     let ready = Mutex(0)
     let reconnects = Mutex(0)
+    /// This phase's acknowledgements and deliveries.
+    let phaseAcks = Mutex(0)
+    let phaseDeliveries = Mutex(0)
+
+    func resetPhase() {
+        ack.withLock { $0.reset() }
+        delivery.withLock { $0.reset() }
+        sendErrors.withLock { $0 = [:] }
+        phaseAcks.withLock { $0 = 0 }
+        phaseDeliveries.withLock { $0 = 0 }
+    }
 
     func acknowledged(_ message: Message, scheduled: ContinuousClock.Instant, measured: Bool) {
         verifier.withLock { $0.acknowledged(message) }
+        phaseAcks.withLock { $0 += 1 }
         if measured { _ = ack.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: .now))) } }
     }
 
     func delivered(_ message: Message, to member: UserID) {
         let now = ContinuousClock.now
         verifier.withLock { $0.delivered(message, to: member) }
+        phaseDeliveries.withLock { $0 += 1 }
         guard message.senderId != member, let (scheduled, measured) = pending.withLock({ $0[message.clientMessageId] }), measured else { return }
         _ = delivery.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: now))) }
     }
@@ -257,6 +423,14 @@ struct Summary: Codable {
     var scheduleLag: Percentiles
     var faults: [String]
     var verified: Bool
+
+    func write(to path: String?) throws {
+        guard let path else { return }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(self).write(to: URL(fileURLWithPath: path))
+        Swift.print("report: \(path)")
+    }
 
     func print() {
         Swift.print("""

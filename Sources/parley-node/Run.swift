@@ -176,6 +176,26 @@ struct NodeService: Service {
     }
 }
 
+/// The process's resident memory and CPU time, from /proc (Linux), in Prometheus text.
+func processMetrics() -> String {
+    var text = ""
+    let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+    if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+        let resident = statm.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+    {
+        text += "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes \(resident * pageSize)\n"
+    }
+    if let stat = try? String(contentsOfFile: "/proc/self/stat", encoding: .utf8), let end = stat.lastIndex(of: ")") {
+        // Fields after the command name: utime and stime are the 12th and 13th (in clock ticks).
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        if fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) {
+            let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+            text += "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total \((user + system) / ticks)\n"
+        }
+    }
+    return text
+}
+
 /// Ends a gateway's event streams cleanly when a graceful shutdown begins, and makes sure the
 /// process exits within 5 s of it: an HTTP/1.1 client that keeps an idle connection open can hold
 /// the HTTP server's graceful shutdown; the cluster has been left by then.
@@ -213,6 +233,7 @@ enum OpsRoutes {
         case "/metrics":
             var body: [UInt8] = []
             registry.emit(into: &body)
+            body += Array(processMetrics().utf8)
             return OpsServer.Response(status: .ok, contentType: "text/plain; version=0.0.4", body: body)
         case "/v1/cluster":
             if let adminToken, headers.first(name: "Authorization") != "Bearer \(adminToken)" {
