@@ -26,6 +26,8 @@ struct WorkloadOptions: ParsableArguments {
     @Option(help: "Handle prefix of the users (reused when they exist).") var prefix = "load"
     @Option(help: "Write the JSON report here.") var report: String?
     @Option(help: "Seconds to wait for the last deliveries after the last send.") var drain = 10.0
+    @Option(help: "Every node's /metrics URL, comma-separated: reports server CPU per delivered message (process_cpu_seconds_total).")
+    var serverMetrics: String?
 
     func validate() throws {
         guard users >= 2 else { throw ValidationError("--users must be at least 2") }
@@ -95,9 +97,11 @@ struct Ramp: AsyncParsableCommand {
             steps.append(summary)
             let p99 = summary.delivery.p99
             let errors = summary.sendErrors.values.reduce(0, +)
-            Swift.print(String(format: "  %8.0f/s  acked %6d  delivered p50 %@  p99 %@  errors %d", rate, summary.acknowledged,
-                               Summary.Percentiles.format(summary.delivery.p50), Summary.Percentiles.format(p99), errors))
-            guard p99 <= bound, errors == 0 else { break }
+            Swift.print(String(format: "  %8.0f/s  acked %6d  delivered p50 %@  p99 %@  p99.9 %@  errors %d  undelivered %d  server CPU/delivery %@", rate, summary.acknowledged,
+                               Summary.Percentiles.format(summary.delivery.p50), Summary.Percentiles.format(p99),
+                               Summary.Percentiles.format(summary.delivery.p999), errors, summary.undelivered,
+                               summary.serverCPUMicrosPerDelivery.map { String(format: "%.0f µs", $0) } ?? "-"))
+            guard p99 <= bound, errors == 0, summary.undelivered == 0 else { break }
             held = rate
             rate += step
         }
@@ -178,10 +182,14 @@ final class Workload: Sendable {
     let shared: Shared
     let streams: [Task<Void, Never>]
     let seed: UInt64
+    let metricsURLs: [URL]
+    let caPath: String?
     let phases = Mutex(0)
 
     init(clients: [ParleyClient], ids: [UserID], conversations: [(id: ConversationID, members: [Int])], directCount: Int,
-         groupShare: Double, shared: Shared, streams: [Task<Void, Never>], seed: UInt64) {
+         groupShare: Double, shared: Shared, streams: [Task<Void, Never>], seed: UInt64, metricsURLs: [URL], caPath: String?) {
+        self.metricsURLs = metricsURLs
+        self.caPath = caPath
         self.clients = clients
         self.ids = ids
         self.conversations = conversations
@@ -261,7 +269,14 @@ final class Workload: Sendable {
         while shared.ready.withLock({ $0 }) < clients.count { try await Task.sleep(for: .milliseconds(50)) }
         return Workload(
             clients: clients, ids: ids, conversations: conversations, directCount: directCount,
-            groupShare: options.groups > 0 ? options.groupShare : 0, shared: shared, streams: streams, seed: options.seed)
+            groupShare: options.groups > 0 ? options.groupShare : 0, shared: shared, streams: streams, seed: options.seed,
+            metricsURLs: try options.serverMetrics.map { list in
+                try list.split(separator: ",").map { text in
+                    guard let url = URL(string: String(text)), url.host != nil else { throw ValidationError("'\(text)' is not a URL") }
+                    return url
+                }
+            } ?? [],
+            caPath: caPath)
     }
 
     struct Phase {
@@ -269,6 +284,10 @@ final class Workload: Sendable {
         var duration: Double
         var sent: Int
         var lag: Histogram<UInt64>
+        /// Server CPU seconds (all nodes) spent during the phase, when --server-metrics was given.
+        var serverCPUSeconds: Double?
+        /// Deliveries still missing when the phase settled (5 s after its last send).
+        var undelivered: Int
     }
 
     /// Sends at `rate` for `warmup + duration` seconds; the histograms cover the measured part.
@@ -276,6 +295,7 @@ final class Workload: Sendable {
         let number = phases.withLock { $0 += 1; return $0 }
         var random = SplitMix64(seed: seed &+ UInt64(number) &* 0x9E37_79B9)
         shared.resetPhase()
+        let cpuBefore = await serverCPUSeconds()
         let total = Int((warmup + duration) * rate)
         let measuredFrom = Int(warmup * rate)
         var plan: [(conversation: Int, sender: Int)] = []
@@ -305,7 +325,23 @@ final class Workload: Sendable {
         let settle = ContinuousClock.now.advanced(by: .seconds(5))
         while lostCount() > 0, ContinuousClock.now < settle { try? await Task.sleep(for: .milliseconds(100)) }
         progress?.cancel()
-        return Phase(rate: rate, duration: duration, sent: total, lag: result.lag)
+        let cpuAfter = await serverCPUSeconds()
+        let cpu = cpuBefore.flatMap { before in cpuAfter.map { $0 - before } }
+        return Phase(rate: rate, duration: duration, sent: total, lag: result.lag, serverCPUSeconds: cpu, undelivered: lostCount())
+    }
+
+    /// The sum of `process_cpu_seconds_total` over every node's /metrics.
+    private func serverCPUSeconds() async -> Double? {
+        guard !metricsURLs.isEmpty else { return nil }
+        var total = 0.0
+        for url in metricsURLs {
+            guard let text = try? await ParleyClient.fetchText(url, caCertificatePath: caPath),
+                let line = text.split(separator: "\n").first(where: { $0.hasPrefix("process_cpu_seconds_total ") }),
+                let value = Double(line.split(separator: " ")[1])
+            else { return nil }
+            total += value
+        }
+        return total
     }
 
     private func lostCount() -> Int {
@@ -324,9 +360,13 @@ final class Workload: Sendable {
     func summary(_ phase: Phase, faults: [DeliveryVerifier.Fault]) -> Summary {
         Summary(
             users: clients.count, conversations: conversations.count, offeredRate: phase.rate, measuredSeconds: phase.duration, sent: phase.sent,
-            acknowledged: shared.phaseAcks.withLock { $0 }, deliveries: shared.phaseDeliveries.withLock { $0 },
+            acknowledged: shared.phaseAcks.withLock { $0 }, deliveries: shared.phaseDeliveries.withLock { $0 }, undelivered: phase.undelivered,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
             ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
+            serverCPUMicrosPerDelivery: phase.serverCPUSeconds.map { cpu in
+                let deliveries = shared.phaseDeliveries.withLock { $0 }
+                return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
+            },
             faults: faults.map(\.description), verified: faults.isEmpty)
     }
 
@@ -415,12 +455,16 @@ struct Summary: Codable {
     var sent: Int
     var acknowledged: Int
     var deliveries: Int
+    /// Acknowledged messages a member's stream had not delivered when the phase settled.
+    var undelivered: Int
     var sendErrors: [String: Int]
     var reconnects: Int
     /// Microseconds from each send's scheduled time.
     var ack: Percentiles
     var delivery: Percentiles
     var scheduleLag: Percentiles
+    /// Server CPU (all nodes) per delivered message, when measured.
+    var serverCPUMicrosPerDelivery: Double?
     var faults: [String]
     var verified: Bool
 
@@ -442,6 +486,7 @@ struct Summary: Codable {
               schedule lag    \(scheduleLag.row)
               send errors \(sendErrors.isEmpty ? "none" : sendErrors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")), stream reconnects \(reconnects)
             """)
+        if let cpu = serverCPUMicrosPerDelivery { Swift.print(String(format: "  server CPU per delivered message: %.0f µs", cpu)) }
         if verified {
             Swift.print("verified: every acknowledged message reached every member's stream once, in seq order, without gaps")
         } else {
