@@ -282,6 +282,8 @@ final class Workload: Sendable {
     struct Phase {
         var rate: Double
         var duration: Double
+        /// Warm-up plus measured seconds.
+        var seconds: Double
         var sent: Int
         var lag: Histogram<UInt64>
         /// Server CPU seconds (all nodes) spent during the phase, when --server-metrics was given.
@@ -327,7 +329,7 @@ final class Workload: Sendable {
         progress?.cancel()
         let cpuAfter = await serverCPUSeconds()
         let cpu = cpuBefore.flatMap { before in cpuAfter.map { $0 - before } }
-        return Phase(rate: rate, duration: duration, sent: total, lag: result.lag, serverCPUSeconds: cpu, undelivered: lostCount())
+        return Phase(rate: rate, duration: duration, seconds: warmup + duration, sent: total, lag: result.lag, serverCPUSeconds: cpu, undelivered: lostCount())
     }
 
     /// The sum of `process_cpu_seconds_total` over every node's /metrics.
@@ -361,6 +363,8 @@ final class Workload: Sendable {
         Summary(
             users: clients.count, conversations: conversations.count, offeredRate: phase.rate, measuredSeconds: phase.duration, sent: phase.sent,
             acknowledged: shared.phaseAcks.withLock { $0 }, deliveries: shared.phaseDeliveries.withLock { $0 }, undelivered: phase.undelivered,
+            achievedRate: Double(shared.phaseAcks.withLock { $0 }) / phase.seconds,
+            deliveriesPerSecond: Double(shared.phaseDeliveries.withLock { $0 }) / phase.seconds,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
             ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
             serverCPUMicrosPerDelivery: phase.serverCPUSeconds.map { cpu in
@@ -457,6 +461,9 @@ struct Summary: Codable {
     var deliveries: Int
     /// Acknowledged messages a member's stream had not delivered when the phase settled.
     var undelivered: Int
+    /// Acknowledged sends and deliveries per second over the phase (warm-up included).
+    var achievedRate: Double
+    var deliveriesPerSecond: Double
     var sendErrors: [String: Int]
     var reconnects: Int
     /// Microseconds from each send's scheduled time.
@@ -480,6 +487,7 @@ struct Summary: Codable {
         Swift.print("""
 
             \(sent) sends offered at \(offeredRate)/s to \(conversations) conversations of \(users) users; \(acknowledged) acknowledged, \(deliveries) deliveries
+            throughput: \(String(format: "%.0f", achievedRate)) acknowledged/s, \(String(format: "%.0f", deliveriesPerSecond)) deliveries/s
                                p50        p90        p99        p99.9      max
               acknowledged    \(ack.row)
               delivered       \(delivery.row)
