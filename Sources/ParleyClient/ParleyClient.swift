@@ -50,6 +50,10 @@ public final class ParleyClient: Sendable {
         public var requestTimeout: Duration = .seconds(15)
         /// How long ``send(_:to:clientMessageId:)`` keeps retrying a retryable failure.
         public var sendRetryWindow: Duration = .seconds(60)
+        /// How long a new connection may take before the request moves on to the next gateway.
+        /// A dead gateway is refused at once, but the connection pool keeps retrying it until this
+        /// runs out, so it is short.
+        public var connectTimeout: Duration = .seconds(2)
 
         public init(gateways: [URL], caCertificatePath: String? = nil) {
             self.gateways = gateways
@@ -76,9 +80,7 @@ public final class ParleyClient: Sendable {
             tls.trustRoots = .file(ca)
         }
         var http = HTTPClient.Configuration(tlsConfiguration: tls)
-        // A gateway that died is refused at once, but the connection pool retries until the connect
-        // timeout before the request fails over to the next gateway: keep it short.
-        http.timeout = .init(connect: .seconds(1), read: .seconds(40))
+        http.timeout = .init(connect: TimeAmount(configuration.connectTimeout), read: .seconds(40))
         http.httpVersion = .automatic
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
         self.configuration = configuration

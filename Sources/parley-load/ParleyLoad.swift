@@ -207,21 +207,33 @@ final class Workload: Sendable {
         let userCount = options.users / 2 * 2
         let prefix = options.prefix
         // Users: one client each, its requests and stream on "its" gateway first.
+        // At most 32 sign-ups at once (each costs the gateway a bcrypt and a TLS handshake), each
+        // retried while the failure is retryable.
         let clients = try await withThrowingTaskGroup(of: (Int, ParleyClient).self) { group in
+            var results = [ParleyClient?](repeating: nil, count: userCount)
             for index in 0..<userCount {
+                if index >= 32, let (done, client) = try await group.next() { results[done] = client }
                 let rotated = Array(urls[(index % urls.count)...] + urls[..<(index % urls.count)])
                 group.addTask {
                     let client = try ParleyClient(configuration: .init(gateways: rotated, caCertificatePath: caPath))
                     let handle = "\(prefix)-\(index)", password = "\(prefix)-password-\(index)"
-                    do {
-                        try await client.register(handle: handle, password: password, displayName: handle)
-                    } catch let error as ParleyError where error.code == "conflict" {
-                        try await client.login(handle: handle, password: password)
+                    for attempt in 1...5 {
+                        do {
+                            do {
+                                try await client.register(handle: handle, password: password, displayName: handle)
+                            } catch let error as ParleyError where error.code == "conflict" {
+                                try await client.login(handle: handle, password: password)
+                            }
+                            return (index, client)
+                        } catch let error as ParleyError where error.retryable && attempt < 5 {
+                            try await Task.sleep(for: .milliseconds(200 * attempt))
+                        }
                     }
-                    return (index, client)
+                    throw ParleyError(status: 0, code: "setup_failed", message: "\(handle) could not sign up", retryable: false)
                 }
             }
-            return try await group.reduce(into: [ParleyClient?](repeating: nil, count: userCount)) { $0[$1.0] = $1.1 }.compactMap { $0 }
+            for try await (done, client) in group { results[done] = client }
+            return results.compactMap { $0 }
         }
         let ids = clients.compactMap(\.currentUser?.id)
 
