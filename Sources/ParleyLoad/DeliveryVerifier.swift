@@ -34,6 +34,7 @@ public struct DeliveryVerifier: Sendable {
     private var acknowledged: [ConversationID: [Int64: String]] = [:]
     private var seqOfClientMessageID: [String: (ConversationID, Int64)] = [:]
     private var conflicts: [Fault] = []
+    private var readBackFaults: [Fault] = []
     /// What each member's stream delivered, per conversation, in arrival order.
     private var delivered: [UserID: [ConversationID: [Int64]]] = [:]
 
@@ -59,9 +60,33 @@ public struct DeliveryVerifier: Sendable {
     public var acknowledgedCount: Int { acknowledged.values.reduce(0) { $0 + $1.count } }
     public var deliveredCount: Int { delivered.values.reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.count } } }
 
+    /// Checks a conversation's full history as the store has it (read back through the API after
+    /// the run): seqs 1…N without a gap or a repeat, every acknowledged message present with the
+    /// seq it was acknowledged with, no `clientMessageId` stored twice.
+    public mutating func readBack(_ conversation: ConversationID, history: [Message]) {
+        var expected: Int64 = 1
+        var byClientMessageID: [String: Int64] = [:]
+        for message in history {
+            if message.seq != expected {
+                readBackFaults.append(Fault(
+                    kind: message.seq < expected ? .duplicate : .gap, conversationId: conversation, seq: message.seq, member: nil,
+                    detail: "in the store, expected seq \(expected)"))
+            }
+            if let other = byClientMessageID[message.clientMessageId], other != message.seq {
+                readBackFaults.append(Fault(kind: .conflict, conversationId: conversation, seq: message.seq, member: nil,
+                                            detail: "clientMessageId \(message.clientMessageId) stored as seq \(other) and \(message.seq)"))
+            }
+            byClientMessageID[message.clientMessageId] = message.seq
+            expected = message.seq + 1
+        }
+        for (seq, clientMessageId) in (acknowledged[conversation] ?? [:]).sorted(by: { $0.key < $1.key }) where byClientMessageID[clientMessageId] != seq {
+            readBackFaults.append(Fault(kind: .lost, conversationId: conversation, seq: seq, member: nil, detail: "acknowledged, not in the store with that seq"))
+        }
+    }
+
     /// Every fault, in a stable order.
     public func faults() -> [Fault] {
-        var faults = conflicts
+        var faults = conflicts + readBackFaults
         for (conversation, acked) in acknowledged.sorted(by: { $0.key < $1.key }) {
             for member in members[conversation] ?? [] {
                 let seqs = delivered[member]?[conversation] ?? []

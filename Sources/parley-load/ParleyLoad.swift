@@ -28,6 +28,10 @@ struct WorkloadOptions: ParsableArguments {
     @Option(help: "Seconds to wait for the last deliveries after the last send.") var drain = 10.0
     @Option(help: "Every node's /metrics URL, comma-separated: reports server CPU per delivered message (process_cpu_seconds_total).")
     var serverMetrics: String?
+    @Option(help: "Write every acknowledged send here, one JSON object per line: conversation, scheduled and acknowledged wall-clock milliseconds.")
+    var timeline: String?
+    @Flag(inversion: .prefixedNo, help: "Read every conversation's history back at the end and check it against what was acknowledged.")
+    var readBack = true
 
     func validate() throws {
         guard users >= 2 else { throw ValidationError("--users must be at least 2") }
@@ -65,7 +69,7 @@ struct Run: AsyncParsableCommand {
         let workload = try await Workload.prepare(options)
         print("parley-load: \(workload.clients.count) users, \(workload.conversations.count) conversations, \(rate) msg/s offered for \(warmup) s + \(duration) s, seed \(options.seed)")
         let phase = await workload.phase(rate: rate, duration: duration, warmup: warmup)
-        let faults = await workload.finish(drain: options.drain)
+        let faults = await workload.finish(drain: options.drain, readBack: options.readBack, timeline: options.timeline)
         let summary = workload.summary(phase, faults: faults)
         summary.print()
         try summary.write(to: options.report)
@@ -105,7 +109,7 @@ struct Ramp: AsyncParsableCommand {
             held = rate
             rate += step
         }
-        let faults = await workload.finish(drain: options.drain)
+        let faults = await workload.finish(drain: options.drain, readBack: options.readBack, timeline: options.timeline)
         Swift.print(held.map { "highest rate that held: \($0) msg/s (delivery p99 ≤ \(untilP99), no errors)" } ?? "not even \(from) msg/s held")
         Swift.print(faults.isEmpty ? "verified: every acknowledged message of every step was delivered" : "VERIFICATION FAILED: \(faults.count) fault(s)")
         for fault in faults.prefix(50) { Swift.print("  \(fault)") }
@@ -362,10 +366,35 @@ final class Workload: Sendable {
         shared.verifier.withLock { verifier in verifier.faults().filter { $0.kind == .lost }.count }
     }
 
-    /// Waits (up to `drain` s) for the last deliveries, closes everything, returns the faults.
-    func finish(drain: Double) async -> [DeliveryVerifier.Fault] {
+    /// Waits (up to `drain` s) for the last deliveries, reads every conversation back (unless
+    /// told not to), writes the timeline, closes everything, returns the faults.
+    func finish(drain: Double, readBack: Bool = true, timeline: String? = nil) async -> [DeliveryVerifier.Fault] {
         let drainUntil = ContinuousClock.now.advanced(by: .seconds(drain))
         while lostCount() > 0, ContinuousClock.now < drainUntil { try? await Task.sleep(for: .milliseconds(200)) }
+        if readBack {
+            for conversation in conversations {
+                let reader = clients[conversation.members[0]]
+                var history: [Message] = []
+                var failed = false
+                while !failed {
+                    guard let page = try? await reader.messages(in: conversation.id, after: history.last?.seq ?? 0, limit: 200) else {
+                        failed = true
+                        break
+                    }
+                    history += page
+                    if page.count < 200 { break }
+                }
+                if failed {
+                    shared.streamErrors.withLock { $0.append("read-back of \(conversation.id) failed") }
+                } else {
+                    shared.verifier.withLock { $0.readBack(conversation.id, history: history) }
+                }
+            }
+        }
+        if let timeline {
+            let lines = shared.timeline.withLock { $0 }.map { "{\"conversation\":\"\($0.0)\",\"scheduledMs\":\($0.1),\"ackedMs\":\($0.2)}" }
+            try? (lines.joined(separator: "\n") + "\n").write(toFile: timeline, atomically: true, encoding: .utf8)
+        }
         for stream in streams { stream.cancel() }
         for client in clients { try? await client.shutdown() }
         return shared.verifier.withLock { $0.faults() }
@@ -426,7 +455,13 @@ final class Shared: Sendable {
         phaseDeliveries.withLock { $0 = 0 }
     }
 
+    /// (conversation, scheduled, acknowledged) in wall-clock milliseconds, for --timeline.
+    let timeline = Mutex<[(String, Int64, Int64)]>([])
+
     func acknowledged(_ message: Message, scheduled: ContinuousClock.Instant, measured: Bool) {
+        let ackedAt = Date()
+        let scheduledAt = ackedAt.addingTimeInterval(-Double(OpenLoop.micros(scheduled.duration(to: .now))) / 1e6)
+        timeline.withLock { $0.append((message.conversationId.rawValue, scheduledAt.millisecondsSince1970, ackedAt.millisecondsSince1970)) }
         verifier.withLock { $0.acknowledged(message) }
         phaseAcks.withLock { $0 += 1 }
         if measured { _ = ack.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: .now))) } }
@@ -508,7 +543,7 @@ struct Summary: Codable {
             """)
         if let cpu = serverCPUMicrosPerDelivery { Swift.print(String(format: "  server CPU per delivered message: %.0f µs", cpu)) }
         if verified {
-            Swift.print("verified: every acknowledged message reached every member's stream once, in seq order, without gaps")
+            Swift.print("verified: every acknowledged message reached every member's stream once, in seq order, without gaps, and the store holds each once with its seq")
         } else {
             Swift.print("VERIFICATION FAILED: \(faults.count) fault(s)")
             for fault in faults.prefix(50) { Swift.print("  \(fault)") }

@@ -40,6 +40,23 @@ import Testing
         }
     }
 
+    @Test func theReadBackFindsWhatTheStoreGotWrong() {
+        var clean = Self.history()
+        clean.readBack(Self.conversation, history: (1...5).map { Self.message($0) })
+        #expect(clean.faults().isEmpty)
+        let broken: [([Message], DeliveryVerifier.Fault.Kind)] = [
+            ([1, 2, 4, 5].map { Self.message($0) }, .gap),
+            ([1, 2, 3, 4].map { Self.message($0) }, .lost),
+            ([1, 2, 3, 4, 5].map { Self.message($0) } + [Self.message(6, cmid: "cmid-3")], .conflict),
+            ([1, 2, 2, 3, 4, 5].map { Self.message($0) }, .duplicate),
+        ]
+        for (history, kind) in broken {
+            var verifier = Self.history()
+            verifier.readBack(Self.conversation, history: history)
+            #expect(verifier.faults().contains { $0.kind == kind && $0.member == nil }, "\(history.map(\.seq)): \(verifier.faults())")
+        }
+    }
+
     @Test func oneClientMessageIdWithTwoSeqsIsAConflict() {
         var verifier = Self.history()
         verifier.acknowledged(Self.message(6, cmid: "cmid-2"))
