@@ -74,7 +74,9 @@ public final class ParleyClient: Sendable {
     }
 
     public init(configuration: Configuration, token: String? = nil, logger: Logger = Logger(label: "parley.client")) throws {
-        precondition(!configuration.gateways.isEmpty, "ParleyClient needs at least one gateway URL")
+        guard !configuration.gateways.isEmpty else {
+            throw ParleyError(status: 0, code: "invalid_configuration", message: "ParleyClient needs at least one gateway URL", retryable: false)
+        }
         var tls = TLSConfiguration.makeClientConfiguration()
         if let ca = configuration.caCertificatePath {
             tls.trustRoots = .file(ca)

@@ -166,10 +166,12 @@ extension WorkloadOptions {
         guard let list = gateways ?? environment["PARLEY_URLS"] ?? environment["PARLEY_URL"] else {
             throw ValidationError("no gateway: --gateways URL[,URL] (or eval \"$(Scripts/cluster env)\")")
         }
-        return try list.split(separator: ",").map { text -> URL in
+        let urls = try list.split(separator: ",").map { text -> URL in
             guard let url = URL(string: String(text)), url.host != nil else { throw ValidationError("'\(text)' is not a URL") }
             return url
         }
+        guard !urls.isEmpty else { throw ValidationError("--gateways names no URL") }
+        return urls
     }
 
     var caPath: String? { ca ?? ProcessInfo.processInfo.environment["PARLEY_CA"] }
