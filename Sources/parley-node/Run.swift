@@ -142,10 +142,11 @@ struct Run: AsyncParsableCommand {
             services.append(.init(service: application))
             // Services shut down in reverse order: the streams end first, so the application can
             // drain its requests, then the node leaves the cluster.
-            services.append(.init(service: StreamCloser(gateway: made, logger: logger)))
+            services.append(.init(service: StreamCloser(gateway: made)))
         }
         let node = NodeService(system: system, ops: ops, gateway: gateway, logger: logger)
         services.insert(.init(service: node), at: 0)
+        services.append(.init(service: ShutdownWatchdog(logger: logger)))
         var groupConfig = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
         groupConfig.maximumGracefulShutdownDuration = .seconds(4)
@@ -196,20 +197,28 @@ func processMetrics() -> String {
     return text
 }
 
-/// Ends a gateway's event streams cleanly when a graceful shutdown begins, and makes sure the
-/// process exits within 5 s of it: an HTTP/1.1 client that keeps an idle connection open can hold
-/// the HTTP server's graceful shutdown; the cluster has been left by then.
+/// Ends a gateway's event streams cleanly when a graceful shutdown begins.
 struct StreamCloser: Service {
     let gateway: Gateway
-    let logger: Logger
 
     func run() async throws {
         try? await gracefulShutdown()
         gateway.closeStreams()
+    }
+}
+
+/// Makes sure the process exits within 5 s of a graceful shutdown's start: an HTTP/1.1 client
+/// that keeps an idle connection open can hold the HTTP server's drain (the streams have ended and
+/// the cluster has been left by then). Shut down first, as the last service in the group.
+struct ShutdownWatchdog: Service {
+    let logger: Logger
+
+    func run() async throws {
+        try? await gracefulShutdown()
         let logger = self.logger
         Thread.detachNewThread {
             Thread.sleep(forTimeInterval: 5)
-            logger.warning("client connections still open 5 s after the shutdown began: exiting anyway")
+            logger.warning("still running 5 s after the shutdown began (open client connections?): exiting anyway")
             exit(0)
         }
     }
