@@ -23,17 +23,6 @@ public enum ChatEvent: Codable, Sendable, Hashable {
         case .typing, .presence: nil
         }
     }
-
-    /// The conversation the event is about; nil for presence.
-    public var conversationId: ConversationID? {
-        switch self {
-        case .message(let message): message.conversationId
-        case .receipt(let receipt): receipt.conversationId
-        case .conversation(let change): change.conversation.id
-        case .typing(let typing): typing.conversationId
-        case .presence: nil
-        }
-    }
 }
 
 public struct ConversationChange: Codable, Sendable, Hashable {

@@ -77,11 +77,7 @@ public final class ParleyClient: Sendable {
         guard !configuration.gateways.isEmpty else {
             throw ParleyError(status: 0, code: "invalid_configuration", message: "ParleyClient needs at least one gateway URL", retryable: false)
         }
-        var tls = TLSConfiguration.makeClientConfiguration()
-        if let ca = configuration.caCertificatePath {
-            tls.trustRoots = .file(ca)
-        }
-        var http = HTTPClient.Configuration(tlsConfiguration: tls)
+        var http = HTTPClient.Configuration(tlsConfiguration: Self.tls(trusting: configuration.caCertificatePath))
         http.timeout = .init(connect: TimeAmount(configuration.connectTimeout), read: .seconds(40))
         http.httpVersion = .automatic
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
@@ -307,11 +303,16 @@ extension TimeAmount {
 }
 
 extension ParleyClient {
-    /// A plain GET of a text resource (e.g. a gateway's `/metrics`), trusting `caCertificatePath`.
-    public static func fetchText(_ url: URL, caCertificatePath: String?) async throws -> String {
+    /// TLS that trusts the given CA (PEM), or the system's roots.
+    static func tls(trusting caCertificatePath: String?) -> TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let caCertificatePath { tls.trustRoots = .file(caCertificatePath) }
-        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: tls))
+        return tls
+    }
+
+    /// A plain GET of a text resource (e.g. a gateway's `/metrics`), trusting `caCertificatePath`.
+    public static func fetchText(_ url: URL, caCertificatePath: String?) async throws -> String {
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: tls(trusting: caCertificatePath)))
         do {
             let response = try await http.execute(HTTPClientRequest(url: url.absoluteString), timeout: .seconds(10))
             let body = try await response.body.collect(upTo: 16 * 1024 * 1024)

@@ -12,8 +12,12 @@ public struct ClusterSettings: Sendable {
     /// Cluster ports of the seed nodes. This node's own address in the list is skipped, so every
     /// node can be given the same list.
     public var seeds: [NodeAddress]
-    /// Set at start; higher on every restart. Milliseconds since 1970 by default.
+    /// This run's incarnation: higher on every restart (from ``incarnations`` unless given).
     public var incarnation: UInt64
+    /// Where new incarnations come from (at start, and when the node rejoins after being declared
+    /// down): a source that keeps growing across restarts, such as the wall clock in milliseconds.
+    /// Injected, like every clock here: this module reads no time of its own.
+    public var incarnations: @Sendable () -> UInt64
     public var membership: MembershipSettings
     public var ring: HashRing.Settings
     /// How long a remote call may take, retries on a moved owner included.
@@ -28,7 +32,8 @@ public struct ClusterSettings: Sendable {
         bindAddress: NodeAddress,
         advertisedAddress: NodeAddress? = nil,
         seeds: [NodeAddress] = [],
-        incarnation: UInt64 = ClusterSettings.incarnationNow(),
+        incarnations: @escaping @Sendable () -> UInt64,
+        incarnation: UInt64? = nil,
         membership: MembershipSettings = .default,
         ring: HashRing.Settings = .default,
         callTimeout: Duration = .seconds(5),
@@ -39,15 +44,11 @@ public struct ClusterSettings: Sendable {
         self.bindAddress = bindAddress
         self.advertisedAddress = advertisedAddress
         self.seeds = seeds
-        self.incarnation = incarnation
+        self.incarnations = incarnations
+        self.incarnation = incarnation ?? incarnations()
         self.membership = membership
         self.ring = ring
         self.callTimeout = callTimeout
         self.passivateAfter = passivateAfter
-    }
-
-    /// Milliseconds since 1970: grows across restarts of a node as long as its clock does.
-    public static func incarnationNow() -> UInt64 {
-        UInt64(max(1, Date().timeIntervalSince1970 * 1000))
     }
 }

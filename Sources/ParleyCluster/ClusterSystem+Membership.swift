@@ -96,7 +96,7 @@ extension ClusterSystem {
     /// The cluster declared this incarnation down (it was paused or cut off): its actors may have
     /// moved, so it drops them all and comes back as a new incarnation.
     private func rejoin(after me: Member) {
-        let incarnation = max(me.id.incarnation + 1, ClusterSettings.incarnationNow())
+        let incarnation = max(me.id.incarnation + 1, settings.incarnations())
         let (identity, dropped) = state.withLock { state -> (PeerIdentity, [LocalActor]) in
             state.membership.rejoin(incarnation: incarnation, now: clock.now)
             let dropped = state.local.filter { $0.key.isVirtual }

@@ -67,7 +67,7 @@ struct APIError: Error, HTTPResponseError, CustomStringConvertible {
     func response(from request: Request, context: some RequestContext) throws -> Response {
         var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfterSeconds { headers[.retryAfter] = "\(retryAfterSeconds)" }
-        let body = (try? API.makeEncoder().encode(API.ErrorBody(code: code, message: message, retryable: retryable))) ?? Data()
+        let body = (try? Gateway.encoder.encode(API.ErrorBody(code: code, message: message, retryable: retryable))) ?? Data()
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 }

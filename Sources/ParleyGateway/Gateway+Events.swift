@@ -84,24 +84,28 @@ struct EventStreamWriter: Sendable {
     /// there, and presence goes offline within seconds on both.
     static func pingTicks(http2: Bool) -> Int { http2 ? 15 : 3 }
 
-    private struct Failed: Error {}
+    /// What one stream keeps while it writes: where it is, and what each conversation has sent.
+    private struct Position {
+        var cursor: StreamCursor
+        var sequencer = StreamSequencer()
+    }
 
     func run(replay: [ChatEvent], input: AsyncStream<StreamInput>, into writer: inout any ResponseBodyWriter) async {
-        var cursor = self.cursor
-        var sequencer = StreamSequencer()
+        var position = Position(cursor: cursor)
         var ticks = 0
         // An HTTP/2 stream's channel is the child of a connection, itself the child of the listener;
         // an HTTP/1.1 connection is the listener's child.
         let pingTicks = Self.pingTicks(http2: channel.parent?.parent != nil)
         do {
             for event in replay {
-                try await write(event, cursor: &cursor, sequencer: &sequencer, into: &writer)
+                try await write(event, at: &position, into: &writer)
             }
-            try await writer.write(Self.frame(event: "ready", id: cursor.token, data: API.ReadyEvent(cursor: cursor.token)))
+            let ready = position.cursor.token
+            try await writer.write(Self.frame(event: "ready", id: ready, data: API.ReadyEvent(cursor: ready)))
             for await item in input {
                 switch item {
                 case .event(let event):
-                    try await write(event, cursor: &cursor, sequencer: &sequencer, into: &writer)
+                    try await write(event, at: &position, into: &writer)
                 case .tick:
                     guard channel.isActive else {
                         gateway.logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
@@ -117,27 +121,27 @@ struct EventStreamWriter: Sendable {
         }
     }
 
-    private func write(_ event: ChatEvent, cursor: inout StreamCursor, sequencer: inout StreamSequencer, into writer: inout any ResponseBodyWriter) async throws {
+    private func write(_ event: ChatEvent, at position: inout Position, into writer: inout any ResponseBodyWriter) async throws {
         if case .message(let message) = event {
-            switch sequencer.decide(message) {
+            switch position.sequencer.decide(message) {
             case .duplicate:
                 return
             case .send:
                 break
             case .fillGap(let after, let before):
-                for missing in await fetch(message.conversationId, after: after, before: before) where sequencer.decide(missing) == .send {
-                    try await emit(.message(missing), cursor: &cursor, into: &writer)
-                    sequencer.sent(missing)
+                for missing in await fetch(message.conversationId, after: after, before: before) where position.sequencer.decide(missing) == .send {
+                    try await emit(.message(missing), at: &position, into: &writer)
+                    position.sequencer.sent(missing)
                 }
             }
-            sequencer.sent(message)
+            position.sequencer.sent(message)
         }
-        try await emit(event, cursor: &cursor, into: &writer)
+        try await emit(event, at: &position, into: &writer)
     }
 
-    private func emit(_ event: ChatEvent, cursor: inout StreamCursor, into writer: inout any ResponseBodyWriter) async throws {
-        cursor = cursor.advanced(by: event)
-        guard let frame = Self.frame(for: event, user: user, cursor: cursor) else { return }
+    private func emit(_ event: ChatEvent, at position: inout Position, into writer: inout any ResponseBodyWriter) async throws {
+        position.cursor = position.cursor.advanced(by: event)
+        guard let frame = Self.frame(for: event, user: user, cursor: position.cursor) else { return }
         try await writer.write(frame)
     }
 
@@ -183,7 +187,7 @@ struct EventStreamWriter: Sendable {
 
     static func frame(event: String, id: String?, data: some Encodable) -> ByteBuffer {
         // JSON has no raw newlines (they are escaped in strings), so the data is one line.
-        let json = (try? API.makeEncoder().encode(data)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        let json = (try? Gateway.encoder.encode(data)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
         var text = "event: \(event)\n"
         if let id { text += "id: \(id)\n" }
         text += "data: \(json)\n\n"

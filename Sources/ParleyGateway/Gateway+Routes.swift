@@ -326,7 +326,7 @@ extension Gateway {
             throw APIError(.contentTooLarge, "payload_too_large", "the body is over \(configuration.bodyLimitBytes / 1024) KiB")
         }
         do {
-            return try API.makeDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+            return try Self.decoder.decode(T.self, from: Data(buffer.readableBytesView))
         } catch let error as DecodingError {
             throw APIError.invalid(Self.describe(error))
         } catch {
@@ -361,8 +361,12 @@ extension Gateway {
         }
     }
 
+    /// One encoder and decoder for every request (both are thread-safe once configured).
+    static let encoder = API.makeEncoder()
+    static let decoder = API.makeDecoder()
+
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
-        let data = try API.makeEncoder().encode(value)
+        let data = try encoder.encode(value)
         return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 

@@ -127,8 +127,6 @@ public final class Gateway: Sendable {
         hub.closeAll()
     }
 
-    public var openStreams: Int { hub.openStreams }
-
     static func tlsConfiguration(certificatePath: String, keyPath: String) throws -> TLSConfiguration {
         let chain: [NIOSSLCertificate]
         let key: NIOSSLPrivateKey

@@ -86,9 +86,4 @@ public struct StreamSequencer: Sendable {
     public mutating func sent(_ message: Message) {
         lastSeq[message.conversationId] = max(lastSeq[message.conversationId] ?? 0, message.seq)
     }
-
-    /// The stream knows the conversation up to `seq` without having sent it (e.g. it was empty).
-    public mutating func know(_ conversation: ConversationID, upTo seq: Int64) {
-        lastSeq[conversation] = max(lastSeq[conversation] ?? 0, seq)
-    }
 }

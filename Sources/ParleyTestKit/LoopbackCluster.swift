@@ -35,7 +35,7 @@ public final class LoopbackCluster: Sendable {
     /// Starts a node; the first node started is everybody's seed.
     @discardableResult
     public func start(
-        _ name: String, roles: NodeRoles = .worker, seed: NodeAddress? = nil, incarnation: UInt64 = ClusterSettings.incarnationNow(),
+        _ name: String, roles: NodeRoles = .worker, seed: NodeAddress? = nil, incarnation: UInt64? = nil,
         callTimeout: Duration = .seconds(2), transportSettings: TransportSettings = .default
     ) async throws -> ClusterSystem {
         if !FileManager.default.fileExists(atPath: directory.appendingPathComponent("\(name).pem").path) {
@@ -44,7 +44,7 @@ public final class LoopbackCluster: Sendable {
         let seedAddress = seed ?? firstSeed.withLock { $0 }
         let settings = ClusterSettings(
             name: name, roles: roles, bindAddress: NodeAddress(host: "127.0.0.1", port: 0),
-            seeds: seedAddress.map { [$0] } ?? [], incarnation: incarnation, membership: Self.membership, callTimeout: callTimeout)
+            seeds: seedAddress.map { [$0] } ?? [], incarnations: WallClockIncarnations.next, incarnation: incarnation, membership: Self.membership, callTimeout: callTimeout)
         var logger = Logger(label: "test.\(name)")
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_TEST_LOG"] == nil ? .critical : .debug
         let transport = NIOClusterTransport(

@@ -69,7 +69,7 @@ struct NodeConfiguration {
         self.cluster = ClusterSettings(
             name: name, roles: roles, bindAddress: bind,
             advertisedAddress: advertiseHost.map { NodeAddress(host: $0, port: clusterPort) },
-            seeds: seeds)
+            seeds: seeds, incarnations: WallClockIncarnations.next)
         self.tlsDirectory = URL(fileURLWithPath: tlsDir)
         self.opsHost = value(run.opsHost, "PARLEY_OPS_HOST") ?? "127.0.0.1"
         self.opsPort = try port(run.opsPort, "PARLEY_OPS_PORT", default: 7700)
