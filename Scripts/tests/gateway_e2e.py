@@ -363,6 +363,21 @@ def main():
           f"replayed {before_ready}, after ready {after_ready}")
     check(all(s in seqs(bob_seen) for s in before_ready if s <= 5), "anything else replayed is a duplicate the client already had")
 
+    # A cursor can be ahead of an event the client never got: fan-out from different conversations
+    # reaches a gateway out of commit order, so a stream may send an event committed at T+0.5 s
+    # before one committed at T. Resuming from such a cursor must still replay the earlier one.
+    from datetime import datetime
+    seventh = next(m for m in resumed.messages(conv) if m["seq"] == 7)
+    committed_ms = int(datetime.strptime(seventh["sentAt"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=__import__("datetime").timezone.utc).timestamp() * 1000)
+    ahead = Stream("gateway-2", bob["token"], cursor=f"pc1.{committed_ms + 500}")
+    ahead.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    ahead_events = ahead.snapshot()
+    ahead_ready = next((i for i, (e, _, _) in enumerate(ahead_events) if e == "ready"), len(ahead_events))
+    replayed_seqs = [d["message"]["seq"] for e, _, d in ahead_events[:ahead_ready] if e == "message" and d["message"]["conversationId"] == conv]
+    check(7 in replayed_seqs, "a resume replays a message committed shortly before the cursor (events arrive out of commit order)",
+          f"replayed {replayed_seqs}")
+    ahead.close()
+
     # Gateway failover: bob streams from gateway-2; it is SIGKILLed; bob resumes on gateway-1.
     cursor = resumed.last_cursor()
     kill("gateway-2")
