@@ -25,6 +25,10 @@ struct StoreBench: AsyncParsableCommand {
     var maxWaitMicros = 0
     @Option(help: "SQLite synchronous mode: normal or full.")
     var synchronous = "normal"
+    @Flag(help: "Random (version 4) client message IDs instead of time-ordered ones (version 7, what Parley's clients make).")
+    var randomIds = false
+    @Option(help: "SQLite: background checkpoint interval in ms (0: SQLite's automatic checkpoints instead).")
+    var backgroundCheckpointMs = 50
 
     func run() async throws {
         let chatStore: any ChatStore
@@ -35,6 +39,7 @@ struct StoreBench: AsyncParsableCommand {
             path = String(store.dropFirst("sqlite:".count))
             var settings = SQLiteChatStore.Settings()
             settings.synchronous = synchronous == "full" ? .full : .normal
+            settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
         } else if store.hasPrefix("postgres://") {
             chatStore = try PostgresChatStore(url: store, maxConnections: 4)
@@ -58,7 +63,7 @@ struct StoreBench: AsyncParsableCommand {
         let started = ContinuousClock.now
         let latencies = try await drive(committer, owned, count: appends)
         let elapsed = started.duration(to: .now)
-        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)")
+        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)  client message IDs \(randomIds ? "random" : "time-ordered")")
         print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
             + "latency " + latencies.summary([50, 99]))
     }
@@ -74,7 +79,8 @@ struct StoreBench: AsyncParsableCommand {
                         let (id, epoch) = owned[i % owned.count]
                         let started = ContinuousClock.now
                         let outcome = try await committer.append(AppendRequest(
-                            conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(),
+                            conversationId: id, epoch: epoch, senderId: "u_a",
+                            clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(),
                             text: "benchmark message \(i)", sentAt: Date()))
                         guard case .appended = outcome else { throw ValidationError("append \(i): \(outcome)") }
                         latencies.record(started.duration(to: .now))
@@ -98,6 +104,10 @@ struct StoreRaw: AsyncParsableCommand {
     @Option var mmapBytes = 256 << 20
     @Option var checkpointPages = 1000
     @Option var pageSize = 4096
+    @Flag(help: "Random (version 4) client message IDs instead of time-ordered ones.")
+    var randomIds = false
+    @Option(help: "Background checkpoint interval in ms (0: SQLite's automatic checkpoints instead).")
+    var backgroundCheckpointMs = 50
 
     func run() async throws {
         let path = "/tmp/parley-raw-\(UUID().uuidString).sqlite"
@@ -107,6 +117,7 @@ struct StoreRaw: AsyncParsableCommand {
         settings.mmapBytes = mmapBytes
         settings.walAutocheckpointPages = checkpointPages
         settings.pageSize = pageSize
+        settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
         let store = try SQLiteChatStore(path: path, settings: settings)
         try await store.migrate()
         var owned: [(ConversationID, Int64)] = []
@@ -122,13 +133,17 @@ struct StoreRaw: AsyncParsableCommand {
         for b in 0..<batches {
             let requests = (0..<batch).map { i in
                 let (id, epoch) = owned[(b * batch + i) % owned.count]
-                return AppendRequest(conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "raw \(i)", sentAt: Date())
+                return AppendRequest(
+                    conversationId: id, epoch: epoch, senderId: "u_a",
+                    clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(), text: "raw \(i)", sentAt: Date())
             }
             let t0 = ContinuousClock.now
             _ = try await store.commit(requests)
             latencies.record(t0.duration(to: .now))
         }
         let elapsed = started.duration(to: .now)
+        let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+        print("WAL at the end: \(wal >> 10) KiB")
         print(String(format: "raw commits: %d × %d in %.2f s = %.0f appends/s; per commit ", batches, batch, elapsed.seconds, Double(batch * batches) / elapsed.seconds) + latencies.summary())
     }
 }

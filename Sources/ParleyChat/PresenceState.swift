@@ -23,6 +23,9 @@ public struct PresenceState: Sendable {
     /// Sessions closed explicitly, until their lease would have run out: a renewal already on its
     /// way when the stream closed must not open them again.
     private var closed: [String: ContinuousClock.Instant] = [:]
+    /// No lease runs out before this instant (it may be earlier than the true first expiry, never
+    /// later), so most calls to ``expireLeases(now:wallClock:)`` need not look at any session.
+    private var noExpiryBefore: ContinuousClock.Instant?
 
     public init(lease: Duration = .seconds(6)) {
         self.lease = lease
@@ -38,7 +41,9 @@ public struct PresenceState: Sendable {
     /// A stream opened. Returns the user's new presence if it changed (it came online).
     public mutating func sessionOpened(_ user: UserID, gateway: String, sessionID: String, now: ContinuousClock.Instant) -> Presence? {
         let before = presence(of: user).status
-        sessions[user, default: [:]][sessionID] = Session(gateway: gateway, sessionID: sessionID, leaseExpiresAt: now.advanced(by: lease))
+        let expiry = now.advanced(by: lease)
+        sessions[user, default: [:]][sessionID] = Session(gateway: gateway, sessionID: sessionID, leaseExpiresAt: expiry)
+        noExpiryBefore = min(noExpiryBefore ?? expiry, expiry)
         return changed(user, from: before)
     }
 
@@ -66,9 +71,12 @@ public struct PresenceState: Sendable {
 
     /// Drops sessions whose lease ran out (their gateway died); returns who went offline.
     public mutating func expireLeases(now: ContinuousClock.Instant, wallClock: Date) -> [Presence] {
+        guard let first = noExpiryBefore, first <= now else { return [] }
+        noExpiryBefore = nil
         var changes: [Presence] = []
         for (user, userSessions) in sessions {
             let live = userSessions.filter { $0.value.leaseExpiresAt > now }
+            for session in live.values { noExpiryBefore = min(noExpiryBefore ?? session.leaseExpiresAt, session.leaseExpiresAt) }
             guard live.count != userSessions.count else { continue }
             if live.isEmpty {
                 sessions[user] = nil

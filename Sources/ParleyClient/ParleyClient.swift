@@ -171,7 +171,7 @@ public final class ParleyClient: Sendable {
     /// rate limit, no network) is retried with the **same** `clientMessageId`, so the message is
     /// stored once however many attempts it takes; it returns once the server acknowledged it
     /// (durable), or throws a non-retryable error, or after `sendRetryWindow`.
-    public func send(_ text: String, to conversation: ConversationID, clientMessageId: String = UUID().uuidString.lowercased()) async throws -> Message {
+    public func send(_ text: String, to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()) async throws -> Message {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
         var pause = Duration.milliseconds(100)

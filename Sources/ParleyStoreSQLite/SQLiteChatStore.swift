@@ -3,6 +3,7 @@ import GRDB
 import Logging
 import ParleyModel
 import ParleyStore
+import Synchronization
 
 /// The embedded store: one SQLite file (WAL mode) that every node of a local cluster may share.
 ///
@@ -24,12 +25,18 @@ public final class SQLiteChatStore: ChatStore {
         public var cacheKiB = 65_536
         /// Bytes of the file mapped into memory (0: none).
         public var mmapBytes = 256 << 20
-        /// WAL pages between automatic checkpoints (SQLite's default, 1,000). Checkpoints are
-        /// where commit latency spikes come from here (see the README's measurements).
+        /// WAL pages between automatic checkpoints (SQLite's default, 1,000), when
+        /// `backgroundCheckpoint` is nil.
         public var walAutocheckpointPages = 1_000
         /// Page size of a new database file (appends dirty pages at random in the indexes: smaller
         /// pages write less per append). Ignored for an existing file.
         public var pageSize = 4096
+        /// When set, automatic checkpoints are off and a thread of this store, on its own
+        /// connection, checkpoints this often (``BackgroundCheckpointer``); nil: SQLite's automatic
+        /// checkpoints every `walAutocheckpointPages`, inside the commit that crosses the mark.
+        public var backgroundCheckpoint: Duration? = .milliseconds(50)
+        /// WAL frames past which the background checkpoint also rewinds the WAL (a RESTART).
+        public var checkpointRestartFrames = 4_000
 
         public init() {}
     }
@@ -37,6 +44,7 @@ public final class SQLiteChatStore: ChatStore {
     public let path: String
     let pool: DatabasePool
     private let logger: Logger
+    private let checkpointer: BackgroundCheckpointer?
 
     /// Opens (creating if needed) the database at `path`. Several processes may do this at once:
     /// switching a new file to WAL can fail with SQLITE_BUSY while another process opens it, so the
@@ -50,7 +58,9 @@ public final class SQLiteChatStore: ChatStore {
         configuration.maximumReaderCount = settings.readers
         let pragmas = [
             "synchronous = \(settings.synchronous.rawValue)", "foreign_keys = ON", "cache_size = -\(settings.cacheKiB)",
-            "mmap_size = \(settings.mmapBytes)", "wal_autocheckpoint = \(settings.walAutocheckpointPages)",
+            "mmap_size = \(settings.mmapBytes)",
+            "wal_autocheckpoint = \(settings.backgroundCheckpoint == nil ? settings.walAutocheckpointPages : 0)",
+            "journal_size_limit = \(64 << 20)",
         ]
         configuration.prepareDatabase { db in
             for pragma in pragmas { try db.execute(sql: "PRAGMA \(pragma)") }
@@ -68,7 +78,10 @@ public final class SQLiteChatStore: ChatStore {
                 Thread.sleep(forTimeInterval: 0.02)
             }
         }
+        checkpointer = try settings.backgroundCheckpoint.map { try BackgroundCheckpointer(path: path, every: $0, restartFrames: settings.checkpointRestartFrames, logger: logger) }
     }
+
+    deinit { checkpointer?.stop() }
 
     /// A new file gets its page size and WAL mode once, before any pool opens it (switching a
     /// fresh file to WAL while another process opens it fails with SQLITE_BUSY).
@@ -554,4 +567,50 @@ public final class SQLiteChatStore: ChatStore {
             throw ChatStoreError(.unavailable, "SQLite read failed: \(error)")
         }
     }
+}
+
+/// Copies the WAL back into the database on its own connection and thread at a fixed interval, so
+/// that no commit pays for the copy and its fsync (on this VM a checkpoint of SQLite's default
+/// 1,000 pages takes 15–20 ms, and with automatic checkpoints every ~4th commit waited for one).
+///
+/// A PASSIVE checkpoint never blocks a writer, but under steady writing the WAL is only rewound
+/// when a checkpoint has caught up with it at the moment a commit begins, which rarely happens:
+/// the WAL would grow without end. So PASSIVE passes repeat until few frames are left to copy,
+/// and when the WAL holds more than `restartFrames` a RESTART follows at once: it only has those
+/// few frames to copy, holds the write lock for that and one fsync, and lets the next commit start
+/// the WAL over (`journal_size_limit` then trims the file).
+final class BackgroundCheckpointer: Sendable {
+    private let stopped = Mutex(false)
+
+    init(path: String, every interval: Duration, restartFrames: Int, logger: Logger) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(0.05)
+        let connection = try DatabaseQueue(path: path, configuration: configuration)
+        let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
+        let thread = Thread { [self] in
+            while !self.stopped.withLock({ $0 }) {
+                Thread.sleep(forTimeInterval: seconds)
+                do {
+                    try connection.writeWithoutTransaction { db in
+                        // Passes without locks until little is left to copy, then, if the WAL is
+                        // long, a RESTART that holds the write lock only for that little.
+                        var frames = 0
+                        for _ in 0..<4 {
+                            guard let row = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)") else { break }
+                            frames = row[1]
+                            let copied: Int = row[2]
+                            if frames - copied < 256 { break }
+                        }
+                        if frames > restartFrames { try db.execute(sql: "PRAGMA wal_checkpoint(RESTART)") }
+                    }
+                } catch {
+                    logger.debug("background checkpoint skipped: \(error)")
+                }
+            }
+        }
+        thread.name = "parley-sqlite-checkpoint"
+        thread.start()
+    }
+
+    func stop() { stopped.withLock { $0 = true } }
 }

@@ -330,7 +330,7 @@ final class Workload: Sendable {
         let progress = quiet ? nil : Task { await self.progress() }
         let result = await OpenLoop(rate: rate, count: total).run { [self] k, scheduled in
             let (conversation, sender) = schedule[k]
-            let clientMessageId = UUID().uuidString.lowercased()
+            let clientMessageId = ClientMessageID.make()
             shared.pending.withLock { $0[clientMessageId] = (scheduled, k >= measuredFrom) }
             do {
                 let message = try await clients[sender].send("load \(k)", to: conversations[conversation].id, clientMessageId: clientMessageId)

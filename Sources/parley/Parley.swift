@@ -246,7 +246,7 @@ struct Send: AsyncParsableCommand {
     func run() async throws {
         try await withClient(connection) { client, _ in
             let message = try await client.send(
-                text.joined(separator: " "), to: ConversationID(rawValue: conversation), clientMessageId: clientMessageId ?? UUID().uuidString.lowercased())
+                text.joined(separator: " "), to: ConversationID(rawValue: conversation), clientMessageId: clientMessageId ?? ClientMessageID.make())
             connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
         }
     }

@@ -61,3 +61,44 @@ import Testing
         #expect(seqs == Array(1...11))
     }
 }
+
+@Suite struct SQLiteBackgroundCheckpointTests {
+    static func fileSize(_ path: String) -> Int {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+    }
+
+    /// With automatic checkpoints off, the store's own checkpointer copies the WAL into the database
+    /// file while commits go on, and rewinds the WAL so that it stays far smaller than what was
+    /// written through it; nothing committed is lost.
+    @Test func checkpointsRunInTheBackgroundAndTheWALStaysBounded() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-checkpoint-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        var settings = SQLiteChatStore.Settings()
+        settings.backgroundCheckpoint = .milliseconds(5)
+        settings.checkpointRestartFrames = 100
+        let record = SQLiteChatStoreTests.conversation()
+        var committed = 0
+        var largestWAL = 0
+        do {
+            let store = try SQLiteChatStore(path: path, settings: settings)
+            try await store.migrate()
+            try await store.createConversation(record)
+            let epoch = try await store.acquireOwnership(of: record.id)
+            let text = String(repeating: "x", count: 400)
+            for _ in 0..<300 {
+                let outcomes = try await store.commit((0..<50).map { _ in SQLiteChatStoreTests.append(record.id, epoch, text) })
+                committed += outcomes.count { if case .appended = $0 { true } else { false } }
+                largestWAL = max(largestWAL, Self.fileSize(path + "-wal"))
+                try await Task.sleep(for: .milliseconds(2))
+            }
+        }
+        // 15,000 messages of 400+ bytes went through the WAL; a WAL never rewound would hold them all.
+        let written = committed * 400
+        #expect(committed == 15_000)
+        #expect(largestWAL < written / 2, "WAL reached \(largestWAL) bytes for \(written) bytes written")
+        #expect(Self.fileSize(path) > written / 2, "the database file holds \(Self.fileSize(path)) bytes: checkpoints did not run")
+        let reopened = try SQLiteChatStore(path: path)
+        let head = try await reopened.conversation(record.id)
+        #expect(head?.lastSeq == 15_000)
+    }
+}
