@@ -59,11 +59,34 @@ public struct TokenAuthority: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
+    /// Decodes unpadded base64url byte by byte (this runs on every request: no string rewriting).
     static func data(base64URL text: Substring) -> Data? {
-        guard text.count <= 4096 else { return nil }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        return Data(base64Encoded: base64)
+        let input = text.utf8
+        guard input.count <= 4096, input.count % 4 != 1 else { return nil }
+        var output = Data()
+        output.reserveCapacity(input.count * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for byte in input {
+            let value: UInt8
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = byte - UInt8(ascii: "A")
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): value = byte - UInt8(ascii: "a") + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = byte - UInt8(ascii: "0") + 52
+            case UInt8(ascii: "-"): value = 62
+            case UInt8(ascii: "_"): value = 63
+            default: return nil
+            }
+            accumulator = accumulator << 6 | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+            }
+        }
+        // Leftover bits must be zero, as an encoder writes them (one text per byte string).
+        guard accumulator & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
+        return output
     }
 }
 
