@@ -29,6 +29,8 @@ struct StoreBench: AsyncParsableCommand {
     var randomIds = false
     @Option(help: "SQLite: background checkpoint interval in ms (0: SQLite's automatic checkpoints instead).")
     var backgroundCheckpointMs = 50
+    @Option(help: "SQLite: WAL frames past which the background checkpoint rewinds the WAL.")
+    var restartFrames = SQLiteChatStore.Settings().checkpointRestartFrames
 
     func run() async throws {
         let chatStore: any ChatStore
@@ -40,6 +42,7 @@ struct StoreBench: AsyncParsableCommand {
             var settings = SQLiteChatStore.Settings()
             settings.synchronous = synchronous == "full" ? .full : .normal
             settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
+            settings.checkpointRestartFrames = restartFrames
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
         } else if store.hasPrefix("postgres://") {
             chatStore = try PostgresChatStore(url: store, maxConnections: 4)
