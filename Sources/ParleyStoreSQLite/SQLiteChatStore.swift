@@ -53,8 +53,7 @@ public final class SQLiteChatStore: ChatStore {
         self.path = path
         self.logger = logger
         var configuration = Configuration()
-        let seconds = Double(settings.busyTimeout.components.seconds) + Double(settings.busyTimeout.components.attoseconds) / 1e18
-        configuration.busyMode = .timeout(seconds)
+        configuration.busyMode = .timeout(settings.busyTimeout.seconds)
         configuration.maximumReaderCount = settings.readers
         let pragmas = [
             "synchronous = \(settings.synchronous.rawValue)", "foreign_keys = ON", "cache_size = -\(settings.cacheKiB)",
@@ -586,7 +585,7 @@ final class BackgroundCheckpointer: Sendable {
         var configuration = Configuration()
         configuration.busyMode = .timeout(0.05)
         let connection = try DatabaseQueue(path: path, configuration: configuration)
-        let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
+        let seconds = interval.seconds
         let thread = Thread { [self] in
             while !self.stopped.withLock({ $0 }) {
                 Thread.sleep(forTimeInterval: seconds)
@@ -613,4 +612,8 @@ final class BackgroundCheckpointer: Sendable {
     }
 
     func stop() { stopped.withLock { $0 = true } }
+}
+
+extension Duration {
+    fileprivate var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
