@@ -77,13 +77,14 @@ struct StoreBench: AsyncParsableCommand {
             for worker in 0..<inFlight {
                 group.addTask {
                     var latencies = Latencies()
+                    var random = SystemRandomNumberGenerator()
                     var i = worker
                     while i < count {
                         let (id, epoch) = owned[i % owned.count]
                         let started = ContinuousClock.now
                         let outcome = try await committer.append(AppendRequest(
                             conversationId: id, epoch: epoch, senderId: "u_a",
-                            clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(),
+                            clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(now: Date(), using: &random),
                             text: "benchmark message \(i)", sentAt: Date()))
                         guard case .appended = outcome else { throw ValidationError("append \(i): \(outcome)") }
                         latencies.record(started.duration(to: .now))
@@ -133,12 +134,13 @@ struct StoreRaw: AsyncParsableCommand {
         }
         var latencies = Latencies()
         let started = ContinuousClock.now
+        var random = SystemRandomNumberGenerator()
         for b in 0..<batches {
             let requests = (0..<batch).map { i in
                 let (id, epoch) = owned[(b * batch + i) % owned.count]
                 return AppendRequest(
                     conversationId: id, epoch: epoch, senderId: "u_a",
-                    clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(), text: "raw \(i)", sentAt: Date())
+                    clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(now: Date(), using: &random), text: "raw \(i)", sentAt: Date())
             }
             let t0 = ContinuousClock.now
             _ = try await store.commit(requests)

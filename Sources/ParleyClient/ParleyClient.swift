@@ -325,3 +325,11 @@ extension ParleyClient {
         }
     }
 }
+
+extension ClientMessageID {
+    /// A new time-ordered client message ID from the system clock and random source.
+    public static func make() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return make(now: Date(), using: &generator)
+    }
+}

@@ -45,21 +45,27 @@ public enum ClientMessageID {
     /// A new time-ordered UUID (version 7, RFC 9562): 48 bits of Unix milliseconds, then 74 random
     /// bits. Any UUID is accepted as a `clientMessageId`; Parley's own clients make these because
     /// consecutive sends then land next to each other in the store's idempotency index instead of
-    /// on a random page each (see the README's store measurements).
-    public static func make(now: Date = Date()) -> String {
-        var generator = SystemRandomNumberGenerator()
+    /// on a random page each (see the README's store measurements). The clock and the randomness
+    /// are the caller's (`ParleyClient` passes the system's).
+    public static func make(now: Date, using generator: inout some RandomNumberGenerator) -> String {
         let milliseconds = UInt64(max(0, now.timeIntervalSince1970 * 1000)) & 0xFFFF_FFFF_FFFF
         let randomA = generator.next() as UInt64, randomB = generator.next() as UInt64
         let high = milliseconds << 16 | 0x7000 | (randomA & 0x0FFF)
         let low = 0x8000_0000_0000_0000 | (randomB & 0x3FFF_FFFF_FFFF_FFFF)
-        let digits = Array("0123456789abcdef".utf8)
-        var text = [UInt8]()
-        text.reserveCapacity(36)
-        for nibble in 0..<32 {
-            if nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20 { text.append(UInt8(ascii: "-")) }
-            let word = nibble < 16 ? high : low
-            text.append(digits[Int(word >> UInt64(60 - 4 * (nibble % 16)) & 0xF)])
+        // Written straight into the string's storage: one allocation per ID.
+        return String(unsafeUninitializedCapacity: 36) { text in
+            var position = 0
+            for nibble in 0..<32 {
+                if nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20 {
+                    text[position] = UInt8(ascii: "-")
+                    position += 1
+                }
+                let word = nibble < 16 ? high : low
+                let digit = UInt8(truncatingIfNeeded: word >> UInt64(60 - 4 * (nibble % 16))) & 0xF
+                text[position] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
+                position += 1
+            }
+            return position
         }
-        return String(decoding: text, as: UTF8.self)
     }
 }

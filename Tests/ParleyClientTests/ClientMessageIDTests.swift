@@ -8,8 +8,9 @@ import Testing
     @Test func clientMessageIDsAreTimeOrderedVersion7UUIDs() {
         let start = Date(timeIntervalSince1970: 1_795_000_000.123)
         var made: [String] = []
+        var random = SystemRandomNumberGenerator()
         // Two milliseconds apart (IDs made within one millisecond are in random order among themselves).
-        for step in 0..<1_000 { made.append(ClientMessageID.make(now: start.addingTimeInterval(Double(2 * step) / 1000))) }
+        for step in 0..<1_000 { made.append(ClientMessageID.make(now: start.addingTimeInterval(Double(2 * step) / 1000), using: &random)) }
         for id in made {
             #expect(UUID(uuidString: id) != nil, "\(id) is not a UUID")
             #expect(id.count == 36 && id == id.lowercased())
