@@ -209,7 +209,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyGatewayTests",
-            dependencies: ["ParleyGateway", "ParleyChat", "ParleyModel"],
+            dependencies: ["ParleyGateway", "ParleyChat", "ParleyModel", "ParleyTestKit"],
             swiftSettings: upcoming
         ),
         .testTarget(

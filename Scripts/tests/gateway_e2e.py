@@ -543,9 +543,12 @@ def main():
             client.token, token = None, None
         status, reply, _ = client.call(method, path, body, token=token, raw=raw)
         check(error_of(status, reply) == expected and error_shape_ok(reply), f"{what} → {expected[0]} {expected[1]}", f"got {status} {reply}")
+    # gateway-1 remembers a token it found valid (for a lease): the logout on gateway-2 must reach it.
+    check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 200, "the second token works on gateway-1")
     logout_client = Client("gateway-2", login["token"])
     check(logout_client.call("DELETE", "/v1/sessions/current")[0] == 204, "logout answers 204")
-    check(a1.call("GET", "/v1/users/me", token=login["token"])[0] == 401, "a revoked token is refused on every gateway")
+    check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 401
+          and a1.call("GET", "/v1/users/me", token=login["token"])[0] == 401, "a revoked token is refused on every gateway at once")
     check(a1.call("GET", "/v1/users/me")[0] == 200, "the user's other token still works, and the node still serves")
     burst = [send(b1, conv, f"flood {i}") for i in range(120)]
     limited = [(reply, headers) for status, reply, headers in burst if status == 429]

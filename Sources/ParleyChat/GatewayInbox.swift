@@ -1,33 +1,70 @@
 import Distributed
+import Logging
 import ParleyCluster
 
-/// Where conversation owners deliver events for the streams a gateway node holds: one pinned
-/// actor per gateway, at the well-known ID `gateway-inbox/events@<gateway>`. Each conversation
-/// delivers to it through one ordered path, so a conversation's events arrive in order.
+/// Where conversation owners deliver events for the streams a gateway node holds, and where
+/// users' actors tell the gateway of revoked tokens: one pinned actor per gateway, at the
+/// well-known ID `gateway-inbox/events@<gateway>`. Each conversation delivers to it through one
+/// ordered path, so a conversation's events arrive in order.
 public distributed actor GatewayInbox {
     public typealias ActorSystem = ClusterSystem
     /// Receives each batch of deliveries, in the order a conversation sent them.
     public typealias Handler = @Sendable ([EventDelivery]) async -> Void
+    /// Receives the IDs of revoked tokens, which the gateway must stop accepting before it returns.
+    public typealias RevocationHandler = @Sendable ([String]) -> Void
 
     public static let kind = "gateway-inbox"
 
     private let handler: Handler
+    private let revocationHandler: RevocationHandler
 
     public static func id(gateway: String) -> ClusterActorID {
         ClusterActorID(kind: kind, key: "events", node: gateway)
     }
 
     /// Opens this node's inbox. Keep the returned actor alive for as long as the node serves streams.
-    public static func open(on system: ClusterSystem, handler: @escaping Handler) -> GatewayInbox {
-        system.makePinned(kind: kind, key: "events") { GatewayInbox(handler: handler, actorSystem: system) }
+    public static func open(
+        on system: ClusterSystem, revocations: @escaping RevocationHandler = { _ in }, handler: @escaping Handler
+    ) -> GatewayInbox {
+        system.makePinned(kind: kind, key: "events") {
+            GatewayInbox(handler: handler, revocationHandler: revocations, actorSystem: system)
+        }
     }
 
-    init(handler: @escaping Handler, actorSystem: ClusterSystem) {
+    init(handler: @escaping Handler, revocationHandler: @escaping RevocationHandler, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem
         self.handler = handler
+        self.revocationHandler = revocationHandler
     }
 
     public distributed func deliver(_ deliveries: [EventDelivery]) async {
         await handler(deliveries)
+    }
+
+    /// These tokens were revoked: the gateway stops accepting them before this returns.
+    public distributed func revoked(_ tokenIds: [String]) {
+        revocationHandler(tokenIds)
+    }
+
+    /// Tells every gateway of the cluster that these tokens were revoked; true if every gateway
+    /// the membership knows (and does not know dead) acknowledged.
+    public static func announceRevocation(of tokenIds: [String], using system: ClusterSystem) async -> Bool {
+        let gateways = system.members.filter { $0.roles.contains(.gateway) && !$0.status.isTerminal }.map(\.id.name)
+        return await withTaskGroup(of: Bool.self) { group in
+            for gateway in gateways {
+                group.addTask {
+                    do {
+                        try await resolve(id: id(gateway: gateway), using: system).revoked(tokenIds)
+                        return true
+                    } catch {
+                        system.logger.warning("a gateway was not told of a revoked token; waiting for its lease to run out", metadata: [
+                            "gateway": "\(gateway)", "error": "\(error)",
+                        ])
+                        return false
+                    }
+                }
+            }
+            return await group.reduce(true) { $0 && $1 }
+        }
     }
 }

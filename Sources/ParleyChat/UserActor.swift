@@ -102,6 +102,11 @@ public distributed actor UserActor {
 }
 
 extension UserActor {
+    /// How long a gateway may go on accepting a token this actor said is valid without asking
+    /// again. A revocation reaches every gateway at once; one that cannot be told has its lease
+    /// run out before ``revoke(tokenId:expiresAt:)`` returns.
+    public static let authenticationLease: Duration = .seconds(5)
+
     /// The user, if the token with this ID (already verified by signature) was not revoked.
     /// Throws `unauthorized` otherwise.
     public distributed func authenticate(tokenId: String) async throws -> User {
@@ -110,18 +115,27 @@ extension UserActor {
         if let known = tokens[tokenId] {
             revoked = known
         } else {
-            revoked = try await services.withStore { try await $0.isTokenRevoked(tokenId) }
-            if tokens.count > 10_000 { tokens.removeAll() }
+            let stored = try await services.withStore { try await $0.isTokenRevoked(tokenId) }
+            // A revocation that ran while the store answered wins over what the store said.
+            revoked = tokens[tokenId] ?? stored
+            if tokens.count > 10_000 { tokens = tokens.filter(\.value) }
             tokens[tokenId] = revoked
         }
         guard !revoked else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
         return profile
     }
 
-    /// Logs a token out everywhere: every later ``authenticate(tokenId:)`` of it fails.
+    /// Logs a token out everywhere: when this returns, no gateway accepts it any more.
+    ///
+    /// From the first line on this actor refuses the token; every gateway is told to forget it,
+    /// and if one cannot be told, this waits until the leases granted before have run out.
     public distributed func revoke(tokenId: String, expiresAt: Date) async throws {
-        try await services.withStore { try await $0.revokeToken(tokenId, expiresAt: expiresAt) }
         tokens[tokenId] = true
+        let leasesEnd = ContinuousClock.now.advanced(by: Self.authenticationLease)
+        try await services.withStore { try await $0.revokeToken(tokenId, expiresAt: expiresAt) }
+        if await !GatewayInbox.announceRevocation(of: [tokenId], using: actorSystem) {
+            try? await Task.sleep(until: leasesEnd, clock: .continuous)
+        }
     }
 
     /// The other members of this user's conversations: whose streams hear of its presence.

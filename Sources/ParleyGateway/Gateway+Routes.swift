@@ -28,7 +28,7 @@ extension Gateway {
             try await UserActor.resolve(caller.id, using: self.system).revoke(tokenId: caller.claims.tokenId, expiresAt: caller.claims.expiresAt)
             return Response(status: .noContent)
         }
-        v1.get("users/me") { request, context in try Self.json(try await self.authenticate(request).user) }
+        v1.get("users/me") { request, context in try Self.json(try await self.authenticate(request, fresh: true).user) }
         v1.patch("users/me") { request, context in
             let caller = try await self.authenticate(request)
             let change = try await self.decode(API.ProfileChange.self, from: request)
@@ -153,15 +153,22 @@ extension Gateway {
     }
 
     /// The caller of a request with `Authorization: Bearer <token>`: a valid signature, not
-    /// expired, not revoked (asked of the user's actor), else `401`.
-    func authenticate(_ request: Request) async throws -> Caller {
+    /// expired, not revoked (asked of the user's actor, or found valid by it within the last
+    /// ``UserActor/authenticationLease`` — revocations are pushed to every gateway), else `401`.
+    /// `fresh` asks the actor in any case (for the current profile).
+    func authenticate(_ request: Request, fresh: Bool = false) async throws -> Caller {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError.unauthorized("Authorization: Bearer <token> is required")
         }
         guard let claims = tokens.verify(String(header.dropFirst("Bearer ".count)).trimmingCharacters(in: .whitespaces)) else {
             throw APIError.unauthorized("unknown, expired or revoked token")
         }
+        let askedAt = ContinuousClock.now
+        if !fresh, let user = authentication.user(tokenId: claims.tokenId, userId: claims.userId, now: askedAt) {
+            return Caller(user: user, claims: claims)
+        }
         let user = try await UserActor.resolve(claims.userId, using: system).authenticate(tokenId: claims.tokenId)
+        authentication.remember(user, tokenId: claims.tokenId, askedAt: askedAt)
         return Caller(user: user, claims: claims)
     }
 

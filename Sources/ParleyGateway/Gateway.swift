@@ -86,6 +86,8 @@ public final class Gateway: Sendable {
     /// A bcrypt hash checked when a handle is unknown, so both failures take as long.
     let decoyHash: String
     private let inbox: GatewayInboxHolder
+    /// Tokens recently found valid, so that most requests do not ask the user's actor.
+    let authentication: SharedAuthenticationCache
 
     public init(system: ClusterSystem, configuration: GatewayConfiguration, logger: Logger) throws {
         self.system = system
@@ -98,7 +100,11 @@ public final class Gateway: Sendable {
         self.logger = logger
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
         let hub = self.hub
-        self.inbox = GatewayInboxHolder(GatewayInbox.open(on: system) { deliveries in hub.deliver(deliveries) })
+        let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease)
+        self.authentication = authentication
+        self.inbox = GatewayInboxHolder(GatewayInbox.open(on: system, revocations: { authentication.revoke($0) }) { deliveries in
+            hub.deliver(deliveries)
+        })
     }
 
     /// The Hummingbird application serving the client port. Run it as a service; `onRunning`

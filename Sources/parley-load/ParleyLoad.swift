@@ -231,8 +231,12 @@ final class Workload: Sendable {
                                 try await client.login(handle: handle, password: password)
                             }
                             return (index, client)
-                        } catch let error as ParleyError where error.retryable && attempt < 5 {
-                            try await Task.sleep(for: .milliseconds(200 * attempt))
+                        } catch let error as ParleyError where error.retryable {
+                            guard attempt < 5 else {
+                                let hint = error.status == 429 ? " (a gateway's login limit: start it with a higher --login-rate, or use a new --prefix)" : ""
+                                throw ParleyError(status: error.status, code: "setup_failed", message: "\(handle) could not sign up: \(error.message)\(hint)", retryable: false)
+                            }
+                            try await Task.sleep(for: max(.milliseconds(200 * attempt), error.retryAfter ?? .zero))
                         }
                     }
                     throw ParleyError(status: 0, code: "setup_failed", message: "\(handle) could not sign up", retryable: false)

@@ -107,6 +107,8 @@ struct NodeConfiguration {
             gateway.sendRetryWindow = .milliseconds(Int(try number(run.sendRetrySeconds, "PARLEY_SEND_RETRY_SECONDS", default: 5, range: 0...120) * 1000))
             let rate = try number(run.sendRate, "PARLEY_SEND_RATE", default: 20, range: 0.1...1_000_000)
             gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
+            let loginRate = try number(run.loginRate, "PARLEY_LOGIN_RATE", default: 2, range: 0.1...1_000_000)
+            gateway.loginRatePerAddress = .init(perSecond: loginRate, burst: max(1, loginRate * 15))
             gateway.bcryptCost = UInt8(try number(run.bcryptCost.map(Double.init), "PARLEY_BCRYPT_COST", default: 10, range: 4...31))
             self.gateway = gateway
         }

@@ -83,6 +83,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: messages a user may send per second (bursts of 2.5× are allowed). (env PARLEY_SEND_RATE; default 20)")
     var sendRate: Double?
 
+    @Option(help: "Gateway: logins one client address may make per second (bursts of 15× are allowed); each handle also has its own limit of one per 5 s. (env PARLEY_LOGIN_RATE; default 2)")
+    var loginRate: Double?
+
     @Option(help: "Gateway: bcrypt cost of stored passwords, 4–31. (env PARLEY_BCRYPT_COST; default 10)")
     var bcryptCost: Int?
 

@@ -4,9 +4,40 @@ import ParleyCluster
 import ParleyModel
 import ParleyStore
 import ParleyTestKit
+import Synchronization
 import Testing
 
 @Suite(.serialized) struct UserActorTests {
+    /// `DELETE /v1/sessions/current` on any gateway: every gateway of the cluster is told to stop
+    /// accepting the token before the revocation returns (they remember valid tokens for a lease),
+    /// and the user's actor refuses it from then on; the user's other tokens keep working.
+    @Test func aRevocationReachesEveryGatewayBeforeItReturns() async throws {
+        let services = ChatServices(store: InMemoryChatStore())
+        let cluster = try LoopbackCluster { system, _ in
+            guard system.settings.roles.contains(.worker) else { return }
+            UserActor.register(on: system, services: services)
+        }
+        try await cluster.start("node-a")
+        for gateway in ["node-g1", "node-g2"] { try await cluster.start(gateway, roles: .gateway) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-g1", "node-g2"])
+        let told = Mutex<[String: [String]]>([:])
+        let inboxes = ["node-g1", "node-g2"].map { gateway in
+            GatewayInbox.open(on: cluster[gateway], revocations: { ids in told.withLock { $0[gateway, default: []] += ids } }) { _ in }
+        }
+        defer { _ = inboxes }
+
+        let ann = UserID.make()
+        _ = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h"))
+        #expect(try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-1").id == ann)
+        try await UserActor.resolve(ann, using: cluster["node-g2"]).revoke(tokenId: "token-1", expiresAt: Date().addingTimeInterval(3600))
+        #expect(told.withLock { $0 } == ["node-g1": ["token-1"], "node-g2": ["token-1"]])
+        await #expect(throws: ClusterCallError.self) {
+            try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-1")
+        }
+        #expect(try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-2").id == ann)
+    }
+
     @Test func usersRegisterOnceAndListTheirConversationsWithUnreadCounts() async throws {
         let store = InMemoryChatStore()
         let services = ChatServices(store: store)
