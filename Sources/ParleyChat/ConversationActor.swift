@@ -43,6 +43,7 @@ public distributed actor ConversationActor {
     private var loaded: ConversationState?
     private var epoch: Int64
     private let services: ChatServices
+    private let directory: GatewayDirectory
     private var logger: Logger
     /// Events to the gateways of the members' streams; set once the conversation exists.
     private var fanOut: ConversationFanOut?
@@ -64,20 +65,21 @@ public distributed actor ConversationActor {
 
     /// Makes `system` activate conversations from the store on their owner's first call.
     public static func register(on system: ClusterSystem, services: ChatServices) {
+        let directory = GatewayDirectory(system: system)
         system.register(kind: kind) { id, system in
-            try await activate(id, system: system, services: services)
+            try await activate(id, system: system, services: services, directory: directory)
         }
     }
 
     /// Loads the conversation and takes ownership of it (a new epoch fences off any earlier owner).
     /// An ID not in the store activates empty, waiting for ``create(_:)``.
-    static func activate(_ id: ClusterActorID, system: ClusterSystem, services: ChatServices) async throws -> ConversationActor {
+    static func activate(_ id: ClusterActorID, system: ClusterSystem, services: ChatServices, directory: GatewayDirectory) async throws -> ConversationActor {
         let conversation = ConversationID(rawValue: id.key)
         do {
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
-            return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, actorSystem: system)
+            return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, directory: directory, actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
-            return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, actorSystem: system)
+            return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, actorSystem: system)
         } catch let error as ChatStoreError {
             throw ChatError(.unavailable, "cannot load conversation: \(error)")
         }
@@ -92,8 +94,12 @@ public distributed actor ConversationActor {
         return (record, epoch)
     }
 
-    init(id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, services: ChatServices, actorSystem: ClusterSystem) {
+    init(
+        id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, services: ChatServices,
+        directory: GatewayDirectory, actorSystem: ClusterSystem
+    ) {
         self.actorSystem = actorSystem
+        self.directory = directory
         self.loaded = record.map { ConversationState(record: $0) }
         self.epoch = epoch
         self.services = services
@@ -102,7 +108,7 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
-            self.fanOut = ConversationFanOut(system: actorSystem, lastSeq: record.lastSeq, logger: logger)
+            self.fanOut = ConversationFanOut(system: actorSystem, directory: directory, lastSeq: record.lastSeq, logger: logger)
         }
     }
 
@@ -150,7 +156,7 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut = ConversationFanOut(system: actorSystem, lastSeq: stored.lastSeq, logger: logger)
+                fanOut = ConversationFanOut(system: actorSystem, directory: directory, lastSeq: stored.lastSeq, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))

@@ -13,9 +13,10 @@ import Synchronization
 /// each gateway its share, event by event, on that gateway's ordered path
 /// (``OrderedDeliveryStateMachine``).
 ///
-/// The directory is asked after the events happened, never from a cache: a cached answer would
-/// miss a stream opened after it, and that stream would never see those events live. Under load
-/// one lookup serves every event queued meanwhile.
+/// The directory is asked after the events happened, through the node's ``GatewayDirectory``:
+/// its answers are remembered for a lease, and a stream opening on a gateway an answer lacks
+/// counts as open only once every node that holds the answer forgot it. Under load one lookup
+/// serves every event queued meanwhile.
 final class ConversationFanOut: Sendable {
     private struct State {
         var machine = OrderedDeliveryStateMachine<String, EventDelivery>()
@@ -29,12 +30,14 @@ final class ConversationFanOut: Sendable {
     }
 
     private let system: ClusterSystem
+    private let directory: GatewayDirectory
     private let state: Mutex<State>
     private let logger: Logger
 
     /// - Parameter lastSeq: the conversation's last seq at activation: released messages start after it.
-    init(system: ClusterSystem, lastSeq: Int64, logger: Logger) {
+    init(system: ClusterSystem, directory: GatewayDirectory, lastSeq: Int64, logger: Logger) {
         self.system = system
+        self.directory = directory
         self.logger = logger
         self.state = Mutex(State(nextSeq: lastSeq + 1))
     }
@@ -79,7 +82,7 @@ final class ConversationFanOut: Sendable {
                 return state.queued
             }
             guard !batch.isEmpty else { return }
-            let gatewayOf = await gateways(of: Array(Set(batch.flatMap(\.1))))
+            let gatewayOf = await directory.gateways(of: Array(Set(batch.flatMap(\.1))))
             for (event, members) in batch {
                 var shares: [String: [UserID]] = [:]
                 for member in members {
@@ -114,9 +117,5 @@ final class ConversationFanOut: Sendable {
                 }
             }
         }
-    }
-
-    private func gateways(of members: [UserID]) async -> [UserID: [String]] {
-        await PresenceShard.gateways(of: members, using: system)
     }
 }

@@ -46,26 +46,34 @@ public distributed actor PresenceShard {
 
     init(lease: Duration, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem
-        self.state = PresenceState(lease: lease)
+        // An earlier owner (before the ring moved) may have answered directory questions.
+        self.state = PresenceState(lease: lease, startedAt: .now)
     }
 
     deinit {
         sweeper?.cancel()
     }
 
-    /// A stream of `user` opened on `gateway`; returns the user's presence.
-    public distributed func openSession(_ session: SessionRef, gateway: String) -> Presence {
+    /// A stream of `user` opened on `gateway`; returns the user's presence. Returns once every
+    /// node's directory answer names the gateway (so an event that happens after this reaches
+    /// the stream live, and one that happened before is in the store for its replay).
+    public distributed func openSession(_ session: SessionRef, gateway: String) async -> Presence {
         expire()
+        let newGateway = !state.hasSession(of: session.userId, on: gateway)
         announce(state.sessionOpened(session.userId, gateway: gateway, sessionID: session.sessionID, now: .now))
+        if newGateway { await invalidateDirectories(of: [session.userId]) }
         return state.presence(of: session.userId)
     }
 
     /// `gateway` still holds these streams.
-    public distributed func renewSessions(_ sessions: [SessionRef], gateway: String) {
+    public distributed func renewSessions(_ sessions: [SessionRef], gateway: String) async {
         expire()
+        // A renewal opens a session this shard did not know (it moved here, or the lease ran out).
+        let newGateway = Set(sessions.map(\.userId).filter { !state.hasSession(of: $0, on: gateway) })
         for change in state.renew(gateway: gateway, sessions: sessions.map { ($0.userId, $0.sessionID) }, now: .now) {
             announce(change)
         }
+        await invalidateDirectories(of: newGateway.filter { state.hasSession(of: $0, on: gateway) }.sorted())
     }
 
     /// A stream closed; returns the user's presence (offline with `lastSeenAt` if it was the last).
@@ -92,6 +100,48 @@ public distributed actor PresenceShard {
     public distributed func gateways(of users: [UserID]) -> [String: [UserID]] {
         expire()
         return state.gateways(of: users).mapValues { $0.sorted() }
+    }
+
+    /// ``gateways(of:)`` for a node's ``GatewayDirectory``, which remembers the answer for one
+    /// directory lease: the shard tells it when one of the users' streams opens elsewhere.
+    public distributed func gateways(of users: [UserID], heldBy node: String) -> [String: [UserID]] {
+        expire()
+        return state.gateways(of: users, heldBy: node, now: .now).mapValues { $0.sorted() }
+    }
+
+    /// Tells the nodes that remember an answer about `users` to forget it; a node that cannot be
+    /// told (and is not known dead) is waited for until its lease has run out.
+    private func invalidateDirectories(of users: [UserID]) async {
+        guard !users.isEmpty else { return }
+        let invalidation = state.directoryInvalidation(for: users, now: .now)
+        guard !invalidation.isEmpty else { return }
+        let system = actorSystem
+        var targets = invalidation.holders
+        if let until = invalidation.everyNodeUntil {
+            for member in system.members where member.roles.contains(.worker) && !member.status.isTerminal {
+                targets[member.id.name] = .init(users: users, leaseEnd: max(targets[member.id.name]?.leaseEnd ?? until, until))
+            }
+        }
+        let waitUntil = await withTaskGroup(of: ContinuousClock.Instant?.self) { group in
+            for (node, holder) in targets {
+                group.addTask {
+                    do {
+                        try await DirectoryCache.resolve(id: DirectoryCache.id(node: node), using: system).forget(holder.users)
+                        return nil
+                    } catch {
+                        // A node without a directory, or known dead, uses nothing it remembered.
+                        if let error = error as? ClusterCallError, error.code == .actorNotFound { return nil }
+                        guard let member = system.members.first(where: { $0.id.name == node }), !member.status.isTerminal else { return nil }
+                        system.logger.info("a node was not told that streams moved; waiting for its directory lease to run out", metadata: [
+                            "node": "\(node)", "users.count": "\(holder.users.count)", "error": "\(error)",
+                        ])
+                        return holder.leaseEnd
+                    }
+                }
+            }
+            return await group.reduce(nil) { latest, next in [latest, next].compactMap { $0 }.max() }
+        }
+        if let waitUntil { try? await Task.sleep(until: waitUntil, clock: .continuous) }
     }
 
     /// Leases are checked on every call and every second, so a dead gateway's users read as
@@ -136,17 +186,31 @@ public distributed actor PresenceShard {
     /// The gateways holding streams of each of `members`, asked of their presence shards (one call
     /// per shard).
     public static func gateways(of members: [UserID], using system: ClusterSystem) async -> [UserID: [String]] {
+        await gateways(of: members, holder: nil, using: system).gateways
+    }
+
+    /// The gateways holding streams of each of `members` (one call per shard), and the members
+    /// whose shard answered. A `holder` will remember the answer (``GatewayDirectory``).
+    static func gateways(
+        of members: [UserID], holder: String?, using system: ClusterSystem
+    ) async -> (gateways: [UserID: [String]], answered: [UserID]) {
         let byShard = Dictionary(grouping: members, by: shard(of:))
-        return await withTaskGroup(of: [String: [UserID]].self) { group in
+        return await withTaskGroup(of: (users: [UserID], answer: [String: [UserID]]?).self) { group in
             for users in byShard.values {
                 group.addTask {
-                    guard let first = users.first else { return [:] }
-                    return (try? await resolve(for: first, using: system).gateways(of: users)) ?? [:]
+                    guard let first = users.first else { return (users, [:]) }
+                    let shard = try? resolve(for: first, using: system)
+                    if let holder {
+                        return (users, try? await shard?.gateways(of: users, heldBy: holder))
+                    }
+                    return (users, try? await shard?.gateways(of: users))
                 }
             }
-            return await group.reduce(into: [UserID: [String]]()) { byMember, part in
-                for (gateway, users) in part {
-                    for user in users { byMember[user, default: []].append(gateway) }
+            return await group.reduce(into: (gateways: [UserID: [String]](), answered: [UserID]())) { result, part in
+                guard let answer = part.answer else { return }
+                result.answered += part.users
+                for (gateway, users) in answer {
+                    for user in users { result.gateways[user, default: []].append(gateway) }
                 }
             }
         }

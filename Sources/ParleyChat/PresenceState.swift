@@ -27,8 +27,20 @@ public struct PresenceState: Sendable {
     /// later), so most calls to ``expireLeases(now:wallClock:)`` need not look at any session.
     private var noExpiryBefore: ContinuousClock.Instant?
 
-    public init(lease: Duration = .seconds(6)) {
+    /// Nodes that remember this shard's answer about a user (``GatewayDirectory``), each until its
+    /// lease ends.
+    private var holders: [UserID: [String: ContinuousClock.Instant]] = [:]
+    /// How long a node may use an answer.
+    public let directoryLease: Duration
+    /// Until then, answers an earlier owner of this shard gave may still be in use anywhere.
+    private let holdersUnknownUntil: ContinuousClock.Instant?
+
+    /// - Parameter startedAt: when this shard started on this node, if an earlier owner may have
+    ///   answered directory questions (nil: nobody has asked before).
+    public init(lease: Duration = .seconds(6), directoryLease: Duration = GatewayDirectory.lease, startedAt: ContinuousClock.Instant? = nil) {
         self.lease = lease
+        self.directoryLease = directoryLease
+        self.holdersUnknownUntil = startedAt?.advanced(by: directoryLease)
     }
 
     public func presence(of user: UserID) -> Presence {
@@ -108,8 +120,66 @@ public struct PresenceState: Sendable {
         return result
     }
 
+    /// True if `user` has a stream on `gateway`: a session opening there changes no directory answer.
+    public func hasSession(of user: UserID, on gateway: String) -> Bool {
+        sessions[user]?.values.contains { $0.gateway == gateway } ?? false
+    }
+
+    /// ``gateways(of:)`` for a node that will remember the answer for one directory lease.
+    public mutating func gateways(of users: [UserID], heldBy holder: String, now: ContinuousClock.Instant) -> [String: Set<UserID>] {
+        let leaseEnd = now.advanced(by: directoryLease)
+        for user in users { holders[user, default: [:]][holder] = leaseEnd }
+        return gateways(of: users)
+    }
+
+    /// Who must forget what it remembers of `users` (whose streams are opening on a gateway their
+    /// answer lacks) before the streams may count as open. The holders are dropped: whoever asks
+    /// after this is answered with the new gateway.
+    public mutating func directoryInvalidation(for users: [UserID], now: ContinuousClock.Instant) -> DirectoryInvalidation {
+        var invalidation = DirectoryInvalidation()
+        for user in users {
+            for (node, leaseEnd) in holders.removeValue(forKey: user) ?? [:] where now < leaseEnd {
+                var holder = invalidation.holders[node] ?? .init(users: [], leaseEnd: leaseEnd)
+                holder.users.append(user)
+                holder.leaseEnd = max(holder.leaseEnd, leaseEnd)
+                invalidation.holders[node] = holder
+            }
+        }
+        if let unknownUntil = holdersUnknownUntil, now < unknownUntil { invalidation.everyNodeUntil = unknownUntil }
+        // Holders whose lease ran out need no word; drop them now and then.
+        if holders.count > 4 * sessions.count + 1_000 {
+            holders = holders.compactMapValues { nodes in
+                let live = nodes.filter { now < $0.value }
+                return live.isEmpty ? nil : live
+            }
+        }
+        return invalidation
+    }
+
     private func changed(_ user: UserID, from before: PresenceStatus) -> Presence? {
         let after = presence(of: user)
         return after.status == before ? nil : after
     }
+}
+
+/// Who must forget directory answers before a stream opening on a new gateway counts as open.
+public struct DirectoryInvalidation: Equatable, Sendable {
+    public struct Holder: Equatable, Sendable {
+        public var users: [UserID]
+        /// When the last of its leases on them ends: if it cannot be told, wait until then.
+        public var leaseEnd: ContinuousClock.Instant
+
+        public init(users: [UserID], leaseEnd: ContinuousClock.Instant) {
+            self.users = users
+            self.leaseEnd = leaseEnd
+        }
+    }
+
+    /// Nodes known to remember an answer about some of the users.
+    public var holders: [String: Holder] = [:]
+    /// Set while an earlier owner's answers may be in use: every node must be told of every user,
+    /// or this instant waited for.
+    public var everyNodeUntil: ContinuousClock.Instant?
+
+    public var isEmpty: Bool { holders.isEmpty && everyNodeUntil == nil }
 }

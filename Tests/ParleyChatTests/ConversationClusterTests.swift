@@ -37,9 +37,10 @@ import Testing
             guard let store = try? SQLiteChatStore(path: path) else { return }
             stores.byNode.withLock { $0[system.settings.name] = store }
             let services = ChatServices(store: store)
+            let directory = GatewayDirectory(system: system)
             system.register(kind: ConversationActor.kind) { id, system in
                 cluster.recordActivation(id, on: system)
-                return try await ConversationActor.activate(id, system: system, services: services)
+                return try await ConversationActor.activate(id, system: system, services: services, directory: directory)
             }
         }
         for node in nodes { try await cluster.start(node, callTimeout: .seconds(5)) }

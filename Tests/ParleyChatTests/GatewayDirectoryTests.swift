@@ -1,0 +1,108 @@
+import Foundation
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+import ParleyTestKit
+import Synchronization
+import Testing
+
+@Suite struct DirectoryCacheStateTests {
+    static let ann: UserID = "u_ann", ben: UserID = "u_ben"
+
+    /// An answer (also "no stream") serves for one lease counted from the question.
+    @Test func anAnswerServesForOneLeaseFromTheQuestion() {
+        var time = ManualTime()
+        var cache = DirectoryCacheState(lease: .seconds(3))
+        #expect(cache.lookup([Self.ann, Self.ben], now: time.now).missing == [Self.ann, Self.ben])
+        let askedAt = time.now
+        cache.remember([Self.ann: ["gateway-1"]], for: [Self.ann, Self.ben], askedAt: askedAt, now: time.advance(by: .milliseconds(500)))
+        let hit = cache.lookup([Self.ann, Self.ben], now: time.advance(by: .milliseconds(2_499)))
+        #expect(hit.known == [Self.ann: ["gateway-1"], Self.ben: []] && hit.missing.isEmpty)
+        #expect(cache.lookup([Self.ann, Self.ben], now: time.advance(by: .milliseconds(1))).missing == [Self.ann, Self.ben], "3 s after the question")
+    }
+
+    /// Forgetting takes effect at once, and an answer to a question asked before it is not
+    /// remembered (it may predate the stream that made the shard ask to forget).
+    @Test func aForgottenUserIsAskedAgainAndAnOlderAnswerIsRefused() {
+        var time = ManualTime()
+        var cache = DirectoryCacheState(lease: .seconds(3))
+        cache.remember([:], for: [Self.ann, Self.ben], askedAt: time.now, now: time.now)
+        let inFlight = time.advance(by: .milliseconds(100))
+        cache.forget([Self.ann], now: time.advance(by: .milliseconds(100)))
+        #expect(cache.lookup([Self.ann, Self.ben], now: time.now).missing == [Self.ann])
+        cache.remember([:], for: [Self.ann], askedAt: inFlight, now: time.advance(by: .milliseconds(100)))
+        #expect(cache.lookup([Self.ann], now: time.now).missing == [Self.ann], "the answer asked for before the forgetting")
+        cache.remember([Self.ann: ["gateway-2"]], for: [Self.ann], askedAt: time.now, now: time.now)
+        #expect(cache.lookup([Self.ann], now: time.now).known == [Self.ann: ["gateway-2"]], "a question asked after it")
+    }
+}
+
+@Suite struct DirectoryInvalidationTests {
+    static let ann: UserID = "u_ann", ben: UserID = "u_ben"
+
+    /// The shard records who holds an answer until its lease ends, names them (once) when a
+    /// user's streams move, and after a move to a new owner names every node for one lease.
+    @Test func holdersAreNamedUntilTheirLeaseEnds() {
+        var time = ManualTime()
+        var state = PresenceState(lease: .seconds(6), directoryLease: .seconds(3))
+        _ = state.gateways(of: [Self.ann, Self.ben], heldBy: "worker-1", now: time.now)
+        _ = state.gateways(of: [Self.ann], heldBy: "worker-2", now: time.advance(by: .seconds(2)))
+        let invalidation = state.directoryInvalidation(for: [Self.ann], now: time.advance(by: .milliseconds(1_500)))
+        #expect(invalidation.holders == ["worker-2": .init(users: [Self.ann], leaseEnd: time.at(.seconds(5)))], "worker-1's lease ran out at 3 s")
+        #expect(invalidation.everyNodeUntil == nil)
+        #expect(state.directoryInvalidation(for: [Self.ann], now: time.now).isEmpty, "named once; the next question records it again")
+        #expect(state.directoryInvalidation(for: [Self.ben], now: time.now).isEmpty, "ben's holder's lease ran out too")
+
+        var moved = PresenceState(lease: .seconds(6), directoryLease: .seconds(3), startedAt: time.now)
+        #expect(moved.directoryInvalidation(for: [Self.ann], now: time.advance(by: .seconds(1))).everyNodeUntil == time.at(.milliseconds(6_500)))
+        #expect(moved.directoryInvalidation(for: [Self.ann], now: time.advance(by: .seconds(2))).isEmpty, "one lease after the move")
+    }
+}
+
+@Suite(.serialized) struct GatewayDirectoryClusterTests {
+    /// A node remembers that ann has no stream (it delivered a message to ben only); then ann's
+    /// stream opens on another gateway: the next message must reach it live, at once — the shard
+    /// made the node forget before the stream counted as open.
+    @Test func aStreamOpenedAfterAnAnswerWasRememberedGetsTheNextMessage() async throws {
+        let ann: UserID = "u_ann", ben: UserID = "u_ben"
+        let store = InMemoryChatStore()
+        try await registerUsers([ann, ben], in: store)
+        let services = ChatServices(store: store)
+        let cluster = try LoopbackCluster { system, _ in
+            guard system.settings.roles.contains(.worker) else { return }
+            ConversationActor.register(on: system, services: services)
+            PresenceShard.register(on: system)
+        }
+        try await cluster.start("node-a")
+        try await cluster.start("node-b")
+        for gateway in ["node-g1", "node-g2"] { try await cluster.start(gateway, roles: .gateway) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b", "node-g1", "node-g2"])
+        let received = ["node-g1": RecordedDeliveries(), "node-g2": RecordedDeliveries()]
+        let inboxes = received.map { gateway, recorded in GatewayInbox.open(on: cluster[gateway]) { recorded.record($0) } }
+        defer { _ = inboxes }
+
+        let conversation = ConversationActor.directID(ann, ben)
+        let actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
+        _ = try await actor.create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        _ = try await PresenceShard.resolve(for: ben, using: cluster["node-b"]).openSession(.init(userId: ben, sessionID: "ben-1"), gateway: "node-g1")
+        // Past the shards' first lease (when a new owner tells every node), so only holders are told.
+        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-b"]).presence(of: [ann])
+        try await Task.sleep(for: GatewayDirectory.lease)
+        func send(_ text: String) async throws -> Int64 {
+            try await actor.send(SendMessage(senderId: ben, clientMessageId: UUID().uuidString, text: text)).message.seq
+        }
+        let first = try await send("ann is offline")
+        try await eventually(timeout: .seconds(10), "node-g1 gets the first message") { received["node-g1"]?.messages.map(\.seq) == [first] }
+
+        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-b"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g2")
+        let second = try await send("ann is here")
+        try await eventually(timeout: .seconds(10), "node-g2 gets the second message for ann") {
+            received["node-g2"]?.deliveries.withLock { deliveries in
+                deliveries.contains { if case .message(let message) = $0.event { message.seq == second && $0.recipients == [ann] } else { false } }
+            } == true
+        }
+        #expect(received["node-g2"]?.messages.map(\.seq) == [second], "the first was sent before ann's stream opened")
+    }
+}
