@@ -75,7 +75,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     public init(
         settings: ClusterSettings,
         transport: any ClusterTransport,
-        serialization: any ClusterSerialization = JSONClusterSerialization(),
+        serialization: any ClusterSerialization = BinaryClusterSerialization(),
         logger: Logger? = nil
     ) {
         self.settings = settings

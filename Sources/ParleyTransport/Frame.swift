@@ -13,8 +13,9 @@ enum Frame: Equatable, Sendable {
     /// Cluster traffic, allowed once the hello exchange is done.
     case message(ClusterMessage)
 
-    /// The cluster protocol version; a node refuses hellos of another version.
-    static let protocolVersion: UInt16 = 1
+    /// The cluster protocol version; a node refuses hellos of another version. 2: call arguments
+    /// and results in ``BinaryClusterSerialization`` (1 had JSON).
+    static let protocolVersion: UInt16 = 2
 }
 
 /// What a node says about itself when a connection opens.

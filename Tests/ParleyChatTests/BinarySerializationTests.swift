@@ -1,0 +1,93 @@
+import Foundation
+@testable import ParleyChat
+import ParleyCluster
+import ParleyModel
+import Testing
+
+/// Values of every shape that cross the cluster, with edge cases of each primitive.
+private struct Shapes: Codable, Equatable {
+    enum Mood: String, Codable { case calm, loud }
+    enum Either: Codable, Equatable {
+        case left(Int64)
+        case right(name: String, extra: [String?])
+        case neither
+    }
+
+    var empty = ""
+    var text = "héllo, 世界 👋"
+    var none: String? = nil
+    var some: String? = ""
+    var flags = [true, false]
+    var integers: [Int64] = [.min, -1, 0, 1, .max]
+    var small: [UInt8] = [0, 255]
+    var int = Int.min
+    var uint = UInt.max
+    var double = -0.1
+    var date = Date(timeIntervalSince1970: 1_800_000_000.123)
+    var mood = Mood.loud
+    var optionals: [Int?] = [nil, 3, nil]
+    var nested: [[String]] = [[], ["a"], ["b", "c"]]
+    var byKey: [String: [Int]] = ["x": [1], "": []]
+    var either: [Either] = [.left(-7), .right(name: "r", extra: [nil, "e"]), .neither]
+    var duration = Duration.milliseconds(1_500)
+    var uuid = UUID()
+}
+
+@Suite struct BinarySerializationTests {
+    let binary = BinaryClusterSerialization()
+
+    func roundTrip<Value: Codable & Equatable>(_ value: Value) throws -> Value {
+        try binary.decode(Value.self, from: try binary.encode(value))
+    }
+
+    @Test func everyShapeReadsBackAsWritten() throws {
+        let shapes = Shapes()
+        #expect(try roundTrip(shapes) == shapes)
+        let optional: Shapes? = nil
+        #expect(try roundTrip(optional) == nil)
+        #expect(try roundTrip(Optional(shapes)) == shapes)
+        #expect(try roundTrip(42) == 42 && roundTrip("") == "" && roundTrip([String]()) == [])
+    }
+
+    /// What the chat actors send each other: a message's result, deliveries of every event kind,
+    /// directory answers.
+    @Test func theChatWireTypesReadBackAsWritten() throws {
+        let ann: UserID = "u_ann", ben: UserID = "u_ben"
+        let at = Date(millisecondsSince1970: 1_800_000_000_123)
+        let message = Message(conversationId: "c_1", seq: 7, senderId: ann, clientMessageId: UUID().uuidString, text: "hi\n\"there\"", sentAt: at)
+        #expect(try roundTrip(SendResult(message: message, created: true)) == SendResult(message: message, created: true))
+        let record = ConversationRecord(
+            id: "c_1", kind: .group, name: nil, ownerId: ann, lastSeq: 7, createdAt: at,
+            members: [ConversationMember(userId: ann, role: .owner), ConversationMember(userId: ben, role: .member, deliveredSeq: 3, readSeq: 2)])
+        let deliveries = [
+            EventDelivery(event: .message(message), recipients: [ann, ben]),
+            EventDelivery(event: .receipt(ReceiptEvent(conversationId: "c_1", userId: ben, deliveredSeq: 7, readSeq: 5, at: at)), recipients: [ann]),
+            EventDelivery(event: .typing(TypingEvent(conversationId: "c_1", userId: ann, typing: true)), recipients: [ben]),
+            EventDelivery(event: .conversation(ConversationChange(conversation: record, change: .memberAdded, at: at)), recipients: []),
+            EventDelivery(event: .presence(Presence(userId: ann, status: .offline, lastSeenAt: at)), recipients: [ben]),
+        ]
+        #expect(try roundTrip(deliveries) == deliveries)
+        let directory: [String: [UserID]] = ["gateway-1": [ann, ben], "gateway-2": []]
+        #expect(try roundTrip(directory) == directory)
+    }
+
+    /// Bytes from a peer that are cut short or garbled are a decoding error, never a crash or a
+    /// wrong value read as right.
+    @Test func truncatedOrGarbledBytesAreRefused() throws {
+        let bytes = try binary.encode(Shapes())
+        for length in 0..<bytes.count {
+            #expect(throws: (any Error).self, "cut to \(length) of \(bytes.count) bytes") {
+                try binary.decode(Shapes.self, from: Array(bytes.prefix(length)))
+            }
+        }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            var garbled = bytes
+            for _ in 0..<3 { garbled[Int.random(in: 0..<garbled.count, using: &generator)] = .random(in: .min ... .max, using: &generator) }
+            _ = try? binary.decode(Shapes.self, from: garbled)  // must return or throw
+        }
+        #expect(throws: (any Error).self) { try binary.decode([Int64].self, from: [1, 0xFF, 0xFF, 0xFF, 0x7F]) }
+        #expect(throws: (any Error).self) { try binary.decode(String.self, from: [1, 0xC3]) }
+        #expect(throws: (any Error).self) { try binary.decode(Bool.self, from: [1, 2]) }
+    }
+}
