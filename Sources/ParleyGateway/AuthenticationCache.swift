@@ -1,8 +1,10 @@
+import Foundation
 import ParleyModel
 import Synchronization
 
-/// Tokens a user's actor said are valid, remembered for a lease so that a request does not cost a
-/// call to that actor; and tokens this gateway was told are revoked.
+/// Tokens a user's actor said are valid, remembered by their text for a lease so that a request
+/// costs neither a call to that actor nor a signature check; and tokens this gateway was told are
+/// revoked.
 ///
 /// A lease counts from when the gateway *asked* (before the actor answered), so it always ends
 /// before the lease the actor reckons with. A revocation forgets the token at once and keeps it
@@ -14,13 +16,17 @@ struct AuthenticationCache {
 
     private struct Entry {
         var user: User
+        var claims: TokenAuthority.Claims
         var leaseEnd: Instant
     }
 
     let lease: Duration
     /// Past this many remembered tokens, expired ones are dropped (and if none were, all).
     let capacity: Int
+    /// By the token's text, as the client sends it (so its signature is not checked again).
     private var valid: [String: Entry] = [:]
+    /// Token ID → the text remembered for it (revocations name IDs).
+    private var textOf: [String: String] = [:]
     /// Revoked token IDs, each until one lease after the gateway heard of it.
     private var revoked: [String: Instant] = [:]
 
@@ -29,27 +35,32 @@ struct AuthenticationCache {
         self.capacity = capacity
     }
 
-    /// The user of a token remembered as valid, if its lease has not run out.
-    func user(tokenId: String, userId: UserID, now: Instant) -> User? {
-        guard let entry = valid[tokenId], now < entry.leaseEnd, entry.user.id == userId else { return nil }
-        return entry.user
+    /// The caller of a token remembered as valid, if its lease has not run out and the token has
+    /// not expired.
+    func caller(token: String, now: Instant, wallClock: Date) -> (user: User, claims: TokenAuthority.Claims)? {
+        guard let entry = valid[token], now < entry.leaseEnd, wallClock < entry.claims.expiresAt else { return nil }
+        return (entry.user, entry.claims)
     }
 
-    /// The actor said the token is valid, answering a question asked at `askedAt`.
-    mutating func remember(_ user: User, tokenId: String, askedAt: Instant, now: Instant) {
-        if let until = revoked[tokenId], now < until { return }
+    /// The actor said the token (verified: `claims` are its own) is valid, answering a question
+    /// asked at `askedAt`.
+    mutating func remember(_ user: User, claims: TokenAuthority.Claims, token: String, askedAt: Instant, now: Instant) {
+        if let until = revoked[claims.tokenId], now < until { return }
         if valid.count >= capacity {
             valid = valid.filter { now < $0.value.leaseEnd }
             if valid.count >= capacity { valid.removeAll() }
+            textOf = Dictionary(valid.map { ($0.value.claims.tokenId, $0.key) }, uniquingKeysWith: { first, _ in first })
         }
-        valid[tokenId] = Entry(user: user, leaseEnd: askedAt.advanced(by: lease))
+        if let old = textOf[claims.tokenId], old != token { valid[old] = nil }
+        valid[token] = Entry(user: user, claims: claims, leaseEnd: askedAt.advanced(by: lease))
+        textOf[claims.tokenId] = token
     }
 
     /// These tokens were revoked: forget them, and refuse answers about them still on their way.
     mutating func revoke(_ tokenIds: [String], now: Instant) {
         if revoked.count >= capacity { revoked = revoked.filter { now < $0.value } }
         for tokenId in tokenIds {
-            valid[tokenId] = nil
+            if let text = textOf.removeValue(forKey: tokenId) { valid[text] = nil }
             revoked[tokenId] = now.advanced(by: lease)
         }
     }
@@ -66,12 +77,12 @@ final class SharedAuthenticationCache: Sendable {
         cache = Mutex(AuthenticationCache(lease: lease))
     }
 
-    func user(tokenId: String, userId: UserID, now: ContinuousClock.Instant) -> User? {
-        cache.withLock { $0.user(tokenId: tokenId, userId: userId, now: now) }
+    func caller(token: String, now: ContinuousClock.Instant, wallClock: Date) -> (user: User, claims: TokenAuthority.Claims)? {
+        cache.withLock { $0.caller(token: token, now: now, wallClock: wallClock) }
     }
 
-    func remember(_ user: User, tokenId: String, askedAt: ContinuousClock.Instant) {
-        cache.withLock { $0.remember(user, tokenId: tokenId, askedAt: askedAt, now: .now) }
+    func remember(_ user: User, claims: TokenAuthority.Claims, token: String, askedAt: ContinuousClock.Instant) {
+        cache.withLock { $0.remember(user, claims: claims, token: token, askedAt: askedAt, now: .now) }
     }
 
     func revoke(_ tokenIds: [String]) {

@@ -6,18 +6,32 @@ import Testing
 
 @Suite struct AuthenticationCacheTests {
     let ann = User(id: UserID(rawValue: "u_ann"), handle: "ann", displayName: "Ann", createdAt: Date(timeIntervalSince1970: 0))
+    let wallClock = Date(timeIntervalSince1970: 1_800_000_000)
 
-    /// A token found valid is accepted without asking for one lease counted from when the gateway
-    /// asked, not from when the answer came; then the actor is asked again.
+    func claims(_ tokenId: String, expiresIn seconds: TimeInterval = 3600) -> TokenAuthority.Claims {
+        TokenAuthority.Claims(userId: ann.id, tokenId: tokenId, expiresAt: wallClock.addingTimeInterval(seconds))
+    }
+
+    /// A token found valid is accepted by its text without asking for one lease counted from when
+    /// the gateway asked, not from when the answer came; then the actor is asked again.
     @Test func aValidTokenIsRememberedForOneLeaseFromTheQuestion() {
         var time = ManualTime()
         var cache = AuthenticationCache(lease: .seconds(5))
         let askedAt = time.now
-        #expect(cache.user(tokenId: "t1", userId: ann.id, now: askedAt) == nil, "nothing is known before the actor answered")
-        cache.remember(ann, tokenId: "t1", askedAt: askedAt, now: time.advance(by: .seconds(1)))
-        #expect(cache.user(tokenId: "t1", userId: ann.id, now: time.advance(by: .milliseconds(3_999))) == ann)
-        #expect(cache.user(tokenId: "t1", userId: ann.id, now: time.advance(by: .milliseconds(1))) == nil, "5 s after the question")
-        #expect(cache.user(tokenId: "t1", userId: UserID(rawValue: "u_other"), now: askedAt) == nil, "another user's claim to the token")
+        #expect(cache.caller(token: "text-1", now: askedAt, wallClock: wallClock) == nil, "nothing is known before the actor answered")
+        cache.remember(ann, claims: claims("t1"), token: "text-1", askedAt: askedAt, now: time.advance(by: .seconds(1)))
+        #expect(cache.caller(token: "text-1", now: time.advance(by: .milliseconds(3_999)), wallClock: wallClock)?.claims == claims("t1"))
+        #expect(cache.caller(token: "text-1", now: time.advance(by: .milliseconds(1)), wallClock: wallClock) == nil, "5 s after the question")
+        #expect(cache.caller(token: "text-1 ", now: askedAt, wallClock: wallClock) == nil, "only the very text that was verified")
+    }
+
+    /// A remembered token that expires meanwhile is not accepted from memory.
+    @Test func anExpiredTokenIsNotAcceptedFromMemory() {
+        let time = ManualTime()
+        var cache = AuthenticationCache(lease: .seconds(5))
+        cache.remember(ann, claims: claims("t1", expiresIn: 1), token: "text-1", askedAt: time.now, now: time.now)
+        #expect(cache.caller(token: "text-1", now: time.now, wallClock: wallClock)?.user == ann)
+        #expect(cache.caller(token: "text-1", now: time.now, wallClock: wallClock.addingTimeInterval(1)) == nil)
     }
 
     /// A revocation forgets the token at once, and an answer that was on its way when it arrived
@@ -25,14 +39,14 @@ import Testing
     @Test func aRevokedTokenIsForgottenAndALateAnswerIsRefused() {
         var time = ManualTime()
         var cache = AuthenticationCache(lease: .seconds(5))
-        cache.remember(ann, tokenId: "t1", askedAt: time.now, now: time.now)
-        cache.remember(ann, tokenId: "t2", askedAt: time.now, now: time.now)
+        cache.remember(ann, claims: claims("t1"), token: "text-1", askedAt: time.now, now: time.now)
+        cache.remember(ann, claims: claims("t2"), token: "text-2", askedAt: time.now, now: time.now)
         let inFlight = time.advance(by: .seconds(1))
         cache.revoke(["t1", "t3"], now: time.advance(by: .milliseconds(10)))
-        #expect(cache.user(tokenId: "t1", userId: ann.id, now: time.now) == nil)
-        #expect(cache.user(tokenId: "t2", userId: ann.id, now: time.now) == ann)
-        cache.remember(ann, tokenId: "t3", askedAt: inFlight, now: time.advance(by: .milliseconds(10)))
-        #expect(cache.user(tokenId: "t3", userId: ann.id, now: time.now) == nil, "the answer asked for before the revocation")
+        #expect(cache.caller(token: "text-1", now: time.now, wallClock: wallClock) == nil)
+        #expect(cache.caller(token: "text-2", now: time.now, wallClock: wallClock)?.user == ann)
+        cache.remember(ann, claims: claims("t3"), token: "text-3", askedAt: inFlight, now: time.advance(by: .milliseconds(10)))
+        #expect(cache.caller(token: "text-3", now: time.now, wallClock: wallClock) == nil, "the answer asked for before the revocation")
         #expect(cache.count == 1)
     }
 
@@ -40,14 +54,15 @@ import Testing
     @Test func aFullCacheDropsExpiredTokensFirst() {
         var time = ManualTime()
         var cache = AuthenticationCache(lease: .seconds(5), capacity: 3)
-        cache.remember(ann, tokenId: "old-1", askedAt: time.now, now: time.now)
-        cache.remember(ann, tokenId: "old-2", askedAt: time.now, now: time.now)
+        cache.remember(ann, claims: claims("old-1"), token: "old-1", askedAt: time.now, now: time.now)
+        cache.remember(ann, claims: claims("old-2"), token: "old-2", askedAt: time.now, now: time.now)
         time.advance(by: .seconds(3))
-        cache.remember(ann, tokenId: "young", askedAt: time.now, now: time.now)
+        cache.remember(ann, claims: claims("young"), token: "young", askedAt: time.now, now: time.now)
         time.advance(by: .seconds(3))
-        cache.remember(ann, tokenId: "new", askedAt: time.now, now: time.now)
+        cache.remember(ann, claims: claims("new"), token: "new", askedAt: time.now, now: time.now)
         #expect(cache.count == 2)
-        #expect(cache.user(tokenId: "young", userId: ann.id, now: time.now) == ann)
-        #expect(cache.user(tokenId: "new", userId: ann.id, now: time.now) == ann)
+        #expect(cache.caller(token: "young", now: time.now, wallClock: wallClock)?.user == ann)
+        cache.revoke(["young"], now: time.now)
+        #expect(cache.caller(token: "young", now: time.now, wallClock: wallClock) == nil, "revocations still find what survived the purge")
     }
 }
