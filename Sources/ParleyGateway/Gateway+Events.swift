@@ -104,8 +104,8 @@ struct EventStreamWriter: Sendable {
             try await writer.write(Self.frame(event: "ready", id: ready, data: API.ReadyEvent(cursor: ready)))
             for await item in input {
                 switch item {
-                case .event(let event):
-                    try await write(event, at: &position, into: &writer)
+                case .event(let event, let sharedData):
+                    try await write(event, sharedData: sharedData, at: &position, into: &writer)
                 case .tick:
                     guard channel.isActive else {
                         gateway.logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
@@ -121,7 +121,9 @@ struct EventStreamWriter: Sendable {
         }
     }
 
-    private func write(_ event: ChatEvent, at position: inout Position, into writer: inout any ResponseBodyWriter) async throws {
+    private func write(
+        _ event: ChatEvent, sharedData: [UInt8]? = nil, at position: inout Position, into writer: inout any ResponseBodyWriter
+    ) async throws {
         if case .message(let message) = event {
             switch position.sequencer.decide(message) {
             case .duplicate:
@@ -136,13 +138,14 @@ struct EventStreamWriter: Sendable {
             }
             position.sequencer.sent(message)
         }
-        try await emit(event, at: &position, into: &writer)
+        try await emit(event, sharedData: sharedData, at: &position, into: &writer)
     }
 
-    private func emit(_ event: ChatEvent, at position: inout Position, into writer: inout any ResponseBodyWriter) async throws {
+    private func emit(
+        _ event: ChatEvent, sharedData: [UInt8]? = nil, at position: inout Position, into writer: inout any ResponseBodyWriter
+    ) async throws {
         position.cursor = position.cursor.advanced(by: event)
-        guard let frame = Self.frame(for: event, user: user, cursor: position.cursor) else { return }
-        try await writer.write(frame)
+        try await writer.write(Self.frame(for: event, user: user, cursor: position.cursor, sharedData: sharedData))
     }
 
     /// Messages `after+1 ..< before` of a conversation, read through its owner; empty when that
@@ -168,29 +171,63 @@ struct EventStreamWriter: Sendable {
         return messages
     }
 
-    static func frame(for event: ChatEvent, user: UserID, cursor: StreamCursor) -> ByteBuffer? {
+    /// The SSE frame of `event` for this stream: the event name, its cursor (durable events), and
+    /// the `data:` JSON — `sharedData` when the hub encoded it once for every stream.
+    static func frame(for event: ChatEvent, user: UserID, cursor: StreamCursor, sharedData: [UInt8]? = nil) -> ByteBuffer {
         switch event {
-        case .message(let message):
-            return frame(event: "message", id: cursor.token, data: API.MessageEvent(message: message))
-        case .receipt(let receipt):
-            return frame(event: "receipt", id: cursor.token, data: API.ReceiptEvent(
-                conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq))
         case .conversation(let change):
-            return frame(event: "conversation", id: cursor.token, data: API.ConversationEvent(
-                conversation: API.Conversation(change.conversation, for: user), change: change.change))
-        case .typing(let typing):
-            return frame(event: "typing", id: nil, data: typing)
-        case .presence(let presence):
-            return frame(event: "presence", id: nil, data: API.PresenceEvent(presence: presence))
+            // The recipient's own unread count: encoded per stream.
+            let data = API.ConversationEvent(conversation: API.Conversation(change.conversation, for: user), change: change.change)
+            return frame(event: "conversation", id: cursor.token, json: encoded(data))
+        case .message:
+            return frame(event: "message", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .receipt:
+            return frame(event: "receipt", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .typing:
+            return frame(event: "typing", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .presence:
+            return frame(event: "presence", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
         }
     }
 
+    /// The `data:` JSON of an event that is the same for every recipient: all but conversation
+    /// events (nil), which carry the recipient's own unread count.
+    static func sharedData(for event: ChatEvent) -> [UInt8]? {
+        switch event {
+        case .message(let message):
+            encoded(API.MessageEvent(message: message))
+        case .receipt(let receipt):
+            encoded(API.ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq))
+        case .typing(let typing):
+            encoded(typing)
+        case .presence(let presence):
+            encoded(API.PresenceEvent(presence: presence))
+        case .conversation:
+            nil
+        }
+    }
+
+    private static func encoded(_ data: any Encodable) -> [UInt8] {
+        (try? Array(Gateway.encoder.encode(data))) ?? Array("{}".utf8)
+    }
+
     static func frame(event: String, id: String?, data: some Encodable) -> ByteBuffer {
-        // JSON has no raw newlines (they are escaped in strings), so the data is one line.
-        let json = (try? Gateway.encoder.encode(data)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
-        var text = "event: \(event)\n"
-        if let id { text += "id: \(id)\n" }
-        text += "data: \(json)\n\n"
-        return ByteBuffer(string: text)
+        frame(event: event, id: id, json: encoded(data))
+    }
+
+    /// JSON has no raw newlines (they are escaped in strings), so the data is one line.
+    static func frame(event: String, id: String?, json: [UInt8]) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(json.count + event.utf8.count + (id?.utf8.count ?? 0) + 24)
+        buffer.writeString("event: ")
+        buffer.writeString(event)
+        if let id {
+            buffer.writeString("\nid: ")
+            buffer.writeString(id)
+        }
+        buffer.writeString("\ndata: ")
+        buffer.writeBytes(json)
+        buffer.writeString("\n\n")
+        return buffer
     }
 }

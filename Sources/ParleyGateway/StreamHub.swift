@@ -8,8 +8,9 @@ import Synchronization
 
 /// What one open event stream receives from the hub, in order.
 enum StreamInput: Sendable {
-    /// An event from a conversation owner (or a presence shard).
-    case event(ChatEvent)
+    /// An event from a conversation owner (or a presence shard), with its `data:` JSON when that
+    /// is the same for every stream (encoded once for all of them).
+    case event(ChatEvent, sharedData: [UInt8]?)
     /// Once a second: check that the client is still there; write `: ping` every 15th.
     case tick
 }
@@ -76,11 +77,12 @@ public final class StreamHub: Sendable {
 
     /// This node's inbox handler: every event to every local stream of its recipients.
     public func deliver(_ deliveries: [EventDelivery]) {
+        let shared = deliveries.map { EventStreamWriter.sharedData(for: $0.event) }
         state.withLock { state in
-            for delivery in deliveries {
+            for (delivery, data) in zip(deliveries, shared) {
                 for user in delivery.recipients {
                     for session in state.byUser[user] ?? [] {
-                        state.streams[session]?.continuation.yield(.event(delivery.event))
+                        state.streams[session]?.continuation.yield(.event(delivery.event, sharedData: data))
                     }
                 }
             }
