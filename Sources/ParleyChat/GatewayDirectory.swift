@@ -82,6 +82,8 @@ public final class GatewayDirectory: Sendable {
 
     private let system: ClusterSystem
     private let state: Mutex<DirectoryCacheState>
+    /// Keeps the node's ``DirectoryCache`` alive (the system holds pinned actors weakly); set
+    /// right after `self` exists, since the actor refers back to it.
     private let actor: Mutex<DirectoryCache?> = Mutex(nil)
 
     /// Opens `system`'s directory and its ``DirectoryCache`` actor (one per node).
