@@ -17,21 +17,11 @@ final class RecordedDeliveries: Sendable {
 
 @Suite(.serialized) struct FanOutTests {
     @Test func aConversationsEventsReachEachGatewayOnceInSeqOrder() async throws {
-        let store = InMemoryChatStore()
-        try await registerUsers((0..<10).map { UserID(rawValue: "u_\($0)") } + ["u_reader"], in: store)
-        let services = ChatServices(store: store)
-        let cluster = try LoopbackCluster { system, _ in
-            guard system.settings.roles.contains(.worker) else { return }
-            ConversationActor.register(on: system, services: services)
-            PresenceShard.register(on: system)
-        }
-        try await cluster.start("node-a")
-        try await cluster.start("node-b")
-        let gateway = try await cluster.start("node-g", roles: .gateway)
+        let cluster = try await startChatCluster(
+            users: (0..<10).map { UserID(rawValue: "u_\($0)") } + ["u_reader"], workers: ["node-a", "node-b"], gateways: ["node-g"])
         defer { Task { await cluster.stopAll() } }
-        try await cluster.waitForUp(["node-a", "node-b", "node-g"])
         let received = RecordedDeliveries()
-        let inbox = GatewayInbox.open(on: gateway) { received.record($0) }
+        let inbox = GatewayInbox.open(on: cluster["node-g"]) { received.record($0) }
         defer { _ = inbox }
 
         let members = (0..<10).map { UserID(rawValue: "u_\($0)") }

@@ -66,19 +66,8 @@ import Testing
     /// made the node forget before the stream counted as open.
     @Test func aStreamOpenedAfterAnAnswerWasRememberedGetsTheNextMessage() async throws {
         let ann: UserID = "u_ann", ben: UserID = "u_ben"
-        let store = InMemoryChatStore()
-        try await registerUsers([ann, ben], in: store)
-        let services = ChatServices(store: store)
-        let cluster = try LoopbackCluster { system, _ in
-            guard system.settings.roles.contains(.worker) else { return }
-            ConversationActor.register(on: system, services: services)
-            PresenceShard.register(on: system)
-        }
-        try await cluster.start("node-a")
-        try await cluster.start("node-b")
-        for gateway in ["node-g1", "node-g2"] { try await cluster.start(gateway, roles: .gateway) }
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a", "node-b"], gateways: ["node-g1", "node-g2"])
         defer { Task { await cluster.stopAll() } }
-        try await cluster.waitForUp(["node-a", "node-b", "node-g1", "node-g2"])
         let received = ["node-g1": RecordedDeliveries(), "node-g2": RecordedDeliveries()]
         let inboxes = received.map { gateway, recorded in GatewayInbox.open(on: cluster[gateway]) { recorded.record($0) } }
         defer { _ = inboxes }
