@@ -46,22 +46,30 @@ public distributed actor GatewayInbox {
         revocationHandler(tokenIds)
     }
 
-    /// Tells every gateway of the cluster that these tokens were revoked; true if every gateway
-    /// the membership knows (and does not know dead) acknowledged.
-    public static func announceRevocation(of tokenIds: [String], using system: ClusterSystem) async -> Bool {
+    /// Tells every gateway of the cluster that these tokens were revoked, waiting for the answers
+    /// until `leasesEnd` at most (a gateway's answer matters only while it may still hold a
+    /// lease). False if a gateway the membership knows (and does not know dead) said no or could
+    /// not be reached before then.
+    public static func announceRevocation(
+        of tokenIds: [String], leasesEnd: ContinuousClock.Instant, using system: ClusterSystem
+    ) async -> Bool {
         let gateways = system.members.filter { $0.roles.contains(.gateway) && !$0.status.isTerminal }.map(\.id.name)
         return await withTaskGroup(of: Bool.self) { group in
             for gateway in gateways {
                 group.addTask {
-                    do {
-                        try await resolve(id: id(gateway: gateway), using: system).revoked(tokenIds)
-                        return true
-                    } catch {
-                        system.logger.warning("a gateway was not told of a revoked token; waiting for its lease to run out", metadata: [
-                            "gateway": "\(gateway)", "error": "\(error)",
-                        ])
-                        return false
+                    let told = await untilDeadline(leasesEnd) { () -> Bool in
+                        do {
+                            try await resolve(id: id(gateway: gateway), using: system).revoked(tokenIds)
+                            return true
+                        } catch {
+                            system.logger.warning("a gateway was not told of a revoked token; waiting for its lease to run out", metadata: [
+                                "gateway": "\(gateway)", "error": "\(error)",
+                            ])
+                            return false
+                        }
                     }
+                    // No answer by the end of the leases: nothing it remembers is valid any more.
+                    return told ?? true
                 }
             }
             return await group.reduce(true) { $0 && $1 }

@@ -110,7 +110,8 @@ public distributed actor PresenceShard {
     }
 
     /// Tells the nodes that remember an answer about `users` to forget it; a node that cannot be
-    /// told (and is not known dead) is waited for until its lease has run out.
+    /// told (and is not known dead) is waited for until its lease has run out, and no answer is
+    /// waited for past that (the gateway opening the stream hears back within its call timeout).
     private func invalidateDirectories(of users: [UserID]) async {
         guard !users.isEmpty else { return }
         let invalidation = state.directoryInvalidation(for: users, now: .now)
@@ -125,18 +126,22 @@ public distributed actor PresenceShard {
         let waitUntil = await withTaskGroup(of: ContinuousClock.Instant?.self) { group in
             for (node, holder) in targets {
                 group.addTask {
-                    do {
-                        try await DirectoryCache.resolve(id: DirectoryCache.id(node: node), using: system).forget(holder.users)
-                        return nil
-                    } catch {
-                        // A node without a directory, or known dead, uses nothing it remembered.
-                        if let error = error as? ClusterCallError, error.code == .actorNotFound { return nil }
-                        guard let member = system.members.first(where: { $0.id.name == node }), !member.status.isTerminal else { return nil }
-                        system.logger.info("a node was not told that streams moved; waiting for its directory lease to run out", metadata: [
-                            "node": "\(node)", "users.count": "\(holder.users.count)", "error": "\(error)",
-                        ])
-                        return holder.leaseEnd
+                    // No answer by the end of its lease: it uses nothing it remembered any more.
+                    let wait = await untilDeadline(holder.leaseEnd) { () -> ContinuousClock.Instant? in
+                        do {
+                            try await DirectoryCache.resolve(id: DirectoryCache.id(node: node), using: system).forget(holder.users)
+                            return nil
+                        } catch {
+                            // A node without a directory, or known dead, uses nothing it remembered.
+                            if let error = error as? ClusterCallError, error.code == .actorNotFound { return nil }
+                            guard let member = system.members.first(where: { $0.id.name == node }), !member.status.isTerminal else { return nil }
+                            system.logger.info("a node was not told that streams moved; waiting for its directory lease to run out", metadata: [
+                                "node": "\(node)", "users.count": "\(holder.users.count)", "error": "\(error)",
+                            ])
+                            return holder.leaseEnd
+                        }
                     }
+                    return wait ?? nil
                 }
             }
             return await group.reduce(nil) { latest, next in [latest, next].compactMap { $0 }.max() }

@@ -104,8 +104,9 @@ public distributed actor UserActor {
 extension UserActor {
     /// How long a gateway may go on accepting a token this actor said is valid without asking
     /// again. A revocation reaches every gateway at once; one that cannot be told has its lease
-    /// run out before ``revoke(tokenId:expiresAt:)`` returns.
-    public static let authenticationLease: Duration = .seconds(5)
+    /// run out before ``revoke(tokenId:expiresAt:)`` returns — well within a call's 5 s timeout,
+    /// so the gateway asking for the revocation hears back.
+    public static let authenticationLease: Duration = .seconds(3)
 
     /// The user, if the token with this ID (already verified by signature) was not revoked.
     /// Throws `unauthorized` otherwise.
@@ -133,7 +134,7 @@ extension UserActor {
         tokens[tokenId] = true
         let leasesEnd = ContinuousClock.now.advanced(by: Self.authenticationLease)
         try await services.withStore { try await $0.revokeToken(tokenId, expiresAt: expiresAt) }
-        if await !GatewayInbox.announceRevocation(of: [tokenId], using: actorSystem) {
+        if await !GatewayInbox.announceRevocation(of: [tokenId], leasesEnd: leasesEnd, using: actorSystem) {
             try? await Task.sleep(until: leasesEnd, clock: .continuous)
         }
     }

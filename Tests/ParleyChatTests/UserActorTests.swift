@@ -38,6 +38,30 @@ import Testing
         #expect(try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-2").id == ann)
     }
 
+    /// A gateway that cannot be told of a revocation (here: it has no inbox) may still accept the
+    /// token from memory until its lease runs out, so the revocation returns only after that.
+    @Test func aRevocationWaitsOutTheLeaseOfAGatewayThatCannotBeTold() async throws {
+        let services = ChatServices(store: InMemoryChatStore())
+        let cluster = try LoopbackCluster { system, _ in
+            guard system.settings.roles.contains(.worker) else { return }
+            UserActor.register(on: system, services: services)
+        }
+        try await cluster.start("node-a")
+        try await cluster.start("node-g1", roles: .gateway)
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-g1"])
+        let ann = UserID.make()
+        _ = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h"))
+        _ = try await UserActor.resolve(ann, using: cluster["node-a"]).authenticate(tokenId: "token-1")
+        let clock = ContinuousClock()
+        let started = clock.now
+        try await UserActor.resolve(ann, using: cluster["node-a"]).revoke(tokenId: "token-1", expiresAt: Date().addingTimeInterval(3600))
+        #expect(started.duration(to: clock.now) >= UserActor.authenticationLease, "returned before node-g1's lease could have run out")
+        await #expect(throws: ClusterCallError.self) {
+            try await UserActor.resolve(ann, using: cluster["node-a"]).authenticate(tokenId: "token-1")
+        }
+    }
+
     @Test func usersRegisterOnceAndListTheirConversationsWithUnreadCounts() async throws {
         let store = InMemoryChatStore()
         let services = ChatServices(store: store)
