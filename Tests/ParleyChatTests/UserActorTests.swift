@@ -8,19 +8,25 @@ import Synchronization
 import Testing
 
 @Suite(.serialized) struct UserActorTests {
-    /// `DELETE /v1/sessions/current` on any gateway: every gateway of the cluster is told to stop
-    /// accepting the token before the revocation returns (they remember valid tokens for a lease),
-    /// and the user's actor refuses it from then on; the user's other tokens keep working.
-    @Test func aRevocationReachesEveryGatewayBeforeItReturns() async throws {
+    /// Users' actors on the worker `node-a` (over an in-memory store), and these gateway nodes.
+    static func startUserCluster(gateways: [String]) async throws -> LoopbackCluster {
         let services = ChatServices(store: InMemoryChatStore())
         let cluster = try LoopbackCluster { system, _ in
             guard system.settings.roles.contains(.worker) else { return }
             UserActor.register(on: system, services: services)
         }
         try await cluster.start("node-a")
-        for gateway in ["node-g1", "node-g2"] { try await cluster.start(gateway, roles: .gateway) }
+        for gateway in gateways { try await cluster.start(gateway, roles: .gateway) }
+        try await cluster.waitForUp(Set(["node-a"] + gateways))
+        return cluster
+    }
+
+    /// `DELETE /v1/sessions/current` on any gateway: every gateway of the cluster is told to stop
+    /// accepting the token before the revocation returns (they remember valid tokens for a lease),
+    /// and the user's actor refuses it from then on; the user's other tokens keep working.
+    @Test func aRevocationReachesEveryGatewayBeforeItReturns() async throws {
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1", "node-g2"])
         defer { Task { await cluster.stopAll() } }
-        try await cluster.waitForUp(["node-a", "node-g1", "node-g2"])
         let told = Mutex<[String: [String]]>([:])
         let inboxes = ["node-g1", "node-g2"].map { gateway in
             GatewayInbox.open(on: cluster[gateway], revocations: { ids in told.withLock { $0[gateway, default: []] += ids } }) { _ in }
@@ -41,15 +47,8 @@ import Testing
     /// A gateway that cannot be told of a revocation (here: it has no inbox) may still accept the
     /// token from memory until its lease runs out, so the revocation returns only after that.
     @Test func aRevocationWaitsOutTheLeaseOfAGatewayThatCannotBeTold() async throws {
-        let services = ChatServices(store: InMemoryChatStore())
-        let cluster = try LoopbackCluster { system, _ in
-            guard system.settings.roles.contains(.worker) else { return }
-            UserActor.register(on: system, services: services)
-        }
-        try await cluster.start("node-a")
-        try await cluster.start("node-g1", roles: .gateway)
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1"])
         defer { Task { await cluster.stopAll() } }
-        try await cluster.waitForUp(["node-a", "node-g1"])
         let ann = UserID.make()
         _ = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h"))
         _ = try await UserActor.resolve(ann, using: cluster["node-a"]).authenticate(tokenId: "token-1")
