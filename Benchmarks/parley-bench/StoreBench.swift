@@ -23,6 +23,8 @@ struct StoreBench: AsyncParsableCommand {
     var maxBatch = 512
     @Option(help: "How long an idle append waits for company, in microseconds (0: none).")
     var maxWaitMicros = 0
+    @Option(help: "Commits run at once (default: the store's own; 1 for SQLite, 4 for PostgreSQL).")
+    var concurrentCommits: Int?
     @Option(help: "SQLite synchronous mode: normal or full.")
     var synchronous = "normal"
     @Flag(help: "Random (version 4) client message IDs instead of time-ordered ones (version 7, what Parley's clients make).")
@@ -45,7 +47,7 @@ struct StoreBench: AsyncParsableCommand {
             settings.checkpointRestartFrames = restartFrames
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
         } else if store.hasPrefix("postgres://") {
-            chatStore = try PostgresChatStore(url: store, maxConnections: 4)
+            chatStore = try PostgresChatStore(url: store)
         } else {
             throw ValidationError("--store must be sqlite:PATH, postgres://… or memory")
         }
@@ -61,12 +63,14 @@ struct StoreBench: AsyncParsableCommand {
                 members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
             owned.append((id, try await chatStore.acquireOwnership(of: id)))
         }
-        let committer = GroupCommitter(store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros))
+        if let concurrentCommits, concurrentCommits < 1 { throw ValidationError("--concurrent-commits must be at least 1") }
+        let committer = GroupCommitter(
+            store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros), maxConcurrentCommits: concurrentCommits)
         _ = try await drive(committer, owned, count: max(1, appends / 10))  // warm-up
         let started = ContinuousClock.now
         let latencies = try await drive(committer, owned, count: appends)
         let elapsed = started.duration(to: .now)
-        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)  client message IDs \(randomIds ? "random" : "time-ordered")")
+        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)  concurrent commits \(concurrentCommits ?? chatStore.concurrentCommits)  client message IDs \(randomIds ? "random" : "time-ordered")")
         print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
             + "latency " + latencies.summary([50, 99]))
     }

@@ -1,11 +1,13 @@
 import Metrics
 import ParleyCluster
+import ParleyModel
 import ParleyStore
 import Synchronization
 
 /// The node's group commit: appends from every conversation of this node are batched into one
-/// store transaction, and each is acknowledged only after that transaction committed.
-/// The shell around ``GroupCommitStateMachine``.
+/// store transaction, and each is acknowledged only after that transaction committed. Up to the
+/// store's ``ChatStore/concurrentCommits`` transactions run at once, never two holding the same
+/// conversation. The shell around ``GroupCommitStateMachine``.
 public final class GroupCommitter: Sendable {
     struct Entry: Sendable {
         var request: AppendRequest
@@ -16,25 +18,27 @@ public final class GroupCommitter: Sendable {
     public typealias Commit = @Sendable ([AppendRequest]) async throws -> [AppendOutcome]
 
     private let commitBatch: Commit
-    private let machine: Mutex<GroupCommitStateMachine<Entry>>
+    private let machine: Mutex<GroupCommitStateMachine<Entry, ConversationID>>
 
-    public convenience init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero) {
-        self.init(maxBatch: maxBatch, maxWait: maxWait) { try await store.commit($0) }
+    public convenience init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int? = nil) {
+        self.init(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: maxConcurrentCommits ?? store.concurrentCommits) {
+            try await store.commit($0)
+        }
     }
 
-    public init(maxBatch: Int = 512, maxWait: Duration = .zero, commit: @escaping Commit) {
+    public init(maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int = 1, commit: @escaping Commit) {
         self.commitBatch = commit
-        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait))
+        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: maxConcurrentCommits))
     }
 
     /// Appends one message; returns when its batch is committed (or failed).
     public func append(_ request: AppendRequest) async throws(ChatStoreError) -> AppendOutcome {
         let slot = OneShot<Result<AppendOutcome, ChatStoreError>>()
-        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot)) })
+        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId) })
         return try await slot.wait().get()
     }
 
-    private func perform(_ action: GroupCommitStateMachine<Entry>.Action) {
+    private func perform(_ action: GroupCommitStateMachine<Entry, ConversationID>.Action) {
         switch action {
         case .none:
             break
@@ -44,10 +48,12 @@ public final class GroupCommitter: Sendable {
                 try? await Task.sleep(for: wait)
                 perform(machine.withLock { $0.timerFired() })
             }
-        case .commit(let batch):
-            Task {
-                await commit(batch)
-                perform(machine.withLock { $0.commitFinished() })
+        case .commit(let batches):
+            for batch in batches {
+                Task {
+                    await commit(batch.items)
+                    perform(machine.withLock { $0.commitFinished(batch.id) })
+                }
             }
         }
     }

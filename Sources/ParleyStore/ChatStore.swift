@@ -30,6 +30,11 @@ public protocol ChatStore: Sendable {
     /// `.appended` message is durable.
     func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome]
 
+    /// How many ``commit(_:)`` calls the node's group commit may run at once (never two with the
+    /// same conversation). One for a store with a single writer; more where concurrent
+    /// transactions share the log's flushes (PostgreSQL).
+    var concurrentCommits: Int { get }
+
     /// Messages with `seq > after`, ascending, at most `limit`.
     func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message]
 
@@ -193,4 +198,9 @@ public struct ChatStoreError: Error, Hashable, Sendable, CustomStringConvertible
     }
 
     public var description: String { "\(kind.rawValue): \(message)" }
+}
+
+extension ChatStore {
+    /// One commit at a time, unless the store says otherwise.
+    public var concurrentCommits: Int { 1 }
 }

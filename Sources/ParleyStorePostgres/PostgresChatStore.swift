@@ -9,16 +9,22 @@ import PostgresNIO
 /// A commit takes each conversation's row lock (`SELECT … FOR UPDATE`) before it checks epochs
 /// and assigns seqs, so writers on different nodes serialize per conversation, and a stale owner
 /// fails under the same lock that the new owner's epoch was written under. A whole batch costs a
-/// fixed number of round trips (arrays bound with `UNNEST`), whatever its size.
+/// fixed number of round trips (arrays bound with `UNNEST`), whatever its size. Several commits
+/// run at once on their own connections (``concurrentCommits``): their log flushes are shared.
 public final class PostgresChatStore: ChatStore {
     public let client: PostgresClient
+    public let concurrentCommits: Int
     private let logger: Logger
     private let runner: Task<Void, Never>
     private let description: String
 
     /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (no TLS: a private network or
-    /// loopback). The pool runs until ``shutdown()``.
-    public init(url: String, maxConnections: Int = 8, logger: Logger = Logger(label: "parley.store.postgres")) throws {
+    /// loopback). The pool runs until ``shutdown()``. Up to `concurrentCommits` of its
+    /// `maxConnections` take group commits at once.
+    public init(
+        url: String, maxConnections: Int = 8, concurrentCommits: Int = 4, logger: Logger = Logger(label: "parley.store.postgres")
+    ) throws {
+        precondition(concurrentCommits >= 1 && concurrentCommits <= maxConnections, "concurrentCommits \(concurrentCommits) must be within 1…\(maxConnections)")
         guard let components = URLComponents(string: url), components.scheme == "postgres" || components.scheme == "postgresql",
             let host = components.host, let user = components.user, !components.path.dropFirst().isEmpty
         else {
@@ -30,6 +36,7 @@ public final class PostgresChatStore: ChatStore {
         configuration.options.maximumConnections = maxConnections
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
+        self.concurrentCommits = concurrentCommits
         self.logger = logger
         self.runner = Task { await client.run() }
         self.description = "postgres://\(user)@\(host):\(components.port ?? 5432)\(components.path)"

@@ -6,42 +6,128 @@ import Synchronization
 import Testing
 
 @Suite struct GroupCommitStateMachineTests {
-    typealias Machine = GroupCommitStateMachine<Int>
+    typealias Machine = GroupCommitStateMachine<Int, String>
 
-    static func batch(_ action: Machine.Action) -> [Int]? {
-        if case .commit(let items) = action { return items }
-        return nil
+    static func batches(_ action: Machine.Action) -> [Machine.Batch] {
+        if case .commit(let batches) = action { return batches }
+        return []
     }
 
-    @Test func idleAppendsGoAtOnceAndAppendsDuringACommitGoTogetherNext() {
+    /// The one batch an action starts (nil when it starts none; a failure when it starts several).
+    static func batch(_ action: Machine.Action) -> Machine.Batch? {
+        let batches = batches(action)
+        #expect(batches.count <= 1, "one batch expected, got \(batches.map(\.items))")
+        return batches.first
+    }
+
+    @Test func idleAppendsGoAtOnceAndAppendsDuringACommitGoTogetherNext() throws {
         var machine = Machine(maxBatch: 100, maxWait: .zero)
-        #expect(Self.batch(machine.enqueue(1)) == [1])
-        for i in 2...5 { #expect(Self.batch(machine.enqueue(i)) == nil, "a commit is running: \(i) waits") }
-        #expect(Self.batch(machine.commitFinished()) == [2, 3, 4, 5])
-        #expect(Self.batch(machine.commitFinished()) == nil)
+        let first = try #require(Self.batch(machine.enqueue(1, key: "a")))
+        #expect(first.items == [1])
+        for i in 2...5 { #expect(Self.batch(machine.enqueue(i, key: "k\(i)")) == nil, "a commit is running: \(i) waits") }
+        let second = try #require(Self.batch(machine.commitFinished(first.id)))
+        #expect(second.items == [2, 3, 4, 5])
+        #expect(Self.batch(machine.commitFinished(second.id)) == nil)
         #expect(!machine.isCommitting)
     }
 
-    @Test func withAWaitAnIdleAppendWaitsForCompanyUntilTheTimer() {
+    @Test func withAWaitAnIdleAppendWaitsForCompanyUntilTheTimer() throws {
         var machine = Machine(maxBatch: 3, maxWait: .milliseconds(2))
-        guard case .armTimer = machine.enqueue(1) else {
+        guard case .armTimer = machine.enqueue(1, key: "a") else {
             Issue.record("the first idle append arms the timer")
             return
         }
-        #expect(Self.batch(machine.enqueue(2)) == nil)
-        #expect(Self.batch(machine.enqueue(3)) == [1, 2, 3], "a full batch goes before the timer")
+        #expect(Self.batch(machine.enqueue(2, key: "a")) == nil)
+        let full = try #require(Self.batch(machine.enqueue(3, key: "a")))
+        #expect(full.items == [1, 2, 3], "a full batch goes before the timer")
         #expect(Self.batch(machine.timerFired()) == nil, "nothing left, and a commit is running")
-        _ = machine.enqueue(4)
-        #expect(Self.batch(machine.commitFinished()) == [4])
+        _ = machine.enqueue(4, key: "a")
+        #expect(Self.batch(machine.commitFinished(full.id))?.items == [4])
     }
 
-    @Test func batchesNeverExceedTheMaximum() {
+    @Test func batchesNeverExceedTheMaximum() throws {
         var machine = Machine(maxBatch: 2, maxWait: .zero)
-        _ = machine.enqueue(0)
-        for i in 1...5 { _ = machine.enqueue(i) }
-        #expect(Self.batch(machine.commitFinished()) == [1, 2])
-        #expect(Self.batch(machine.commitFinished()) == [3, 4])
-        #expect(Self.batch(machine.commitFinished()) == [5])
+        var running = try #require(Self.batch(machine.enqueue(0, key: "a")))
+        for i in 1...5 { _ = machine.enqueue(i, key: "a") }
+        for expected in [[1, 2], [3, 4], [5]] {
+            running = try #require(Self.batch(machine.commitFinished(running.id)))
+            #expect(running.items == expected)
+        }
+    }
+
+    @Test func commitsOfDifferentKeysOverlapAndAKeyWaitsForItsRunningCommit() throws {
+        var machine = Machine(maxBatch: 100, maxWait: .zero, maxConcurrentCommits: 2)
+        let a = try #require(Self.batch(machine.enqueue(1, key: "a")))
+        let b = try #require(Self.batch(machine.enqueue(2, key: "b")), "a second slot is free: b goes at once")
+        #expect(machine.commitsRunning == 2)
+        #expect(Self.batch(machine.enqueue(3, key: "c")) == nil, "both slots are taken")
+        _ = machine.enqueue(4, key: "a")
+        _ = machine.enqueue(5, key: "c")
+        // b finishes: a is still committing, so 4 waits; c's items go, in order.
+        let c = try #require(Self.batch(machine.commitFinished(b.id)))
+        #expect(c.items == [3, 5])
+        #expect(machine.pending.map(\.item) == [4])
+        let a2 = try #require(Self.batch(machine.commitFinished(a.id)))
+        #expect(a2.items == [4])
+        #expect(Self.batch(machine.commitFinished(c.id)) == nil)
+        #expect(Self.batch(machine.commitFinished(a2.id)) == nil)
+        #expect(!machine.isCommitting)
+    }
+
+    /// Random interleavings of appends and finishing commits: at most `maxConcurrentCommits`
+    /// commits run, none larger than `maxBatch`, no key in two running commits, and each key's
+    /// items are committed exactly once, in the order they came.
+    @Test(arguments: [1, 2, 4]) func randomInterleavingsKeepEveryKeysOrder(concurrency: Int) {
+        var generator = SplitMix(seed: UInt64(concurrency) * 7919)
+        for round in 0..<200 {
+            var machine = Machine(maxBatch: 1 + Int(generator.next() % 5), maxWait: .zero, maxConcurrentCommits: concurrency)
+            var running: [Int: (keys: Set<String>, items: [Int])] = [:]
+            var committed: [String: [Int]] = [:]
+            var sent: [String: [Int]] = [:]
+            var nextItem = 0
+            func start(_ action: Machine.Action) {
+                for batch in Self.batches(action) {
+                    let keys = Set(batch.items.map { "k\($0 % 3)" })
+                    #expect(batch.items.count <= machine.maxBatch)
+                    for other in running.values { #expect(other.keys.isDisjoint(with: keys), "round \(round): a key in two running commits") }
+                    running[batch.id] = (keys, batch.items)
+                    for item in batch.items { committed["k\(item % 3)", default: []].append(item) }
+                }
+                #expect(running.count <= concurrency)
+            }
+            for _ in 0..<60 {
+                if generator.next() % 3 != 0 || running.isEmpty {
+                    let key = "k\(nextItem % 3)"
+                    sent[key, default: []].append(nextItem)
+                    start(machine.enqueue(nextItem, key: key))
+                    nextItem += 1
+                } else {
+                    let ids = running.keys.sorted()
+                    let id = ids[Int(generator.next() % UInt64(ids.count))]
+                    running[id] = nil
+                    start(machine.commitFinished(id))
+                }
+            }
+            while let id = running.keys.min() {
+                running[id] = nil
+                start(machine.commitFinished(id))
+            }
+            #expect(machine.pending.isEmpty)
+            #expect(committed == sent, "round \(round): every item once, in order, per key")
+        }
+    }
+}
+
+/// A small seeded generator for the interleavings.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
 
@@ -51,18 +137,22 @@ final class RecordingStore: Sendable {
     let commitSizes = Mutex<[Int]>([])
     let delay: Duration
     let failing = Mutex(false)
+    /// Commits running now, and the most that ever ran at once.
+    let running = Mutex((now: 0, most: 0))
 
     init(delay: Duration) { self.delay = delay }
 
     func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         commitSizes.withLock { $0.append(appends.count) }
+        running.withLock { $0.now += 1; $0.most = max($0.most, $0.now) }
+        defer { running.withLock { $0.now -= 1 } }
         try await Task.sleep(for: delay)
         if failing.withLock({ $0 }) { throw ChatStoreError(.unavailable, "disk on fire") }
         return try await inner.commit(appends)
     }
 
-    func committer() -> GroupCommitter {
-        GroupCommitter { try await self.commit($0) }
+    func committer(concurrentCommits: Int = 1) -> GroupCommitter {
+        GroupCommitter(maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
     }
 }
 
@@ -98,6 +188,28 @@ final class RecordingStore: Sendable {
         #expect(sizes.reduce(0, +) == 200)
         #expect(sizes.count < 200, "appends waiting on a running commit go together: \(sizes)")
         #expect(sizes.max() ?? 0 > 1)
+        for (id, _) in owned {
+            #expect(try await store.inner.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...10))
+        }
+    }
+
+    @Test func concurrentCommitsOverlapAndEveryConversationStaysGapless() async throws {
+        let store = RecordingStore(delay: .milliseconds(5))
+        let committer = store.committer(concurrentCommits: 3)
+        let owned = try await Self.setUp(conversations: 30, store: store)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<300 {
+                let (id, epoch) = owned[i % owned.count]
+                group.addTask {
+                    let outcome = try await committer.append(AppendRequest(
+                        conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "m\(i)", sentAt: Date()))
+                    #expect(outcome.message != nil)
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(store.running.withLock { $0.most } > 1, "commits of different conversations overlap")
+        #expect(store.running.withLock { $0.most } <= 3)
         for (id, _) in owned {
             #expect(try await store.inner.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...10))
         }
