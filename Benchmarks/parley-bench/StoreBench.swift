@@ -5,6 +5,7 @@ import ParleyModel
 import ParleyStore
 import ParleyStorePostgres
 import ParleyStoreSQLite
+import Synchronization
 
 /// Durable appends/s through the node's group commit, in one process: `K` appends in flight over
 /// `C` conversations, each acknowledged only after its batch committed.
@@ -17,8 +18,10 @@ struct StoreBench: AsyncParsableCommand {
     var conversations = 1
     @Option(help: "Appends to time (after a warm-up of a tenth as many).")
     var appends = 200_000
-    @Option(help: "Appends in flight.")
+    @Option(help: "Appends in flight (closed loop: each starts when another finished).")
     var inFlight = 256
+    @Option(help: "Open loop instead: appends offered at this rate per second, each at its scheduled time, whatever the store does; latency counts from the scheduled time. 0: closed loop.")
+    var rate: Double = 0
     @Option(help: "Largest batch per commit.")
     var maxBatch = 512
     @Option(help: "How long an idle append waits for company, in microseconds (0: none).")
@@ -66,13 +69,48 @@ struct StoreBench: AsyncParsableCommand {
         if let concurrentCommits, concurrentCommits < 1 { throw ValidationError("--concurrent-commits must be at least 1") }
         let committer = GroupCommitter(
             store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros), maxConcurrentCommits: concurrentCommits)
+        guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be 0 (closed loop) or a positive number of appends per second") }
+        let load = rate > 0 ? String(format: "offered %.0f/s (open loop)", rate) : "in flight \(inFlight)"
         _ = try await drive(committer, owned, count: max(1, appends / 10))  // warm-up
         let started = ContinuousClock.now
-        let latencies = try await drive(committer, owned, count: appends)
+        let latencies = try await rate > 0 ? driveOpenLoop(committer, owned, count: appends) : drive(committer, owned, count: appends)
         let elapsed = started.duration(to: .now)
-        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  in flight \(inFlight)  max batch \(maxBatch)  concurrent commits \(concurrentCommits ?? chatStore.concurrentCommits)  client message IDs \(randomIds ? "random" : "time-ordered")")
+        print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  \(load)  max batch \(maxBatch)  concurrent commits \(concurrentCommits ?? chatStore.concurrentCommits)  client message IDs \(randomIds ? "random" : "time-ordered")")
         print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
             + "latency " + latencies.summary([50, 99]))
+    }
+
+    /// `count` appends offered at `rate` per second, spread round-robin over the conversations: each
+    /// is started at its scheduled time however many are still waiting, and its latency is measured
+    /// from that time, so a store that falls behind shows it (no coordinated omission).
+    private func driveOpenLoop(_ committer: GroupCommitter, _ owned: [(ConversationID, Int64)], count: Int) async throws -> Latencies {
+        let collected = SharedLatencies()
+        let start = ContinuousClock.now
+        let interval = Duration.seconds(1 / rate)
+        try await withThrowingDiscardingTaskGroup { group in
+            var next = 0
+            while next < count {
+                let due = min(count, Int(start.duration(to: .now).seconds * rate) + 1)
+                while next < due {
+                    let i = next
+                    let scheduled = start + interval * i
+                    let (id, epoch) = owned[i % owned.count]
+                    group.addTask {
+                        var random = SystemRandomNumberGenerator()
+                        let outcome = try await committer.append(AppendRequest(
+                            conversationId: id, epoch: epoch, senderId: "u_a",
+                            clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(now: Date(), using: &random),
+                            text: "benchmark message \(i)", sentAt: Date()))
+                        guard case .appended = outcome else { throw ValidationError("append \(i): \(outcome)") }
+                        let latency = scheduled.duration(to: .now)
+                        collected.samples.withLock { $0.record(latency) }
+                    }
+                    next += 1
+                }
+                try await Task.sleep(for: .microseconds(200))
+            }
+        }
+        return collected.samples.withLock { $0 }
     }
 
     /// `inFlight` tasks append `count` messages in total, spread round-robin over the conversations.
@@ -100,6 +138,11 @@ struct StoreBench: AsyncParsableCommand {
             return try await group.reduce(into: Latencies()) { $0.merge($1) }
         }
     }
+}
+
+/// Latencies recorded from many tasks.
+final class SharedLatencies: Sendable {
+    let samples = Mutex(Latencies())
 }
 
 /// Raw store commits of fixed-size batches, without the group committer: where the time goes.

@@ -8,9 +8,10 @@ import PostgresNIO
 ///
 /// A commit takes each conversation's row lock (`SELECT … FOR UPDATE`) before it checks epochs
 /// and assigns seqs, so writers on different nodes serialize per conversation, and a stale owner
-/// fails under the same lock that the new owner's epoch was written under. A whole batch costs a
-/// fixed number of round trips (arrays bound with `UNNEST`), whatever its size. Several commits
-/// run at once on their own connections (``concurrentCommits``): their log flushes are shared.
+/// fails under the same lock that the new owner's epoch was written under. A whole batch costs five
+/// round trips whatever its size (arrays bound with `UNNEST`; statements prepared once per
+/// connection, ``CommitStatements``). Several commits run at once on their own connections
+/// (``concurrentCommits``): their log flushes are shared.
 public final class PostgresChatStore: ChatStore {
     public let client: PostgresClient
     public let concurrentCommits: Int
@@ -34,6 +35,11 @@ public final class PostgresChatStore: ChatStore {
             host: host, port: components.port ?? 5432, username: user, password: components.password,
             database: String(components.path.dropFirst()), tls: .disable)
         configuration.options.maximumConnections = maxConnections
+        // Prepared statements are planned for the arrays of each batch, never with a generic plan:
+        // one made while the tables were small (seq scans) stays cached on the connection as the
+        // tables grow (measured: a fresh database's first 100,000 appends at 10,000/s had a p50 of
+        // 43–61 ms with generic plans, against 3–12 ms).
+        configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_custom_plan")]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
         self.concurrentCommits = concurrentCommits
@@ -208,29 +214,23 @@ public final class PostgresChatStore: ChatStore {
         guard !appends.isEmpty else { return [] }
         return try await transaction { connection in
             // 1. Lock every conversation of the batch, in a fixed order (no deadlocks between nodes).
-            let ids = Array(Set(appends.map(\.conversationId.rawValue))).sorted()
             var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64)] = [:]
-            let headRows = try await connection.query(
-                "SELECT id, epoch, last_seq, last_activity_at FROM conversations WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE", logger: logger)
-            for try await (id, epoch, lastSeq, lastActivity) in headRows.decode((String, Int64, Int64, Int64).self) {
+            let ids = Array(Set(appends.map(\.conversationId.rawValue))).sorted()
+            for try await (id, epoch, lastSeq, lastActivity) in try await connection.execute(CommitStatements.LockHeads(ids: ids), logger: logger) {
                 heads[id] = (epoch, lastSeq, lastActivity)
             }
             // 2. Messages these clientMessageIds made before.
             var existing: [String: Message] = [:]
-            let existingRows = try await connection.query(
-                """
-                SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at
-                FROM messages m JOIN UNNEST(\(appends.map(\.conversationId.rawValue)), \(appends.map(\.clientMessageId))) AS k(c, cm)
-                  ON m.conversation_id = k.c AND m.client_message_id = k.cm
-                """, logger: logger)
-            for try await row in existingRows.decode((String, Int64, String, String, String, Int64).self) {
+            let lookup = CommitStatements.ExistingMessages(
+                conversations: appends.map(\.conversationId.rawValue), clientMessageIds: appends.map(\.clientMessageId))
+            for try await row in try await connection.execute(lookup, logger: logger) {
                 let message = Self.message(row)
                 existing[Self.key(message.conversationId.rawValue, message.clientMessageId)] = message
             }
             // 3. Decide every append in order; new messages take the next seqs.
             var outcomes: [AppendOutcome] = []
-            var new: [Message] = []
-            var ownReceipts: [String: Int64] = [:]  // "conversation\u{0}sender" -> seq
+            var write = CommitStatements.WriteBatch(messages: [], heads: [], watermarks: [])
+            var ownReceipts: [String: CommitStatements.WriteBatch.Watermark] = [:]  // by "conversation\u{0}sender"
             for append in appends {
                 let conversation = append.conversationId.rawValue
                 guard let head = heads[conversation] else {
@@ -250,33 +250,18 @@ public final class PostgresChatStore: ChatStore {
                     clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
                 heads[conversation] = (head.epoch, message.seq, message.sentAt.millisecondsSince1970)
                 existing[Self.key(conversation, append.clientMessageId)] = message
-                ownReceipts[Self.key(conversation, append.senderId.rawValue)] = message.seq
-                new.append(message)
+                ownReceipts[Self.key(conversation, append.senderId.rawValue)] = .init(
+                    conversation: conversation, user: append.senderId.rawValue, seq: message.seq)
+                write.messages.append((conversation, message.seq, append.senderId.rawValue, append.clientMessageId, append.text, message.sentAt.millisecondsSince1970))
                 outcomes.append(.appended(message))
             }
-            guard !new.isEmpty else { return outcomes }
-            // 4. Write them, the new heads and the senders' own watermarks: three statements.
-            try await connection.query(
-                """
-                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at)
-                SELECT * FROM UNNEST(\(new.map(\.conversationId.rawValue)), \(new.map(\.seq)), \(new.map(\.senderId.rawValue)),
-                                     \(new.map(\.clientMessageId)), \(new.map(\.text)), \(new.map { $0.sentAt.millisecondsSince1970 }))
-                """, logger: logger)
-            let touched = Array(Set(new.map(\.conversationId.rawValue))).sorted()
-            try await connection.query(
-                """
-                UPDATE conversations c SET last_seq = u.last_seq, last_activity_at = u.last_activity
-                FROM UNNEST(\(touched), \(touched.map { heads[$0]!.lastSeq }), \(touched.map { heads[$0]!.lastActivity })) AS u(id, last_seq, last_activity)
-                WHERE c.id = u.id
-                """, logger: logger)
-            let receiptKeys = ownReceipts.keys.sorted()
-            let pairs = receiptKeys.map { $0.split(separator: "\u{0}", maxSplits: 1).map(String.init) }
-            try await connection.query(
-                """
-                UPDATE members m SET delivered_seq = GREATEST(m.delivered_seq, u.seq), read_seq = GREATEST(m.read_seq, u.seq)
-                FROM UNNEST(\(pairs.map { $0[0] }), \(pairs.map { $0.count > 1 ? $0[1] : "" }), \(receiptKeys.map { ownReceipts[$0]! })) AS u(conversation_id, user_id, seq)
-                WHERE m.conversation_id = u.conversation_id AND m.user_id = u.user_id
-                """, logger: logger)
+            guard !write.messages.isEmpty else { return outcomes }
+            // 4. Write them, the new heads and the senders' own watermarks: one statement.
+            write.heads = Set(write.messages.map(\.conversation)).sorted().compactMap { id in
+                heads[id].map { .init(conversation: id, lastSeq: $0.lastSeq, lastActivity: $0.lastActivity) }
+            }
+            write.watermarks = ownReceipts.keys.sorted().compactMap { ownReceipts[$0] }
+            _ = try await connection.execute(write, logger: logger)
             return outcomes
         }
     }
