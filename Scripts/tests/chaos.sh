@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A short chaos run on every push: 3 workers + 2 gateways under parley-load while a worker and a
-# gateway are SIGKILLed and restarted, a worker is paused past failure detection, and a worker is
-# cut off the network and healed (network namespaces); it fails on any lost, doubled, reordered or
-# gapped message (from the clients and from the store), or a paused or cut worker that never rejoined.
+# gateway are SIGKILLed and restarted, a worker and a gateway are paused past failure detection, and
+# a worker is cut off the network and healed (network namespaces); it fails on any lost, doubled,
+# reordered or gapped message (from the clients and from the store), or a paused or cut node that
+# never rejoined.
 #
 #   Scripts/tests/chaos.sh [PATH-TO-parley-node]
 set -euo pipefail
