@@ -3,8 +3,8 @@
 
 Two users register, open event streams on different gateways, talk in a direct conversation;
 receipts, typing and presence arrive; a stream resumes by cursor; a gateway is SIGKILLed and its
-client resumes on the other; a worker owning the conversation is SIGKILLed while a client sends
-continuously; curl, nghttp and openssl speak h2 to it; bad input gets API.md's errors; SIGTERM
+client resumes on the other; a gateway paused past failure detection ends its streams when it runs
+again; a worker owning the conversation is SIGKILLed while a client sends continuously; curl, nghttp and openssl speak h2 to it; bad input gets API.md's errors; SIGTERM
 ends streams cleanly. Python's standard library only (HTTP/1.1 for this driver; h2 is checked
 with curl and nghttp).
 
@@ -93,7 +93,7 @@ def cleanup():
         kill(name)
 
 
-def tail(name, lines=40):
+def log_tail(name, lines=40):
     try:
         with open(os.path.join(WORK, f"{name}.log"), "rb") as f:
             return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
@@ -278,7 +278,7 @@ def main():
         start(name)
     if not check(wait_until(40, lambda: all(ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
         for n in NAMES:
-            print(tail(n))
+            print(log_tail(n))
         return
 
     # Accounts
@@ -387,6 +387,18 @@ def main():
     failover = Stream("gateway-1", bob["token"], cursor=cursor)
     check(failover.wait_for(10, lambda ev: {11, 12, 13} <= set(seqs(failover.messages(conv)))), "after its gateway dies a client resumes on another and misses nothing")
     start("gateway-2")
+
+    # A gateway paused past failure detection was declared down: once it runs again it ends its
+    # streams, so that their clients resume by cursor at once (events may have passed it by).
+    wait_until(60, lambda: ready("gateway-2"))
+    paused = Stream("gateway-2", bob["token"])
+    paused.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    kill("gateway-2", signal.SIGSTOP)
+    time.sleep(4)
+    kill("gateway-2", signal.SIGCONT)
+    check(paused.ended.wait(15) and paused.clean_end, "a gateway that was declared down (paused 4 s) ends its streams when it runs again",
+          log_tail("gateway-2", 5))
+    check(wait_until(30, lambda: ready("gateway-2")), "and it serves again as a new incarnation", log_tail("gateway-2", 5))
 
     # Owner failover during sends: the worker hosting the conversation is SIGKILLed mid-stream.
     def owner():
@@ -627,7 +639,7 @@ finally:
     if FAILED:
         for name in NAMES:
             print(f"----- {name}.log (last 30 lines)")
-            print(tail(name, 30))
+            print(log_tail(name, 30))
     if FAILED and os.environ.get("PARLEY_KEEP_FAILED"):
         print(f"kept {WORK} for inspection")
     else:

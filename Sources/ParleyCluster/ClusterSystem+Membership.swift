@@ -97,17 +97,21 @@ extension ClusterSystem {
     /// moved, so it drops them all and comes back as a new incarnation.
     private func rejoin(after me: Member) {
         let incarnation = max(me.id.incarnation + 1, settings.incarnations())
-        let (identity, dropped) = state.withLock { state -> (PeerIdentity, [LocalActor]) in
+        let (identity, dropped, newSelf, handlers) = state.withLock { state in
             state.membership.rejoin(incarnation: incarnation, now: clock.now)
             let dropped = state.local.filter { $0.key.isVirtual }
             state.local = state.local.filter { !$0.key.isVirtual }
-            return (PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address), Array(dropped.values))
+            return (
+                PeerIdentity(id: state.membership.me.id, roles: settings.roles, address: state.address), Array(dropped.values),
+                state.membership.me, state.rejoinHandlers
+            )
         }
         _ = consume dropped  // released here, outside the lock (their deinit calls resignID)
         logger.warning("this node was declared down; rejoining as a new incarnation", metadata: [
             "node.incarnation.old": "\(me.id.incarnation)", "node.incarnation": "\(incarnation)",
         ])
         transport.updateIdentity(identity)
+        for handler in handlers { handler(newSelf) }
     }
 
     func failCalls(to peer: String, because reason: String) {

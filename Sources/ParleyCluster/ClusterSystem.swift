@@ -51,6 +51,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         var forcedRingWorkers: [String]?
         /// When ``start()`` ran.
         var startedAt: Instant?
+        /// Called after this node rejoined under a new incarnation (``onRejoin(_:)``).
+        var rejoinHandlers: [@Sendable (Member) -> Void] = []
     }
 
     /// A local actor: virtual ones are held by the system (it owns their lifetime); pinned ones
@@ -239,6 +241,13 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     // MARK: Virtual actors
 
     /// Registers how to activate actors of `kind` on their owner.
+    /// Calls `handler` with this node's new self each time it was declared down (paused, cut off)
+    /// and rejoined under a new incarnation: what it held for the old one may have moved on — a
+    /// gateway, for one, ends its event streams so that their clients resume by cursor.
+    public func onRejoin(_ handler: @escaping @Sendable (Member) -> Void) {
+        state.withLock { $0.rejoinHandlers.append(handler) }
+    }
+
     public func register(kind: String, factory: @escaping Factory) {
         state.withLock { $0.factories[kind] = factory }
     }

@@ -93,13 +93,14 @@ public final class Gateway: Sendable {
         self.system = system
         self.configuration = configuration
         self.tokens = try TokenAuthority(secret: configuration.tokenSecret)
-        self.hub = StreamHub(system: system, logger: logger)
+        let hub = StreamHub(system: system, logger: logger)
+        self.hub = hub
+        system.onRejoin { member in hub.endAll(because: "this gateway was declared down and rejoined as \(member.id)") }
         self.sendLimiter = RateLimiter(configuration.sendRate)
         self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
         self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
         self.logger = logger
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
-        let hub = self.hub
         let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease)
         self.authentication = authentication
         self.inbox = GatewayInboxHolder(GatewayInbox.open(on: system, revocations: { authentication.revoke($0) }) { deliveries in

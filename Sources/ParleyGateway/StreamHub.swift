@@ -100,6 +100,21 @@ public final class StreamHub: Sendable {
         logger.info("event streams closed for shutdown", metadata: ["streams.count": "\(streams.count)"])
     }
 
+    /// Ends every open stream but keeps taking new ones: the cluster declared this gateway down (it
+    /// was paused or cut off), so events for its streams may have gone elsewhere or nowhere, and its
+    /// sessions were dropped from presence. Each client reconnects and resumes by cursor.
+    public func endAll(because reason: String) {
+        let streams = state.withLock { state -> [Registration] in
+            defer { state.streams = [:]; state.byUser = [:] }
+            return Array(state.streams.values)
+        }
+        for stream in streams { stream.continuation.finish() }
+        Self.streamsGauge.record(0)
+        logger.warning("event streams ended; their clients resume by cursor", metadata: [
+            "streams.count": "\(streams.count)", "reason": "\(reason)",
+        ])
+    }
+
     /// Ticks every stream each second and renews the presence leases of every session every
     /// `renewEvery`, until cancelled.
     public func run() async {

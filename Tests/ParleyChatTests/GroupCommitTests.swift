@@ -2,6 +2,7 @@ import Foundation
 import ParleyChat
 import ParleyModel
 import ParleyStore
+import ParleyTestKit
 import Synchronization
 import Testing
 
@@ -78,7 +79,7 @@ import Testing
     /// commits run, none larger than `maxBatch`, no key in two running commits, and each key's
     /// items are committed exactly once, in the order they came.
     @Test(arguments: [1, 2, 4]) func randomInterleavingsKeepEveryKeysOrder(concurrency: Int) {
-        var generator = SplitMix(seed: UInt64(concurrency) * 7919)
+        var generator = SeededRandom(seed: UInt64(concurrency) * 7919)
         for round in 0..<200 {
             var machine = Machine(maxBatch: 1 + Int(generator.next() % 5), maxWait: .zero, maxConcurrentCommits: concurrency)
             var running: [Int: (keys: Set<String>, items: [Int])] = [:]
@@ -115,19 +116,6 @@ import Testing
             #expect(machine.pending.isEmpty)
             #expect(committed == sent, "round \(round): every item once, in order, per key")
         }
-    }
-}
-
-/// A small seeded generator for the interleavings.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 
