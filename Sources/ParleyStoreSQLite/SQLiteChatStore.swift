@@ -101,8 +101,20 @@ public final class SQLiteChatStore: ChatStore {
     // MARK: Schema
 
     public func migrate() async throws {
+        try await migrate(upTo: nil)
+    }
+
+    /// The schema migrations in order, by name.
+    public static let migrationNames = [
+        "v1: conversations, members, messages", "v2: users, token revocations", "v3: change stamps for resuming event streams",
+        "v4: the idempotency index in clientMessageId order",
+    ]
+
+    /// Applies the migrations not yet applied, up to and including `last` (a name from
+    /// ``migrationNames``; nil: all of them). Tests stop early to check a later one on old data.
+    public func migrate(upTo last: String?) async throws {
         var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1: conversations, members, messages") { db in
+        migrator.registerMigration(Self.migrationNames[0]) { db in
             try db.execute(sql: """
                 CREATE TABLE conversations (
                     id TEXT PRIMARY KEY NOT NULL,
@@ -136,7 +148,7 @@ public final class SQLiteChatStore: ChatStore {
                 ) WITHOUT ROWID;
                 """)
         }
-        migrator.registerMigration("v2: users, token revocations") { db in
+        migrator.registerMigration(Self.migrationNames[1]) { db in
             try db.execute(sql: """
                 CREATE TABLE users (
                     id TEXT PRIMARY KEY NOT NULL,
@@ -153,7 +165,7 @@ public final class SQLiteChatStore: ChatStore {
                 CREATE INDEX conversations_by_activity ON conversations(last_activity_at, id);
                 """)
         }
-        migrator.registerMigration("v3: change stamps for resuming event streams") { db in
+        migrator.registerMigration(Self.migrationNames[2]) { db in
             try db.execute(sql: """
                 ALTER TABLE conversations ADD COLUMN last_change TEXT NOT NULL DEFAULT 'created';
                 ALTER TABLE conversations ADD COLUMN changed_at INTEGER NOT NULL DEFAULT 0;
@@ -167,12 +179,34 @@ public final class SQLiteChatStore: ChatStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration(Self.migrationNames[3]) { db in
+            // Unique on (clientMessageId, conversation) rather than (conversation, clientMessageId):
+            // clients make time-ordered IDs, so every append's index entry lands on the same last
+            // page instead of a page of its own conversation — into 1,000 conversations that was
+            // one more page of WAL, and of checkpoint, per append.
+            try db.execute(sql: """
+                CREATE TABLE messages_v4 (
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    sender_id TEXT NOT NULL,
+                    client_message_id TEXT NOT NULL,
+                    text TEXT NOT NULL,
+                    sent_at INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, seq)
+                ) WITHOUT ROWID;
+                INSERT INTO messages_v4 (conversation_id, seq, sender_id, client_message_id, text, sent_at)
+                    SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages;
+                DROP TABLE messages;
+                ALTER TABLE messages_v4 RENAME TO messages;
+                CREATE UNIQUE INDEX messages_by_client_message_id ON messages(client_message_id, conversation_id);
+                """)
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
         while true {
             do {
-                try migrator.migrate(pool)
+                if let last { try migrator.migrate(pool, upTo: last) } else { try migrator.migrate(pool) }
                 return
             } catch {
                 attempt += 1
@@ -326,7 +360,7 @@ public final class SQLiteChatStore: ChatStore {
             let head = try db.cachedStatement(sql: "SELECT epoch, last_seq FROM conversations WHERE id = ?")
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (conversation_id, client_message_id) DO NOTHING
+                ON CONFLICT (client_message_id, conversation_id) DO NOTHING
                 """)
             let existing = try db.cachedStatement(sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?")
             // Each conversation's head is read once per batch and written back once at the end.

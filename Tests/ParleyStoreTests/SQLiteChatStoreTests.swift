@@ -31,6 +31,29 @@ import Testing
         #expect(try await reopened.conversation(record.id)?.lastSeq == 5)
     }
 
+    /// Messages stored under schema v3 (idempotency unique on conversation, then clientMessageId)
+    /// are all there after v4 rebuilt the table, and a retried clientMessageId is still one message.
+    @Test func messagesAndTheirIdempotencySurviveTheV4Migration() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-v4-\(UUID().uuidString).sqlite").path
+        let store = try SQLiteChatStore(path: path)
+        try await store.migrate(upTo: SQLiteChatStore.migrationNames[2])
+        let record = Self.conversation()
+        try await store.createConversation(record)
+        let epoch = try await store.acquireOwnership(of: record.id)
+        let before = (1...3).map { Self.append(record.id, epoch, "old \($0)") }
+        _ = try await store.commit(before)
+        try await store.migrate()
+        #expect(try await store.messages(in: record.id, after: 0, limit: 10).map(\.text) == ["old 1", "old 2", "old 3"])
+        let outcomes = try await store.commit([before[1], Self.append(record.id, epoch, "new")])
+        guard case .duplicate(let original) = outcomes.first else {
+            Issue.record("a clientMessageId stored before the migration is a duplicate after it: \(outcomes)")
+            return
+        }
+        #expect(original.seq == 2 && original.text == "old 2")
+        #expect(outcomes.last?.message?.seq == 4)
+        #expect(try await store.message(in: record.id, clientMessageId: before[0].clientMessageId)?.seq == 1)
+    }
+
     /// Two connections pools on one file stand for two node processes sharing the database.
     @Test func twoOpenersOfOneFileShareItSafely() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-shared-\(UUID().uuidString).sqlite").path
