@@ -30,14 +30,25 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     public let maxBatch: Int
     public let maxWait: Duration
     public let maxConcurrentCommits: Int
-    public private(set) var pending: [(key: Key, item: Item)] = []
-    /// The keys of each running commit, by batch id.
-    private var running: [Int: Set<Key>] = [:]
+    /// Items waiting, per key, in the order they came.
+    private var waiting: [Key: [Item]] = [:]
+    /// Keys with waiting items and no running commit, in the order they became so: the next
+    /// batch's. Every step is proportional to the items it moves, never to all that wait (with
+    /// thousands waiting behind one busy key, scanning them all on each append melted down).
+    private var ready: [Key] = []
+    private var readyHead = 0
+    /// The keys of each running commit, by batch id, and the batch holding each key.
+    private var running: [Int: [Key]] = [:]
+    private var holder: [Key: Int] = [:]
+    public private(set) var pendingCount = 0
     private var nextBatch = 0
     private var timerArmed = false
 
     public var isCommitting: Bool { !running.isEmpty }
     public var commitsRunning: Int { running.count }
+
+    /// The items waiting for `key`, in order.
+    public func pending(for key: Key) -> [Item] { waiting[key] ?? [] }
 
     public init(maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int = 1) {
         precondition(maxBatch > 0, "maxBatch \(maxBatch) must be positive")
@@ -48,9 +59,14 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     }
 
     public mutating func enqueue(_ item: Item, key: Key) -> Action {
-        pending.append((key, item))
+        let wasWaiting = waiting[key] != nil
+        waiting[key, default: []].append(item)
+        pendingCount += 1
+        // A key waiting already is in `ready` or held by a running commit; a new one is ready
+        // unless a running commit holds it.
+        if !wasWaiting && holder[key] == nil { ready.append(key) }
         guard running.count < maxConcurrentCommits else { return .none }
-        if pending.count >= maxBatch || maxWait <= .zero { return takeBatches() }
+        if pendingCount >= maxBatch || maxWait <= .zero { return takeBatches() }
         guard !timerArmed else { return .none }
         timerArmed = true
         return .armTimer
@@ -62,11 +78,17 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     }
 
     public mutating func commitFinished(_ batch: Int) -> Action {
-        precondition(running.removeValue(forKey: batch) != nil, "commitFinished(\(batch)): no such commit is running")
+        guard let keys = running.removeValue(forKey: batch) else {
+            preconditionFailure("commitFinished(\(batch)): no such commit is running")
+        }
+        for key in keys {
+            holder[key] = nil
+            if waiting[key] != nil { ready.append(key) }
+        }
         return takeBatches()
     }
 
-    /// As many batches as there are free commit slots and items whose key no running commit holds.
+    /// As many batches as there are free commit slots and ready keys.
     private mutating func takeBatches() -> Action {
         var batches: [Batch] = []
         while running.count < maxConcurrentCommits, let batch = takeBatch() {
@@ -76,22 +98,26 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     }
 
     private mutating func takeBatch() -> Batch? {
-        guard !pending.isEmpty else { return nil }
-        let busy = running.values.reduce(into: Set<Key>()) { $0.formUnion($1) }
-        var items: [Item] = []
-        var keys: Set<Key> = []
-        var waiting: [(key: Key, item: Item)] = []
-        for entry in pending {
-            if items.count < maxBatch, !busy.contains(entry.key) {
-                items.append(entry.item)
-                keys.insert(entry.key)
-            } else {
-                waiting.append(entry)
-            }
-        }
-        guard !items.isEmpty else { return nil }
-        pending = waiting
+        guard readyHead < ready.count else { return nil }
         nextBatch += 1
+        var items: [Item] = []
+        var keys: [Key] = []
+        while items.count < maxBatch, readyHead < ready.count {
+            let key = ready[readyHead]
+            readyHead += 1
+            guard var queue = waiting.removeValue(forKey: key) else { continue }
+            let taken = min(queue.count, maxBatch - items.count)
+            items += queue.prefix(taken)
+            queue.removeFirst(taken)
+            if !queue.isEmpty { waiting[key] = queue }  // the rest waits for this commit
+            keys.append(key)
+            holder[key] = nextBatch
+        }
+        if readyHead > 1024 && readyHead * 2 > ready.count {
+            ready.removeFirst(readyHead)
+            readyHead = 0
+        }
+        pendingCount -= items.count
         running[nextBatch] = keys
         return Batch(id: nextBatch, items: items)
     }
