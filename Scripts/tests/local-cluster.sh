@@ -86,7 +86,12 @@ else
 fi
 
 if "$CLUSTER" add-worker >/dev/null 2>&1; then
-    share="$(curl -s -H "Authorization: Bearer $PARLEY_ADMIN_TOKEN" "http://127.0.0.1:$OB/v1/cluster" | json 'd["ring"]["shares"].get("worker-4", 0)')"
+    # worker-4 is ready once it has joined; worker-1 hears of it by gossip a moment later.
+    for _ in $(seq 1 50); do
+        share="$(curl -s -H "Authorization: Bearer $PARLEY_ADMIN_TOKEN" "http://127.0.0.1:$OB/v1/cluster" | json 'd["ring"]["shares"].get("worker-4", 0)')"
+        python3 -c "import sys; sys.exit(0 if $share > 0 else 1)" && break
+        sleep 0.2
+    done
     python3 -c "import sys; sys.exit(0 if 0.15 <= $share <= 0.35 else 1)" && pass "add-worker: worker-4 is on the ring with $share of the keys (≈ 1/4)" \
         || fail "worker-4's share is $share"
 else
