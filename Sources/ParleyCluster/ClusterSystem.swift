@@ -240,7 +240,6 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
 
     // MARK: Virtual actors
 
-    /// Registers how to activate actors of `kind` on their owner.
     /// Calls `handler` with this node's new self each time it was declared down (paused, cut off)
     /// and rejoined under a new incarnation: what it held for the old one may have moved on — a
     /// gateway, for one, ends its event streams so that their clients resume by cursor.
@@ -248,6 +247,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         state.withLock { $0.rejoinHandlers.append(handler) }
     }
 
+    /// Registers how to activate actors of `kind` on their owner.
     public func register(kind: String, factory: @escaping Factory) {
         state.withLock { $0.factories[kind] = factory }
     }

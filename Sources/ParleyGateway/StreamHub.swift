@@ -91,28 +91,30 @@ public final class StreamHub: Sendable {
 
     /// Ends every stream (graceful shutdown): each writes its last bytes and completes.
     public func closeAll() {
-        let streams = state.withLock { state -> [Registration] in
-            state.closed = true
-            defer { state.streams = [:]; state.byUser = [:] }
-            return Array(state.streams.values)
-        }
-        for stream in streams { stream.continuation.finish() }
-        logger.info("event streams closed for shutdown", metadata: ["streams.count": "\(streams.count)"])
+        let ended = finishAll(andClose: true)
+        logger.info("event streams closed for shutdown", metadata: ["streams.count": "\(ended)"])
     }
 
     /// Ends every open stream but keeps taking new ones: the cluster declared this gateway down (it
     /// was paused or cut off), so events for its streams may have gone elsewhere or nowhere, and its
     /// sessions were dropped from presence. Each client reconnects and resumes by cursor.
     public func endAll(because reason: String) {
+        let ended = finishAll(andClose: false)
+        logger.warning("event streams ended; their clients resume by cursor", metadata: [
+            "streams.count": "\(ended)", "reason": "\(reason)",
+        ])
+    }
+
+    /// Finishes every registered stream (each writes its last bytes and completes); returns how many.
+    private func finishAll(andClose close: Bool) -> Int {
         let streams = state.withLock { state -> [Registration] in
+            if close { state.closed = true }
             defer { state.streams = [:]; state.byUser = [:] }
             return Array(state.streams.values)
         }
         for stream in streams { stream.continuation.finish() }
         Self.streamsGauge.record(0)
-        logger.warning("event streams ended; their clients resume by cursor", metadata: [
-            "streams.count": "\(streams.count)", "reason": "\(reason)",
-        ])
+        return streams.count
     }
 
     /// Ticks every stream each second and renews the presence leases of every session every
