@@ -127,7 +127,7 @@ public distributed actor PresenceShard {
             for (node, holder) in targets {
                 group.addTask {
                     // No answer by the end of its lease: it uses nothing it remembered any more.
-                    let wait = await untilDeadline(holder.leaseEnd) { () -> ContinuousClock.Instant? in
+                    let wait = await untilDeadline(holder.leaseEnd, on: ContinuousClock()) { () -> ContinuousClock.Instant? in
                         do {
                             try await DirectoryCache.resolve(id: DirectoryCache.id(node: node), using: system).forget(holder.users)
                             return nil

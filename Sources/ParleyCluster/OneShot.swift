@@ -40,20 +40,3 @@ public final class OneShot<Value: Sendable>: Sendable {
 
 /// Where the outcome of one call lands.
 typealias ReplySlot = OneShot<ReplyEnvelope.Outcome>
-
-/// `body`'s result, or nil if `deadline` comes first; then `body` goes on in the background and
-/// its result is dropped. For a wait that is pointless past a known instant (a lease that ends),
-/// whatever the call's own timeout.
-public func untilDeadline<Value: Sendable>(
-    _ deadline: ContinuousClock.Instant, _ body: @escaping @Sendable () async -> Value
-) async -> Value? {
-    let slot = OneShot<Value?>()
-    Task { slot.complete(await body()) }
-    let timer = Task {
-        try? await Task.sleep(until: deadline, clock: .continuous)
-        slot.complete(nil)
-    }
-    let result = await slot.wait()
-    timer.cancel()
-    return result
-}
