@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scripts/cluster from a clean clone: up (3 workers, 1 gateway), a curl register / login / send /
-# events round trip against the URL and CA it prints, a short parley-load run, add-worker (the new worker owns about a
+# events round trip against the URL and CA it prints, short parley-load runs (both engines), add-worker (the new worker owns about a
 # quarter of the ring), kill worker-2 and a send still succeeds, down, and no node remains.
 # Uses the binaries next to PATH-TO-parley-node (PARLEY_BIN) instead of a release build.
 #
@@ -77,6 +77,14 @@ if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --rep
     pass "a short parley-load run verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
 else
     fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
+fi
+
+# The frame-level engine, which the benchmarks load with, delivers and verifies the same way.
+if "$BIN_DIR/parley-load" run --engine frames --users 10 --rate 20 --duration 3 --warmup 1 --prefix frames --report "$WORK/frames.json" >"$WORK/frames.txt" 2>&1 \
+    && [ "$(json 'd["deliveries"]' <"$WORK/frames.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/frames.json")" = True ]; then
+    pass "parley-load --engine frames verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/frames.json") deliveries"
+else
+    fail "parley-load --engine frames: $(tail -n 15 "$WORK/frames.txt")"
 fi
 
 if "$BIN_DIR/parley-load" idle --users 10 --hold 1 --prefix idle >"$WORK/idle.txt" 2>&1 && grep -q "KiB per stream" "$WORK/idle.txt"; then

@@ -304,7 +304,8 @@ extension TimeAmount {
 
 extension ParleyClient {
     /// TLS that trusts the given CA (PEM), or the system's roots.
-    static func tls(trusting caCertificatePath: String?) -> TLSConfiguration {
+    /// The client TLS configuration this library uses: the system's roots, or only `caCertificatePath`.
+    public static func tls(trusting caCertificatePath: String?) -> TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let caCertificatePath { tls.trustRoots = .file(caCertificatePath) }
         return tls

@@ -21,18 +21,20 @@ public enum ParleyEvent: Sendable, Hashable {
 }
 
 /// Pure: turns server-sent event lines into events, and remembers what a resume needs.
-struct ServerSentEventParser {
-    struct Frame: Equatable {
-        var event: String?
-        var id: String?
-        var data: String = ""
+public struct ServerSentEventParser: Sendable {
+    public struct Frame: Equatable, Sendable {
+        public var event: String?
+        public var id: String?
+        public var data: String = ""
     }
 
     private var current = Frame()
     private var pending: [UInt8] = []
 
+    public init() {}
+
     /// Feeds bytes; returns the complete frames.
-    mutating func feed(_ bytes: some Sequence<UInt8>) -> [Frame] {
+    public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Frame] {
         var frames: [Frame] = []
         for byte in bytes {
             guard byte == UInt8(ascii: "\n") else {
@@ -150,7 +152,9 @@ extension ParleyClient {
         }
     }
 
-    static func decode(_ frame: ServerSentEventParser.Frame, decoder: JSONDecoder) -> ParleyEvent? {
+    /// The event a frame of the stream carries (nil: a kind this client does not know, or data it
+    /// cannot read).
+    public static func decode(_ frame: ServerSentEventParser.Frame, decoder: JSONDecoder) -> ParleyEvent? {
         let data = Data(frame.data.utf8)
         switch frame.event {
         case "message": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .message($0.message) }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Histogram
+import NIOSSL
 import ParleyClient
 import ParleyLoad
 import ParleyModel
@@ -32,6 +33,16 @@ struct WorkloadOptions: ParsableArguments {
     var timeline: String?
     @Flag(inversion: .prefixedNo, help: "Read every conversation's history back at the end and check it against what was acknowledged.")
     var readBack = true
+    @Option(help: """
+        How users send and receive: 'client' (ParleyClient, as apps do: reconnects, resumes, retries \
+        sends) or 'frames' (one HTTP/2 connection per user driven frame by frame: a fraction of the \
+        load generator's CPU, for throughput runs; a failed connection is reported, never resumed).
+        """)
+    var engine: Engine = .client
+
+    enum Engine: String, ExpressibleByArgument, CaseIterable {
+        case client, frames
+    }
 
     func validate() throws {
         guard users >= 2 else { throw ValidationError("--users must be at least 2") }
@@ -181,6 +192,8 @@ extension WorkloadOptions {
 /// phases; the verifier sees every phase.
 final class Workload: Sendable {
     let clients: [ParleyClient]
+    /// With `--engine frames`: each user's connection, which sends and holds its stream.
+    let connections: [FrameLevelConnection]
     let ids: [UserID]
     let conversations: [(id: ConversationID, members: [Int])]
     let directCount: Int
@@ -192,11 +205,12 @@ final class Workload: Sendable {
     let caPath: String?
     let phases = Mutex(0)
 
-    init(clients: [ParleyClient], ids: [UserID], conversations: [(id: ConversationID, members: [Int])], directCount: Int,
+    init(clients: [ParleyClient], connections: [FrameLevelConnection], ids: [UserID], conversations: [(id: ConversationID, members: [Int])], directCount: Int,
          groupShare: Double, shared: Shared, streams: [Task<Void, Never>], seed: UInt64, metricsURLs: [URL], caPath: String?) {
         self.metricsURLs = metricsURLs
         self.caPath = caPath
         self.clients = clients
+        self.connections = connections
         self.ids = ids
         self.conversations = conversations
         self.directCount = directCount
@@ -268,7 +282,8 @@ final class Workload: Sendable {
             for conversation in conversations { verifier.conversation(conversation.id, members: conversation.members.map { ids[$0] }) }
         }
         // Streams: every user's; deliveries are recorded for the verifier and the latency.
-        let streams = clients.enumerated().map { index, client in
+        let connections = options.engine == .frames ? try await openConnections(clients, ids: ids, gateways: urls, caPath: caPath, shared: shared) : []
+        let streams = options.engine == .frames ? [] : clients.enumerated().map { index, client in
             Task {
                 var connected = false
                 do {
@@ -288,9 +303,14 @@ final class Workload: Sendable {
                 }
             }
         }
-        while shared.ready.withLock({ $0 }) < clients.count { try await Task.sleep(for: .milliseconds(50)) }
+        while shared.ready.withLock({ $0 }) < clients.count {
+            if !connections.isEmpty, let failure = shared.streamErrors.withLock({ $0.first }) {
+                throw ValidationError("an event stream failed before it was ready: \(failure)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
         return Workload(
-            clients: clients, ids: ids, conversations: conversations, directCount: directCount,
+            clients: clients, connections: connections, ids: ids, conversations: conversations, directCount: directCount,
             groupShare: options.groups > 0 ? options.groupShare : 0, shared: shared, streams: streams, seed: options.seed,
             metricsURLs: try options.serverMetrics.map { list in
                 try list.split(separator: ",").map { text in
@@ -299,6 +319,36 @@ final class Workload: Sendable {
                 }
             } ?? [],
             caPath: caPath)
+    }
+
+    /// One frame-level connection per user (`--engine frames`), at most 32 opening at once, each
+    /// on the user's gateway with its event stream open; what the streams deliver goes to `shared`.
+    private static func openConnections(
+        _ clients: [ParleyClient], ids: [UserID], gateways: [URL], caPath: String?, shared: Shared
+    ) async throws -> [FrameLevelConnection] {
+        var tls = ParleyClient.tls(trusting: caPath)
+        tls.applicationProtocols = ["h2"]
+        let context = try NIOSSLContext(configuration: tls)
+        return try await withThrowingTaskGroup(of: (Int, FrameLevelConnection).self) { group in
+            var results = [FrameLevelConnection?](repeating: nil, count: clients.count)
+            for (index, client) in clients.enumerated() {
+                if index >= 32, let (done, connection) = try await group.next() { results[done] = connection }
+                guard let token = client.token else { throw ValidationError("user \(index) has no token") }
+                let user = ids[index]
+                group.addTask {
+                    let connection = try await FrameLevelConnection.open(gateway: gateways[index % gateways.count], tls: context, token: token) { event in
+                        switch event {
+                        case .ready: shared.ready.withLock { $0 += 1 }
+                        case .message(let message): shared.delivered(message, to: user)
+                        case .failed(let reason): shared.streamErrors.withLock { $0.append("\(user): \(reason)") }
+                        }
+                    }
+                    return (index, connection)
+                }
+            }
+            for try await (done, connection) in group { results[done] = connection }
+            return results.compactMap { $0 }
+        }
     }
 
     struct Phase {
@@ -337,7 +387,10 @@ final class Workload: Sendable {
             let clientMessageId = ClientMessageID.make()
             shared.pending.withLock { $0[clientMessageId] = (scheduled, k >= measuredFrom) }
             do {
-                let message = try await clients[sender].send("load \(k)", to: conversations[conversation].id, clientMessageId: clientMessageId)
+                let text = "load \(k)", to = conversations[conversation].id
+                let message = try await connections.isEmpty
+                    ? clients[sender].send(text, to: to, clientMessageId: clientMessageId)
+                    : connections[sender].send(text, to: to, clientMessageId: clientMessageId)
                 shared.acknowledged(message, scheduled: scheduled, measured: k >= measuredFrom)
                 return true
             } catch {
@@ -402,6 +455,7 @@ final class Workload: Sendable {
             try? (lines.joined(separator: "\n") + "\n").write(toFile: timeline, atomically: true, encoding: .utf8)
         }
         for stream in streams { stream.cancel() }
+        for connection in connections { await connection.close() }
         for client in clients { try? await client.shutdown() }
         return shared.verifier.withLock { $0.faults() }
     }
