@@ -35,8 +35,8 @@ struct WorkloadOptions: ParsableArguments {
     var readBack = true
     @Option(help: """
         How users send and receive: 'client' (ParleyClient, as apps do: reconnects, resumes, retries \
-        sends) or 'frames' (one HTTP/2 connection per user driven frame by frame: a fraction of the \
-        load generator's CPU, for throughput runs; a failed connection is reported, never resumed).
+        sends) or 'frames' (one HTTP/2 connection per user driven frame by frame: about two thirds of the \
+        client engine's CPU, for throughput runs; a failed connection is reported, never resumed).
         """)
     var engine: Engine = .client
 
@@ -124,6 +124,7 @@ struct Ramp: AsyncParsableCommand {
         Swift.print(held.map { "highest rate that held: \($0) msg/s (delivery p99 ≤ \(untilP99), no errors)" } ?? "not even \(from) msg/s held")
         Swift.print(faults.isEmpty ? "verified: every acknowledged message of every step was delivered" : "VERIFICATION FAILED: \(faults.count) fault(s)")
         for fault in faults.prefix(50) { Swift.print("  \(fault)") }
+        Summary.printStreamErrors(workload.shared.streamErrors.withLock { $0 })
         if let report = options.report {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -472,7 +473,7 @@ final class Workload: Sendable {
                 let deliveries = shared.phaseDeliveries.withLock { $0 }
                 return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
             },
-            faults: faults.map(\.description), verified: faults.isEmpty)
+            faults: faults.map(\.description), streamErrors: shared.streamErrors.withLock { $0 }, verified: faults.isEmpty)
     }
 
     private func progress() async {
@@ -580,7 +581,15 @@ struct Summary: Codable {
     /// Server CPU (all nodes) per delivered message, when measured.
     var serverCPUMicrosPerDelivery: Double?
     var faults: [String]
+    /// Event streams that failed (with `--engine frames`, for good) and read-backs that failed.
+    var streamErrors: [String]
     var verified: Bool
+
+    static func printStreamErrors(_ errors: [String]) {
+        guard !errors.isEmpty else { return }
+        Swift.print("  stream errors: \(errors.count)")
+        for error in errors.prefix(10) { Swift.print("    \(error)") }
+    }
 
     func write(to path: String?) throws {
         guard let path else { return }
@@ -602,6 +611,7 @@ struct Summary: Codable {
               send errors \(sendErrors.isEmpty ? "none" : sendErrors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")), stream reconnects \(reconnects)
             """)
         if let cpu = serverCPUMicrosPerDelivery { Swift.print(String(format: "  server CPU per delivered message: %.0f µs", cpu)) }
+        Self.printStreamErrors(streamErrors)
         if verified {
             Swift.print("verified: every acknowledged message reached every member's stream once, in seq order, without gaps, and the store holds each once with its seq")
         } else {
