@@ -193,6 +193,11 @@ public distributed actor ConversationActor {
             fanOut?.committed(message, members: memberIDs)
             return SendResult(message: message, created: true)
         case .duplicate(let message):
+            // A retry of a send that committed earlier — perhaps on an owner that died (or was cut
+            // off) before it fanned the message out, and nothing would push it to the streams
+            // until this conversation's next message. Publishing it again is harmless: streams
+            // drop a seq they already sent.
+            fanOut?.republish(message, members: memberIDs)
             return SendResult(message: message, created: false)
         case .staleEpoch(let current):
             throw fenced(current: current)

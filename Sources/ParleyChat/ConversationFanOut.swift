@@ -57,6 +57,13 @@ final class ConversationFanOut: Sendable {
         enqueue(ready.map { (.message($0.0), $0.1) })
     }
 
+    /// A message committed before (a send's retry found it): published again unless its seq is
+    /// still to be released in order, which publishes it anyway.
+    func republish(_ message: Message, members: [UserID]) {
+        guard state.withLock({ message.seq < $0.nextSeq }) else { return }
+        enqueue([(.message(message), members)])
+    }
+
     /// Publishes an event that needs no seq order of its own (a receipt, typing), after what came
     /// before it.
     func publish(_ event: ChatEvent, members: [UserID]) {

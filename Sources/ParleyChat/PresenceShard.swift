@@ -9,7 +9,9 @@ import ParleyModel
 ///
 /// Presence is soft state: when the ring moves a shard, its sessions come back on the new owner
 /// with the gateways' next lease renewal (a renewal of an unknown session opens it); `lastSeenAt`
-/// of users offline at the move is not carried over.
+/// of users offline at the move is not carried over. Until every renewal has had its chance (one
+/// lease), the fan-out directory names every live gateway, so no event misses a stream the shard
+/// has not heard of yet.
 public distributed actor PresenceShard {
     public typealias ActorSystem = ClusterSystem
 
@@ -39,8 +41,11 @@ public distributed actor PresenceShard {
         try resolve(id: ClusterActorID(kind: kind, key: "\(shard(of: user))"), using: system)
     }
 
+    /// How long a session lives without its gateway's renewal.
+    public static let sessionLease: Duration = .seconds(6)
+
     /// Makes `system` activate presence shards on their owners.
-    public static func register(on system: ClusterSystem, lease: Duration = .seconds(6)) {
+    public static func register(on system: ClusterSystem, lease: Duration = sessionLease) {
         system.register(kind: kind) { _, system in PresenceShard(lease: lease, actorSystem: system) }
     }
 
@@ -99,14 +104,19 @@ public distributed actor PresenceShard {
     /// Which gateways hold streams of these users (users of this shard).
     public distributed func gateways(of users: [UserID]) -> [String: [UserID]] {
         expire()
-        return state.gateways(of: users).mapValues { $0.sorted() }
+        return state.gateways(of: users, now: .now, liveGateways: liveGateways).mapValues { $0.sorted() }
     }
 
     /// ``gateways(of:)`` for a node's ``GatewayDirectory``, which remembers the answer for one
     /// directory lease: the shard tells it when one of the users' streams opens elsewhere.
     public distributed func gateways(of users: [UserID], heldBy node: String) -> [String: [UserID]] {
         expire()
-        return state.gateways(of: users, heldBy: node, now: .now).mapValues { $0.sorted() }
+        return state.gateways(of: users, heldBy: node, now: .now, liveGateways: liveGateways).mapValues { $0.sorted() }
+    }
+
+    /// The gateway nodes the cluster has not declared down.
+    private var liveGateways: [String] {
+        actorSystem.members.filter { $0.roles.contains(.gateway) && !$0.status.isTerminal }.map(\.id.name)
     }
 
     /// Tells the nodes that remember an answer about `users` to forget it; a node that cannot be

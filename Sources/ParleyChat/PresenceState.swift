@@ -34,13 +34,22 @@ public struct PresenceState: Sendable {
     public let directoryLease: Duration
     /// Until then, answers an earlier owner of this shard gave may still be in use anywhere.
     private let holdersUnknownUntil: ContinuousClock.Instant?
+    /// Until then, streams that were open when this shard started elsewhere may not have been
+    /// renewed here yet: a shard that moved (or restarted) begins with no sessions, and learns them
+    /// from the gateways' renewals within one lease. Until then it cannot say where a user's streams
+    /// are not, so the directory names every live gateway (an event that reaches a gateway without
+    /// the user's stream is dropped there; one that reaches no gateway is missing from the live
+    /// stream until the next message of its conversation or a reconnect).
+    private let sessionsUnknownUntil: ContinuousClock.Instant?
 
     /// - Parameter startedAt: when this shard started on this node, if an earlier owner may have
-    ///   answered directory questions (nil: nobody has asked before).
+    ///   answered directory questions and held sessions (nil: nobody has asked before, no stream
+    ///   was open).
     public init(lease: Duration = .seconds(6), directoryLease: Duration = GatewayDirectory.lease, startedAt: ContinuousClock.Instant? = nil) {
         self.lease = lease
         self.directoryLease = directoryLease
         self.holdersUnknownUntil = startedAt?.advanced(by: directoryLease)
+        self.sessionsUnknownUntil = startedAt?.advanced(by: lease)
     }
 
     public func presence(of user: UserID) -> Presence {
@@ -109,7 +118,7 @@ public struct PresenceState: Sendable {
         return changed(user, from: before)
     }
 
-    /// Which gateways hold streams of these users: the fan-out directory.
+    /// Which gateways hold the streams this shard knows of.
     public func gateways(of users: some Sequence<UserID>) -> [String: Set<UserID>] {
         var result: [String: Set<UserID>] = [:]
         for user in users {
@@ -120,16 +129,27 @@ public struct PresenceState: Sendable {
         return result
     }
 
+    /// The fan-out directory's answer: ``gateways(of:)``, and for one lease after the shard started
+    /// every gateway of `liveGateways` as well (streams it has not heard of yet).
+    public func gateways(of users: [UserID], now: ContinuousClock.Instant, liveGateways: [String]) -> [String: Set<UserID>] {
+        var result = gateways(of: users)
+        guard let unknownUntil = sessionsUnknownUntil, now < unknownUntil else { return result }
+        for gateway in liveGateways { result[gateway, default: []].formUnion(users) }
+        return result
+    }
+
     /// True if `user` has a stream on `gateway`: a session opening there changes no directory answer.
     public func hasSession(of user: UserID, on gateway: String) -> Bool {
         sessions[user]?.values.contains { $0.gateway == gateway } ?? false
     }
 
     /// ``gateways(of:)`` for a node that will remember the answer for one directory lease.
-    public mutating func gateways(of users: [UserID], heldBy holder: String, now: ContinuousClock.Instant) -> [String: Set<UserID>] {
+    public mutating func gateways(
+        of users: [UserID], heldBy holder: String, now: ContinuousClock.Instant, liveGateways: [String]
+    ) -> [String: Set<UserID>] {
         let leaseEnd = now.advanced(by: directoryLease)
         for user in users { holders[user, default: [:]][holder] = leaseEnd }
-        return gateways(of: users)
+        return gateways(of: users, now: now, liveGateways: liveGateways)
     }
 
     /// Who must forget what it remembers of `users` (whose streams are opening on a gateway their

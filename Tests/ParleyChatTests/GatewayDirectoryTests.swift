@@ -46,8 +46,8 @@ import Testing
     @Test func holdersAreNamedUntilTheirLeaseEnds() {
         var time = ManualTime()
         var state = PresenceState(lease: .seconds(6), directoryLease: .seconds(3))
-        _ = state.gateways(of: [Self.ann, Self.ben], heldBy: "worker-1", now: time.now)
-        _ = state.gateways(of: [Self.ann], heldBy: "worker-2", now: time.advance(by: .seconds(2)))
+        _ = state.gateways(of: [Self.ann, Self.ben], heldBy: "worker-1", now: time.now, liveGateways: [])
+        _ = state.gateways(of: [Self.ann], heldBy: "worker-2", now: time.advance(by: .seconds(2)), liveGateways: [])
         let invalidation = state.directoryInvalidation(for: [Self.ann], now: time.advance(by: .milliseconds(1_500)))
         #expect(invalidation.holders == ["worker-2": .init(users: [Self.ann], leaseEnd: time.at(.seconds(5)))], "worker-1's lease ran out at 3 s")
         #expect(invalidation.everyNodeUntil == nil)
@@ -75,10 +75,12 @@ import Testing
         let conversation = ConversationActor.directID(ann, ben)
         let actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
         _ = try await actor.create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        // Past the shards' first leases (a new owner tells every node, and names every gateway until
+        // the gateways' renewals have had their chance), so only holders are told, and ann's
+        // shard says she has no stream.
+        for user in [ann, ben] { _ = try await PresenceShard.resolve(for: user, using: cluster["node-b"]).presence(of: [user]) }
+        try await Task.sleep(for: max(GatewayDirectory.lease, PresenceShard.sessionLease))
         _ = try await PresenceShard.resolve(for: ben, using: cluster["node-b"]).openSession(.init(userId: ben, sessionID: "ben-1"), gateway: "node-g1")
-        // Past the shards' first lease (when a new owner tells every node), so only holders are told.
-        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-b"]).presence(of: [ann])
-        try await Task.sleep(for: GatewayDirectory.lease)
         func send(_ text: String) async throws -> Int64 {
             try await actor.send(SendMessage(senderId: ben, clientMessageId: UUID().uuidString, text: text)).message.seq
         }
@@ -93,5 +95,39 @@ import Testing
             } == true
         }
         #expect(received["node-g2"]?.messages.map(\.seq) == [second], "the first was sent before ann's stream opened")
+    }
+}
+
+@Suite(.serialized) struct RetriedSendFanOutTests {
+    /// An owner committed a message and died (or was cut off) before fanning it out; the sender's
+    /// retry reaches the new owner, which finds the message already stored. Nothing else would push
+    /// it to the members' streams until the conversation's next message — so the retry publishes it.
+    @Test func aRetryThatFindsItsMessageStoredPublishesItToTheStreams() async throws {
+        let ann: UserID = "u_ann", ben: UserID = "u_ben"
+        let store = InMemoryChatStore()
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g1"], store: store)
+        defer { Task { await cluster.stopAll() } }
+        let received = RecordedDeliveries()
+        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
+        defer { _ = inbox }
+
+        let conversation = ConversationActor.directID(ann, ben)
+        let actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
+        _ = try await actor.create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
+        // The owner that committed it (a new epoch, which fences the actor off) and never fanned it out.
+        let clientMessageId = UUID().uuidString.lowercased()
+        let epoch = try await store.acquireOwnership(of: conversation)
+        let committed = try await store.commit([
+            AppendRequest(conversationId: conversation, epoch: epoch, senderId: ben, clientMessageId: clientMessageId, text: "hi", sentAt: Date())
+        ])
+        guard case .appended(let original) = committed.first else { Issue.record("not appended: \(committed)"); return }
+
+        // The sender's retry: the fenced actor deactivates, the call goes to its new activation.
+        let retried = try await actor.send(SendMessage(senderId: ben, clientMessageId: clientMessageId, text: "hi"))
+        #expect(retried.message == original && !retried.created)
+        try await eventually(timeout: .seconds(10), "ann's gateway gets the message the retry found") {
+            received.messages.map(\.seq) == [original.seq]
+        }
     }
 }

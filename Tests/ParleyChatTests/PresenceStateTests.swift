@@ -64,6 +64,26 @@ import Testing
         #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s2")], now: time.now).map(\.status) == [.online])
     }
 
+    /// A shard that moved starts with no sessions: until the gateways' renewals have all had their
+    /// chance (one lease), it cannot say a stream is not there, and names every live gateway.
+    @Test func aShardThatJustStartedNamesEveryLiveGatewayForOneLease() {
+        var time = ManualTime()
+        let live = ["gateway-1", "gateway-2"]
+        var state = PresenceState(lease: .seconds(6), startedAt: time.now)
+        #expect(state.gateways(of: [Self.ann], heldBy: "worker-1", now: time.now, liveGateways: live) == ["gateway-1": [Self.ann], "gateway-2": [Self.ann]])
+        // gateway-1 renewed ann's stream here; ben's gateway-2 stream may not have been renewed yet.
+        time.advance(by: .seconds(2))
+        _ = state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now)
+        #expect(state.gateways(of: [Self.ann, Self.ben], now: time.now, liveGateways: live) == ["gateway-1": [Self.ann, Self.ben], "gateway-2": [Self.ann, Self.ben]])
+        // One lease after the start every live stream has been renewed: only the known ones count.
+        time.advance(by: .seconds(4))
+        _ = state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now)
+        #expect(state.gateways(of: [Self.ann, Self.ben], now: time.now, liveGateways: live) == ["gateway-1": [Self.ann]])
+        // A shard nobody used before (no earlier owner) knows every stream from the start.
+        let fresh = PresenceState(lease: .seconds(6))
+        #expect(fresh.gateways(of: [Self.ann], now: time.now, liveGateways: live).isEmpty)
+    }
+
     @Test func awayShowsOnlyWhileConnected() throws {
         var state = PresenceState()
         #expect(try state.setPreference(Self.ben, .away) == nil, "offline whatever it says")

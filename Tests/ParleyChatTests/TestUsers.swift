@@ -14,10 +14,11 @@ func registerUsers(_ ids: [UserID], in store: any ChatStore) async throws {
 }
 
 /// An in-process cluster for chat: conversations and presence shards on the workers (over one
-/// in-memory store holding `users`), nothing on the gateways (tests open their inboxes). Stop it
+/// in-memory store, `store`, holding `users`), nothing on the gateways (tests open their inboxes). Stop it
 /// with `stopAll()`.
-func startChatCluster(users: [UserID], workers: [String], gateways: [String]) async throws -> LoopbackCluster {
-    let store = InMemoryChatStore()
+func startChatCluster(
+    users: [UserID], workers: [String], gateways: [String], store: InMemoryChatStore = InMemoryChatStore()
+) async throws -> LoopbackCluster {
     try await registerUsers(users, in: store)
     let services = ChatServices(store: store)
     let cluster = try LoopbackCluster { system, _ in
