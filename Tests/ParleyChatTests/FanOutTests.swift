@@ -25,6 +25,9 @@ final class RecordedDeliveries: Sendable {
         defer { _ = inbox }
 
         let members = (0..<10).map { UserID(rawValue: "u_\($0)") }
+        // Past the shards' first session lease: a shard that just started names every live gateway.
+        for user in members + ["u_reader"] { _ = try await PresenceShard.resolve(for: user, using: cluster["node-b"]).presence(of: [user]) }
+        try await Task.sleep(for: PresenceShard.sessionLease)
         let conversation = ConversationID.make()
         _ = try await ConversationActor.resolve(conversation, using: cluster["node-a"])
             .create(CreateConversation(creatorId: members[0], memberIds: members + ["u_reader"], name: "fan-out"))
