@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scripts/cluster from a clean clone: up (3 workers, 1 gateway), a curl register / login / send /
 # events round trip against the URL and CA it prints, short parley-load runs (both engines), add-worker (the new worker owns about a
-# quarter of the ring), kill worker-2 and a send still succeeds, down, and no node remains.
+# quarter of the ring), kill worker-2 and a send still succeeds, a frames run whose gateway is killed
+# says so and ends, down, and no node remains.
 # Uses the binaries next to PATH-TO-parley-node (PARLEY_BIN) instead of a release build.
 #
 #   Scripts/tests/local-cluster.sh [PATH-TO-parley-node]
@@ -73,7 +74,8 @@ wait_until 8 "the message is on bob's stream" grep -q "hello through the script'
 
 # parley-load: a short run against the cluster verifies clean and reports deliveries.
 if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --report "$WORK/load.json" >"$WORK/load.txt" 2>&1 \
-    && [ "$(json 'd["deliveries"]' <"$WORK/load.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/load.json")" = True ]; then
+    && [ "$(json 'd["deliveries"]' <"$WORK/load.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/load.json")" = True ] \
+    && [ "$(json 'len(d["streamErrors"])' <"$WORK/load.json")" = 0 ]; then
     pass "a short parley-load run verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
 else
     fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
@@ -81,7 +83,8 @@ fi
 
 # The frame-level engine, which the benchmarks load with, delivers and verifies the same way.
 if "$BIN_DIR/parley-load" run --engine frames --users 10 --rate 20 --duration 3 --warmup 1 --prefix frames --report "$WORK/frames.json" >"$WORK/frames.txt" 2>&1 \
-    && [ "$(json 'd["deliveries"]' <"$WORK/frames.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/frames.json")" = True ]; then
+    && [ "$(json 'd["deliveries"]' <"$WORK/frames.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/frames.json")" = True ] \
+    && [ "$(json 'len(d["streamErrors"])' <"$WORK/frames.json")" = 0 ]; then
     pass "parley-load --engine frames verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/frames.json") deliveries"
 else
     fail "parley-load --engine frames: $(tail -n 15 "$WORK/frames.txt")"
@@ -110,6 +113,25 @@ fi
 
 "$CLUSTER" kill worker-2 >/dev/null
 [ "$(sent "after worker-2 died")" = 201 ] && pass "after kill worker-2 a send still succeeds" || fail "a send failed after worker-2 was killed"
+
+# The frame-level engine does not follow failures: when its gateway dies it says so (stream and
+# send errors), and ends by itself, instead of resuming elsewhere. (stdbuf: parley-load's lines
+# reach the file as they are printed.)
+stdbuf -oL "$BIN_DIR/parley-load" run --engine frames --users 10 --rate 20 --duration 8 --warmup 1 --drain 5 --no-read-back --prefix dying >"$WORK/dying.txt" 2>&1 &
+LOAD_PID=$!
+wait_until 60 "the run is sending" grep -q "msg/s offered" "$WORK/dying.txt"
+sleep 2
+"$CLUSTER" kill gateway-1 >/dev/null
+for _ in $(seq 1 600); do kill -0 "$LOAD_PID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$LOAD_PID" 2>/dev/null; then
+    kill -KILL "$LOAD_PID"
+    fail "parley-load --engine frames did not end within 60 s of its gateway's death"
+elif grep -q "stream errors: 10" "$WORK/dying.txt" && grep -q "connection_failed" "$WORK/dying.txt"; then
+    pass "parley-load --engine frames reports its gateway's death (every stream failed, sends failed) and ends"
+else
+    fail "parley-load --engine frames after its gateway died: $(tail -n 20 "$WORK/dying.txt")"
+fi
+wait "$LOAD_PID" 2>/dev/null || true
 
 PIDS_BEFORE="$(cat "$WORK"/clone/.parley/*.pid 2>/dev/null | tr '\n' ' ')"
 "$CLUSTER" down >/dev/null

@@ -81,7 +81,10 @@ final class FrameLevelConnection: Sendable {
         return try Self.decoder.decode(API.SentMessage.self, from: bytes).message
     }
 
+    /// Closes the connection; its event stream ends without counting as a failure.
     func close() async {
+        let handler = self.handler
+        try? await channel.eventLoop.submit { handler.value.closing() }.get()
         try? await channel.close()
     }
 
@@ -127,6 +130,14 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
 
     func openEvents() {
         eventsStream = write(method: "GET", path: "/v1/events", body: nil)
+    }
+
+    /// The run is over: what ends from now on is no failure.
+    func closing() {
+        failure = failure ?? "the connection was closed by the load generator"
+        let requests = pending
+        pending = [:]
+        for request in requests.values { request.promise.fail(ParleyError.connectionFailed("the connection was closed")) }
     }
 
     func request(method: String, path: String, body: ByteBuffer, promise: EventLoopPromise<FrameLevelConnection.Response>) {
