@@ -116,6 +116,7 @@ struct Ramp: AsyncParsableCommand {
                                Summary.Percentiles.format(summary.delivery.p50), Summary.Percentiles.format(p99),
                                Summary.Percentiles.format(summary.delivery.p999), errors, summary.undelivered,
                                summary.serverCPUMicrosPerDelivery.map { String(format: "%.0f µs", $0) } ?? "-"))
+            Swift.print("            cores used: \(summary.coresLine)")
             guard p99 <= bound, errors == 0, summary.undelivered == 0 else { break }
             held = rate
             rate += step
@@ -361,6 +362,10 @@ final class Workload: Sendable {
         var lag: Histogram<UInt64>
         /// Server CPU seconds (all nodes) spent during the phase, when --server-metrics was given.
         var serverCPUSeconds: Double?
+        /// Cores each node (by its metrics URL's host:port) and the load generator itself used
+        /// over the phase (CPU seconds per second of wall time).
+        var nodeCores: [String: Double]?
+        var loadGeneratorCores: Double
         /// Deliveries still missing when the phase settled (5 s after its last send).
         var undelivered: Int
     }
@@ -371,6 +376,7 @@ final class Workload: Sendable {
         var random = SplitMix64(seed: seed &+ UInt64(number) &* 0x9E37_79B9)
         shared.resetPhase()
         let cpuBefore = await serverCPUSeconds()
+        let (wallBefore, ownBefore) = (ContinuousClock.now, Self.ownCPUSeconds())
         let total = Int((warmup + duration) * rate)
         let measuredFrom = Int(warmup * rate)
         var plan: [(conversation: Int, sender: Int)] = []
@@ -404,22 +410,40 @@ final class Workload: Sendable {
         while lostCount() > 0, ContinuousClock.now < settle { try? await Task.sleep(for: .milliseconds(100)) }
         progress?.cancel()
         let cpuAfter = await serverCPUSeconds()
-        let cpu = cpuBefore.flatMap { before in cpuAfter.map { $0 - before } }
-        return Phase(rate: rate, duration: duration, seconds: warmup + duration, sent: total, lag: result.lag, serverCPUSeconds: cpu, undelivered: lostCount())
+        let wall = Double(OpenLoop.micros(wallBefore.duration(to: .now))) / 1e6
+        let nodeCores = cpuBefore.flatMap { before in
+            cpuAfter.map { after in after.reduce(into: [String: Double]()) { $0[$1.key] = ($1.value - (before[$1.key] ?? $1.value)) / wall } }
+        }
+        return Phase(
+            rate: rate, duration: duration, seconds: warmup + duration, sent: total, lag: result.lag,
+            serverCPUSeconds: nodeCores.map { $0.values.reduce(0, +) * wall }, nodeCores: nodeCores,
+            loadGeneratorCores: (Self.ownCPUSeconds() - ownBefore) / wall, undelivered: lostCount())
     }
 
-    /// The sum of `process_cpu_seconds_total` over every node's /metrics.
-    private func serverCPUSeconds() async -> Double? {
+    /// `process_cpu_seconds_total` from every node's /metrics, by the URL's host:port (nil if one
+    /// cannot be read).
+    private func serverCPUSeconds() async -> [String: Double]? {
         guard !metricsURLs.isEmpty else { return nil }
-        var total = 0.0
+        var seconds: [String: Double] = [:]
         for url in metricsURLs {
             guard let text = try? await ParleyClient.fetchText(url, caCertificatePath: caPath),
                 let line = text.split(separator: "\n").first(where: { $0.hasPrefix("process_cpu_seconds_total ") }),
                 let value = Double(line.split(separator: " ")[1])
             else { return nil }
-            total += value
+            seconds["\(url.host ?? "?"):\(url.port ?? 0)"] = value
         }
-        return total
+        return seconds
+    }
+
+    /// This process's user + system CPU seconds (`/proc/self/stat`; 0 where there is none).
+    static func ownCPUSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/self/stat", encoding: .utf8),
+            let end = stat.lastIndex(of: ")")
+        else { return 0 }
+        // After the command name: state is field 3, utime field 14, stime field 15 (clock ticks).
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     private func lostCount() -> Int {
@@ -469,6 +493,7 @@ final class Workload: Sendable {
             deliveriesPerSecond: Double(shared.phaseDeliveries.withLock { $0 }) / phase.seconds,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
             ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
+            nodeCores: phase.nodeCores, loadGeneratorCores: phase.loadGeneratorCores,
             serverCPUMicrosPerDelivery: phase.serverCPUSeconds.map { cpu in
                 let deliveries = shared.phaseDeliveries.withLock { $0 }
                 return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
@@ -578,12 +603,22 @@ struct Summary: Codable {
     var ack: Percentiles
     var delivery: Percentiles
     var scheduleLag: Percentiles
+    /// Cores each node used over the phase, by its metrics URL's host:port (when measured), and
+    /// the load generator itself.
+    var nodeCores: [String: Double]?
+    var loadGeneratorCores: Double
     /// Server CPU (all nodes) per delivered message, when measured.
     var serverCPUMicrosPerDelivery: Double?
     var faults: [String]
     /// Event streams that failed (with `--engine frames`, for good) and read-backs that failed.
     var streamErrors: [String]
     var verified: Bool
+
+    /// `load 0.35  127.0.0.1:17701 0.20  …`: the load generator's cores, then each node's.
+    var coresLine: String {
+        ([String(format: "load %.2f", loadGeneratorCores)] + (nodeCores ?? [:]).sorted { $0.key < $1.key }.map { String(format: "%@ %.2f", $0.key, $0.value) })
+            .joined(separator: "  ")
+    }
 
     static func printStreamErrors(_ errors: [String]) {
         guard !errors.isEmpty else { return }
@@ -611,6 +646,7 @@ struct Summary: Codable {
               send errors \(sendErrors.isEmpty ? "none" : sendErrors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")), stream reconnects \(reconnects)
             """)
         if let cpu = serverCPUMicrosPerDelivery { Swift.print(String(format: "  server CPU per delivered message: %.0f µs", cpu)) }
+        Swift.print("  cores used: \(coresLine)")
         Self.printStreamErrors(streamErrors)
         if verified {
             Swift.print("verified: every acknowledged message reached every member's stream once, in seq order, without gaps, and the store holds each once with its seq")
