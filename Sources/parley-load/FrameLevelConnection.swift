@@ -180,7 +180,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
             if frame.streamID == eventsStream {
                 if status != 200 { fail("the event stream answered \(status)") }
             } else if var request = pending[frame.streamID] {
-                request.status = status
+                request.status = max(request.status, status)  // trailers carry no :status
                 pending[frame.streamID] = request
                 if headers.endStream { complete(frame.streamID) }
             }
