@@ -116,6 +116,9 @@ struct Ramp: AsyncParsableCommand {
                                Summary.Percentiles.format(summary.delivery.p50), Summary.Percentiles.format(p99),
                                Summary.Percentiles.format(summary.delivery.p999), errors, summary.undelivered,
                                summary.serverCPUMicrosPerDelivery.map { String(format: "%.0f µs", $0) } ?? "-"))
+            if let perRecipient = summary.serverCPUMicrosPerRecipientDelivery {
+                Swift.print(String(format: "            server CPU per delivery to a member other than the sender: %.0f µs", perRecipient))
+            }
             Swift.print("            cores used: \(summary.coresLine)")
             guard p99 <= bound, errors == 0, summary.undelivered == 0 else { break }
             held = rate
@@ -498,6 +501,10 @@ final class Workload: Sendable {
                 let deliveries = shared.phaseDeliveries.withLock { $0 }
                 return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
             },
+            serverCPUMicrosPerRecipientDelivery: phase.serverCPUSeconds.map { cpu in
+                let deliveries = shared.phaseRecipientDeliveries.withLock { $0 }
+                return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
+            },
             faults: faults.map(\.description), streamErrors: shared.streamErrors.withLock { $0 }, verified: faults.isEmpty)
     }
 
@@ -529,9 +536,11 @@ final class Shared: Sendable {
     let streamErrors = Mutex<[String]>([])
     let ready = Mutex(0)
     let reconnects = Mutex(0)
-    /// This phase's acknowledgements and deliveries.
+    /// This phase's acknowledgements and deliveries (to every member's stream, the sender's own
+    /// included, and to the other members' only).
     let phaseAcks = Mutex(0)
     let phaseDeliveries = Mutex(0)
+    let phaseRecipientDeliveries = Mutex(0)
 
     func resetPhase() {
         ack.withLock { $0.reset() }
@@ -539,6 +548,7 @@ final class Shared: Sendable {
         sendErrors.withLock { $0 = [:] }
         phaseAcks.withLock { $0 = 0 }
         phaseDeliveries.withLock { $0 = 0 }
+        phaseRecipientDeliveries.withLock { $0 = 0 }
     }
 
     /// (conversation, scheduled, acknowledged) in wall-clock milliseconds, for --timeline.
@@ -557,6 +567,7 @@ final class Shared: Sendable {
         let now = ContinuousClock.now
         verifier.withLock { $0.delivered(message, to: member) }
         phaseDeliveries.withLock { $0 += 1 }
+        if message.senderId != member { phaseRecipientDeliveries.withLock { $0 += 1 } }
         guard message.senderId != member, let (scheduled, measured) = pending.withLock({ $0[message.clientMessageId] }), measured else { return }
         _ = delivery.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: now))) }
     }
@@ -607,8 +618,11 @@ struct Summary: Codable {
     /// the load generator itself.
     var nodeCores: [String: Double]?
     var loadGeneratorCores: Double
-    /// Server CPU (all nodes) per delivered message, when measured.
+    /// Server CPU (all nodes) per delivered message, when measured: per delivery to any member's
+    /// stream (the sender's own included), and per delivery to a member other than the sender
+    /// (what a server that does not echo a message to its sender's streams would count).
     var serverCPUMicrosPerDelivery: Double?
+    var serverCPUMicrosPerRecipientDelivery: Double?
     var faults: [String]
     /// Event streams that failed (with `--engine frames`, for good) and read-backs that failed.
     var streamErrors: [String]
@@ -645,7 +659,9 @@ struct Summary: Codable {
               schedule lag    \(scheduleLag.row)
               send errors \(sendErrors.isEmpty ? "none" : sendErrors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")), stream reconnects \(reconnects)
             """)
-        if let cpu = serverCPUMicrosPerDelivery { Swift.print(String(format: "  server CPU per delivered message: %.0f µs", cpu)) }
+        if let cpu = serverCPUMicrosPerDelivery, let perRecipient = serverCPUMicrosPerRecipientDelivery {
+            Swift.print(String(format: "  server CPU per delivered message: %.0f µs (per delivery to a member other than the sender: %.0f µs)", cpu, perRecipient))
+        }
         Swift.print("  cores used: \(coresLine)")
         Self.printStreamErrors(streamErrors)
         if verified {
