@@ -103,7 +103,16 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         var promise: EventLoopPromise<FrameLevelConnection.Response>
         var status = 0
         var body = ByteBuffer()
+        var timeout: Scheduled<Void>?
+
+        func fail(_ error: ParleyError) {
+            timeout?.cancel()
+            promise.fail(error)
+        }
     }
+
+    /// How long a request may wait for its whole response (as ParleyClient's request timeout).
+    private static let requestTimeout = TimeAmount.seconds(15)
 
     private let authority: String
     private let token: String
@@ -137,7 +146,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         failure = failure ?? "the connection was closed by the load generator"
         let requests = pending
         pending = [:]
-        for request in requests.values { request.promise.fail(ParleyError.connectionFailed("the connection was closed")) }
+        for request in requests.values { request.fail(ParleyError.connectionFailed("the connection was closed")) }
     }
 
     func request(method: String, path: String, body: ByteBuffer, promise: EventLoopPromise<FrameLevelConnection.Response>) {
@@ -145,11 +154,16 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
             promise.fail(ParleyError.connectionFailed(failure))
             return
         }
-        guard let stream = write(method: method, path: path, body: body) else {
+        guard let context, let stream = write(method: method, path: path, body: body) else {
             promise.fail(ParleyError.connectionFailed("the connection is closed"))
             return
         }
-        pending[stream] = Pending(promise: promise)
+        let timeout = context.eventLoop.assumeIsolated().scheduleTask(in: Self.requestTimeout) { [self] in
+            guard let request = pending.removeValue(forKey: stream) else { return }
+            request.promise.fail(ParleyError(status: 0, code: "timeout", message: "no answer within \(Self.requestTimeout)", retryable: true))
+            self.context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .rstStream(.cancel))), promise: nil)
+        }
+        pending[stream] = Pending(promise: promise, timeout: timeout)
     }
 
     private func write(method: String, path: String, body: ByteBuffer?) -> HTTP2StreamID? {
@@ -205,7 +219,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
             if frame.streamID == eventsStream {
                 fail("the gateway reset the event stream (\(code))")
             } else if let request = pending.removeValue(forKey: frame.streamID) {
-                request.promise.fail(ParleyError.connectionFailed("the gateway reset the request's stream (\(code))"))
+                request.fail(ParleyError.connectionFailed("the gateway reset the request's stream (\(code))"))
             }
         case .goAway(_, let code, _):
             fail("the gateway closed the connection (GOAWAY \(code))")
@@ -240,6 +254,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
 
     private func complete(_ stream: HTTP2StreamID) {
         guard let request = pending.removeValue(forKey: stream) else { return }
+        request.timeout?.cancel()
         request.promise.succeed(.init(status: request.status, body: request.body))
     }
 
@@ -250,7 +265,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         if eventsStream != nil { onEvent(.failed(reason)) }
         let requests = pending
         pending = [:]
-        for request in requests.values { request.promise.fail(ParleyError.connectionFailed(reason)) }
+        for request in requests.values { request.fail(ParleyError.connectionFailed(reason)) }
     }
 }
 

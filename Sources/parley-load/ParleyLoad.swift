@@ -46,7 +46,7 @@ struct WorkloadOptions: ParsableArguments {
 
     func validate() throws {
         guard users >= 2 else { throw ValidationError("--users must be at least 2") }
-        guard (0...1).contains(groupShare), groups >= 0, groupSize >= 2, groupSize <= users else {
+        guard (0...1).contains(groupShare), groups >= 0, groups == 0 || (2...users).contains(groupSize) else {
             throw ValidationError("--group-share must be 0–1 and --group-size 2…users")
         }
         if groups > 0 && groupShare == 0 { throw ValidationError("--groups without --group-share sends nothing to them") }
