@@ -32,15 +32,15 @@ public struct PresenceState: Sendable {
     private var holders: [UserID: [String: ContinuousClock.Instant]] = [:]
     /// How long a node may use an answer.
     public let directoryLease: Duration
-    /// Until then, answers an earlier owner of this shard gave may still be in use anywhere.
-    private let holdersUnknownUntil: ContinuousClock.Instant?
-    /// Until then, streams that were open when this shard started elsewhere may not have been
-    /// renewed here yet: a shard that moved (or restarted) begins with no sessions, and learns them
-    /// from the gateways' renewals within one lease. Until then it cannot say where a user's streams
-    /// are not, so the directory names every live gateway (an event that reaches a gateway without
-    /// the user's stream is dropped there; one that reaches no gateway is missing from the live
+    /// When this shard started on this node, if an earlier owner may have answered directory
+    /// questions and held sessions. For one directory lease after it, that owner's answers may
+    /// still be in use anywhere. For one session lease after it, streams that were open may not
+    /// have been renewed here yet: a shard that moved (or restarted) begins with no sessions and
+    /// learns them from the gateways' renewals, so it cannot say where a user's streams are not,
+    /// and the directory names every live gateway (an event that reaches a gateway without the
+    /// user's stream is dropped there; one that reaches no gateway would be missing from the live
     /// stream until the next message of its conversation or a reconnect).
-    private let sessionsUnknownUntil: ContinuousClock.Instant?
+    private let startedAt: ContinuousClock.Instant?
 
     /// - Parameter startedAt: when this shard started on this node, if an earlier owner may have
     ///   answered directory questions and held sessions (nil: nobody has asked before, no stream
@@ -48,8 +48,7 @@ public struct PresenceState: Sendable {
     public init(lease: Duration = .seconds(6), directoryLease: Duration = GatewayDirectory.lease, startedAt: ContinuousClock.Instant? = nil) {
         self.lease = lease
         self.directoryLease = directoryLease
-        self.holdersUnknownUntil = startedAt?.advanced(by: directoryLease)
-        self.sessionsUnknownUntil = startedAt?.advanced(by: lease)
+        self.startedAt = startedAt
     }
 
     public func presence(of user: UserID) -> Presence {
@@ -133,7 +132,7 @@ public struct PresenceState: Sendable {
     /// every gateway of `liveGateways` as well (streams it has not heard of yet).
     public func gateways(of users: [UserID], now: ContinuousClock.Instant, liveGateways: [String]) -> [String: Set<UserID>] {
         var result = gateways(of: users)
-        guard let unknownUntil = sessionsUnknownUntil, now < unknownUntil else { return result }
+        guard let startedAt, now < startedAt.advanced(by: lease) else { return result }
         for gateway in liveGateways { result[gateway, default: []].formUnion(users) }
         return result
     }
@@ -165,7 +164,7 @@ public struct PresenceState: Sendable {
                 invalidation.holders[node] = holder
             }
         }
-        if let unknownUntil = holdersUnknownUntil, now < unknownUntil { invalidation.everyNodeUntil = unknownUntil }
+        if let unknownUntil = startedAt?.advanced(by: directoryLease), now < unknownUntil { invalidation.everyNodeUntil = unknownUntil }
         // Holders whose lease ran out need no word; drop them now and then.
         if holders.count > 4 * sessions.count + 1_000 {
             holders = holders.compactMapValues { nodes in

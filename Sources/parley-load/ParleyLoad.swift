@@ -363,12 +363,13 @@ final class Workload: Sendable {
         var seconds: Double
         var sent: Int
         var lag: Histogram<UInt64>
-        /// Server CPU seconds (all nodes) spent during the phase, when --server-metrics was given.
-        var serverCPUSeconds: Double?
-        /// Cores each node (by its metrics URL's host:port) and the load generator itself used
-        /// over the phase (CPU seconds per second of wall time).
+        /// Cores each node (by its metrics URL's host:port; when --server-metrics was given) and
+        /// the load generator itself used over the phase (CPU seconds per second of `wallSeconds`).
         var nodeCores: [String: Double]?
         var loadGeneratorCores: Double
+        var wallSeconds: Double
+        /// Server CPU seconds (all nodes) spent during the phase.
+        var serverCPUSeconds: Double? { nodeCores.map { $0.values.reduce(0, +) * wallSeconds } }
         /// Deliveries still missing when the phase settled (5 s after its last send).
         var undelivered: Int
     }
@@ -419,8 +420,8 @@ final class Workload: Sendable {
         }
         return Phase(
             rate: rate, duration: duration, seconds: warmup + duration, sent: total, lag: result.lag,
-            serverCPUSeconds: nodeCores.map { $0.values.reduce(0, +) * wall }, nodeCores: nodeCores,
-            loadGeneratorCores: (Self.ownCPUSeconds() - ownBefore) / wall, undelivered: lostCount())
+            nodeCores: nodeCores, loadGeneratorCores: (Self.ownCPUSeconds() - ownBefore) / wall, wallSeconds: wall,
+            undelivered: lostCount())
     }
 
     /// `process_cpu_seconds_total` from every node's /metrics, by the URL's host:port (nil if one
@@ -489,22 +490,20 @@ final class Workload: Sendable {
     }
 
     func summary(_ phase: Phase, faults: [DeliveryVerifier.Fault]) -> Summary {
-        Summary(
+        let deliveries = shared.phaseDeliveries.withLock { $0 }
+        func perDelivery(_ count: Int) -> Double? {
+            phase.serverCPUSeconds.map { count > 0 ? $0 * 1e6 / Double(count) : 0 }
+        }
+        return Summary(
             users: clients.count, conversations: conversations.count, offeredRate: phase.rate, measuredSeconds: phase.duration, sent: phase.sent,
-            acknowledged: shared.phaseAcks.withLock { $0 }, deliveries: shared.phaseDeliveries.withLock { $0 }, undelivered: phase.undelivered,
+            acknowledged: shared.phaseAcks.withLock { $0 }, deliveries: deliveries.all, undelivered: phase.undelivered,
             achievedRate: Double(shared.phaseAcks.withLock { $0 }) / phase.seconds,
-            deliveriesPerSecond: Double(shared.phaseDeliveries.withLock { $0 }) / phase.seconds,
+            deliveriesPerSecond: Double(deliveries.all) / phase.seconds,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
             ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
             nodeCores: phase.nodeCores, loadGeneratorCores: phase.loadGeneratorCores,
-            serverCPUMicrosPerDelivery: phase.serverCPUSeconds.map { cpu in
-                let deliveries = shared.phaseDeliveries.withLock { $0 }
-                return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
-            },
-            serverCPUMicrosPerRecipientDelivery: phase.serverCPUSeconds.map { cpu in
-                let deliveries = shared.phaseRecipientDeliveries.withLock { $0 }
-                return deliveries > 0 ? cpu * 1e6 / Double(deliveries) : 0
-            },
+            serverCPUMicrosPerDelivery: perDelivery(deliveries.all),
+            serverCPUMicrosPerRecipientDelivery: perDelivery(deliveries.toRecipients),
             faults: faults.map(\.description), streamErrors: shared.streamErrors.withLock { $0 }, verified: faults.isEmpty)
     }
 
@@ -514,7 +513,7 @@ final class Workload: Sendable {
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(1))
             guard !Task.isCancelled else { return }
-            let acks = shared.phaseAcks.withLock { $0 }, deliveries = shared.phaseDeliveries.withLock { $0 }
+            let acks = shared.phaseAcks.withLock { $0 }, deliveries = shared.phaseDeliveries.withLock { $0.all }
             let p = shared.delivery.withLock { ($0.valueAtPercentile(50), $0.valueAtPercentile(99)) }
             let errors = shared.sendErrors.withLock { $0.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ") }
             Swift.print(String(
@@ -536,19 +535,17 @@ final class Shared: Sendable {
     let streamErrors = Mutex<[String]>([])
     let ready = Mutex(0)
     let reconnects = Mutex(0)
-    /// This phase's acknowledgements and deliveries (to every member's stream, the sender's own
-    /// included, and to the other members' only).
+    /// This phase's acknowledgements and deliveries: to every member's stream (the sender's own
+    /// included), and of those to members other than the sender.
     let phaseAcks = Mutex(0)
-    let phaseDeliveries = Mutex(0)
-    let phaseRecipientDeliveries = Mutex(0)
+    let phaseDeliveries = Mutex((all: 0, toRecipients: 0))
 
     func resetPhase() {
         ack.withLock { $0.reset() }
         delivery.withLock { $0.reset() }
         sendErrors.withLock { $0 = [:] }
         phaseAcks.withLock { $0 = 0 }
-        phaseDeliveries.withLock { $0 = 0 }
-        phaseRecipientDeliveries.withLock { $0 = 0 }
+        phaseDeliveries.withLock { $0 = (0, 0) }
     }
 
     /// (conversation, scheduled, acknowledged) in wall-clock milliseconds, for --timeline.
@@ -566,9 +563,9 @@ final class Shared: Sendable {
     func delivered(_ message: Message, to member: UserID) {
         let now = ContinuousClock.now
         verifier.withLock { $0.delivered(message, to: member) }
-        phaseDeliveries.withLock { $0 += 1 }
-        if message.senderId != member { phaseRecipientDeliveries.withLock { $0 += 1 } }
-        guard message.senderId != member, let (scheduled, measured) = pending.withLock({ $0[message.clientMessageId] }), measured else { return }
+        let toRecipient = message.senderId != member
+        phaseDeliveries.withLock { $0.all += 1; if toRecipient { $0.toRecipients += 1 } }
+        guard toRecipient, let (scheduled, measured) = pending.withLock({ $0[message.clientMessageId] }), measured else { return }
         _ = delivery.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: now))) }
     }
 }
