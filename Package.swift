@@ -47,6 +47,7 @@ let package = Package(
                 "ParleyModel",
                 "ParleyStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: upcoming

@@ -36,6 +36,8 @@ struct StoreBench: AsyncParsableCommand {
     var backgroundCheckpointMs = 50
     @Option(help: "SQLite: WAL frames past which the background checkpoint rewinds the WAL.")
     var restartFrames = SQLiteChatStore.Settings().checkpointRestartFrames
+    @Option(help: "SQLite: how often the message indexer runs, in ms (0: never during the run).")
+    var indexIntervalMs = 500
 
     func run() async throws {
         let chatStore: any ChatStore
@@ -48,6 +50,7 @@ struct StoreBench: AsyncParsableCommand {
             settings.synchronous = synchronous == "full" ? .full : .normal
             settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
             settings.checkpointRestartFrames = restartFrames
+            settings.messageIndexInterval = indexIntervalMs > 0 ? .milliseconds(indexIntervalMs) : nil
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
         } else if store.hasPrefix("postgres://") {
             chatStore = try PostgresChatStore(url: store)

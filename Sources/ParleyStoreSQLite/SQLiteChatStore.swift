@@ -37,6 +37,11 @@ public final class SQLiteChatStore: ChatStore {
         public var backgroundCheckpoint: Duration? = .milliseconds(50)
         /// WAL frames past which the background checkpoint also rewinds the WAL (a RESTART).
         public var checkpointRestartFrames = 4_000
+        /// How often a task of this store adds the messages committed since its last pass to the
+        /// per-conversation index (``MessageIndexer``); nil: only when ``indexMessages()`` is called.
+        /// Reads find the messages not yet indexed by following each conversation's chain of
+        /// messages back from its last one, so the interval bounds that walk, not correctness.
+        public var messageIndexInterval: Duration? = .milliseconds(500)
 
         public init() {}
     }
@@ -45,6 +50,7 @@ public final class SQLiteChatStore: ChatStore {
     let pool: DatabasePool
     private let logger: Logger
     private let checkpointer: BackgroundCheckpointer?
+    private let indexer: Task<Void, Never>?
 
     /// Opens (creating if needed) the database at `path`. Several processes may do this at once:
     /// switching a new file to WAL can fail with SQLITE_BUSY while another process opens it, so the
@@ -78,9 +84,25 @@ public final class SQLiteChatStore: ChatStore {
             }
         }
         checkpointer = try settings.backgroundCheckpoint.map { try BackgroundCheckpointer(path: path, every: $0, restartFrames: settings.checkpointRestartFrames, logger: logger) }
+        indexer = settings.messageIndexInterval.map { [pool] interval in MessageIndexer.start(pool: pool, every: interval, logger: logger) }
     }
 
-    deinit { checkpointer?.stop() }
+    deinit {
+        checkpointer?.stop()
+        indexer?.cancel()
+    }
+
+    /// Adds the messages committed so far to the per-conversation index (the background task does
+    /// this every `messageIndexInterval`); returns how many unindexed messages it found.
+    /// `entriesMax` stops part-way, for tests that read with a partly built index.
+    @discardableResult
+    public func indexMessages(entriesMax: Int? = nil) async throws -> Int {
+        do {
+            return try await MessageIndexer.indexCommitted(pool: pool, entriesMax: entriesMax)
+        } catch {
+            throw ChatStoreError(.unavailable, "indexing messages in \(path) failed: \(error)")
+        }
+    }
 
     /// Waits for a lock held by another connection by polling it every 100 µs for the first 20 ms,
     /// then every millisecond, until `giveUpAfter`. SQLite's own busy timeout sleeps 1, 2, 5, 10,
@@ -123,7 +145,7 @@ public final class SQLiteChatStore: ChatStore {
     /// The schema migrations in order, by name.
     public static let migrationNames = [
         "v1: conversations, members, messages", "v2: users, token revocations", "v3: change stamps for resuming event streams",
-        "v4: the idempotency index in clientMessageId order",
+        "v4: the idempotency index in clientMessageId order", "v5: messages in commit order, indexed per conversation behind the commits",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -215,6 +237,49 @@ public final class SQLiteChatStore: ChatStore {
                 DROP TABLE messages;
                 ALTER TABLE messages_v4 RENAME TO messages;
                 CREATE UNIQUE INDEX messages_by_client_message_id ON messages(client_message_id, conversation_id);
+                """)
+        }
+        migrator.registerMigration(Self.migrationNames[4]) { db in
+            // Messages were clustered by (conversation, seq): into 1,000 conversations every append
+            // of a commit dirtied a page of its own, ~1.7 MB of WAL per 256 appends. Now a commit
+            // appends them in commit order to `message_log` (its last pages), each linked to its
+            // conversation's previous message, and `MessageIndexer` adds them to `message_index`
+            // afterwards, sorted, many of a conversation at once. A conversation's entries in the
+            // index are always its seqs 1…k for some k; reads follow the links from its last
+            // message down to k. Messages are never deleted, so ids only grow.
+            try db.execute(sql: """
+                CREATE TABLE message_log (
+                    id INTEGER PRIMARY KEY,
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+                    seq INTEGER NOT NULL,
+                    sender_id TEXT NOT NULL,
+                    client_message_id TEXT NOT NULL,
+                    text TEXT NOT NULL,
+                    sent_at INTEGER NOT NULL,
+                    previous INTEGER
+                );
+                INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at)
+                    SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages ORDER BY conversation_id, seq;
+                UPDATE message_log SET previous = id - 1
+                    WHERE seq > 1 AND (SELECT p.conversation_id FROM message_log p WHERE p.id = message_log.id - 1) = conversation_id;
+                DROP TABLE messages;
+                CREATE UNIQUE INDEX message_log_by_client_message_id ON message_log(client_message_id, conversation_id);
+                CREATE TABLE message_index (
+                    conversation_id TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    message INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, seq)
+                ) WITHOUT ROWID;
+                INSERT INTO message_index (conversation_id, seq, message) SELECT conversation_id, seq, id FROM message_log;
+                CREATE TABLE message_index_progress (
+                    only INTEGER PRIMARY KEY CHECK (only = 0),
+                    indexed_through INTEGER NOT NULL
+                );
+                INSERT INTO message_index_progress (only, indexed_through) SELECT 0, coalesce(max(id), 0) FROM message_log;
+                ALTER TABLE conversations ADD COLUMN last_message INTEGER;
+                UPDATE conversations SET last_message = (
+                    SELECT i.message FROM message_index i WHERE i.conversation_id = conversations.id AND i.seq = conversations.last_seq);
+                DROP INDEX conversations_by_activity;
                 """)
         }
         // Several processes may start at once on one file: one of them applies a migration, the
@@ -373,22 +438,24 @@ public final class SQLiteChatStore: ChatStore {
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         guard !appends.isEmpty else { return [] }
         return try await write { db in
-            let head = try db.cachedStatement(sql: "SELECT epoch, last_seq FROM conversations WHERE id = ?")
+            let head = try db.cachedStatement(sql: "SELECT epoch, last_seq, last_message FROM conversations WHERE id = ?")
             let insert = try db.cachedStatement(sql: """
-                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at) VALUES (?, ?, ?, ?, ?, ?)
+                INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (client_message_id, conversation_id) DO NOTHING
                 """)
-            let existing = try db.cachedStatement(sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?")
+            let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
             // Each conversation's head is read once per batch and written back once at the end.
-            var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64)?] = [:]
+            var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64, lastMessage: Int64?)?] = [:]
             var ownReceipts: [String: [String: Int64]] = [:]
             var outcomes: [AppendOutcome] = []
             outcomes.reserveCapacity(appends.count)
             for append in appends {
                 let conversation = append.conversationId.rawValue
                 if heads[conversation] == nil {
-                    let row = try Row.fetchOne(head, arguments: [conversation])
-                    heads[conversation] = row.map { ($0["epoch"], $0["last_seq"], 0) }
+                    head.bind(conversation, at: 1)
+                    heads[conversation] = try head.runForOneRow(in: db) { row in
+                        (Column.int64(row, 0), Column.int64(row, 1), 0, Column.optionalInt64(row, 2))
+                    }
                 }
                 guard let current = heads[conversation] ?? nil else {
                     outcomes.append(.unknownConversation)
@@ -400,51 +467,102 @@ public final class SQLiteChatStore: ChatStore {
                 }
                 let seq = current.lastSeq + 1
                 let sentAt = append.sentAt.millisecondsSince1970
-                try insert.execute(arguments: [conversation, seq, append.senderId.rawValue, append.clientMessageId, append.text, sentAt])
+                insert.bind(conversation, at: 1)
+                insert.bind(seq, at: 2)
+                insert.bind(append.senderId.rawValue, at: 3)
+                insert.bind(append.clientMessageId, at: 4)
+                insert.bind(append.text, at: 5)
+                insert.bind(sentAt, at: 6)
+                insert.bind(current.lastMessage, at: 7)
+                try insert.run(in: db)
                 guard db.changesCount == 1 else {
                     // This clientMessageId was stored before: the original, untouched.
-                    guard let original = try Row.fetchOne(existing, arguments: [conversation, append.clientMessageId]) else {
+                    guard let original = try Row.fetchOne(existing, arguments: [append.clientMessageId, conversation]) else {
                         throw ChatStoreError(.unavailable, "insert of \(append.clientMessageId) changed nothing and found nothing")
                     }
                     outcomes.append(.duplicate(Self.message(from: original)))
                     continue
                 }
-                heads[conversation] = (current.epoch, seq, sentAt)
+                heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
                 ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
                 outcomes.append(.appended(Message(
                     conversationId: append.conversationId, seq: seq, senderId: append.senderId,
                     clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt))))
             }
-            let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ? WHERE id = ?")
+            let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ?, last_message = ? WHERE id = ?")
             let receipts = try db.cachedStatement(sql: """
                 UPDATE members SET delivered_seq = max(delivered_seq, ?1), read_seq = max(read_seq, ?1)
                 WHERE conversation_id = ?2 AND user_id = ?3
                 """)
             for (conversation, senders) in ownReceipts {
                 guard let current = heads[conversation] ?? nil else { continue }
-                try advance.execute(arguments: [current.lastSeq, current.lastActivity, conversation])
-                for (sender, seq) in senders { try receipts.execute(arguments: [seq, conversation, sender]) }
+                advance.bind(current.lastSeq, at: 1)
+                advance.bind(current.lastActivity, at: 2)
+                advance.bind(current.lastMessage, at: 3)
+                advance.bind(conversation, at: 4)
+                try advance.run(in: db)
+                for (sender, seq) in senders {
+                    receipts.bind(seq, at: 1)
+                    receipts.bind(conversation, at: 2)
+                    receipts.bind(sender, at: 3)
+                    try receipts.run(in: db)
+                }
             }
             return outcomes
         }
     }
 
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
-        try await read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT * FROM messages WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                arguments: [id.rawValue, seq, max(0, limit)]
+        guard limit > 0 else { return [] }
+        return try await read { db in
+            let indexed = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT m.* FROM message_index i JOIN message_log m ON m.id = i.message
+                    WHERE i.conversation_id = ? AND i.seq > ? ORDER BY i.seq LIMIT ?
+                    """,
+                arguments: [id.rawValue, seq, limit]
             ).map(Self.message(from:))
+            guard indexed.count < limit else { return indexed }
+            return try MessageIndexer.readAfter(seq, limit: limit, indexed: indexed, unindexed: Self.unindexedMessages(of: id, db: db))
         }
     }
 
     public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
-        try await read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT * FROM messages WHERE conversation_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
-                arguments: [id.rawValue, seq, max(0, limit)]
-            ).map(Self.message(from:)).reversed()
+        guard limit > 0 else { return [] }
+        return try await read { db in
+            let unindexed = try Self.unindexedMessages(of: id, db: db)
+            let newer = unindexed.count { $0.seq < seq }
+            let indexed = newer >= limit ? [] : try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT m.* FROM message_index i JOIN message_log m ON m.id = i.message
+                    WHERE i.conversation_id = ? AND i.seq < ? ORDER BY i.seq DESC LIMIT ?
+                    """,
+                arguments: [id.rawValue, seq, limit - newer]
+            ).map(Self.message(from:))
+            return MessageIndexer.readBefore(seq, limit: limit, indexedNewestFirst: indexed, unindexed: unindexed)
         }
+    }
+
+    /// The conversation's messages that are not in `message_index` yet, newest first: the links
+    /// from its last message back to the highest seq the index holds for it.
+    private static func unindexedMessages(of id: ConversationID, db: Database) throws -> [Message] {
+        guard let last = try Int64.fetchOne(db, sql: "SELECT last_message FROM conversations WHERE id = ?", arguments: [id.rawValue]) else {
+            return []
+        }
+        let indexedSeq = try Int64.fetchOne(
+            db, sql: "SELECT max(seq) FROM message_index WHERE conversation_id = ?", arguments: [id.rawValue]) ?? 0
+        let byID = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE id = ?")
+        var messages: [Message] = []
+        var next: Int64? = last
+        while let id = next, let row = try Row.fetchOne(byID, arguments: [id]) {
+            let message = Self.message(from: row)
+            guard message.seq > indexedSeq else { break }
+            messages.append(message)
+            next = row["previous"]
+        }
+        return messages
     }
 
     public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
@@ -454,7 +572,7 @@ public final class SQLiteChatStore: ChatStore {
             let messages = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT m.* FROM conversations c JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
+                    SELECT m.* FROM conversations c JOIN message_log m ON m.id = c.last_message
                     WHERE c.id IN (\(placeholders))
                     """,
                 arguments: StatementArguments(ids.map(\.rawValue))
@@ -466,8 +584,8 @@ public final class SQLiteChatStore: ChatStore {
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         try await read { db in
             try Row.fetchOne(
-                db, sql: "SELECT * FROM messages WHERE conversation_id = ? AND client_message_id = ?",
-                arguments: [id.rawValue, clientMessageId]
+                db, sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?",
+                arguments: [clientMessageId, id.rawValue]
             ).map(Self.message(from:))
         }
     }

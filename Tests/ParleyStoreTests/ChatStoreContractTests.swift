@@ -5,9 +5,9 @@ import ParleyStoreSQLite
 import Testing
 
 /// A fresh SQLite database in a temporary folder.
-func makeSQLiteStore() async throws -> SQLiteChatStore {
+func makeSQLiteStore(settings: SQLiteChatStore.Settings = SQLiteChatStore.Settings()) async throws -> SQLiteChatStore {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-store-\(UUID().uuidString)")
-    let store = try SQLiteChatStore(path: directory.appendingPathComponent("parley.sqlite").path)
+    let store = try SQLiteChatStore(path: directory.appendingPathComponent("parley.sqlite").path, settings: settings)
     try await store.migrate()
     return store
 }
@@ -23,5 +23,15 @@ func makeSQLiteStore() async throws -> SQLiteChatStore {
     @Test(arguments: ChatStoreContract.cases)
     func contract(_ contractCase: ChatStoreContract.Case) async throws {
         try await contractCase.run(try await makeSQLiteStore())
+    }
+
+    /// The same with the message indexer running every millisecond, so that reads meet messages
+    /// indexed, not yet indexed and being indexed (the default 500 ms leaves most of them unindexed
+    /// here).
+    @Test(arguments: ChatStoreContract.cases)
+    func contractWhileIndexing(_ contractCase: ChatStoreContract.Case) async throws {
+        var settings = SQLiteChatStore.Settings()
+        settings.messageIndexInterval = .milliseconds(1)
+        try await contractCase.run(try await makeSQLiteStore(settings: settings))
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import ParleyModel
 import ParleyStore
 import ParleyStoreSQLite
@@ -31,27 +32,114 @@ import Testing
         #expect(try await reopened.conversation(record.id)?.lastSeq == 5)
     }
 
-    /// Messages stored under schema v3 (idempotency unique on conversation, then clientMessageId)
-    /// are all there after v4 rebuilt the table, and a retried clientMessageId is still one message.
-    @Test func messagesAndTheirIdempotencySurviveTheV4Migration() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-v4-\(UUID().uuidString).sqlite").path
+    /// Messages stored under schema v3 (clustered by conversation and seq, idempotency unique on
+    /// conversation then clientMessageId) are all there after v4 rebuilt the table and v5 moved them
+    /// into the message log and its index: read forwards, backwards and as the last message, a
+    /// retried clientMessageId is still one message, and a new append continues the conversation.
+    @Test func messagesAndTheirIdempotencySurviveTheMigrations() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-v5-\(UUID().uuidString).sqlite").path
         let store = try SQLiteChatStore(path: path)
         try await store.migrate(upTo: SQLiteChatStore.migrationNames[2])
+        let (a, b) = (Self.conversation(), Self.conversation())
+        try await store.createConversation(a)
+        try await store.createConversation(b)
+        let epoch = try await store.acquireOwnership(of: a.id)
+        // Rows as the v3 store wrote them, the two conversations interleaved.
+        let old = [(a.id, 1), (b.id, 1), (a.id, 2), (a.id, 3), (b.id, 2)].map { id, seq in
+            (id: id, seq: Int64(seq), cmid: UUID().uuidString.lowercased(), text: "old \(id == a.id ? "a" : "b")\(seq)")
+        }
+        let database = try DatabaseQueue(path: path)
+        try await database.write { db in
+            for row in old {
+                try db.execute(
+                    sql: "INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at) VALUES (?, ?, 'u_a', ?, ?, 0)",
+                    arguments: [row.id.rawValue, row.seq, row.cmid, row.text])
+                try db.execute(sql: "UPDATE conversations SET last_seq = ? WHERE id = ?", arguments: [row.seq, row.id.rawValue])
+            }
+        }
+        try database.close()
+        try await store.migrate()
+        #expect(try await store.messages(in: a.id, after: 0, limit: 10).map(\.text) == ["old a1", "old a2", "old a3"])
+        #expect(try await store.messages(in: b.id, after: 1, limit: 10).map(\.text) == ["old b2"])
+        #expect(try await store.messages(in: a.id, before: 3, limit: 1).map(\.text) == ["old a2"])
+        #expect(try await store.lastMessages(in: [a.id, b.id]).mapValues(\.text) == [a.id: "old a3", b.id: "old b2"])
+        let outcomes = try await store.commit([
+            AppendRequest(conversationId: a.id, epoch: epoch, senderId: "u_b", clientMessageId: old[2].cmid, text: "retried", sentAt: Date()),
+            Self.append(a.id, epoch, "new a4"),
+        ])
+        guard case .duplicate(let original) = outcomes.first else {
+            Issue.record("a clientMessageId stored before the migrations is a duplicate after them: \(outcomes)")
+            return
+        }
+        #expect(original.seq == 2 && original.text == "old a2")
+        #expect(outcomes.last?.message?.seq == 4)
+        #expect(try await store.message(in: b.id, clientMessageId: old[1].cmid)?.seq == 1)
+        for _ in 0..<2 {
+            #expect(try await store.messages(in: a.id, after: 0, limit: 10).map(\.text) == ["old a1", "old a2", "old a3", "new a4"])
+            #expect(try await store.messages(in: a.id, before: 5, limit: 2).map(\.text) == ["old a3", "new a4"])
+            try await store.indexMessages()
+        }
+    }
+
+    /// Reads agree with the messages committed whatever part of them the index holds: none, the
+    /// first entries of a pass (some conversations whole, one in part, the rest not at all), all.
+    @Test func readsAreTheSameWithTheIndexEmptyPartlyBuiltOrComplete() async throws {
+        var settings = SQLiteChatStore.Settings()
+        settings.messageIndexInterval = nil
+        let store = try await makeSQLiteStore(settings: settings)
+        var conversations: [(ConversationID, Int64)] = []
+        for _ in 0..<3 {
+            let record = Self.conversation()
+            try await store.createConversation(record)
+            conversations.append((record.id, try await store.acquireOwnership(of: record.id)))
+        }
+        var expected: [ConversationID: [String]] = [:]
+        for round in 0..<3 {
+            // Commits of 5 per conversation, interleaved; the first round is indexed, then the
+            // pass that follows stops after a few entries.
+            for i in 0..<5 {
+                let batch = conversations.map { id, epoch in Self.append(id, epoch, "\(id.rawValue.suffix(4)) r\(round) m\(i)") }
+                _ = try await store.commit(batch)
+                for append in batch { expected[append.conversationId, default: []].append(append.text) }
+            }
+            if round == 0 { try await store.indexMessages() }
+            if round == 1 { try await store.indexMessages(entriesMax: 7) }
+            for (id, _) in conversations {
+                let texts = try #require(expected[id])
+                #expect(try await store.messages(in: id, after: 0, limit: 100).map(\.text) == texts)
+                for after in [0, 3, 5, 6, 9] {
+                    for limit in [1, 4, 20] {
+                        let want = Array(texts.dropFirst(after).prefix(limit))
+                        #expect(try await store.messages(in: id, after: Int64(after), limit: limit).map(\.text) == want, "after \(after) limit \(limit)")
+                        let before = after + 2
+                        let wantBefore = Array(texts.prefix(before - 1).suffix(limit))
+                        #expect(try await store.messages(in: id, before: Int64(before), limit: limit).map(\.text) == wantBefore, "before \(before) limit \(limit)")
+                    }
+                }
+                #expect(try await store.lastMessages(in: [id])[id]?.text == texts.last)
+            }
+        }
+        #expect(try await store.indexMessages() == 30, "the partial pass left its range to the next one")
+        #expect(try await store.indexMessages() == 0)
+    }
+
+    /// The store's own task indexes what is committed.
+    @Test func theBackgroundTaskIndexesCommittedMessages() async throws {
+        var settings = SQLiteChatStore.Settings()
+        settings.messageIndexInterval = .milliseconds(10)
+        let store = try await makeSQLiteStore(settings: settings)
         let record = Self.conversation()
         try await store.createConversation(record)
         let epoch = try await store.acquireOwnership(of: record.id)
-        let before = (1...3).map { Self.append(record.id, epoch, "old \($0)") }
-        _ = try await store.commit(before)
-        try await store.migrate()
-        #expect(try await store.messages(in: record.id, after: 0, limit: 10).map(\.text) == ["old 1", "old 2", "old 3"])
-        let outcomes = try await store.commit([before[1], Self.append(record.id, epoch, "new")])
-        guard case .duplicate(let original) = outcomes.first else {
-            Issue.record("a clientMessageId stored before the migration is a duplicate after it: \(outcomes)")
-            return
+        _ = try await store.commit((1...20).map { Self.append(record.id, epoch, "m\($0)") })
+        var waited = 0
+        while waited < 500 {
+            try await Task.sleep(for: .milliseconds(20))
+            waited += 1
+            if try await store.indexMessages(entriesMax: 0) == 0 { break }
         }
-        #expect(original.seq == 2 && original.text == "old 2")
-        #expect(outcomes.last?.message?.seq == 4)
-        #expect(try await store.message(in: record.id, clientMessageId: before[0].clientMessageId)?.seq == 1)
+        #expect(try await store.indexMessages(entriesMax: 0) == 0, "after \(waited * 20) ms, messages are still unindexed")
+        #expect(try await store.messages(in: record.id, after: 10, limit: 100).map(\.seq) == Array(11...20))
     }
 
     /// Two connections pools on one file stand for two node processes sharing the database.
