@@ -23,7 +23,7 @@ stored_rows() {
         sqlite:*) python3 -c "
 import sqlite3, sys
 db = sqlite3.connect('file:${1#sqlite:}?mode=ro', uri=True, timeout=5)
-for row in db.execute('select conversation_id, seq, client_message_id from messages'): print(*row)" ;;
+for row in db.execute('select conversation_id, seq, client_message_id from message_log'): print(*row)" ;;
         postgres*) psql "$1" -At -F ' ' -c "select conversation_id, seq, client_message_id from messages" ;;
     esac
 }
