@@ -189,6 +189,7 @@ let package = Package(
             dependencies: [
                 "ParleyChat",
                 "ParleyCluster",
+                "ParleyLoad",
                 "ParleyModel",
                 "ParleyStore",
                 "ParleyStoreSQLite",

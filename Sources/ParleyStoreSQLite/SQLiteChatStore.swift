@@ -247,6 +247,10 @@ public final class SQLiteChatStore: ChatStore {
             // afterwards, sorted, many of a conversation at once. A conversation's entries in the
             // index are always its seqs 1…k for some k; reads follow the links from its last
             // message down to k. Messages are never deleted, so ids only grow.
+            // The same migration drops the activity index (no query uses it; each append moved its
+            // conversation's entry) and makes members a rowid table: the sender's watermarks,
+            // updated with every append, are then rewritten in place rather than deleted and
+            // reinserted in a clustered tree.
             try db.execute(sql: """
                 CREATE TABLE message_log (
                     id INTEGER PRIMARY KEY,
@@ -280,6 +284,21 @@ public final class SQLiteChatStore: ChatStore {
                 UPDATE conversations SET last_message = (
                     SELECT i.message FROM message_index i WHERE i.conversation_id = conversations.id AND i.seq = conversations.last_seq);
                 DROP INDEX conversations_by_activity;
+                CREATE TABLE members_v5 (
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    user_id TEXT NOT NULL,
+                    role TEXT NOT NULL,
+                    delivered_seq INTEGER NOT NULL DEFAULT 0,
+                    read_seq INTEGER NOT NULL DEFAULT 0,
+                    position INTEGER NOT NULL,
+                    receipt_at INTEGER NOT NULL DEFAULT 0,
+                    PRIMARY KEY (conversation_id, user_id)
+                );
+                INSERT INTO members_v5 (conversation_id, user_id, role, delivered_seq, read_seq, position, receipt_at)
+                    SELECT conversation_id, user_id, role, delivered_seq, read_seq, position, receipt_at FROM members;
+                DROP TABLE members;
+                ALTER TABLE members_v5 RENAME TO members;
+                CREATE INDEX members_by_user ON members(user_id);
                 """)
         }
         // Several processes may start at once on one file: one of them applies a migration, the
