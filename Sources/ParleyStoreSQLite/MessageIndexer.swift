@@ -23,6 +23,8 @@ enum MessageIndexer {
     static let entriesPerCommit = 500
     /// Messages read per pass; a pass that reads this many is followed by another at once.
     static let messagesPerPass = 200_000
+    /// Messages read per read transaction (a millisecond or two).
+    static let messagesPerRead = 2_000
 
     /// A task that runs a pass every `interval` until cancelled.
     static func start(pool: DatabasePool, every interval: Duration, logger: Logger) -> Task<Void, Never> {
@@ -48,22 +50,30 @@ enum MessageIndexer {
     /// to read with a partly built index): it then leaves `indexed_through` where it was.
     @discardableResult
     static func indexCommitted(pool: DatabasePool, entriesMax: Int? = nil) async throws -> Int {
-        // Read on a reader connection, grouped by conversation: each conversation's messages come
-        // in id order, which is its seq order.
-        let (read, through, byConversation) = try await pool.read { db -> (Int, Int64, [String: [(seq: Int64, message: Int64)]]) in
-            let from = try Int64.fetchOne(db, sql: "SELECT indexed_through FROM message_index_progress") ?? 0
-            let select = try db.cachedStatement(sql: "SELECT id, conversation_id, seq FROM message_log WHERE id > ? ORDER BY id LIMIT ?")
-            select.bind(from, at: 1)
-            select.bind(Int64(messagesPerPass), at: 2)
-            var byConversation: [String: [(seq: Int64, message: Int64)]] = [:]
-            var read = 0
-            var through = from
-            try select.runForEachRow(in: db) { row in
-                through = Column.int64(row, 0)
-                byConversation[Column.string(row, 1), default: []].append((Column.int64(row, 2), through))
-                read += 1
+        // Read on a reader connection in short transactions (a long one would hold up the
+        // checkpointer's RESTART, which blocks every commit until the readers of the old WAL are
+        // gone), grouped by conversation: each conversation's messages come in id order, which is
+        // its seq order. Messages never change once committed, so the pieces add up.
+        var byConversation: [String: [(seq: Int64, message: Int64)]] = [:]
+        var read = 0
+        var through = try await pool.read { db in try Int64.fetchOne(db, sql: "SELECT indexed_through FROM message_index_progress") ?? 0 }
+        while read < messagesPerPass {
+            let (rows, last) = try await pool.read { [through] db -> ([(String, Int64, Int64)], Int64) in
+                let select = try db.cachedStatement(sql: "SELECT id, conversation_id, seq FROM message_log WHERE id > ? ORDER BY id LIMIT ?")
+                select.bind(through, at: 1)
+                select.bind(Int64(messagesPerRead), at: 2)
+                var rows: [(String, Int64, Int64)] = []
+                var last = through
+                try select.runForEachRow(in: db) { row in
+                    last = Column.int64(row, 0)
+                    rows.append((Column.string(row, 1), Column.int64(row, 2), last))
+                }
+                return (rows, last)
             }
-            return (read, through, byConversation)
+            for (conversation, seq, message) in rows { byConversation[conversation, default: []].append((seq, message)) }
+            read += rows.count
+            through = last
+            if rows.count < messagesPerRead { break }
         }
         guard read > 0 else { return 0 }
         var budget = entriesMax ?? Int.max
@@ -101,7 +111,7 @@ enum MessageIndexer {
         }
         try await flush()
         if !stoppedEarly {
-            try await pool.write { db in
+            try await pool.write { [through] db in
                 try db.execute(sql: "UPDATE message_index_progress SET indexed_through = max(indexed_through, ?)", arguments: [through])
             }
         }
