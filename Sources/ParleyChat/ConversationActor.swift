@@ -69,6 +69,7 @@ public distributed actor ConversationActor {
         system.register(kind: kind) { id, system in
             try await activate(id, system: system, services: services, directory: directory)
         }
+        ConversationRecovery.register(on: system, store: services.store)
     }
 
     /// Loads the conversation and takes ownership of it (a new epoch fences off any earlier owner).
@@ -204,6 +205,23 @@ public distributed actor ConversationActor {
         case .unknownConversation:
             throw ChatError(.notFound, "conversation not found")
         }
+    }
+
+    /// At most this many of the latest messages go out again in ``republishRecent(since:)``.
+    static let republishMax = 100
+
+    /// Publishes this conversation's messages committed after `since` again (at most the last
+    /// ``republishMax``): its previous owner left the ring and may have died between committing
+    /// them and handing them to the gateways (``ConversationRecovery``). Streams drop a seq they
+    /// already sent. Returns how many went out.
+    public distributed func republishRecent(since: Date) async throws -> Int {
+        guard let current = loaded, current.record.lastSeq > 0 else { return 0 }
+        let conversation = current.id
+        let from = max(0, current.record.lastSeq - Int64(Self.republishMax))
+        let recent = try await services.withStore { try await $0.messages(in: conversation, after: from, limit: Self.republishMax) }
+            .filter { $0.sentAt > since }
+        for message in recent { fanOut?.republish(message, members: memberIDs) }
+        return recent.count
     }
 
     /// Messages after `seq` (ascending), for a member.

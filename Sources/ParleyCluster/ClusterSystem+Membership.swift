@@ -79,18 +79,22 @@ extension ClusterSystem {
     /// Rebuilds the ring when the set of `up` workers changed, and lets go of actors it moved away.
     func updateRing() {
         // Deactivated actors are released after the lock: their deinit calls back into the system.
-        let (changed, ring, movedAway) = state.withLock { state -> (Bool, HashRing, [LocalActor]) in
+        let (changed, ring, previous, movedAway, handlers) = state.withLock {
+            state -> (Bool, HashRing, HashRing, [LocalActor], [@Sendable (HashRing, HashRing) -> Void]) in
             let workers = state.forcedRingWorkers.map { Array(Set($0)).sorted() } ?? state.membership.ringWorkers
-            guard workers != state.ring.workers else { return (false, state.ring, []) }
+            guard workers != state.ring.workers else { return (false, state.ring, state.ring, [], []) }
+            let previous = state.ring
             state.ring = HashRing(workers: workers, settings: settings.ring)
             let moved = state.local.keys.filter { $0.isVirtual && state.ring.owner(of: $0.placementKey) != settings.name }
-            return (true, state.ring, moved.compactMap { state.local.removeValue(forKey: $0) })
+            return (true, state.ring, previous, moved.compactMap { state.local.removeValue(forKey: $0) }, state.ringChangeHandlers)
         }
         guard changed else { return }
         Self.ringWorkers.record(ring.workers.count)
         logger.info("ring changed", metadata: [
             "ring.workers": "\(ring.workers)", "actors.deactivated": "\(movedAway.count)",
         ])
+        _ = consume movedAway  // released before the handlers run (their deinit calls back into the system)
+        for handler in handlers { handler(ring, previous) }
     }
 
     /// The cluster declared this incarnation down (it was paused or cut off): its actors may have

@@ -53,6 +53,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         var startedAt: Instant?
         /// Called after this node rejoined under a new incarnation (``onRejoin(_:)``).
         var rejoinHandlers: [@Sendable (Member) -> Void] = []
+        var ringChangeHandlers: [@Sendable (_ ring: HashRing, _ previous: HashRing) -> Void] = []
     }
 
     /// A local actor: virtual ones are held by the system (it owns their lifetime); pinned ones
@@ -245,6 +246,12 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     /// gateway, for one, ends its event streams so that their clients resume by cursor.
     public func onRejoin(_ handler: @escaping @Sendable (Member) -> Void) {
         state.withLock { $0.rejoinHandlers.append(handler) }
+    }
+
+    /// Calls `handler` with the new ring and the one before it each time the ring changes (a worker
+    /// joined, left or was declared down), after this node let go of the actors it no longer owns.
+    public func onRingChange(_ handler: @escaping @Sendable (_ ring: HashRing, _ previous: HashRing) -> Void) {
+        state.withLock { $0.ringChangeHandlers.append(handler) }
     }
 
     /// Registers how to activate actors of `kind` on their owner.

@@ -47,6 +47,12 @@ public protocol ChatStore: Sendable {
     /// The message a `clientMessageId` made, if any.
     func message(in id: ConversationID, clientMessageId: String) async throws -> Message?
 
+    /// Conversations whose last activity is later than `since`, the latest first, at most `limit`:
+    /// the ones whose recent messages a new owner publishes again after their owner left the ring
+    /// (it may have died between committing a message and handing it to the gateways). Rare, so a
+    /// scan of the conversations may serve it.
+    func recentlyActiveConversations(since: Date, limit: Int) async throws -> [ConversationID]
+
     /// Adds members (those already members are left as they are). Fenced by `epoch`. The
     /// conversation's last change becomes `member_added` at `at`.
     func addMembers(_ members: [ConversationMember], to id: ConversationID, epoch: Int64, at: Date) async throws

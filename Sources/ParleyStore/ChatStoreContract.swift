@@ -109,6 +109,23 @@ public enum ChatStoreContract {
             }
             try check(message == duplicate && message.seq == 1, "\(message) vs \(duplicate)")
         },
+        Case(name: "recently active conversations: those with activity after the instant, the latest first") { store in
+            // Far from every other case's instants: a shared database holds their conversations too.
+            let (a, epochA) = try await owned(store)
+            let (b, epochB) = try await owned(store)
+            let (quiet, _) = try await owned(store)
+            let late: Int64 = 9_000_000_000
+            _ = try await store.commit([append(a, epoch: epochA, "a", at: late + 1_000), append(b, epoch: epochB, "b", at: late + 3_000)])
+            let since = Date(millisecondsSince1970: t0.millisecondsSince1970 + late)
+            let mine: Set<ConversationID> = [a, b, quiet]
+            let recent = try await store.recentlyActiveConversations(since: since, limit: 100).filter(mine.contains)
+            try check(recent == [b, a], "recently active \(recent), expected b then a (the quiet one not at all)")
+            let afterA = try await store.recentlyActiveConversations(
+                since: Date(millisecondsSince1970: t0.millisecondsSince1970 + late + 1_000), limit: 100).filter(mine.contains)
+            try check(afterA == [b], "activity strictly after a's message: \(afterA)")
+            let one = try await store.recentlyActiveConversations(since: since, limit: 1)
+            try check(one.count == 1, "limit 1 gave \(one.count)")
+        },
         Case(name: "a stale epoch cannot append; the new owner continues gapless") { store in
             let (id, oldEpoch) = try await owned(store)
             _ = try await store.commit([append(id, epoch: oldEpoch, "by the first owner")])

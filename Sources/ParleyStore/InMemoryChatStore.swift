@@ -247,6 +247,13 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.revoked[tokenID] != nil }
     }
 
+    public func recentlyActiveConversations(since: Date, limit: Int) async throws -> [ConversationID] {
+        state.withLock { state in
+            let recent = state.values.map(\.record).filter { $0.lastActivityAt > since }.sorted { $0.lastActivityAt > $1.lastActivityAt }
+            return recent.prefix(max(0, limit)).map(\.id)
+        }
+    }
+
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
         state.withLock { state in
             let mine = state.values.map(\.record).filter { $0.member(user) != nil }.sorted {

@@ -304,6 +304,19 @@ public final class PostgresChatStore: ChatStore {
         ).first
     }
 
+    public func recentlyActiveConversations(since: Date, limit: Int) async throws -> [ConversationID] {
+        try await run {
+            var ids: [ConversationID] = []
+            for try await id in try await client.query(
+                """
+                SELECT id FROM conversations WHERE last_activity_at > \(since.millisecondsSince1970)
+                ORDER BY last_activity_at DESC LIMIT \(max(0, limit))
+                """, logger: logger
+            ).decode(String.self) { ids.append(ConversationID(rawValue: id)) }
+            return ids
+        }
+    }
+
     // MARK: Users
 
     public func createUser(_ user: StoredUser) async throws {

@@ -600,6 +600,15 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func recentlyActiveConversations(since: Date, limit: Int) async throws -> [ConversationID] {
+        try await read { db in
+            try String.fetchAll(
+                db, sql: "SELECT id FROM conversations WHERE last_activity_at > ? ORDER BY last_activity_at DESC LIMIT ?",
+                arguments: [since.millisecondsSince1970, max(0, limit)]
+            ).map(ConversationID.init(rawValue:))
+        }
+    }
+
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         try await read { db in
             try Row.fetchOne(

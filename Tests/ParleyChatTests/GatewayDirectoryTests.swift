@@ -131,3 +131,40 @@ import Testing
         }
     }
 }
+
+@Suite(.serialized) struct TakenOverConversationTests {
+    /// An owner committed a message and died before fanning it out, and nobody writes to the
+    /// conversation again: no retry, no next message would bring it to the streams. The node that
+    /// takes the conversation over when the ring loses the owner publishes its recent messages again.
+    @Test func theNodeThatTakesOverADepartedOwnersConversationPublishesItsRecentMessages() async throws {
+        let ann: UserID = "u_ann", ben: UserID = "u_ben"
+        let store = InMemoryChatStore()
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a", "node-b"], gateways: ["node-g1"], store: store)
+        defer { Task { await cluster.stopAll() } }
+        let received = RecordedDeliveries()
+        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
+        defer { _ = inbox }
+
+        let conversation = ConversationActor.directID(ann, ben)
+        let owner = try #require(cluster["node-g1"].owner(of: ConversationActor.id(conversation)))
+        let survivor = owner == "node-a" ? "node-b" : "node-a"
+        _ = try await ConversationActor.resolve(conversation, using: cluster[survivor]).create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        _ = try await PresenceShard.resolve(for: ann, using: cluster[survivor]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
+        // What the owner committed and acknowledged, then died before handing to the gateways.
+        let epoch = try await store.acquireOwnership(of: conversation)
+        let committed = try await store.commit([
+            AppendRequest(conversationId: conversation, epoch: epoch, senderId: ben, clientMessageId: UUID().uuidString.lowercased(), text: "hi", sentAt: Date())
+        ])
+        guard case .appended(let message) = committed.first else { Issue.record("not appended: \(committed)"); return }
+        let victim = cluster[owner]
+        cluster.remove(owner)
+        await victim.stop()
+
+        try await eventually(timeout: .seconds(15), "ann's gateway gets the message its departed owner never published") {
+            received.messages.map(\.seq) == [message.seq]
+        }
+        // Once: a later ring change (none here) is the only other thing that publishes it again.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(received.messages.map(\.seq) == [message.seq])
+    }
+}

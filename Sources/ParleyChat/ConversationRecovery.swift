@@ -1,0 +1,65 @@
+import Foundation
+import Logging
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+
+/// The messages an owner acknowledged but never handed to the gateways.
+///
+/// An owner that dies (or is cut off) between committing a message and publishing it leaves it
+/// durable and acknowledged, but off its members' live streams until the conversation's next
+/// message (the streams fill the gap) or a reconnect (the resume replays it). When the ring loses
+/// workers, each node takes the conversations it now owns that one of them owned and that were
+/// active within ``window``, activates them, and has them publish their recent messages again;
+/// streams drop a seq they already sent.
+enum ConversationRecovery {
+    /// How far back a departed owner's commits may still be unpublished: failure detection (~2 s)
+    /// and the ring change, with room to spare.
+    static let window: Duration = .seconds(10)
+    /// The most conversations one ring change looks at.
+    static let conversationsMax = 10_000
+
+    static func register(on system: ClusterSystem, store: any ChatStore) {
+        system.onRingChange { ring, previous in
+            let departed = Set(previous.workers).subtracting(ring.workers)
+            guard !departed.isEmpty else { return }
+            let now = Date()
+            Task { await republishTakenOver(from: departed, ring: ring, previous: previous, system: system, store: store, now: now) }
+        }
+    }
+
+    /// Has the conversations this node took over from `departed` (owned by one of them on
+    /// `previous`, by this node on `ring`) publish their messages of the last ``window`` again;
+    /// returns how many messages went out again.
+    @discardableResult
+    static func republishTakenOver(
+        from departed: Set<String>, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date
+    ) async -> Int {
+        let since = now.addingTimeInterval(-Double(window.components.seconds))
+        let candidates: [ConversationID]
+        do {
+            candidates = try await store.recentlyActiveConversations(since: since, limit: conversationsMax)
+        } catch {
+            system.logger.warning("cannot find the conversations to republish after the ring lost \(departed.sorted()): \(error)")
+            return 0
+        }
+        var conversations = 0
+        var messages = 0
+        for conversation in candidates {
+            let key = ConversationActor.id(conversation).placementKey
+            guard ring.owner(of: key) == system.settings.name, let before = previous.owner(of: key), departed.contains(before) else { continue }
+            do {
+                messages += try await ConversationActor.resolve(conversation, using: system).republishRecent(since: since)
+                conversations += 1
+            } catch {
+                system.logger.warning("cannot republish the recent messages of \(conversation): \(error)")
+            }
+        }
+        if conversations > 0 {
+            system.logger.info("republished recent messages of conversations taken over", metadata: [
+                "ring.departed": "\(departed.sorted())", "conversations": "\(conversations)", "messages": "\(messages)",
+            ])
+        }
+        return messages
+    }
+}
