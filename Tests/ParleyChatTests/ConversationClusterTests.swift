@@ -25,6 +25,13 @@ import Testing
         let path: String
 
         func store(_ node: String) -> SQLiteChatStore { stores.byNode.withLock { $0[node]! } }
+
+        /// Stops the nodes and removes the database file.
+        func tearDown() async {
+            await cluster.stopAll()
+            stores.byNode.withLock { $0 = [:] }
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        }
     }
 
     static func fixture(nodes: [String] = ["node-a", "node-b", "node-c"]) async throws -> Fixture {
@@ -58,7 +65,7 @@ import Testing
 
     @Test func fiftyConcurrentSendersGetSeqsOneToNInTheirOwnOrder() async throws {
         let fixture = try await Self.fixture()
-        defer { Task { await fixture.cluster.stopAll() } }
+        defer { Task { await fixture.tearDown() } }
         let conversation = try await Self.createGroup(in: fixture.store("node-a"))
         let nodes = ["node-a", "node-b", "node-c"]
         let perSender = 8
@@ -91,7 +98,7 @@ import Testing
 
     @Test func theSameClientMessageIdThroughThreeNodesMakesOneMessage() async throws {
         let fixture = try await Self.fixture()
-        defer { Task { await fixture.cluster.stopAll() } }
+        defer { Task { await fixture.tearDown() } }
         let conversation = try await Self.createGroup(in: fixture.store("node-a"))
         let clientMessageId = UUID().uuidString
         let results = try await withThrowingTaskGroup(of: SendResult.self) { group in
@@ -114,7 +121,7 @@ import Testing
 
     @Test func splitBrainStaleOwnersAreFencedAndSeqsStayGapless() async throws {
         let fixture = try await Self.fixture()
-        defer { Task { await fixture.cluster.stopAll() } }
+        defer { Task { await fixture.tearDown() } }
         let conversation = try await Self.createGroup(in: fixture.store("node-a"))
         let id = ConversationActor.id(conversation)
         // node-a and node-b each believe they own everything.
@@ -138,7 +145,7 @@ import Testing
 
     @Test func nonMembersSeeNotFoundAndInvalidSendsAreRefused() async throws {
         let fixture = try await Self.fixture(nodes: ["node-a", "node-b"])
-        defer { Task { await fixture.cluster.stopAll() } }
+        defer { Task { await fixture.tearDown() } }
         let conversation = try await Self.createGroup(in: fixture.store("node-a"), members: ["u_a", "u_b", "u_c"])
         let actor = try ConversationActor.resolve(conversation, using: fixture.cluster["node-b"])
         for (request, code) in [
@@ -179,7 +186,7 @@ import Testing
 
     @Test func conversationsAreCreatedThroughTheirActorOnceEvenForDirectPairs() async throws {
         let fixture = try await Self.fixture(nodes: ["node-a", "node-b"])
-        defer { Task { await fixture.cluster.stopAll() } }
+        defer { Task { await fixture.tearDown() } }
         let group = ConversationID.make()
         let created = try await ConversationActor.resolve(group, using: fixture.cluster["node-a"])
             .create(CreateConversation(creatorId: "u_a", memberIds: ["u_b", "u_c", "u_a"], name: "trip"))
@@ -223,7 +230,7 @@ import Testing
     /// seqs stay gapless, and each sender's messages keep their order.
     @Test func whenTheOwnerDiesMidBurstRetriedSendsLoseAndDuplicateNothing() async throws {
         let fixture = try await Self.fixture()
-        defer { Task { await fixture.cluster.stopAll() } }
+        defer { Task { await fixture.tearDown() } }
         // A conversation owned by node-c, the node that will die.
         var candidate = ConversationID.make()
         while fixture.cluster["node-a"].owner(of: ConversationActor.id(candidate)) != "node-c" { candidate = .make() }

@@ -74,6 +74,10 @@ import Testing
         #expect(original.seq == 2 && original.text == "old a2")
         #expect(outcomes.last?.message?.seq == 4)
         #expect(try await store.message(in: b.id, clientMessageId: old[1].cmid)?.seq == 1)
+        // The members moved to their new table, and the sender's watermarks still follow its sends.
+        let members = try #require(try await store.conversation(a.id)).members
+        #expect(members.map(\.userId) == ["u_a", "u_b"])
+        #expect(members.first?.readSeq == 4 && members.first?.deliveredSeq == 4)
         for _ in 0..<2 {
             #expect(try await store.messages(in: a.id, after: 0, limit: 10).map(\.text) == ["old a1", "old a2", "old a3", "new a4"])
             #expect(try await store.messages(in: a.id, before: 5, limit: 2).map(\.text) == ["old a3", "new a4"])
