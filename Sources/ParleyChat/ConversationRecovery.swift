@@ -12,7 +12,7 @@ import ParleyStore
 /// workers, each node takes the conversations it now owns that one of them owned and that were
 /// active within ``window``, activates them, and has them publish their recent messages again;
 /// streams drop a seq they already sent.
-enum ConversationRecovery {
+public enum ConversationRecovery {
     /// How far back a departed owner's commits may still be unpublished: failure detection (~2 s)
     /// and the ring change, with room to spare.
     static let window: Duration = .seconds(10)
@@ -21,11 +21,22 @@ enum ConversationRecovery {
 
     static func register(on system: ClusterSystem, store: any ChatStore) {
         system.onRingChange { ring, previous in
-            let departed = Set(previous.workers).subtracting(ring.workers)
+            let departed = takenOver(ring: ring.workers, previous: previous.workers)
             guard !departed.isEmpty else { return }
             let now = Date()
             Task { await republishTakenOver(from: departed, ring: ring, previous: previous, system: system, store: store, now: now) }
         }
+    }
+
+    /// The workers whose conversations this node takes over: those that left the ring — unless
+    /// this node kept no more than half of a ring of three or more, when it is more likely the one
+    /// cut off than the survivor of the others' deaths (taking their conversations would only fence
+    /// off their real owners for a retry). A lone survivor of two cannot tell, and takes over.
+    public static func takenOver(ring: [String], previous: [String]) -> Set<String> {
+        let departed = Set(previous).subtracting(ring)
+        guard !departed.isEmpty else { return [] }
+        if previous.count >= 3 && ring.count * 2 <= previous.count { return [] }
+        return departed
     }
 
     /// Has the conversations this node took over from `departed` (owned by one of them on

@@ -168,3 +168,17 @@ import Testing
         #expect(received.messages.map(\.seq) == [message.seq])
     }
 }
+
+@Suite struct ConversationRecoveryRuleTests {
+    @Test(arguments: [
+        (["a", "b", "c"], ["a", "b"], ["c"]),  // one of three died: take its conversations
+        (["a", "b"], ["a"], ["b"]),  // a lone survivor of two cannot tell it from a cut: it takes over
+        (["a", "b", "c"], ["a"], []),  // kept one of three: more likely this node was cut off
+        (["a", "b", "c", "d"], ["a", "b"], []),  // kept half
+        (["a", "b", "c", "d", "e"], ["a", "b", "c"], ["d", "e"]),  // kept a majority
+        (["a", "b"], ["a", "b", "c"], []),  // a worker joined: nobody departed
+    ])
+    func whoseConversationsANodeTakesOver(previous: [String], ring: [String], expected: [String]) {
+        #expect(ConversationRecovery.takenOver(ring: ring, previous: previous) == Set(expected))
+    }
+}
