@@ -7,7 +7,7 @@ import ParleyModel
 /// A commit appends its messages to `message_log` in commit order and links each to its
 /// conversation's previous message; it writes no page of its own per conversation. A pass of the
 /// indexer reads the messages committed since the last pass (ids above `indexed_through`), sorts
-/// them by conversation and seq, and inserts them into the index a few thousand at a time, so a
+/// them by conversation and seq, and inserts them into the index 500 at a time, so a
 /// conversation's index page is written once per pass instead of once per commit; then it moves
 /// `indexed_through` up.
 ///
@@ -36,7 +36,7 @@ enum MessageIndexer {
                     return
                 }
                 do {
-                    while try await indexCommitted(pool: pool) == messagesPerPass, !Task.isCancelled {}
+                    while try await indexCommitted(pool: pool) >= messagesPerPass, !Task.isCancelled {}
                 } catch is CancellationError {
                     return
                 } catch {
@@ -65,8 +65,8 @@ enum MessageIndexer {
                 var rows: [(String, Int64, Int64)] = []
                 var last = through
                 try select.runForEachRow(in: db) { row in
-                    last = Column.int64(row, 0)
-                    rows.append((Column.string(row, 1), Column.int64(row, 2), last))
+                    last = SQLiteColumn.int64(row, 0)
+                    rows.append((SQLiteColumn.string(row, 1), SQLiteColumn.int64(row, 2), last))
                 }
                 return (rows, last)
             }

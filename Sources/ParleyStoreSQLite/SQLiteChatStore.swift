@@ -473,7 +473,7 @@ public final class SQLiteChatStore: ChatStore {
                 if heads[conversation] == nil {
                     head.bind(conversation, at: 1)
                     heads[conversation] = try head.runForOneRow(in: db) { row in
-                        (Column.int64(row, 0), Column.int64(row, 1), 0, Column.optionalInt64(row, 2))
+                        (SQLiteColumn.int64(row, 0), SQLiteColumn.int64(row, 1), 0, SQLiteColumn.optionalInt64(row, 2))
                     }
                 }
                 guard let current = heads[conversation] ?? nil else {
@@ -575,7 +575,7 @@ public final class SQLiteChatStore: ChatStore {
         let byID = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE id = ?")
         var messages: [Message] = []
         var next: Int64? = last
-        while let id = next, let row = try Row.fetchOne(byID, arguments: [id]) {
+        while let messageID = next, let row = try Row.fetchOne(byID, arguments: [messageID]) {
             let message = Self.message(from: row)
             guard message.seq > indexedSeq else { break }
             messages.append(message)

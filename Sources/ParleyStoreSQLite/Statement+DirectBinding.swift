@@ -59,8 +59,8 @@ extension Statement {
     }
 }
 
-/// The columns of a row `runForOneRow` hands over.
-enum Column {
+/// The columns of a row that `runForOneRow` or `runForEachRow` hands over.
+enum SQLiteColumn {
     static func int64(_ statement: OpaquePointer, _ index: Int32) -> Int64 { sqlite3_column_int64(statement, index) }
 
     static func string(_ statement: OpaquePointer, _ index: Int32) -> String {
