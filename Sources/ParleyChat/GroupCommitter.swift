@@ -51,30 +51,34 @@ public final class GroupCommitter: Sendable {
         case .commit(let batches):
             for batch in batches {
                 Task {
-                    await commit(batch.items)
+                    let results = await commit(batch.items)
+                    // The next commit starts before these appends are answered: the store is not
+                    // idle while hundreds of callers are resumed (what they are told is durable
+                    // already, and later commits of their conversations wait for this one anyway).
                     perform(machine.withLock { $0.commitFinished(batch.id) })
+                    for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
                 }
             }
         }
     }
 
-    private func commit(_ batch: [Entry]) async {
+    /// Commits `batch`; the result of each append, in order.
+    private func commit(_ batch: [Entry]) async -> [Result<AppendOutcome, ChatStoreError>] {
         let started = ContinuousClock.now
+        defer { Self.commitLatency.recordNanoseconds(started.duration(to: .now).nanoseconds) }
         Self.batchSizes.record(batch.count)
         do {
             let outcomes = try await commitBatch(batch.map(\.request))
             guard outcomes.count == batch.count else {
                 let error = ChatStoreError(.unavailable, "the store answered \(outcomes.count) outcomes for \(batch.count) appends")
-                for entry in batch { entry.slot.complete(.failure(error)) }
-                return
+                return Array(repeating: .failure(error), count: batch.count)
             }
-            for (entry, outcome) in zip(batch, outcomes) { entry.slot.complete(.success(outcome)) }
             Self.appended.increment(by: outcomes.count { if case .appended = $0 { true } else { false } })
+            return outcomes.map { .success($0) }
         } catch {
             let failure = error as? ChatStoreError ?? ChatStoreError(.unavailable, "commit failed: \(error)")
-            for entry in batch { entry.slot.complete(.failure(failure)) }
+            return Array(repeating: .failure(failure), count: batch.count)
         }
-        Self.commitLatency.recordNanoseconds(started.duration(to: .now).nanoseconds)
     }
 
     static let batchSizes = Recorder(label: "parley.store.commit_batch_size")
