@@ -27,11 +27,14 @@ public struct ConversationState: Sendable {
 
     // MARK: Messages
 
-    /// A message was committed: the conversation and its sender's watermarks move to it.
+    /// A message was committed: the conversation and its sender's watermarks move to it. Commits of one conversation happen in seq order, but their
+    /// senders may be answered out of it (the group commit starts the next commit before it
+    /// answers the last one's): an older message still moves its sender's watermarks.
     public mutating func committed(_ message: Message) {
-        guard message.seq > record.lastSeq else { return }
-        record.lastSeq = message.seq
-        record.lastActivityAt = message.sentAt
+        if message.seq > record.lastSeq {
+            record.lastSeq = message.seq
+            record.lastActivityAt = message.sentAt
+        }
         if let index = record.members.firstIndex(where: { $0.userId == message.senderId }) {
             record.members[index].deliveredSeq = max(record.members[index].deliveredSeq, message.seq)
             record.members[index].readSeq = max(record.members[index].readSeq, message.seq)

@@ -30,6 +30,22 @@ import Testing
         #expect(state.record.member(Self.bob)?.readSeq == 8)
     }
 
+    /// Commits happen in seq order, but their senders may be answered out of it: applied in
+    /// either order, two messages leave the same state.
+    @Test func committedMessagesLeaveTheSameStateInEitherOrder() {
+        let eleven = Message(conversationId: "c_1", seq: 11, senderId: Self.bob, clientMessageId: "b", text: "b", sentAt: Date(millisecondsSince1970: 1_000))
+        let twelve = Message(conversationId: "c_1", seq: 12, senderId: Self.carol, clientMessageId: "c", text: "c", sentAt: Date(millisecondsSince1970: 2_000))
+        var inOrder = Self.state()
+        var reversed = inOrder
+        inOrder.committed(eleven)
+        inOrder.committed(twelve)
+        reversed.committed(twelve)
+        reversed.committed(eleven)
+        #expect(inOrder.record == reversed.record)
+        #expect(reversed.record.lastSeq == 12 && reversed.record.lastActivityAt == twelve.sentAt)
+        #expect(reversed.record.member(Self.bob)?.readSeq == 11 && reversed.record.member(Self.carol)?.readSeq == 12)
+    }
+
     @Test func nonMembersGetNotFoundForEverything() {
         var state = Self.state()
         defer { _ = state }
