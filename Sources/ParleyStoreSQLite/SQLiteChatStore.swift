@@ -110,11 +110,10 @@ public final class SQLiteChatStore: ChatStore {
     /// lock for 3 ms slept until 18 or 33 ms — the open-loop p99 — while the lock sat free.
     static func pollingBusyMode(giveUpAfter limit: Duration) -> Database.BusyMode {
         let fineTries = 200
-        let limitMicros: Int64 = limit.components.seconds * 1_000_000 + limit.components.attoseconds / 1_000_000_000_000
         return .callback { (tries: Int) -> Bool in
             let fine = tries < fineTries
-            let waitedMicros: Int64 = fine ? Int64(tries) * 100 : Int64(fineTries) * 100 + Int64(tries - fineTries) * 1_000
-            guard waitedMicros < limitMicros else { return false }
+            let waited: Duration = fine ? .microseconds(100 * tries) : .milliseconds(20) + .milliseconds(tries - fineTries)
+            guard waited < limit else { return false }
             usleep(fine ? 100 : 1_000)
             return true
         }
