@@ -114,7 +114,7 @@ public final class Gateway: Sendable {
         let tls = try Self.tlsConfiguration(certificatePath: configuration.certificatePath, keyPath: configuration.keyPath)
         let router = Router(context: GatewayContext.self)
         router.add(middleware: APIErrorMiddleware(logger: logger))
-        router.add(middleware: MetricsMiddleware())
+        router.add(middleware: RequestMetricsMiddleware())
         addRoutes(to: router)
         return Application(
             router: router,
