@@ -26,7 +26,13 @@ extension Gateway {
         }
         // Register first, so nothing committed from now on is missed; then tell the presence
         // shard, so owners deliver here; then read what happened before (replay).
-        guard let (sessionID, input) = hub.register(user: caller.id) else {
+        // The stream's first byte is its `ready` (or its replay), after the response head.
+        let http2 = context.channel.parent?.parent != nil
+        let stream = LiveEventStream(
+            user: caller.id, channel: context.channel, cursor: cursor ?? StreamCursor(Date()),
+            pingTicks: ServerSentEvent.pingTicks(http2: http2), logger: logger,
+            fetch: { [self] conversation, after, before in await fetchGap(conversation, for: caller.id, after: after, before: before) })
+        guard let sessionID = hub.register(stream) else {
             throw APIError.unavailable("this gateway is shutting down; connect to another")
         }
         let session = PresenceShard.SessionRef(userId: caller.id, sessionID: sessionID)
@@ -44,9 +50,9 @@ extension Gateway {
             throw error
         }
         logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "replayed.count": "\(replay.count)"])
-        let writer = EventStreamWriter(gateway: self, user: caller.id, cursor: cursor ?? StreamCursor(Date()), channel: context.channel)
         let body = ResponseBody { bodyWriter in
-            await writer.run(replay: replay, input: input, into: &bodyWriter)
+            stream.start(replay: replay)
+            try? await stream.ended.get()
             self.hub.unregister(sessionID)
             // The response ends now; the presence shard hears of it in the background (if it
             // cannot be reached, the session's lease runs out instead).
@@ -59,6 +65,28 @@ extension Gateway {
             body: body)
     }
 
+    /// Messages `after+1 ..< before` of a conversation, read through its owner for `user`; empty
+    /// when that fails (the client still sees the gap, and its next resume replays it).
+    func fetchGap(_ conversation: ConversationID, for user: UserID, after: Int64, before: Int64) async -> [Message] {
+        var messages: [Message] = []
+        var next = after
+        do {
+            let actor = try ConversationActor.resolve(conversation, using: system)
+            while next + 1 < before {
+                let chunk = try await actor.messages(for: user, after: next, limit: Int(min(200, before - next - 1)))
+                guard let last = chunk.last else { break }
+                messages += chunk.filter { $0.seq < before }
+                next = last.seq
+            }
+            logger.info("filled a gap in a stream from the store", metadata: [
+                "conversation.id": "\(conversation)", "after.seq": "\(after)", "before.seq": "\(before)", "filled.count": "\(messages.count)",
+            ])
+        } catch {
+            logger.warning("could not fill a gap in a stream", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
+        }
+        return messages
+    }
+
     func closeSession(_ session: PresenceShard.SessionRef) async {
         do {
             _ = try await PresenceShard.resolve(for: session.userId, using: system).closeSession(session)
@@ -69,107 +97,13 @@ extension Gateway {
     }
 }
 
-/// Writes one stream's events as server-sent events, in order.
-struct EventStreamWriter: Sendable {
-    let gateway: Gateway
-    let user: UserID
-    let cursor: StreamCursor
-    let channel: any Channel
-
-    static let gapFills = Counter(label: "parley.gateway.gap_filled_messages")
-
+/// The bytes of server-sent events.
+enum ServerSentEvent {
     /// Ping every this many ticks (seconds): API.md's 15 s on HTTP/2, where a stream the client
-    /// resets or a connection that drops is seen at once (the stream channel goes inactive). Over
+    /// resets or a connection that drops is seen at once (the stream channel closes). Over
     /// HTTP/1.1 a client that went away is noticed only when a write fails, so pings go every 3 s
     /// there, and presence goes offline within seconds on both.
     static func pingTicks(http2: Bool) -> Int { http2 ? 15 : 3 }
-
-    /// What one stream keeps while it writes: where it is, and what each conversation has sent.
-    private struct Position {
-        var cursor: StreamCursor
-        var sequencer = StreamSequencer()
-    }
-
-    func run(replay: [ChatEvent], input: AsyncStream<StreamInput>, into writer: inout any ResponseBodyWriter) async {
-        var position = Position(cursor: cursor)
-        var ticks = 0
-        // An HTTP/2 stream's channel is the child of a connection, itself the child of the listener;
-        // an HTTP/1.1 connection is the listener's child.
-        let pingTicks = Self.pingTicks(http2: channel.parent?.parent != nil)
-        do {
-            for event in replay {
-                try await write(event, at: &position, into: &writer)
-            }
-            let ready = position.cursor.token
-            try await writer.write(Self.frame(event: "ready", id: ready, data: API.ReadyEvent(cursor: ready)))
-            for await item in input {
-                switch item {
-                case .event(let event, let sharedData):
-                    try await write(event, sharedData: sharedData, at: &position, into: &writer)
-                case .tick:
-                    guard channel.isActive else {
-                        gateway.logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
-                        return
-                    }
-                    ticks += 1
-                    if ticks % pingTicks == 0 { try await writer.write(ByteBuffer(string: ": ping\n\n")) }
-                }
-            }
-            // The input ended: the gateway is shutting down; the stream ends cleanly.
-        } catch {
-            gateway.logger.debug("event stream ended", metadata: ["user.id": "\(user)", "reason": "\(error)"])
-        }
-    }
-
-    private func write(
-        _ event: ChatEvent, sharedData: [UInt8]? = nil, at position: inout Position, into writer: inout any ResponseBodyWriter
-    ) async throws {
-        if case .message(let message) = event {
-            switch position.sequencer.decide(message) {
-            case .duplicate:
-                return
-            case .send:
-                break
-            case .fillGap(let after, let before):
-                for missing in await fetch(message.conversationId, after: after, before: before) where position.sequencer.decide(missing) == .send {
-                    try await emit(.message(missing), at: &position, into: &writer)
-                    position.sequencer.sent(missing)
-                }
-            }
-            position.sequencer.sent(message)
-        }
-        try await emit(event, sharedData: sharedData, at: &position, into: &writer)
-    }
-
-    private func emit(
-        _ event: ChatEvent, sharedData: [UInt8]? = nil, at position: inout Position, into writer: inout any ResponseBodyWriter
-    ) async throws {
-        position.cursor = position.cursor.advanced(by: event)
-        try await writer.write(Self.frame(for: event, user: user, cursor: position.cursor, sharedData: sharedData))
-    }
-
-    /// Messages `after+1 ..< before` of a conversation, read through its owner; empty when that
-    /// fails (the client still sees the gap, and its next resume replays it).
-    private func fetch(_ conversation: ConversationID, after: Int64, before: Int64) async -> [Message] {
-        var messages: [Message] = []
-        var next = after
-        do {
-            let actor = try ConversationActor.resolve(conversation, using: gateway.system)
-            while next + 1 < before {
-                let chunk = try await actor.messages(for: user, after: next, limit: Int(min(200, before - next - 1)))
-                guard let last = chunk.last else { break }
-                messages += chunk.filter { $0.seq < before }
-                next = last.seq
-            }
-            Self.gapFills.increment(by: messages.count)
-            gateway.logger.info("filled a gap in a stream from the store", metadata: [
-                "conversation.id": "\(conversation)", "after.seq": "\(after)", "before.seq": "\(before)", "filled.count": "\(messages.count)",
-            ])
-        } catch {
-            gateway.logger.warning("could not fill a gap in a stream", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
-        }
-        return messages
-    }
 
     /// The SSE frame of `event` for this stream: the event name, its cursor (durable events), and
     /// the `data:` JSON — `sharedData` when the hub encoded it once for every stream.

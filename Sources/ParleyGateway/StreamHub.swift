@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Logging
 import Metrics
 import ParleyChat
@@ -6,29 +7,16 @@ import ParleyCluster
 import ParleyModel
 import Synchronization
 
-/// What one open event stream receives from the hub, in order.
-enum StreamInput: Sendable {
-    /// An event from a conversation owner (or a presence shard), with its `data:` JSON when that
-    /// is the same for every stream (encoded once for all of them).
-    case event(ChatEvent, sharedData: [UInt8]?)
-    /// Once a second: check that the client is still there; write `: ping` every 15th.
-    case tick
-}
-
 /// The event streams this gateway holds: it receives every delivery for them (this node's
 /// ``GatewayInbox``), hands each event to the streams of its recipients in the order it arrived,
 /// and keeps their presence sessions alive (lease renewal with the presence shards).
 ///
-/// A conversation's deliveries arrive in seq order on one ordered path; the hub yields them to
-/// each stream synchronously, so each stream sees them in that order.
+/// A conversation's deliveries arrive in seq order on one ordered path; the hub hands each batch
+/// to each event loop in one task, in that order, and each stream writes on its own loop
+/// (``LiveEventStream``), so each stream sees them in that order.
 public final class StreamHub: Sendable {
-    struct Registration {
-        let user: UserID
-        let continuation: AsyncStream<StreamInput>.Continuation
-    }
-
     private struct State {
-        var streams: [String: Registration] = [:]
+        var streams: [String: LiveEventStream] = [:]
         var byUser: [UserID: Set<String>] = [:]
         var closed = false
     }
@@ -47,46 +35,62 @@ public final class StreamHub: Sendable {
 
     public var openStreams: Int { state.withLock { $0.streams.count } }
 
-    /// Registers a stream and returns its session ID and its input. Events for the user reach it
-    /// from now on (the caller then opens the presence session, so owners learn of this gateway).
-    func register(user: UserID) -> (sessionID: String, input: AsyncStream<StreamInput>)? {
-        let (input, continuation) = AsyncStream<StreamInput>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
+    /// Registers a stream and returns its session ID. Events for its user reach it from now on
+    /// (the caller then opens the presence session, so owners learn of this gateway); it writes
+    /// them once started. Nil when the gateway is shutting down.
+    func register(_ stream: LiveEventStream) -> String? {
         let sessionID = UUID().uuidString.lowercased()
         let registered = state.withLock { state -> Bool in
             guard !state.closed else { return false }
-            state.streams[sessionID] = Registration(user: user, continuation: continuation)
-            state.byUser[user, default: []].insert(sessionID)
+            state.streams[sessionID] = stream
+            state.byUser[stream.user, default: []].insert(sessionID)
             return true
         }
         guard registered else { return nil }
         Self.streamsGauge.record(openStreams)
-        return (sessionID, input)
+        return sessionID
     }
 
     func unregister(_ sessionID: String) {
-        state.withLock { state in
-            guard let registration = state.streams.removeValue(forKey: sessionID) else { return }
-            state.byUser[registration.user]?.remove(sessionID)
-            if state.byUser[registration.user]?.isEmpty == true { state.byUser[registration.user] = nil }
-            registration.continuation.finish()
+        let removed = state.withLock { state -> LiveEventStream? in
+            guard let stream = state.streams.removeValue(forKey: sessionID) else { return nil }
+            state.byUser[stream.user]?.remove(sessionID)
+            if state.byUser[stream.user]?.isEmpty == true { state.byUser[stream.user] = nil }
+            return stream
         }
+        removed?.finish()
         Self.streamsGauge.record(openStreams)
     }
 
     static let streamsGauge = Gauge(label: "parley.gateway.streams")
 
-    /// This node's inbox handler: every event to every local stream of its recipients.
+    /// This node's inbox handler: every event to every local stream of its recipients, one task
+    /// per event loop for the whole batch, each stream flushed once at its end.
     public func deliver(_ deliveries: [EventDelivery]) {
-        let shared = deliveries.map { EventStreamWriter.sharedData(for: $0.event) }
+        let shared = deliveries.map { ServerSentEvent.sharedData(for: $0.event) }
+        var batches: [ObjectIdentifier: LoopBatch] = [:]
         state.withLock { state in
             for (delivery, data) in zip(deliveries, shared) {
                 for user in delivery.recipients {
                     for session in state.byUser[user] ?? [] {
-                        state.streams[session]?.continuation.yield(.event(delivery.event, sharedData: data))
+                        guard let stream = state.streams[session] else { continue }
+                        batches[ObjectIdentifier(stream.loop), default: LoopBatch(loop: stream.loop)].items.append((stream, delivery.event, data))
                     }
                 }
             }
         }
+        for batch in batches.values {
+            batch.loop.execute {
+                for (stream, event, data) in batch.items { stream.receive(event, sharedData: data) }
+                for (stream, _, _) in batch.items { stream.flushIfNeeded() }
+            }
+        }
+    }
+
+    /// What one event loop's streams receive from one delivery batch.
+    private struct LoopBatch {
+        let loop: any EventLoop
+        var items: [(stream: LiveEventStream, event: ChatEvent, sharedData: [UInt8]?)] = []
     }
 
     /// Ends every stream (graceful shutdown): each writes its last bytes and completes.
@@ -107,12 +111,12 @@ public final class StreamHub: Sendable {
 
     /// Finishes every registered stream (each writes its last bytes and completes); returns how many.
     private func finishAll(andClose close: Bool) -> Int {
-        let streams = state.withLock { state -> [Registration] in
+        let streams = state.withLock { state -> [LiveEventStream] in
             if close { state.closed = true }
             defer { state.streams = [:]; state.byUser = [:] }
             return Array(state.streams.values)
         }
-        for stream in streams { stream.continuation.finish() }
+        for stream in streams { stream.finish() }
         Self.streamsGauge.record(0)
         return streams.count
     }
@@ -123,9 +127,12 @@ public final class StreamHub: Sendable {
         var sinceRenewal = Duration.zero
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(1))
-            let sessions = state.withLock { state -> [PresenceShard.SessionRef] in
-                for stream in state.streams.values { stream.continuation.yield(.tick) }
-                return state.streams.map { PresenceShard.SessionRef(userId: $0.value.user, sessionID: $0.key) }
+            let (streams, sessions) = state.withLock { state in
+                (Array(state.streams.values), state.streams.map { PresenceShard.SessionRef(userId: $0.value.user, sessionID: $0.key) })
+            }
+            for (_, loopStreams) in Dictionary(grouping: streams, by: { ObjectIdentifier($0.loop) }) {
+                guard let loop = loopStreams.first?.loop else { continue }
+                loop.execute { for stream in loopStreams { stream.tick() } }
             }
             sinceRenewal += .seconds(1)
             guard sinceRenewal >= renewEvery else { continue }

@@ -1,0 +1,208 @@
+import DequeModule
+import Logging
+import Metrics
+import NIOCore
+import NIOHTTPTypes
+import ParleyChat
+import ParleyModel
+
+/// One open event stream, written on its channel's event loop.
+///
+/// The hub hands it events on that loop (one hop per loop and delivery, not one task per stream
+/// and event), and it writes each as a server-sent event straight into the response's channel,
+/// flushing once per batch. Per conversation, messages go out in seq order without duplicates;
+/// a gap is filled from the conversation (``fetch``) before the message after it, while later
+/// events wait in order. The response's task only starts it (`start(replay:)`) and waits for
+/// its end (`ended`).
+///
+/// Everything but the constants is touched only on `loop`.
+final class LiveEventStream: @unchecked Sendable {
+    enum Item {
+        case event(ChatEvent, sharedData: [UInt8]?)
+        /// The `ready` event, between the replay and the live events.
+        case ready
+    }
+
+    /// Messages `after+1 ..< before` of a conversation; empty when they cannot be read.
+    typealias Fetch = @Sendable (_ conversation: ConversationID, _ after: Int64, _ before: Int64) async -> [Message]
+
+    let user: UserID
+    let channel: any Channel
+    let loop: any EventLoop
+    private let fetch: Fetch
+    private let logger: Logger
+    private let pingTicks: Int
+    private let writesWhileUnwritableLimit: Int
+    private let endedPromise: EventLoopPromise<Void>
+
+    private var cursor: StreamCursor
+    private var sequencer = StreamSequencer()
+    /// What is still to be written, in order.
+    private var queue = Deque<Item>()
+    private var started = false
+    private var filling = false
+    private var isEnded = false
+    private var needsFlush = false
+    private var ticks = 0
+    /// Writes made while the channel was not writable, since it last was.
+    private var writesWhileUnwritable = 0
+
+    /// A client that reads nothing: after this many events written while its stream could not take
+    /// them, the stream ends (its client resumes by cursor) rather than buffering without bound.
+    static let unwritableLimit = 10_000
+    static let gapFills = Counter(label: "parley.gateway.gap_filled_messages")
+    static let slowStreamsEnded = Counter(label: "parley.gateway.slow_streams_ended")
+
+    init(
+        user: UserID, channel: any Channel, cursor: StreamCursor, pingTicks: Int, unwritableLimit: Int = LiveEventStream.unwritableLimit,
+        logger: Logger, fetch: @escaping Fetch
+    ) {
+        self.user = user
+        self.channel = channel
+        self.loop = channel.eventLoop
+        self.cursor = cursor
+        self.pingTicks = pingTicks
+        self.writesWhileUnwritableLimit = unwritableLimit
+        self.logger = logger
+        self.fetch = fetch
+        self.endedPromise = channel.eventLoop.makePromise()
+        channel.closeFuture.whenComplete { [self] _ in end() }
+    }
+
+    /// Completes when the stream has ended: its client went away, a write failed, or the hub
+    /// finished it. Nothing is written after that.
+    var ended: EventLoopFuture<Void> { endedPromise.futureResult }
+
+    // MARK: Called from anywhere
+
+    /// Writes the replay, then `ready`, then what arrived meanwhile and everything after.
+    func start(replay: [ChatEvent]) {
+        loop.execute { [self] in
+            guard !isEnded else { return }
+            let early = queue
+            queue = Deque(replay.map { .event($0, sharedData: nil) })
+            queue.append(.ready)
+            queue.append(contentsOf: early)
+            started = true
+            drain()
+            flushIfNeeded()
+        }
+    }
+
+    /// Ends the stream (the response then completes).
+    func finish() {
+        loop.execute { [self] in end() }
+    }
+
+    // MARK: On the event loop
+
+    /// An event for this stream; the caller flushes after its batch (``flushIfNeeded()``).
+    func receive(_ event: ChatEvent, sharedData: [UInt8]?) {
+        loop.preconditionInEventLoop()
+        guard !isEnded else { return }
+        queue.append(.event(event, sharedData: sharedData))
+        if started && !filling { drain() }
+    }
+
+    /// Once a second: end the stream if its client went away; every `pingTicks`, a `: ping`.
+    func tick() {
+        loop.preconditionInEventLoop()
+        guard !isEnded else { return }
+        guard channel.isActive else {
+            logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
+            end()
+            return
+        }
+        ticks += 1
+        if started, ticks % pingTicks == 0 {
+            write(ByteBuffer(string: ": ping\n\n"))
+            flushIfNeeded()
+        }
+    }
+
+    func flushIfNeeded() {
+        guard needsFlush, !isEnded else { return }
+        needsFlush = false
+        channel.flush()
+    }
+
+    private func end() {
+        guard !isEnded else { return }
+        if needsFlush, channel.isActive {
+            needsFlush = false
+            channel.flush()
+        }
+        isEnded = true
+        queue.removeAll()
+        endedPromise.succeed(())
+    }
+
+    /// Writes what is queued, until the queue is empty or a gap has to be read first.
+    private func drain() {
+        while !filling, !isEnded, let item = queue.popFirst() {
+            switch item {
+            case .ready:
+                let token = cursor.token
+                write(ServerSentEvent.frame(event: "ready", id: token, data: API.ReadyEvent(cursor: token)))
+            case .event(let event, let sharedData):
+                if case .message(let message) = event {
+                    switch sequencer.decide(message) {
+                    case .duplicate:
+                        continue
+                    case .send:
+                        sequencer.sent(message)
+                    case .fillGap(let after, let before):
+                        filling = true
+                        let fetch = self.fetch
+                        Task { [self] in
+                            let missing = await fetch(message.conversationId, after, before)
+                            loop.execute { [self] in filled(missing, then: message, sharedData: sharedData) }
+                        }
+                        return
+                    }
+                }
+                emit(event, sharedData: sharedData)
+            }
+        }
+    }
+
+    /// The gap before `message` was read: its messages go out, then `message` (even if the read
+    /// came back short: the client sees the gap, and its next resume replays it), then the rest.
+    private func filled(_ missing: [Message], then message: Message, sharedData: [UInt8]?) {
+        filling = false
+        guard !isEnded else { return }
+        Self.gapFills.increment(by: missing.count)
+        for gap in missing where sequencer.decide(gap) == .send {
+            sequencer.sent(gap)
+            emit(.message(gap), sharedData: nil)
+        }
+        sequencer.sent(message)
+        emit(.message(message), sharedData: sharedData)
+        drain()
+        flushIfNeeded()
+    }
+
+    private func emit(_ event: ChatEvent, sharedData: [UInt8]?) {
+        cursor = cursor.advanced(by: event)
+        write(ServerSentEvent.frame(for: event, user: user, cursor: cursor, sharedData: sharedData))
+    }
+
+    private func write(_ buffer: ByteBuffer) {
+        if channel.isWritable {
+            writesWhileUnwritable = 0
+        } else {
+            writesWhileUnwritable += 1
+            if writesWhileUnwritable > writesWhileUnwritableLimit {
+                Self.slowStreamsEnded.increment()
+                logger.warning("event stream ended: its client reads too slowly; it resumes by cursor", metadata: [
+                    "user.id": "\(user)", "unwritten.count": "\(writesWhileUnwritable)",
+                ])
+                channel.close(promise: nil)
+                end()
+                return
+            }
+        }
+        channel.write(HTTPResponsePart.body(buffer), promise: nil)
+        needsFlush = true
+    }
+}

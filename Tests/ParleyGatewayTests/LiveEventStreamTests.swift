@@ -1,0 +1,172 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOEmbedded
+import NIOHTTPTypes
+import ParleyChat
+import ParleyModel
+import Synchronization
+import Testing
+@testable import ParleyGateway
+
+/// An event stream written on its channel's event loop: what reaches the client, in which order.
+@Suite struct LiveEventStreamTests {
+    static let conversation: ConversationID = "c_1"
+
+    static func message(_ seq: Int64, in conversation: ConversationID = conversation) -> Message {
+        Message(conversationId: conversation, seq: seq, senderId: "u_a", clientMessageId: "m\(seq)", text: "t\(seq)", sentAt: Date(millisecondsSince1970: 1_800_000_000_000 + seq))
+    }
+
+    static func typing() -> ChatEvent {
+        .typing(TypingEvent(conversationId: conversation, userId: "u_a", typing: true))
+    }
+
+    final class Flag: Sendable {
+        private let value = Mutex(false)
+        func set() { value.withLock { $0 = true } }
+        var isSet: Bool { value.withLock { $0 } }
+    }
+
+    /// The gap reads a stream asked for: [after, before] each.
+    final class GapReads: Sendable {
+        private let reads = Mutex<[[Int64]]>([])
+        func record(after: Int64, before: Int64) { reads.withLock { $0.append([after, before]) } }
+        var all: [[Int64]] { reads.withLock { $0 } }
+    }
+
+    /// A stream on an embedded channel, with the gap reads it was asked for.
+    final class Harness: Sendable {
+        let channel = EmbeddedChannel()
+        let stream: LiveEventStream
+        let gapReads = GapReads()
+
+        init(pingTicks: Int = 15, unwritableLimit: Int = 10_000, store: [Message] = []) throws {
+            // Active, as a client's stream is.
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).wait()
+            let reads = gapReads
+            stream = LiveEventStream(
+                user: "u_b", channel: channel, cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
+                unwritableLimit: unwritableLimit, logger: Logger(label: "test"),
+                fetch: { conversation, after, before in
+                    reads.record(after: after, before: before)
+                    return store.filter { $0.conversationId == conversation && $0.seq > after && $0.seq < before }
+                })
+        }
+
+        /// Every event written so far: (event name, the message's seq if any).
+        func written() throws -> [(String, Int64?)] {
+            var events: [(String, Int64?)] = []
+            while let part = try channel.readOutbound(as: HTTPResponsePart.self) {
+                guard case .body(let buffer) = part else { continue }
+                let text = String(buffer: buffer)
+                for frame in text.components(separatedBy: "\n\n") where !frame.isEmpty {
+                    if frame.hasPrefix(": ping") { events.append(("ping", nil)); continue }
+                    let name = frame.split(separator: "\n").first.map { String($0.dropFirst("event: ".count)) } ?? "?"
+                    let seq = frame.range(of: "\"seq\":").map { range in Int64(frame[range.upperBound...].prefix { $0.isNumber }) } ?? nil
+                    events.append((name, seq))
+                }
+            }
+            return events
+        }
+
+        /// Runs the loop until `count` events were written in all (the gap reads run as tasks).
+        func written(count: Int) async throws -> [(String, Int64?)] {
+            var events: [(String, Int64?)] = []
+            for _ in 0..<2_000 where events.count < count {
+                channel.embeddedEventLoop.run()
+                events += try written()
+                if events.count < count { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            return events
+        }
+
+        func deliver(_ events: ChatEvent...) {
+            channel.embeddedEventLoop.execute { [stream] in
+                for event in events { stream.receive(event, sharedData: nil) }
+                stream.flushIfNeeded()
+            }
+            channel.embeddedEventLoop.run()
+        }
+    }
+
+    @Test func theReplayThenReadyThenWhatArrivedMeanwhileWithoutRepeats() throws {
+        let harness = try Harness()
+        // Live events that arrive while the replay is read wait for it.
+        harness.deliver(.message(Self.message(2)), .message(Self.message(3)))
+        #expect(try harness.written().isEmpty)
+        harness.stream.start(replay: [.message(Self.message(1)), .message(Self.message(2))])
+        harness.channel.embeddedEventLoop.run()
+        let events = try harness.written()
+        #expect(events.map(\.0) == ["message", "message", "ready", "message"])
+        #expect(events.map(\.1) == [1, 2, nil, 3])
+        harness.deliver(.message(Self.message(3)), Self.typing(), .message(Self.message(4)))
+        #expect(try harness.written().map(\.1) == [nil, 4])
+    }
+
+    @Test func aGapIsReadBeforeTheMessageAfterItAndLaterEventsWait() async throws {
+        let store = (1...6).map { Self.message($0) }
+        let harness = try Harness(store: store)
+        harness.stream.start(replay: [])
+        harness.deliver(.message(Self.message(1)))
+        #expect(try harness.written().map(\.1) == [nil, 1])
+        // 2 and 3 never came live; 4 asks for them. 5 and 6 arrive while they are read.
+        harness.deliver(.message(Self.message(4)), .message(Self.message(5)))
+        harness.deliver(.message(Self.message(6)), Self.typing())
+        let events = try await harness.written(count: 6)
+        #expect(events.map(\.1) == [2, 3, 4, 5, 6, nil])
+        #expect(events.last?.0 == "typing")
+        #expect(harness.gapReads.all == [[1, 4]])
+    }
+
+    @Test func aGapThatCannotBeReadIsLeftAndTheStreamGoesOn() async throws {
+        let harness = try Harness(store: [])
+        harness.stream.start(replay: [.message(Self.message(1))])
+        harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
+        let events = try await harness.written(count: 4)
+        #expect(events.map(\.1) == [1, nil, 5, 6])
+    }
+
+    @Test func pingsEveryGivenTickAndAGoneClientEndsTheStream() throws {
+        let harness = try Harness(pingTicks: 3)
+        harness.stream.start(replay: [])
+        harness.channel.embeddedEventLoop.run()
+        _ = try harness.written()
+        for _ in 1...6 {
+            harness.channel.embeddedEventLoop.execute { harness.stream.tick() }
+        }
+        harness.channel.embeddedEventLoop.run()
+        #expect(try harness.written().map(\.0) == ["ping", "ping"])
+        let ended = Flag()
+        harness.stream.ended.whenSuccess { ended.set() }
+        _ = try harness.channel.finish()
+        harness.channel.embeddedEventLoop.run()
+        #expect(ended.isSet)
+        harness.deliver(.message(Self.message(1)))
+        #expect(try harness.written().isEmpty)
+    }
+
+    @Test func aClientThatReadsNothingLosesItsStreamInsteadOfBufferingWithoutBound() throws {
+        let harness = try Harness(unwritableLimit: 3)
+        let ended = Flag()
+        harness.stream.ended.whenSuccess { ended.set() }
+        harness.stream.start(replay: [])
+        harness.channel.embeddedEventLoop.run()
+        harness.channel.isWritable = false
+        harness.deliver(.message(Self.message(1)), .message(Self.message(2)), .message(Self.message(3)))
+        #expect(!ended.isSet)
+        harness.deliver(.message(Self.message(4)))
+        #expect(ended.isSet)
+        #expect(!harness.channel.isActive)
+    }
+
+    @Test func finishEndsTheStreamAfterWhatWasWritten() throws {
+        let harness = try Harness()
+        let ended = Flag()
+        harness.stream.ended.whenSuccess { ended.set() }
+        harness.stream.start(replay: [.message(Self.message(1))])
+        harness.stream.finish()
+        harness.channel.embeddedEventLoop.run()
+        #expect(ended.isSet)
+        #expect(try harness.written().map(\.0) == ["message", "ready"])
+    }
+}
