@@ -60,7 +60,11 @@ public struct OperationsReply: Sendable {
 /// client's address (for login rate limits).
 public struct GatewayContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
+    /// The connection (HTTP/1.1, HTTP/2).
     let channel: any Channel
+    /// Where an event stream's bytes go, for a request on an HTTP/2 stream (``HTTP2Connection``);
+    /// nil over HTTP/1.1, where it is the connection.
+    var eventSink: (any EventStreamSink)?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
@@ -116,9 +120,17 @@ public final class Gateway: Sendable {
         router.add(middleware: APIErrorMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware())
         addRoutes(to: router)
+        var alpn = tls
+        alpn.applicationProtocols = ["h2", "http/1.1"]
+        let sslContext = try NIOSSLContext(configuration: alpn)
+        let routes = router.buildResponder()
+        let http2 = HTTP2Responder(respond: { try await routes.respond(to: $0, context: $1) }, serverName: "parley", logger: logger)
+        let server = HTTPServerBuilder { responder in
+            GatewayChildChannel(sslContext: sslContext, http1: HTTP1Channel(responder: responder), http2: http2)
+        }
         return Application(
             router: router,
-            server: try .http2Upgrade(tlsConfiguration: tls),
+            server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "parley"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger)

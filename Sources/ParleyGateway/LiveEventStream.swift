@@ -6,11 +6,40 @@ import NIOHTTPTypes
 import ParleyChat
 import ParleyModel
 
-/// One open event stream, written on its channel's event loop.
+/// Where an event stream's bytes go: the response body of one HTTP/1.1 connection or of one
+/// HTTP/2 stream. Everything but `loop` and `closed` is used only on `loop`.
+protocol EventStreamSink: AnyObject, Sendable {
+    var loop: any EventLoop { get }
+    /// The client is still there (the connection is open, the HTTP/2 stream not reset).
+    var isActive: Bool { get }
+    /// The connection takes more without buffering.
+    var isWritable: Bool { get }
+    func write(_ buffer: ByteBuffer)
+    func flush()
+    /// Ends the response abruptly (the client resumes by cursor).
+    func close()
+    /// Completes when the client has gone (connection closed, stream reset).
+    var closed: EventLoopFuture<Void> { get }
+}
+
+/// An HTTP/1.1 response body: body parts written into the connection's channel.
+final class ChannelEventSink: EventStreamSink {
+    let channel: any Channel
+    init(_ channel: any Channel) { self.channel = channel }
+    var loop: any EventLoop { channel.eventLoop }
+    var isActive: Bool { channel.isActive }
+    var isWritable: Bool { channel.isWritable }
+    func write(_ buffer: ByteBuffer) { channel.write(HTTPResponsePart.body(buffer), promise: nil) }
+    func flush() { channel.flush() }
+    func close() { channel.close(promise: nil) }
+    var closed: EventLoopFuture<Void> { channel.closeFuture }
+}
+
+/// One open event stream, written on its connection's event loop.
 ///
 /// The hub hands it events on that loop (one hop per loop and delivery, not one task per stream
-/// and event), and it writes each as a server-sent event straight into the response's channel,
-/// flushing once per batch. Per conversation, messages go out in seq order without duplicates;
+/// and event), and it writes each as a server-sent event straight into the response
+/// (``EventStreamSink``), flushing once per batch. Per conversation, messages go out in seq order without duplicates;
 /// a gap is filled from the conversation (``fetch``) before the message after it, while later
 /// events wait in order. The response's task only starts it (`start(replay:)`) and waits for
 /// its end (`ended`).
@@ -27,7 +56,7 @@ final class LiveEventStream: @unchecked Sendable {
     typealias Fetch = @Sendable (_ conversation: ConversationID, _ after: Int64, _ before: Int64) async -> [Message]
 
     let user: UserID
-    let channel: any Channel
+    let sink: any EventStreamSink
     let loop: any EventLoop
     private let fetch: Fetch
     private let logger: Logger
@@ -54,19 +83,19 @@ final class LiveEventStream: @unchecked Sendable {
     static let slowStreamsEnded = Counter(label: "parley.gateway.slow_streams_ended")
 
     init(
-        user: UserID, channel: any Channel, cursor: StreamCursor, pingTicks: Int, unwritableLimit: Int = LiveEventStream.unwritableLimit,
+        user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, unwritableLimit: Int = LiveEventStream.unwritableLimit,
         logger: Logger, fetch: @escaping Fetch
     ) {
         self.user = user
-        self.channel = channel
-        self.loop = channel.eventLoop
+        self.sink = sink
+        self.loop = sink.loop
         self.cursor = cursor
         self.pingTicks = pingTicks
         self.writesWhileUnwritableLimit = unwritableLimit
         self.logger = logger
         self.fetch = fetch
-        self.endedPromise = channel.eventLoop.makePromise()
-        channel.closeFuture.whenComplete { [self] _ in end() }
+        self.endedPromise = sink.loop.makePromise()
+        sink.closed.whenComplete { [self] _ in end() }
     }
 
     /// Completes when the stream has ended: its client went away, a write failed, or the hub
@@ -108,7 +137,7 @@ final class LiveEventStream: @unchecked Sendable {
     func tick() {
         loop.preconditionInEventLoop()
         guard !isEnded else { return }
-        guard channel.isActive else {
+        guard sink.isActive else {
             logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
             end()
             return
@@ -123,14 +152,14 @@ final class LiveEventStream: @unchecked Sendable {
     func flushIfNeeded() {
         guard needsFlush, !isEnded else { return }
         needsFlush = false
-        channel.flush()
+        sink.flush()
     }
 
     private func end() {
         guard !isEnded else { return }
-        if needsFlush, channel.isActive {
+        if needsFlush, sink.isActive {
             needsFlush = false
-            channel.flush()
+            sink.flush()
         }
         isEnded = true
         queue.removeAll()
@@ -188,7 +217,7 @@ final class LiveEventStream: @unchecked Sendable {
     }
 
     private func write(_ buffer: ByteBuffer) {
-        if channel.isWritable {
+        if sink.isWritable {
             writesWhileUnwritable = 0
         } else {
             writesWhileUnwritable += 1
@@ -197,12 +226,12 @@ final class LiveEventStream: @unchecked Sendable {
                 logger.warning("event stream ended: its client reads too slowly; it resumes by cursor", metadata: [
                     "user.id": "\(user)", "unwritten.count": "\(writesWhileUnwritable)",
                 ])
-                channel.close(promise: nil)
+                sink.close()
                 end()
                 return
             }
         }
-        channel.write(HTTPResponsePart.body(buffer), promise: nil)
+        sink.write(buffer)
         needsFlush = true
     }
 }

@@ -34,18 +34,19 @@ import Testing
         var all: [[Int64]] { reads.withLock { $0 } }
     }
 
-    /// A stream on an embedded channel, with the gap reads it was asked for.
+    /// A stream on a testing channel, with the gap reads it was asked for.
     final class Harness: Sendable {
-        let channel = EmbeddedChannel()
+        // A testing channel whose loop may be handed work from other threads (the gap reads).
+        let channel = NIOAsyncTestingChannel()
         let stream: LiveEventStream
         let gapReads = GapReads()
 
-        init(pingTicks: Int = 15, unwritableLimit: Int = 10_000, store: [Message] = []) throws {
+        init(pingTicks: Int = 15, unwritableLimit: Int = 10_000, store: [Message] = []) async throws {
             // Active, as a client's stream is.
-            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).wait()
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).get()
             let reads = gapReads
             stream = LiveEventStream(
-                user: "u_b", channel: channel, cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
+                user: "u_b", sink: ChannelEventSink(channel), cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
                 unwritableLimit: unwritableLimit, logger: Logger(label: "test"),
                 fetch: { conversation, after, before in
                     reads.record(after: after, before: before)
@@ -54,9 +55,10 @@ import Testing
         }
 
         /// Every event written so far: (event name, the message's seq if any).
-        func written() throws -> [(String, Int64?)] {
+        func written() async throws -> [(String, Int64?)] {
+            await channel.testingEventLoop.run()
             var events: [(String, Int64?)] = []
-            while let part = try channel.readOutbound(as: HTTPResponsePart.self) {
+            while let part = try await channel.readOutbound(as: HTTPResponsePart.self) {
                 guard case .body(let buffer) = part else { continue }
                 let text = String(buffer: buffer)
                 for frame in text.components(separatedBy: "\n\n") where !frame.isEmpty {
@@ -73,45 +75,49 @@ import Testing
         func written(count: Int) async throws -> [(String, Int64?)] {
             var events: [(String, Int64?)] = []
             for _ in 0..<2_000 where events.count < count {
-                channel.embeddedEventLoop.run()
-                events += try written()
+                events += try await written()
                 if events.count < count { try await Task.sleep(for: .milliseconds(1)) }
             }
             return events
         }
 
-        func deliver(_ events: ChatEvent...) {
-            channel.embeddedEventLoop.execute { [stream] in
+        func deliver(_ events: ChatEvent...) async {
+            channel.testingEventLoop.execute { [stream] in
                 for event in events { stream.receive(event, sharedData: nil) }
                 stream.flushIfNeeded()
             }
-            channel.embeddedEventLoop.run()
+            await channel.testingEventLoop.run()
+        }
+
+        func run(_ work: @escaping @Sendable () -> Void = {}) async {
+            channel.testingEventLoop.execute(work)
+            await channel.testingEventLoop.run()
         }
     }
 
-    @Test func theReplayThenReadyThenWhatArrivedMeanwhileWithoutRepeats() throws {
-        let harness = try Harness()
+    @Test func theReplayThenReadyThenWhatArrivedMeanwhileWithoutRepeats() async throws {
+        let harness = try await Harness()
         // Live events that arrive while the replay is read wait for it.
-        harness.deliver(.message(Self.message(2)), .message(Self.message(3)))
-        #expect(try harness.written().isEmpty)
+        await harness.deliver(.message(Self.message(2)), .message(Self.message(3)))
+        #expect(try await harness.written().isEmpty)
         harness.stream.start(replay: [.message(Self.message(1)), .message(Self.message(2))])
-        harness.channel.embeddedEventLoop.run()
-        let events = try harness.written()
+        await harness.run()
+        let events = try await harness.written()
         #expect(events.map(\.0) == ["message", "message", "ready", "message"])
         #expect(events.map(\.1) == [1, 2, nil, 3])
-        harness.deliver(.message(Self.message(3)), Self.typing(), .message(Self.message(4)))
-        #expect(try harness.written().map(\.1) == [nil, 4])
+        await harness.deliver(.message(Self.message(3)), Self.typing(), .message(Self.message(4)))
+        #expect(try await harness.written().map(\.1) == [nil, 4])
     }
 
     @Test func aGapIsReadBeforeTheMessageAfterItAndLaterEventsWait() async throws {
         let store = (1...6).map { Self.message($0) }
-        let harness = try Harness(store: store)
+        let harness = try await Harness(store: store)
         harness.stream.start(replay: [])
-        harness.deliver(.message(Self.message(1)))
-        #expect(try harness.written().map(\.1) == [nil, 1])
+        await harness.deliver(.message(Self.message(1)))
+        #expect(try await harness.written().map(\.1) == [nil, 1])
         // 2 and 3 never came live; 4 asks for them. 5 and 6 arrive while they are read.
-        harness.deliver(.message(Self.message(4)), .message(Self.message(5)))
-        harness.deliver(.message(Self.message(6)), Self.typing())
+        await harness.deliver(.message(Self.message(4)), .message(Self.message(5)))
+        await harness.deliver(.message(Self.message(6)), Self.typing())
         let events = try await harness.written(count: 6)
         #expect(events.map(\.1) == [2, 3, 4, 5, 6, nil])
         #expect(events.last?.0 == "typing")
@@ -119,54 +125,52 @@ import Testing
     }
 
     @Test func aGapThatCannotBeReadIsLeftAndTheStreamGoesOn() async throws {
-        let harness = try Harness(store: [])
+        let harness = try await Harness(store: [])
         harness.stream.start(replay: [.message(Self.message(1))])
-        harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
+        await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
         let events = try await harness.written(count: 4)
         #expect(events.map(\.1) == [1, nil, 5, 6])
     }
 
-    @Test func pingsEveryGivenTickAndAGoneClientEndsTheStream() throws {
-        let harness = try Harness(pingTicks: 3)
+    @Test func pingsEveryGivenTickAndAGoneClientEndsTheStream() async throws {
+        let harness = try await Harness(pingTicks: 3)
         harness.stream.start(replay: [])
-        harness.channel.embeddedEventLoop.run()
-        _ = try harness.written()
-        for _ in 1...6 {
-            harness.channel.embeddedEventLoop.execute { harness.stream.tick() }
-        }
-        harness.channel.embeddedEventLoop.run()
-        #expect(try harness.written().map(\.0) == ["ping", "ping"])
+        await harness.run()
+        _ = try await harness.written()
+        let stream = harness.stream
+        for _ in 1...6 { await harness.run { stream.tick() } }
+        #expect(try await harness.written().map(\.0) == ["ping", "ping"])
         let ended = Flag()
         harness.stream.ended.whenSuccess { ended.set() }
-        _ = try harness.channel.finish()
-        harness.channel.embeddedEventLoop.run()
+        try await harness.channel.close()
+        await harness.run()
         #expect(ended.isSet)
-        harness.deliver(.message(Self.message(1)))
-        #expect(try harness.written().isEmpty)
+        await harness.deliver(.message(Self.message(1)))
+        #expect(try await harness.written().isEmpty)
     }
 
-    @Test func aClientThatReadsNothingLosesItsStreamInsteadOfBufferingWithoutBound() throws {
-        let harness = try Harness(unwritableLimit: 3)
+    @Test func aClientThatReadsNothingLosesItsStreamInsteadOfBufferingWithoutBound() async throws {
+        let harness = try await Harness(unwritableLimit: 3)
         let ended = Flag()
         harness.stream.ended.whenSuccess { ended.set() }
         harness.stream.start(replay: [])
-        harness.channel.embeddedEventLoop.run()
+        await harness.run()
         harness.channel.isWritable = false
-        harness.deliver(.message(Self.message(1)), .message(Self.message(2)), .message(Self.message(3)))
+        await harness.deliver(.message(Self.message(1)), .message(Self.message(2)), .message(Self.message(3)))
         #expect(!ended.isSet)
-        harness.deliver(.message(Self.message(4)))
+        await harness.deliver(.message(Self.message(4)))
         #expect(ended.isSet)
         #expect(!harness.channel.isActive)
     }
 
-    @Test func finishEndsTheStreamAfterWhatWasWritten() throws {
-        let harness = try Harness()
+    @Test func finishEndsTheStreamAfterWhatWasWritten() async throws {
+        let harness = try await Harness()
         let ended = Flag()
         harness.stream.ended.whenSuccess { ended.set() }
         harness.stream.start(replay: [.message(Self.message(1))])
         harness.stream.finish()
-        harness.channel.embeddedEventLoop.run()
+        await harness.run()
         #expect(ended.isSet)
-        #expect(try harness.written().map(\.0) == ["message", "ready"])
+        #expect(try await harness.written().map(\.0) == ["message", "ready"])
     }
 }

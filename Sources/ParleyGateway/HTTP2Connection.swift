@@ -1,0 +1,451 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOSSL
+import NIOTLS
+import Synchronization
+
+/// The client port's connections: TLS, then by ALPN either HTTP/2, served frame by frame on the
+/// connection's event loop (``HTTP2Connection``), or HTTP/1.1 through Hummingbird.
+///
+/// Hummingbird's own HTTP/2 server gives every request a child channel with its pipeline, an async
+/// channel and a task of its own (and every stream's writes a hop through an async writer): about
+/// a third of the gateway's CPU at a few hundred messages per second. Here a request is a few
+/// frames in a dictionary and one task that runs the router; its response goes out in one flush.
+struct GatewayChildChannel: ServerChildChannel {
+    enum Negotiated: Sendable {
+        case http1(HTTP1Channel.Value)
+        case http2
+    }
+
+    struct Value: ServerChildChannelValue {
+        let negotiated: EventLoopFuture<Negotiated>
+        let channel: any Channel
+    }
+
+    let sslContext: NIOSSLContext
+    let http1: HTTP1Channel
+    let http2: HTTP2Responder
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+            let negotiation = NIOTypedApplicationProtocolNegotiationHandler<Negotiated> { [http1, http2] result in
+                switch result {
+                case .negotiated("h2"):
+                    return channel.eventLoop.makeCompletedFuture {
+                        try HTTP2Connection.configure(channel, responder: http2)
+                        return .http2
+                    }
+                case .negotiated("http/1.1"), .fallback:
+                    return http1.setup(channel: channel, logger: logger).map { .http1($0) }
+                case .negotiated:
+                    return channel.close().flatMap { channel.eventLoop.makeFailedFuture(NIOHTTP2Errors.invalidALPNToken()) }
+                }
+            }
+            try channel.pipeline.syncOperations.addHandler(negotiation)
+            return Value(negotiated: negotiation.protocolNegotiationResult, channel: channel)
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        do {
+            switch try await value.negotiated.get() {
+            case .http1(let connection):
+                await http1.handle(value: connection, logger: logger)
+            case .http2:
+                // The connection's handler does the work; the server waits for it to close.
+                try await value.channel.closeFuture.get()
+            }
+        } catch {
+            logger.debug("client connection ended", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// What answers a request that came over HTTP/2: the router, as Hummingbird's application runs it
+/// (unknown errors become an empty 500; `Date` and `Server` headers added).
+struct HTTP2Responder: Sendable {
+    let respond: @Sendable (Request, GatewayContext) async throws -> Response
+    let serverName: String
+    let logger: Logger
+
+    func response(to request: Request, context: GatewayContext) async -> Response {
+        var response: Response
+        do {
+            response = try await respond(request, context)
+        } catch {
+            logger.debug("unrecognised error", metadata: ["error.type": "\(error)"])
+            response = Response(status: .internalServerError, body: .init())
+        }
+        response.headers[.date] = HTTPDate.now()
+        response.headers[.server] = serverName
+        return response
+    }
+
+    /// Runs the router for one request and writes its response.
+    func answer(_ request: Request, on sink: HTTP2StreamSink, channel: any Channel) async {
+        var context = GatewayContext(source: ApplicationRequestContextSource(channel: channel, logger: logger))
+        context.eventSink = sink
+        let response = await response(to: request, context: context)
+        let headers = HTTP2Connection.headers(of: response.head)
+        let body = response.body
+        if body.contentLength != nil {
+            // Head, body and end in one flush.
+            try? await body.write(HTTP2BodyWriter(sink: sink, pendingHead: headers, collects: true))
+        } else {
+            // A stream: the head now; the body as it comes (an event stream writes its own).
+            sink.send(headers: headers, data: [], end: false)
+            try? await body.write(HTTP2BodyWriter(sink: sink, pendingHead: nil, collects: false))
+        }
+    }
+}
+
+/// One HTTP/2 connection, on its event loop: it gathers each stream's request (headers, body up
+/// to the limit), runs the router in a task, and writes the response's frames with one flush.
+/// An event stream's body is written by its ``LiveEventStream`` through an ``HTTP2StreamSink``.
+final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    /// API.md's request body limit; a larger body is answered (413) once the limit is passed.
+    static let bodyLimit = 64 * 1024
+    static let settings: HTTP2Settings = [
+        HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+        // Larger than any accepted body, so a stream's window never needs topping up.
+        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+        HTTP2Setting(parameter: .maxHeaderListSize, value: 80 * 1024),
+    ]
+
+    static func configure(_ channel: any Channel, responder: HTTP2Responder) throws {
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings))
+        try sync.addHandler(HTTP2Connection(responder: responder))
+    }
+
+    private struct Incoming {
+        var head: HTTPRequest
+        var body = ByteBuffer()
+        /// Answered already (the body passed the limit): the rest of the body is dropped.
+        var answered = false
+    }
+
+    private let responder: HTTP2Responder
+    private var context: ChannelHandlerContext?
+    /// Requests still arriving.
+    private var incoming: [HTTP2StreamID: Incoming] = [:]
+    /// Requests being answered, each with the sink its event stream would write into.
+    private var responding: [HTTP2StreamID: HTTP2StreamSink] = [:]
+    /// Body bytes received and not yet credited back to the connection's flow-control window.
+    private var uncredited = 0
+    private var highestStreamID = HTTP2StreamID.rootStream
+    /// The server is shutting down: GOAWAY was sent; the connection closes when its last
+    /// response has ended.
+    private var draining = false
+
+    init(responder: HTTP2Responder) {
+        self.responder = responder
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        endAll()
+        self.context = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        endAll()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        let id = frame.streamID
+        switch frame.payload {
+        case .headers(let headers):
+            if incoming[id] != nil {
+                // Trailers end the request.
+                if headers.endStream { requestComplete(id, context: context) }
+                return
+            }
+            guard responding[id] == nil else { return }
+            guard !draining || id <= highestStreamID else {
+                reset(id, .refusedStream, context: context)
+                return
+            }
+            highestStreamID = max(highestStreamID, id)
+            guard let head = Self.request(from: headers.headers) else {
+                reset(id, .protocolError, context: context)
+                return
+            }
+            incoming[id] = Incoming(head: head)
+            if headers.endStream { requestComplete(id, context: context) }
+        case .data(let payload):
+            guard case .byteBuffer(var bytes) = payload.data else { return }
+            uncredited += bytes.readableBytes + (payload.paddingBytes ?? 0)
+            guard var request = incoming[id] else { return }
+            if request.answered {
+                if payload.endStream { incoming[id] = nil }
+                return
+            }
+            incoming[id] = nil  // no copy of the body while it grows
+            request.body.writeBuffer(&bytes)
+            if request.body.readableBytes > Self.bodyLimit {
+                request.answered = true
+                incoming[id] = payload.endStream ? nil : request
+                dispatch(id, request, context: context)
+            } else {
+                incoming[id] = request
+                if payload.endStream { requestComplete(id, context: context) }
+            }
+        case .rstStream:
+            incoming[id] = nil
+            streamEnded(id)
+            closeIfDrained(context: context)
+        default:
+            // SETTINGS, PING, WINDOW_UPDATE, GOAWAY, PRIORITY: NIOHTTP2Handler's.
+            break
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if uncredited >= 16 * 1024 {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: uncredited))), promise: nil)
+            uncredited = 0
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        switch event {
+        case let closed as StreamClosedEvent:
+            streamEnded(closed.streamID)
+            incoming[closed.streamID] = nil
+            closeIfDrained(context: context)
+        case let event as ChannelEvent where event == .inputClosed:
+            // The client closed its side (TLS close_notify); Hummingbird's server lets a
+            // connection half-close, and there is nothing left to answer.
+            context.close(promise: nil)
+        case is ChannelShouldQuiesceEvent:
+            draining = true
+            context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: nil))), promise: nil)
+            closeIfDrained(context: context)
+        default:
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        responder.logger.debug("HTTP/2 connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    // MARK: Requests and responses
+
+    private func requestComplete(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard let request = incoming.removeValue(forKey: id) else { return }
+        dispatch(id, request, context: context)
+    }
+
+    private func dispatch(_ id: HTTP2StreamID, _ incoming: Incoming, context: ChannelHandlerContext) {
+        let connection = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let sink = HTTP2StreamSink(id, connection: connection)
+        responding[id] = sink
+        let responder = self.responder
+        let channel = context.channel
+        let request = Request(head: incoming.head, body: RequestBody(buffer: incoming.body))
+        Task { await responder.answer(request, on: sink, channel: channel) }
+    }
+
+    /// Writes a response's frames (on the loop) and flushes; the end of a response ends its stream
+    /// here.
+    fileprivate func send(_ id: HTTP2StreamID, headers: HPACKHeaders?, data: [ByteBuffer], end: Bool) {
+        guard let context, responding[id] != nil else { return }
+        if let headers {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: end && data.isEmpty)))), promise: nil)
+        } else if end && data.isEmpty {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(ByteBuffer()), endStream: true)))), promise: nil)
+        }
+        for (index, buffer) in data.enumerated() {
+            let last = end && index == data.count - 1
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: last)))), promise: nil)
+        }
+        context.flush()
+        guard end else { return }
+        streamEnded(id)
+        if incoming[id] != nil {
+            // Answered before the whole body came (too large): ask the client to stop sending.
+            incoming[id] = nil
+            reset(id, .noError, context: context)
+        }
+        closeIfDrained(context: context)
+    }
+
+    /// One DATA frame of an event stream (flushed by `flush()`).
+    fileprivate func write(_ id: HTTP2StreamID, _ buffer: ByteBuffer) {
+        guard let context, responding[id] != nil else { return }
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer))))), promise: nil)
+    }
+
+    fileprivate func flush() { context?.flush() }
+
+    fileprivate func isOpen(_ id: HTTP2StreamID) -> Bool { context?.channel.isActive == true && responding[id] != nil }
+
+    fileprivate var isWritable: Bool { context?.channel.isWritable ?? false }
+
+    fileprivate func reset(_ id: HTTP2StreamID) {
+        guard let context else { return }
+        reset(id, .cancel, context: context)
+    }
+
+    private func reset(_ id: HTTP2StreamID, _ code: NIOHTTP2.HTTP2ErrorCode, context: ChannelHandlerContext) {
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .rstStream(code))), promise: nil)
+        streamEnded(id)
+    }
+
+    private func streamEnded(_ id: HTTP2StreamID) {
+        responding.removeValue(forKey: id)?.ended()
+    }
+
+    private func endAll() {
+        let sinks = responding.values
+        responding = [:]
+        incoming = [:]
+        for sink in sinks { sink.ended() }
+    }
+
+    private func closeIfDrained(context: ChannelHandlerContext) {
+        if draining && responding.isEmpty && incoming.isEmpty { context.close(promise: nil) }
+    }
+
+    // MARK: Headers
+
+    /// The request of a HEADERS frame; nil when a pseudo-header is missing, unknown or repeated, or
+    /// a field name is not a token.
+    static func request(from headers: HPACKHeaders) -> HTTPRequest? {
+        var method: HTTPRequest.Method?
+        var scheme: String?
+        var authority: String?
+        var path: String?
+        var fields = HTTPFields()
+        fields.reserveCapacity(headers.count)
+        for (name, value, _) in headers {
+            if name.hasPrefix(":") {
+                switch name {
+                case ":method" where method == nil: method = HTTPRequest.Method(value)
+                    if method == nil { return nil }
+                case ":scheme" where scheme == nil: scheme = value
+                case ":authority" where authority == nil: authority = value
+                case ":path" where path == nil: path = value
+                default: return nil
+                }
+            } else {
+                guard let fieldName = HTTPField.Name(name) else { return nil }
+                fields.append(HTTPField(name: fieldName, value: value))
+            }
+        }
+        guard let method, path != nil || method == .connect else { return nil }
+        return HTTPRequest(method: method, scheme: scheme, authority: authority, path: path, headerFields: fields)
+    }
+
+    /// Fields HTTP/2 does not carry (RFC 9113 §8.2.2).
+    private static let connectionSpecific: Set<HTTPField.Name> = [
+        .connection, .transferEncoding, HTTPField.Name("Keep-Alive")!, HTTPField.Name("Proxy-Connection")!, .upgrade,
+    ]
+
+    static func headers(of response: HTTPResponse) -> HPACKHeaders {
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(response.headerFields.count + 1)
+        headers.add(name: ":status", value: String(response.status.code))
+        for field in response.headerFields where !connectionSpecific.contains(field.name) {
+            headers.add(name: field.name.canonicalName, value: field.value)
+        }
+        return headers
+    }
+}
+
+/// One stream of an HTTP/2 connection, as the response's task and an event stream see it.
+final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
+    let id: HTTP2StreamID
+    private let connection: NIOLoopBound<HTTP2Connection>
+    let loop: any EventLoop
+    private let closedPromise: EventLoopPromise<Void>
+
+    fileprivate init(_ id: HTTP2StreamID, connection: NIOLoopBound<HTTP2Connection>) {
+        self.id = id
+        self.connection = connection
+        self.loop = connection.eventLoop
+        self.closedPromise = connection.eventLoop.makePromise()
+    }
+
+    /// From any thread: writes (on the loop) and flushes.
+    func send(headers: HPACKHeaders?, data: [ByteBuffer], end: Bool) {
+        let connection = self.connection
+        let id = self.id
+        loop.execute { connection.value.send(id, headers: headers, data: data, end: end) }
+    }
+
+    var isActive: Bool { connection.value.isOpen(id) }
+    var isWritable: Bool { connection.value.isWritable }
+    func write(_ buffer: ByteBuffer) { connection.value.write(id, buffer) }
+    func flush() { connection.value.flush() }
+    func close() { connection.value.reset(id) }
+    var closed: EventLoopFuture<Void> { closedPromise.futureResult }
+
+    /// The stream is over (response ended, reset, connection gone).
+    fileprivate func ended() { closedPromise.succeed(()) }
+}
+
+/// A response body on an HTTP/2 stream. A body of known length is collected and goes out with
+/// the head and the end in one flush; a streamed one goes out as it is written.
+struct HTTP2BodyWriter: ResponseBodyWriter {
+    let sink: HTTP2StreamSink
+    var pendingHead: HPACKHeaders?
+    let collects: Bool
+    var collected: [ByteBuffer] = []
+
+    init(sink: HTTP2StreamSink, pendingHead: HPACKHeaders?, collects: Bool) {
+        self.sink = sink
+        self.pendingHead = pendingHead
+        self.collects = collects
+    }
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        if collects {
+            collected.append(buffer)
+        } else {
+            sink.send(headers: pendingHead, data: [buffer], end: false)
+            pendingHead = nil
+        }
+    }
+
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
+        sink.send(headers: pendingHead, data: collected, end: true)
+    }
+}
+
+/// The `Date` header's value (IMF-fixdate), made once a second.
+enum HTTPDate {
+    private static let cache = Mutex<(second: Int, text: String)>((-1, ""))
+    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    static func now() -> String {
+        var seconds = time(nil)
+        if let cached = cache.withLock({ $0.second == seconds ? $0.text : nil }) { return cached }
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let text = "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(1900 + parts.tm_year) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+        cache.withLock { $0 = (seconds, text) }
+        return text
+    }
+}

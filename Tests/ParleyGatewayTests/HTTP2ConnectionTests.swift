@@ -1,0 +1,185 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import NIOEmbedded
+import NIOHPACK
+import NIOHTTP2
+import Synchronization
+import Testing
+@testable import ParleyGateway
+
+/// The gateway's HTTP/2 connection handler, frame by frame: what it answers, and when it resets
+/// streams and closes the connection.
+@Suite struct HTTP2ConnectionTests {
+    /// An echo of the request (method, path, body) with 201, 413 past the body limit; `/stream`
+    /// answers with a streamed body written through the stream's event sink until the client
+    /// resets it.
+    static func responder(sinks: SinkBox) -> HTTP2Responder {
+        HTTP2Responder(
+            respond: { request, context in
+                if request.uri.path == "/stream" {
+                    guard let sink = context.eventSink else { return Response(status: .internalServerError) }
+                    sinks.set(sink)
+                    return Response(status: .ok, headers: [.contentType: "text/event-stream"], body: ResponseBody { writer in
+                        sink.loop.execute {
+                            sink.write(ByteBuffer(string: "data: hello\n\n"))
+                            sink.flush()
+                        }
+                        try? await sink.closed.get()
+                        try await writer.finish(nil)
+                    })
+                }
+                let body = try await request.body.collect(upTo: .max)
+                guard body.readableBytes <= HTTP2Connection.bodyLimit else { return Response(status: .contentTooLarge) }
+                let text = "\(request.method) \(request.uri.path) \(String(buffer: body))"
+                return Response(status: .created, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+            },
+            serverName: "test", logger: Logger(label: "test"))
+    }
+
+    final class SinkBox: Sendable {
+        private let value = Mutex<(any EventStreamSink)?>(nil)
+        func set(_ sink: any EventStreamSink) { value.withLock { $0 = sink } }
+        var sink: (any EventStreamSink)? { value.withLock { $0 } }
+    }
+
+    final class Harness {
+        // A testing channel whose loop may be handed work from other threads (the responses).
+        let channel = NIOAsyncTestingChannel()
+        let sinks = SinkBox()
+
+        init() async throws {
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
+            let responder = HTTP2ConnectionTests.responder(sinks: sinks)
+            let channel = self.channel
+            try await channel.testingEventLoop.executeInContext {
+                try channel.pipeline.syncOperations.addHandler(HTTP2Connection(responder: responder))
+            }
+        }
+
+        func headers(_ stream: Int, method: String = "POST", path: String, end: Bool) async throws {
+            let headers: HPACKHeaders = [":method": method, ":scheme": "https", ":authority": "localhost", ":path": path, "content-type": "text/plain"]
+            try await channel.writeInbound(HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .headers(.init(headers: headers, endStream: end))))
+        }
+
+        func data(_ stream: Int, _ text: String, end: Bool) async throws {
+            try await channel.writeInbound(HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .data(.init(data: .byteBuffer(ByteBuffer(string: text)), endStream: end))))
+        }
+
+        /// Runs the loop until `count` frames were written (responses come from tasks).
+        func frames(count: Int) async throws -> [HTTP2Frame] {
+            var frames: [HTTP2Frame] = []
+            for _ in 0..<2_000 where frames.count < count {
+                await channel.testingEventLoop.run()
+                while let frame = try await channel.readOutbound(as: HTTP2Frame.self) { frames.append(frame) }
+                if frames.count < count { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            return frames
+        }
+    }
+
+    static func status(_ frame: HTTP2Frame) -> String? {
+        guard case .headers(let headers) = frame.payload else { return nil }
+        return headers.headers.first(name: ":status")
+    }
+
+    static func text(_ frame: HTTP2Frame) -> String? {
+        guard case .data(let data) = frame.payload, case .byteBuffer(let buffer) = data.data else { return nil }
+        return String(buffer: buffer)
+    }
+
+    static func endsStream(_ frame: HTTP2Frame) -> Bool {
+        switch frame.payload {
+        case .headers(let headers): headers.endStream
+        case .data(let data): data.endStream
+        default: false
+        }
+    }
+
+    @Test func aRequestInSeveralFramesGetsItsWholeBodyAndOneResponse() async throws {
+        let harness = try await Harness()
+        try await harness.headers(1, path: "/v1/echo", end: false)
+        try await harness.data(1, "hello ", end: false)
+        try await harness.data(1, "world", end: true)
+        try await harness.headers(3, method: "GET", path: "/v1/other", end: true)
+        let frames = try await harness.frames(count: 4)
+        let first = frames.filter { $0.streamID == 1 }
+        #expect(first.count == 2)
+        #expect(first.first.flatMap(Self.status) == "201")
+        #expect(first.last.flatMap(Self.text) == "POST /v1/echo hello world")
+        #expect(first.last.map(Self.endsStream) == true)
+        let headers = first.first.flatMap { frame -> HPACKHeaders? in if case .headers(let h) = frame.payload { h.headers } else { nil } }
+        #expect(headers?.first(name: "server") == "test")
+        #expect(headers?.first(name: "date")?.hasSuffix(" GMT") == true)
+        #expect(frames.filter { $0.streamID == 3 }.last.flatMap(Self.text) == "GET /v1/other ")
+    }
+
+    @Test func aBodyPastTheLimitIsAnsweredAtOnceAndTheRestRefused() async throws {
+        let harness = try await Harness()
+        try await harness.headers(1, path: "/v1/echo", end: false)
+        try await harness.data(1, String(repeating: "x", count: HTTP2Connection.bodyLimit), end: false)
+        try await harness.data(1, "y", end: false)
+        // (The connection's flow-control window is credited for the bytes read, on stream 0.)
+        let frames = try await harness.frames(count: 3).filter { $0.streamID == 1 }
+        #expect(frames.first.flatMap(Self.status) == "413")
+        guard case .rstStream(let code) = frames.last?.payload else {
+            Issue.record("no RST_STREAM after the early answer: \(frames)")
+            return
+        }
+        #expect(code == .noError)
+        // What the client still sends on it is dropped.
+        try await harness.data(1, "z", end: true)
+        #expect(try await harness.frames(count: 1).filter { $0.streamID == 1 }.isEmpty)
+    }
+
+    @Test func headersWithoutAMethodResetTheStream() async throws {
+        let harness = try await Harness()
+        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .headers(.init(headers: [":path": "/v1/x", ":scheme": "https"], endStream: true))))
+        let frames = try await harness.frames(count: 1)
+        guard case .rstStream(let code) = frames.first?.payload else {
+            Issue.record("no RST_STREAM: \(frames)")
+            return
+        }
+        #expect(code == .protocolError)
+    }
+
+    @Test func theClientClosingItsSideClosesTheConnection() async throws {
+        let harness = try await Harness()
+        harness.channel.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        await harness.channel.testingEventLoop.run()
+        #expect(!harness.channel.isActive)
+    }
+
+    @Test func shutdownSendsGoAwayAndClosesWhenTheLastResponseHasEnded() async throws {
+        let harness = try await Harness()
+        try await harness.headers(1, method: "GET", path: "/stream", end: true)
+        let opened = try await harness.frames(count: 2)
+        #expect(opened.first.flatMap(Self.status) == "200")
+        #expect(opened.last.flatMap(Self.text) == "data: hello\n\n")
+        harness.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        let goAway = try await harness.frames(count: 1)
+        guard case .goAway(let last, let code, _) = goAway.first?.payload else {
+            Issue.record("no GOAWAY: \(goAway)")
+            return
+        }
+        #expect(last == 1 && code == .noError)
+        #expect(harness.channel.isActive, "the open response keeps the connection")
+        // A stream opened after the GOAWAY is refused.
+        try await harness.headers(3, method: "GET", path: "/v1/late", end: true)
+        let refused = try await harness.frames(count: 1)
+        guard case .rstStream(let refusal) = refused.first?.payload else {
+            Issue.record("a late stream was not refused: \(refused)")
+            return
+        }
+        #expect(refusal == .refusedStream)
+        // The stream's response ends: the client resets it, its sink learns, the body finishes.
+        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.cancel)))
+        for _ in 0..<2_000 where harness.channel.isActive {
+            await harness.channel.testingEventLoop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(!harness.channel.isActive)
+    }
+}
