@@ -160,7 +160,12 @@ extension Gateway {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError.unauthorized("Authorization: Bearer <token> is required")
         }
-        let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
+        // Optional whitespace around the token is spaces and tabs (RFC 9110); trimmed without
+        // Foundation's CharacterSet, which bridges through NSString on every request.
+        var rest = header.utf8.dropFirst("Bearer ".count)
+        while let first = rest.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { rest = rest.dropFirst() }
+        while let last = rest.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { rest = rest.dropLast() }
+        let token = String(Substring(rest))
         let askedAt = ContinuousClock.now
         // The very text of a token this gateway verified (and the actor found valid) needs
         // neither its signature checked again nor the actor asked, until its lease runs out.

@@ -3,7 +3,6 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
 import HummingbirdCore
-import HummingbirdHTTP2
 import Logging
 import NIOCore
 import NIOPosix
@@ -56,8 +55,8 @@ public struct OperationsReply: Sendable {
     }
 }
 
-/// The request context: the stream's channel (to notice a client that went away) and the
-/// client's address (for login rate limits).
+/// The request context: the client's connection (its address, for login rate limits) and, on
+/// HTTP/2, the stream an event stream writes into.
 public struct GatewayContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     /// The connection (HTTP/1.1, HTTP/2).
@@ -124,7 +123,8 @@ public final class Gateway: Sendable {
         alpn.applicationProtocols = ["h2", "http/1.1"]
         let sslContext = try NIOSSLContext(configuration: alpn)
         let routes = router.buildResponder()
-        let http2 = HTTP2Responder(respond: { try await routes.respond(to: $0, context: $1) }, serverName: "parley", logger: logger)
+        let http2 = HTTP2Responder(
+            respond: { try await routes.respond(to: $0, context: $1) }, bodyLimit: configuration.bodyLimitBytes, serverName: "parley", logger: logger)
         let server = HTTPServerBuilder { responder in
             GatewayChildChannel(sslContext: sslContext, http1: HTTP1Channel(responder: responder), http2: http2)
         }

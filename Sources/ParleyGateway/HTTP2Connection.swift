@@ -72,6 +72,9 @@ struct GatewayChildChannel: ServerChildChannel {
 /// (unknown errors become an empty 500; `Date` and `Server` headers added).
 struct HTTP2Responder: Sendable {
     let respond: @Sendable (Request, GatewayContext) async throws -> Response
+    /// The request body limit (API.md's 64 KiB): a larger body is answered (413) once the limit is
+    /// passed, and the rest refused.
+    let bodyLimit: Int
     let serverName: String
     let logger: Logger
 
@@ -113,11 +116,10 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
-    /// API.md's request body limit; a larger body is answered (413) once the limit is passed.
-    static let bodyLimit = 64 * 1024
     static let settings: HTTP2Settings = [
         HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-        // Larger than any accepted body, so a stream's window never needs topping up.
+        // Larger than any accepted body (the gateway's limit is at most a few hundred KiB), so a
+        // stream's window never needs topping up.
         HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
         HTTP2Setting(parameter: .maxHeaderListSize, value: 80 * 1024),
     ]
@@ -196,7 +198,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
             }
             incoming[id] = nil  // no copy of the body while it grows
             request.body.writeBuffer(&bytes)
-            if request.body.readableBytes > Self.bodyLimit {
+            if request.body.readableBytes > responder.bodyLimit {
                 request.answered = true
                 incoming[id] = payload.endStream ? nil : request
                 dispatch(id, request, context: context)

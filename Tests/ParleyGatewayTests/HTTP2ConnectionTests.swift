@@ -13,6 +13,8 @@ import Testing
 /// The gateway's HTTP/2 connection handler, frame by frame: what it answers, and when it resets
 /// streams and closes the connection.
 @Suite struct HTTP2ConnectionTests {
+    static let bodyLimit = 64 * 1024
+
     /// An echo of the request (method, path, body) with 201, 413 past the body limit; `/stream`
     /// answers with a streamed body written through the stream's event sink until the client
     /// resets it.
@@ -32,11 +34,11 @@ import Testing
                     })
                 }
                 let body = try await request.body.collect(upTo: .max)
-                guard body.readableBytes <= HTTP2Connection.bodyLimit else { return Response(status: .contentTooLarge) }
+                guard body.readableBytes <= bodyLimit else { return Response(status: .contentTooLarge) }
                 let text = "\(request.method) \(request.uri.path) \(String(buffer: body))"
                 return Response(status: .created, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
             },
-            serverName: "test", logger: Logger(label: "test"))
+            bodyLimit: bodyLimit, serverName: "test", logger: Logger(label: "test"))
     }
 
     final class SinkBox: Sendable {
@@ -119,7 +121,7 @@ import Testing
     @Test func aBodyPastTheLimitIsAnsweredAtOnceAndTheRestRefused() async throws {
         let harness = try await Harness()
         try await harness.headers(1, path: "/v1/echo", end: false)
-        try await harness.data(1, String(repeating: "x", count: HTTP2Connection.bodyLimit), end: false)
+        try await harness.data(1, String(repeating: "x", count: Self.bodyLimit), end: false)
         try await harness.data(1, "y", end: false)
         // (The connection's flow-control window is credited for the bytes read, on stream 0.)
         let frames = try await harness.frames(count: 3).filter { $0.streamID == 1 }
