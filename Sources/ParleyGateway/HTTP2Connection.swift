@@ -245,7 +245,11 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        responder.logger.debug("HTTP/2 connection error", metadata: ["error": "\(error)"])
+        responder.logger.debug("HTTP/2 error", metadata: ["error": "\(error)"])
+        // A protocol error was answered by NIOHTTP2Handler already: a stream error with a
+        // RST_STREAM (the connection and its other streams go on), a connection error with a
+        // GOAWAY. Anything else (TLS, I/O) ends the connection.
+        if error is any NIOHTTP2Error { return }
         context.close(promise: nil)
     }
 

@@ -147,6 +147,17 @@ import Testing
         #expect(code == .protocolError)
     }
 
+    @Test func anHTTP2ErrorLeavesTheConnectionToNIOHTTP2AndOtherErrorsEndIt() async throws {
+        let harness = try await Harness()
+        // NIOHTTP2Handler has answered a protocol error already (RST_STREAM or GOAWAY).
+        harness.channel.pipeline.fireErrorCaught(NIOHTTP2Errors.invalidALPNToken())
+        await harness.channel.testingEventLoop.run()
+        #expect(harness.channel.isActive)
+        harness.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
+        await harness.channel.testingEventLoop.run()
+        #expect(!harness.channel.isActive)
+    }
+
     @Test func theClientClosingItsSideClosesTheConnection() async throws {
         let harness = try await Harness()
         harness.channel.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
