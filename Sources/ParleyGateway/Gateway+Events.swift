@@ -35,9 +35,17 @@ extension Gateway {
             pingTicks: ServerSentEvent.pingTicks(http2: http2), logger: logger,
             fetch: { [self] conversation, after, before in await fetchGap(conversation, for: caller.id, after: after, before: before) })
         guard let sessionID = hub.register(stream) else {
+            stream.finish()
             throw APIError.unavailable("this gateway is shutting down; connect to another")
         }
         let session = PresenceShard.SessionRef(userId: caller.id, sessionID: sessionID)
+        // However the stream ends — its client gone, the hub closing it, this request failing, or
+        // a response never written — it leaves the hub, and the presence shard hears of it in the
+        // background (if it cannot be reached, the session's lease runs out instead).
+        stream.ended.whenComplete { [self] _ in
+            hub.unregister(sessionID)
+            Task { await self.closeSession(session) }
+        }
         let replay: [ChatEvent]
         do {
             _ = try await PresenceShard.resolve(for: caller.id, using: system).openSession(session, gateway: system.settings.name)
@@ -47,18 +55,13 @@ extension Gateway {
                 replay = []
             }
         } catch {
-            hub.unregister(sessionID)
-            await closeSession(session)
+            stream.finish()
             throw error
         }
         logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "replayed.count": "\(replay.count)"])
         let body = ResponseBody { bodyWriter in
             stream.start(replay: replay)
             try? await stream.ended.get()
-            self.hub.unregister(sessionID)
-            // The response ends now; the presence shard hears of it in the background (if it
-            // cannot be reached, the session's lease runs out instead).
-            Task { await self.closeSession(session) }
             try? await bodyWriter.finish(nil)
         }
         return Response(

@@ -98,13 +98,19 @@ struct HTTP2Responder: Sendable {
         let response = await response(to: request, context: context)
         let headers = HTTP2Connection.headers(of: response.head)
         let body = response.body
-        if body.contentLength != nil {
-            // Head, body and end in one flush.
-            try? await body.write(HTTP2BodyWriter(sink: sink, pendingHead: headers, collects: true))
-        } else {
-            // A stream: the head now; the body as it comes (an event stream writes its own).
-            sink.send(headers: headers, data: [], end: false)
-            try? await body.write(HTTP2BodyWriter(sink: sink, pendingHead: nil, collects: false))
+        do {
+            if body.contentLength != nil {
+                // Head, body and end in one flush.
+                try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: headers, collects: true))
+            } else {
+                // A stream: the head now; the body as it comes (an event stream writes its own).
+                sink.send(headers: headers, data: [], end: false)
+                try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: nil, collects: false))
+            }
+        } catch {
+            // A body that failed half-way cannot be finished: the stream is reset.
+            logger.debug("response body failed", metadata: ["error": "\(error)"])
+            sink.loop.execute { sink.close() }
         }
     }
 }
@@ -200,8 +206,12 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
             request.body.writeBuffer(&bytes)
             if request.body.readableBytes > responder.bodyLimit {
                 request.answered = true
-                incoming[id] = payload.endStream ? nil : request
                 dispatch(id, request, context: context)
+                if !payload.endStream {
+                    // Kept only to drop the rest of the body as it comes.
+                    request.body = ByteBuffer()
+                    incoming[id] = request
+                }
             } else {
                 incoming[id] = request
                 if payload.endStream { requestComplete(id, context: context) }

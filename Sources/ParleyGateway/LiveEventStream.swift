@@ -39,10 +39,10 @@ final class ChannelEventSink: EventStreamSink {
 ///
 /// The hub hands it events on that loop (one hop per loop and delivery, not one task per stream
 /// and event), and it writes each as a server-sent event straight into the response
-/// (``EventStreamSink``), flushing once per batch. Per conversation, messages go out in seq order without duplicates;
-/// a gap is filled from the conversation (``fetch``) before the message after it, while later
-/// events wait in order. The response's task only starts it (`start(replay:)`) and waits for
-/// its end (`ended`).
+/// (``EventStreamSink``), flushing once per batch. Per conversation, messages go out in seq order
+/// without duplicates; a gap is filled from the conversation (``fetch``) before the message after
+/// it, while later events wait in order. The response's task only starts it (`start(replay:)`)
+/// and waits for its end (`ended`).
 ///
 /// Everything but the constants is touched only on `loop`.
 final class LiveEventStream: @unchecked Sendable {
@@ -73,7 +73,7 @@ final class LiveEventStream: @unchecked Sendable {
     private var isEnded = false
     private var needsFlush = false
     private var ticks = 0
-    /// Writes made while the channel was not writable, since it last was.
+    /// Writes made while the connection was not writable, since it last was.
     private var writesWhileUnwritable = 0
 
     /// A client that reads nothing: after this many events written while its stream could not take
@@ -95,11 +95,18 @@ final class LiveEventStream: @unchecked Sendable {
         self.logger = logger
         self.fetch = fetch
         self.endedPromise = sink.loop.makePromise()
-        sink.closed.whenComplete { [self] _ in end() }
+        // Weak: an HTTP/1.1 connection may carry many streams, one after another, and its close
+        // should not keep the ended ones. A live stream is held by the hub and its response.
+        sink.closed.whenComplete { [weak self] _ in self?.end() }
     }
 
-    /// Completes when the stream has ended: its client went away, a write failed, or the hub
-    /// finished it. Nothing is written after that.
+    deinit {
+        // A stream dropped before it ended (its response was never written) still completes.
+        if !isEnded { endedPromise.succeed(()) }
+    }
+
+    /// Completes when the stream has ended: its client went away (connection closed, stream
+    /// reset) or read too slowly, or the hub finished it. Nothing is written after that.
     var ended: EventLoopFuture<Void> { endedPromise.futureResult }
 
     // MARK: Called from anywhere

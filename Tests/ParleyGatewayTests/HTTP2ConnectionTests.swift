@@ -33,6 +33,9 @@ import Testing
                         try await writer.finish(nil)
                     })
                 }
+                if request.uri.path == "/fails" {
+                    return Response(status: .ok, body: ResponseBody { _ in throw CancellationError() })
+                }
                 let body = try await request.body.collect(upTo: .max)
                 guard body.readableBytes <= bodyLimit else { return Response(status: .contentTooLarge) }
                 let text = "\(request.method) \(request.uri.path) \(String(buffer: body))"
@@ -134,6 +137,18 @@ import Testing
         // What the client still sends on it is dropped.
         try await harness.data(1, "z", end: true)
         #expect(try await harness.frames(count: 1).filter { $0.streamID == 1 }.isEmpty)
+    }
+
+    @Test func aBodyThatFailsHalfWayResetsItsStream() async throws {
+        let harness = try await Harness()
+        try await harness.headers(1, method: "GET", path: "/fails", end: true)
+        let frames = try await harness.frames(count: 2)
+        #expect(frames.first.flatMap(Self.status) == "200")
+        guard case .rstStream(let code) = frames.last?.payload else {
+            Issue.record("the stream was left open: \(frames)")
+            return
+        }
+        #expect(code == .cancel)
     }
 
     @Test func headersWithoutAMethodResetTheStream() async throws {
