@@ -27,9 +27,10 @@ public struct ConversationState: Sendable {
 
     // MARK: Messages
 
-    /// A message was committed: the conversation and its sender's watermarks move to it. Commits of one conversation happen in seq order, but their
-    /// senders may be answered out of it (the group commit starts the next commit before it
-    /// answers the last one's): an older message still moves its sender's watermarks.
+    /// A message was committed: the conversation and its sender's watermarks move to it. Commits
+    /// of one conversation happen in seq order, but their senders may be answered out of it (the
+    /// group commit starts the next commit before it answers the last one's): an older message
+    /// still moves its sender's watermarks.
     public mutating func committed(_ message: Message) {
         if message.seq > record.lastSeq {
             record.lastSeq = message.seq

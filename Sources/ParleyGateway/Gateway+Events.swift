@@ -24,16 +24,16 @@ extension Gateway {
             }
             cursor = parsed
         }
-        // Register first, so nothing committed from now on is missed; then tell the presence
-        // shard, so owners deliver here; then read what happened before (replay).
-        // The stream's first byte is its `ready` (or its replay), after the response head. Over
-        // HTTP/2 the server gives the stream its own sink; over HTTP/1.1 it is the connection.
+        // Over HTTP/2 the server gives the stream its own sink; over HTTP/1.1 it is the connection.
         let sink = context.eventSink ?? ChannelEventSink(context.channel)
         let http2 = context.eventSink != nil
         let stream = LiveEventStream(
             user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(Date()),
             pingTicks: ServerSentEvent.pingTicks(http2: http2), logger: logger,
             fetch: { [self] conversation, after, before in await fetchGap(conversation, for: caller.id, after: after, before: before) })
+        // Register first, so nothing committed from now on is missed; then tell the presence
+        // shard, so owners deliver here; then read what happened before (replay). The stream
+        // writes nothing before `start`: its replay, `ready`, then what arrived meanwhile.
         guard let sessionID = hub.register(stream) else {
             stream.finish()
             throw APIError.unavailable("this gateway is shutting down; connect to another")
