@@ -44,6 +44,7 @@ public distributed actor ConversationActor {
     private var epoch: Int64
     private let services: ChatServices
     private let directory: GatewayDirectory
+    private let courier: GatewayCourier
     private var logger: Logger
     /// Events to the gateways of the members' streams; set once the conversation exists.
     private var fanOut: ConversationFanOut?
@@ -66,21 +67,24 @@ public distributed actor ConversationActor {
     /// Makes `system` activate conversations from the store on their owner's first call.
     public static func register(on system: ClusterSystem, services: ChatServices) {
         let directory = GatewayDirectory(system: system)
+        let courier = GatewayCourier(system: system)
         system.register(kind: kind) { id, system in
-            try await activate(id, system: system, services: services, directory: directory)
+            try await activate(id, system: system, services: services, directory: directory, courier: courier)
         }
         ConversationRecovery.register(on: system, store: services.store)
     }
 
     /// Loads the conversation and takes ownership of it (a new epoch fences off any earlier owner).
     /// An ID not in the store activates empty, waiting for ``create(_:)``.
-    static func activate(_ id: ClusterActorID, system: ClusterSystem, services: ChatServices, directory: GatewayDirectory) async throws -> ConversationActor {
+    static func activate(
+        _ id: ClusterActorID, system: ClusterSystem, services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier
+    ) async throws -> ConversationActor {
         let conversation = ConversationID(rawValue: id.key)
         do {
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
-            return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, directory: directory, actorSystem: system)
+            return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
-            return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, actorSystem: system)
+            return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError {
             throw ChatError(.unavailable, "cannot load conversation: \(error)")
         }
@@ -97,10 +101,11 @@ public distributed actor ConversationActor {
 
     init(
         id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, services: ChatServices,
-        directory: GatewayDirectory, actorSystem: ClusterSystem
+        directory: GatewayDirectory, courier: GatewayCourier, actorSystem: ClusterSystem
     ) {
         self.actorSystem = actorSystem
         self.directory = directory
+        self.courier = courier
         self.loaded = record.map { ConversationState(record: $0) }
         self.epoch = epoch
         self.services = services
@@ -109,7 +114,7 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
-            self.fanOut = ConversationFanOut(system: actorSystem, directory: directory, lastSeq: record.lastSeq, logger: logger)
+            self.fanOut = ConversationFanOut(directory: directory, courier: courier, lastSeq: record.lastSeq, logger: logger)
         }
     }
 
@@ -157,7 +162,7 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut = ConversationFanOut(system: actorSystem, directory: directory, lastSeq: stored.lastSeq, logger: logger)
+                fanOut = ConversationFanOut(directory: directory, courier: courier, lastSeq: stored.lastSeq, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))

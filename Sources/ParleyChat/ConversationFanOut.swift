@@ -11,7 +11,7 @@ import Synchronization
 /// events then queue for a single consumer, which takes everything queued at once, asks the
 /// presence shards once which gateways hold the streams of all those events' members, and hands
 /// each gateway its share, event by event, on that gateway's ordered path
-/// (``OrderedDeliveryStateMachine``).
+/// (``OrderedDeliveryStateMachine``), through the node's ``GatewayCourier``.
 ///
 /// The directory is asked after the events happened, through the node's ``GatewayDirectory``:
 /// its answers are remembered for a lease, and a stream opening on a gateway an answer lacks
@@ -29,15 +29,15 @@ final class ConversationFanOut: Sendable {
         var consuming = false
     }
 
-    private let system: ClusterSystem
     private let directory: GatewayDirectory
+    private let courier: GatewayCourier
     private let state: Mutex<State>
     private let logger: Logger
 
     /// - Parameter lastSeq: the conversation's last seq at activation: released messages start after it.
-    init(system: ClusterSystem, directory: GatewayDirectory, lastSeq: Int64, logger: Logger) {
-        self.system = system
+    init(directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, logger: Logger) {
         self.directory = directory
+        self.courier = courier
         self.logger = logger
         self.state = Mutex(State(nextSeq: lastSeq + 1))
     }
@@ -115,10 +115,9 @@ final class ConversationFanOut: Sendable {
             ])
         case .send(let gateway, let batch):
             Task { [self] in
-                do {
-                    try await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system).deliver(batch)
+                if await courier.deliver(batch, to: gateway) {
                     perform(state.withLock { $0.machine.delivered(to: gateway) })
-                } catch {
+                } else {
                     try? await Task.sleep(for: .milliseconds(100))
                     perform(state.withLock { $0.machine.failed(to: gateway) })
                 }

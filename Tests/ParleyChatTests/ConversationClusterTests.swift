@@ -45,9 +45,10 @@ import Testing
             stores.byNode.withLock { $0[system.settings.name] = store }
             let services = ChatServices(store: store)
             let directory = GatewayDirectory(system: system)
+            let courier = GatewayCourier(system: system)
             system.register(kind: ConversationActor.kind) { id, system in
                 cluster.recordActivation(id, on: system)
-                return try await ConversationActor.activate(id, system: system, services: services, directory: directory)
+                return try await ConversationActor.activate(id, system: system, services: services, directory: directory, courier: courier)
             }
         }
         for node in nodes { try await cluster.start(node, callTimeout: .seconds(5)) }

@@ -1,0 +1,113 @@
+import ParleyCluster
+import Synchronization
+
+/// Parcels for one destination merged into one send while another send to it is in flight: at
+/// most one send per destination at a time, carrying what queued up meanwhile, in the order it
+/// queued (up to `sendMax` items, at least one parcel). Pure: the shell sends what it returns and
+/// reports ``finished(_:)``.
+public struct CoalescingStateMachine<Destination: Hashable & Sendable, Parcel: Sendable>: Sendable {
+    public enum Action {
+        case none
+        /// Send these parcels in one go, then report ``finished(_:)``.
+        case send(Destination, [Parcel])
+    }
+
+    /// Items (a parcel counts as its size) per send, unless one parcel alone is larger.
+    public let sendMax: Int
+    private var queued: [Destination: [(parcel: Parcel, size: Int)]] = [:]
+    private var sending: Set<Destination> = []
+
+    public init(sendMax: Int) {
+        precondition(sendMax > 0, "sendMax \(sendMax) must be positive")
+        self.sendMax = sendMax
+    }
+
+    /// Parcels waiting for the send in flight to `destination` to end.
+    public func waiting(for destination: Destination) -> Int { queued[destination]?.count ?? 0 }
+
+    public mutating func enqueue(_ parcel: Parcel, size: Int, to destination: Destination) -> Action {
+        guard sending.insert(destination).inserted else {
+            queued[destination, default: []].append((parcel, size))
+            return .none
+        }
+        return .send(destination, [parcel])
+    }
+
+    /// The send to `destination` ended (whatever its outcome): the next one, with everything queued.
+    public mutating func finished(_ destination: Destination) -> Action {
+        guard var waiting = queued.removeValue(forKey: destination), !waiting.isEmpty else {
+            sending.remove(destination)
+            return .none
+        }
+        var taken = 0
+        var total = 0
+        while taken < waiting.count, taken == 0 || total + waiting[taken].size <= sendMax {
+            total += waiting[taken].size
+            taken += 1
+        }
+        let parcels = waiting.prefix(taken).map(\.parcel)
+        waiting.removeFirst(taken)
+        if !waiting.isEmpty { queued[destination] = waiting }
+        return .send(destination, parcels)
+    }
+}
+
+/// The node's deliveries to each gateway's inbox. Every conversation of the node hands its batches
+/// here (one batch in flight per conversation and gateway, see ``ConversationFanOut``); while a
+/// call to a gateway is on its way, what other conversations hand over for it waits and then goes
+/// in one call. Under load that is one call per gateway per round trip instead of one per
+/// conversation batch. A conversation never has two batches in one call (its next batch waits for
+/// the outcome of the one before), so its events still arrive in order; a failed call fails every
+/// batch in it, and each conversation retries its own.
+final class GatewayCourier: Sendable {
+    typealias Send = @Sendable (_ gateway: String, _ deliveries: [EventDelivery]) async throws -> Void
+
+    private struct Parcel: Sendable {
+        var deliveries: [EventDelivery]
+        var delivered: OneShot<Bool>
+    }
+
+    private let send: Send
+    private let machine: Mutex<CoalescingStateMachine<String, Parcel>>
+
+    /// - Parameter sendMax: deliveries per call, unless one conversation's batch alone is larger.
+    init(sendMax: Int = 1_024, send: @escaping Send) {
+        self.send = send
+        self.machine = Mutex(CoalescingStateMachine(sendMax: sendMax))
+    }
+
+    convenience init(system: ClusterSystem) {
+        self.init { gateway, deliveries in
+            try await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system).deliver(deliveries)
+        }
+    }
+
+    /// Delivers `deliveries` to `gateway`'s inbox, possibly in one call with other conversations'
+    /// batches; true when that call succeeded.
+    func deliver(_ deliveries: [EventDelivery], to gateway: String) async -> Bool {
+        let parcel = Parcel(deliveries: deliveries, delivered: OneShot())
+        // Nothing on its way to this gateway: the call is made from this task, without a hop.
+        if case .send(let gateway, let parcels) = machine.withLock({ $0.enqueue(parcel, size: deliveries.count, to: gateway) }) {
+            await carry(parcels, to: gateway)
+        }
+        return await parcel.delivered.wait()
+    }
+
+    /// Batches waiting for the call in flight to `gateway` (for tests).
+    func waiting(for gateway: String) -> Int { machine.withLock { $0.waiting(for: gateway) } }
+
+    private func carry(_ parcels: [Parcel], to gateway: String) async {
+        let delivered: Bool
+        do {
+            try await send(gateway, parcels.count == 1 ? parcels[0].deliveries : parcels.flatMap(\.deliveries))
+            delivered = true
+        } catch {
+            delivered = false
+        }
+        let next = machine.withLock { $0.finished(gateway) }
+        for parcel in parcels { parcel.delivered.complete(delivered) }
+        if case .send(let gateway, let more) = next {
+            Task { await carry(more, to: gateway) }
+        }
+    }
+}
