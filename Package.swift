@@ -210,7 +210,7 @@ let package = Package(
         .testTarget(
             name: "ParleyStoreTests",
             dependencies: [
-                "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres",
+                "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres", "ParleyTestKit",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],

@@ -1,3 +1,4 @@
+import Metrics
 import ParleyCluster
 import Synchronization
 
@@ -97,6 +98,7 @@ final class GatewayCourier: Sendable {
     func waiting(for gateway: String) -> Int { machine.withLock { $0.waiting(for: gateway) } }
 
     private func carry(_ parcels: [Parcel], to gateway: String) async {
+        Self.batchesPerCall.record(parcels.count)
         let delivered: Bool
         do {
             try await send(gateway, parcels.count == 1 ? parcels[0].deliveries : parcels.flatMap(\.deliveries))
@@ -110,4 +112,7 @@ final class GatewayCourier: Sendable {
             Task { await carry(more, to: gateway) }
         }
     }
+
+    /// Conversation batches per call to a gateway's inbox.
+    static let batchesPerCall = Recorder(label: "parley.fanout.batches_per_call")
 }

@@ -24,7 +24,7 @@ public final class LoopbackCluster: Sendable {
 
     public init(configure: @escaping @Sendable (ClusterSystem, LoopbackCluster) -> Void) throws {
         self.configure = configure
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-test-\(UUID().uuidString)")
+        directory = URL(fileURLWithPath: Scratch.path("parley-test"))
         try ClusterCertificates.initAuthority(in: directory)
     }
 

@@ -35,7 +35,7 @@ import Testing
     }
 
     static func fixture(nodes: [String] = ["node-a", "node-b", "node-c"]) async throws -> Fixture {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-chat-\(UUID().uuidString).sqlite").path
+        let path = Scratch.path("parley-chat", suffix: ".sqlite")
         let bootstrap = try SQLiteChatStore(path: path)
         try await bootstrap.migrate()
         try await registerUsers(Self.members + ["u_a", "u_b", "u_c", "u_x", "u_y", "u_z"], in: bootstrap)

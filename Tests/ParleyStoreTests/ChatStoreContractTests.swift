@@ -2,12 +2,12 @@ import Foundation
 import ParleyModel
 import ParleyStore
 import ParleyStoreSQLite
+import ParleyTestKit
 import Testing
 
 /// A fresh SQLite database in a temporary folder.
 func makeSQLiteStore(settings: SQLiteChatStore.Settings = SQLiteChatStore.Settings()) async throws -> SQLiteChatStore {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-store-\(UUID().uuidString)")
-    let store = try SQLiteChatStore(path: directory.appendingPathComponent("parley.sqlite").path, settings: settings)
+    let store = try SQLiteChatStore(path: Scratch.path("parley-store", suffix: ".sqlite"), settings: settings)
     try await store.migrate()
     return store
 }

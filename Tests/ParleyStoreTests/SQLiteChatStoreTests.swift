@@ -3,6 +3,7 @@ import GRDB
 import ParleyModel
 import ParleyStore
 import ParleyStoreSQLite
+import ParleyTestKit
 import Testing
 
 @Suite struct SQLiteChatStoreTests {
@@ -17,7 +18,7 @@ import Testing
     }
 
     @Test func committedMessagesSurviveReopeningTheFile() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-reopen-\(UUID().uuidString).sqlite").path
+        let path = Scratch.path("parley-reopen", suffix: ".sqlite")
         let record = Self.conversation()
         do {
             let store = try SQLiteChatStore(path: path)
@@ -37,7 +38,7 @@ import Testing
     /// into the message log and its index: read forwards, backwards and as the last message, a
     /// retried clientMessageId is still one message, and a new append continues the conversation.
     @Test func messagesAndTheirIdempotencySurviveTheMigrations() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-v5-\(UUID().uuidString).sqlite").path
+        let path = Scratch.path("parley-v5", suffix: ".sqlite")
         let store = try SQLiteChatStore(path: path)
         try await store.migrate(upTo: SQLiteChatStore.migrationNames[2])
         let (a, b) = (Self.conversation(), Self.conversation())
@@ -148,7 +149,7 @@ import Testing
 
     /// Two connections pools on one file stand for two node processes sharing the database.
     @Test func twoOpenersOfOneFileShareItSafely() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-shared-\(UUID().uuidString).sqlite").path
+        let path = Scratch.path("parley-shared", suffix: ".sqlite")
         async let first = SQLiteChatStore(path: path)
         async let second = SQLiteChatStore(path: path)
         let stores = try await [first, second]
@@ -194,7 +195,7 @@ import Testing
     /// file while commits go on, and rewinds the WAL so that it stays smaller than what was written
     /// through it; nothing committed is lost.
     @Test func checkpointsRunInTheBackgroundAndTheWALStaysBounded() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("parley-checkpoint-\(UUID().uuidString).sqlite").path
+        let path = Scratch.path("parley-checkpoint", suffix: ".sqlite")
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         var settings = SQLiteChatStore.Settings()
         settings.backgroundCheckpoint = .milliseconds(5)

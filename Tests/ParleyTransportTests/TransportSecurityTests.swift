@@ -90,7 +90,7 @@ final class OutsiderHandler: ChannelInboundHandler, Sendable {
         let target = cluster["node-a"].address
 
         // A rogue CA issuing a certificate with a legitimate node's name.
-        let rogue = FileManager.default.temporaryDirectory.appendingPathComponent("parley-rogue-\(UUID().uuidString)")
+        let rogue = URL(fileURLWithPath: Scratch.path("parley-rogue"))
         defer { try? FileManager.default.removeItem(at: rogue) }
         try ClusterCertificates.initAuthority(in: rogue, commonName: "Rogue CA")
         try ClusterCertificates.issue(node: "node-b", in: rogue)
