@@ -34,16 +34,7 @@ public final class GroupCommitter: Sendable {
     /// Appends one message; returns when its batch is committed (or failed).
     public func append(_ request: AppendRequest) async throws(ChatStoreError) -> AppendOutcome {
         let slot = OneShot<Result<AppendOutcome, ChatStoreError>>()
-        let action = machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId) }
-        if case .commit(let batches) = action, let first = batches.first {
-            // A commit this append started (an idle store, or a conversation waiting on nothing):
-            // the first batch commits from this task, without a hop to another; any other goes on
-            // its own.
-            perform(.commit(Array(batches.dropFirst())))
-            await run(first)
-        } else {
-            perform(action)
-        }
+        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId) })
         return try await slot.wait().get()
     }
 
@@ -59,18 +50,16 @@ public final class GroupCommitter: Sendable {
             }
         case .commit(let batches):
             for batch in batches {
-                Task { await run(batch) }
+                Task {
+                    let results = await commit(batch.items)
+                    // The next commit starts before these appends are answered: the store is not
+                    // idle while hundreds of callers are resumed (what they are told is durable
+                    // already, and later commits of their conversations wait for this one anyway).
+                    perform(machine.withLock { $0.commitFinished(batch.id) })
+                    for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
+                }
             }
         }
-    }
-
-    private func run(_ batch: GroupCommitStateMachine<Entry, ConversationID>.Batch) async {
-        let results = await commit(batch.items)
-        // The next commit starts before these appends are answered: the store is not idle while
-        // hundreds of callers are resumed (what they are told is durable already, and later
-        // commits of their conversations wait for this one anyway).
-        perform(machine.withLock { $0.commitFinished(batch.id) })
-        for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
     }
 
     /// Commits `batch`; the result of each append, in order.
