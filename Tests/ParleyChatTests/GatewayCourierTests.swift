@@ -66,22 +66,34 @@ import Testing
             recipients: ["u_b"])
     }
 
+    /// Whether `condition` became true within 5 s (a courier that never queues fails the test
+    /// instead of hanging it).
+    static func eventually(_ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(5))
+        while !condition() {
+            guard ContinuousClock.now < deadline else { return false }
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        return true
+    }
+
     /// Delivers `c1`'s batch (held at the gateway), then `c2`'s and `c3`'s while it is in flight.
-    static func deliverThree(through inbox: Inbox) async -> [Bool] {
+    static func deliverThree(through inbox: Inbox) async throws -> [Bool] {
         let courier = GatewayCourier { _, deliveries in try await inbox.receive(deliveries) }
+        defer { inbox.release.complete(()) }
         let first = Task { await courier.deliver([delivery("c1", seq: 1)], to: "g") }
-        while inbox.calls.withLock({ $0.count }) < 1 { await Task.yield() }
+        try #require(await eventually { inbox.calls.withLock { $0.count } == 1 }, "the first batch is sent at once")
         let second = Task { await courier.deliver([delivery("c2", seq: 1), delivery("c2", seq: 2)], to: "g") }
-        while courier.waiting(for: "g") < 1 { await Task.yield() }
+        try #require(await eventually { courier.waiting(for: "g") == 1 }, "a batch handed over during a call waits")
         let third = Task { await courier.deliver([delivery("c3", seq: 7)], to: "g") }
-        while courier.waiting(for: "g") < 2 { await Task.yield() }
+        try #require(await eventually { courier.waiting(for: "g") == 2 }, "so does the next")
         inbox.release.complete(())
         return [await first.value, await second.value, await third.value]
     }
 
-    @Test func batchesHandedOverDuringACallGoTogetherInTheNextInOrder() async {
+    @Test func batchesHandedOverDuringACallGoTogetherInTheNextInOrder() async throws {
         let inbox = Inbox()
-        let outcomes = await Self.deliverThree(through: inbox)
+        let outcomes = try await Self.deliverThree(through: inbox)
         #expect(outcomes == [true, true, true])
         let calls = inbox.calls.withLock { $0 }
         #expect(calls.count == 2, "two calls for three batches")
@@ -89,9 +101,9 @@ import Testing
         #expect(calls.last == [Self.delivery("c2", seq: 1), Self.delivery("c2", seq: 2), Self.delivery("c3", seq: 7)])
     }
 
-    @Test func aFailedCallFailsEveryBatchInItAndOnlyThose() async {
+    @Test func aFailedCallFailsEveryBatchInItAndOnlyThose() async throws {
         let inbox = Inbox(failCall: 2)
-        let outcomes = await Self.deliverThree(through: inbox)
+        let outcomes = try await Self.deliverThree(through: inbox)
         #expect(outcomes == [true, false, false])
     }
 }
