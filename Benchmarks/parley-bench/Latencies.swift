@@ -7,11 +7,20 @@ struct Latencies {
     mutating func record(_ duration: Duration) { samples.append(duration) }
     mutating func merge(_ other: Latencies) { samples += other.samples }
 
+    /// The `p`th percentile (nil without samples).
+    func percentile(_ p: Int) -> Duration? {
+        Self.percentile(p, ofSorted: samples.sorted())
+    }
+
+    private static func percentile(_ p: Int, ofSorted sorted: [Duration]) -> Duration? {
+        sorted.isEmpty ? nil : sorted[min(sorted.count - 1, sorted.count * p / 100)]
+    }
+
     /// "p50 … µs  p90 …  p99 …  max …".
     func summary(_ percentiles: [Int] = [50, 90, 99]) -> String {
         let sorted = samples.sorted()
         guard !sorted.isEmpty else { return "no samples" }
-        var parts = percentiles.map { p in "p\(p) \(Self.format(sorted[min(sorted.count - 1, sorted.count * p / 100)]))" }
+        var parts = percentiles.map { p in "p\(p) \(Self.percentile(p, ofSorted: sorted).map(Self.format) ?? "-")" }
         parts.append("max \(Self.format(sorted[sorted.count - 1]))")
         return parts.joined(separator: "  ")
     }

@@ -114,7 +114,7 @@ struct StoreBench: AsyncParsableCommand {
                             clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(now: Date(), using: &random),
                             text: "benchmark message \(i)", sentAt: Date()))
                         guard case .appended = outcome else { throw ValidationError("append \(i): \(outcome)") }
-                        run.finished(latency: scheduled.duration(to: .now))
+                        run.finished(latency: scheduled.duration(to: .now), second: Int(Double(i) / rate))
                     } catch {
                         run.failed(error)
                     }
@@ -123,7 +123,13 @@ struct StoreBench: AsyncParsableCommand {
             }
             try await Task.sleep(for: .microseconds(200))
         }
-        return try await run.result()
+        let (latencies, perSecond) = try await run.result()
+        let seconds = perSecond.keys.sorted().map { (second: $0, p99: perSecond[$0]?.percentile(99) ?? .zero) }
+        if let worst = seconds.max(by: { $0.p99 < $1.p99 }) {
+            print("per second of the schedule: p99 over 10 ms in \(seconds.filter { $0.p99 > .milliseconds(10) }.count) of \(seconds.count) seconds; "
+                + "the worst, second \(worst.second + 1): p99 \(Latencies.format(worst.p99))")
+        }
+        return latencies
     }
 
     /// `inFlight` tasks append `count` messages in total, spread round-robin over the conversations.
@@ -158,6 +164,8 @@ struct StoreBench: AsyncParsableCommand {
 final class OpenLoopRun: Sendable {
     private struct State {
         var latencies = Latencies()
+        /// By the second of the run each append was scheduled in.
+        var perSecond: [Int: Latencies] = [:]
         var remaining: Int
         var failure: (any Error)?
         var waiter: CheckedContinuation<Void, Never>?
@@ -167,7 +175,12 @@ final class OpenLoopRun: Sendable {
 
     init(count: Int) { state = Mutex(State(remaining: count)) }
 
-    func finished(latency: Duration) { done { $0.latencies.record(latency) } }
+    func finished(latency: Duration, second: Int) {
+        done {
+            $0.latencies.record(latency)
+            $0.perSecond[second, default: Latencies()].record(latency)
+        }
+    }
 
     func failed(_ error: any Error) { done { $0.failure = $0.failure ?? error } }
 
@@ -182,8 +195,9 @@ final class OpenLoopRun: Sendable {
         waiter?.resume()
     }
 
-    /// Waits for every append; throws the first failure.
-    func result() async throws -> Latencies {
+    /// Waits for every append; throws the first failure. Also: each second's latencies, by the
+    /// second the appends were scheduled in (whether a tail is one stall or spread out).
+    func result() async throws -> (all: Latencies, perSecond: [Int: Latencies]) {
         await withCheckedContinuation { continuation in
             let finishedAlready = state.withLock { state -> Bool in
                 guard state.remaining > 0 else { return true }
@@ -194,7 +208,7 @@ final class OpenLoopRun: Sendable {
         }
         return try state.withLock { state in
             if let failure = state.failure { throw failure }
-            return state.latencies
+            return (state.latencies, state.perSecond)
         }
     }
 }

@@ -8,10 +8,10 @@ import PostgresNIO
 ///
 /// A commit takes each conversation's row lock (`SELECT … FOR UPDATE`) before it checks epochs
 /// and assigns seqs, so writers on different nodes serialize per conversation, and a stale owner
-/// fails under the same lock that the new owner's epoch was written under. A whole batch costs five
-/// round trips whatever its size (arrays bound with `UNNEST`; statements prepared once per
-/// connection, ``CommitStatements``). Several commits run at once on their own connections
-/// (``concurrentCommits``): their log flushes are shared.
+/// fails under the same lock that the new owner's epoch was written under. A whole batch is one
+/// round trip whatever its size: the appends go as arrays to the `parley_commit` function
+/// (``CommitStatements``), one statement and so one transaction. Several commits run at once on
+/// their own connections (``concurrentCommits``): their log flushes are shared.
 public final class PostgresChatStore: ChatStore {
     public let client: PostgresClient
     public let concurrentCommits: Int
@@ -134,6 +134,7 @@ public final class PostgresChatStore: ChatStore {
             "DROP INDEX conversations_by_activity",
             "ALTER TABLE conversations SET (fillfactor = 50)",
         ]),
+        (5, "the group commit as one server-side call", [CommitStatements.function]),
     ]
 
     public func migrate() async throws {
@@ -224,57 +225,42 @@ public final class PostgresChatStore: ChatStore {
 
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         guard !appends.isEmpty else { return [] }
-        return try await transaction { connection in
-            // 1. Lock every conversation of the batch, in a fixed order (no deadlocks between nodes).
-            var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64)] = [:]
-            let ids = Array(Set(appends.map(\.conversationId.rawValue))).sorted()
-            for try await (id, epoch, lastSeq, lastActivity) in try await connection.execute(CommitStatements.LockHeads(ids: ids), logger: logger) {
-                heads[id] = (epoch, lastSeq, lastActivity)
-            }
-            // 2. Messages these clientMessageIds made before.
-            var existing: [String: Message] = [:]
-            let lookup = CommitStatements.ExistingMessages(
-                conversations: appends.map(\.conversationId.rawValue), clientMessageIds: appends.map(\.clientMessageId))
-            for try await row in try await connection.execute(lookup, logger: logger) {
-                let message = Self.message(row)
-                existing[Self.key(message.conversationId.rawValue, message.clientMessageId)] = message
-            }
-            // 3. Decide every append in order; new messages take the next seqs.
-            var outcomes: [AppendOutcome] = []
-            var write = CommitStatements.WriteBatch(messages: [], heads: [], watermarks: [])
-            var ownReceipts: [String: CommitStatements.WriteBatch.Watermark] = [:]  // by "conversation\u{0}sender"
-            for append in appends {
-                let conversation = append.conversationId.rawValue
-                guard let head = heads[conversation] else {
-                    outcomes.append(.unknownConversation)
-                    continue
+        var call = CommitStatements.Commit()
+        for append in appends {
+            call.conversations.append(append.conversationId.rawValue)
+            call.epochs.append(append.epoch)
+            call.senders.append(append.senderId.rawValue)
+            call.clientMessageIds.append(append.clientMessageId)
+            call.texts.append(append.text)
+            call.sentAt.append(append.sentAt.millisecondsSince1970)
+        }
+        return try await run {
+            var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)
+            for try await (ord, outcome, seq, sender, text, sentAt, epoch) in try await client.execute(call, logger: logger) {
+                let index = Int(ord) - 1
+                guard outcomes.indices.contains(index), let kind = CommitStatements.Outcome(rawValue: outcome) else {
+                    throw ChatStoreError(.unavailable, "parley_commit answered row \(ord) with outcome \(outcome) for a batch of \(appends.count)")
                 }
-                guard head.epoch == append.epoch else {
-                    outcomes.append(.staleEpoch(current: head.epoch))
-                    continue
+                let append = appends[index]
+                switch kind {
+                case .appended:
+                    outcomes[index] = .appended(Message(
+                        conversationId: append.conversationId, seq: seq, senderId: append.senderId,
+                        clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt))
+                case .duplicate:
+                    outcomes[index] = .duplicate(Message(
+                        conversationId: append.conversationId, seq: seq, senderId: UserID(rawValue: sender),
+                        clientMessageId: append.clientMessageId, text: text, sentAt: Date(millisecondsSince1970: sentAt)))
+                case .staleEpoch:
+                    outcomes[index] = .staleEpoch(current: epoch)
+                case .unknownConversation:
+                    outcomes[index] = .unknownConversation
                 }
-                if let original = existing[Self.key(conversation, append.clientMessageId)] {
-                    outcomes.append(.duplicate(original))
-                    continue
-                }
-                let message = Message(
-                    conversationId: append.conversationId, seq: head.lastSeq + 1, senderId: append.senderId,
-                    clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
-                heads[conversation] = (head.epoch, message.seq, message.sentAt.millisecondsSince1970)
-                existing[Self.key(conversation, append.clientMessageId)] = message
-                ownReceipts[Self.key(conversation, append.senderId.rawValue)] = .init(
-                    conversation: conversation, user: append.senderId.rawValue, seq: message.seq)
-                write.messages.append((conversation, message.seq, append.senderId.rawValue, append.clientMessageId, append.text, message.sentAt.millisecondsSince1970))
-                outcomes.append(.appended(message))
             }
-            guard !write.messages.isEmpty else { return outcomes }
-            // 4. Write them, the new heads and the senders' own watermarks: one statement.
-            write.heads = Set(write.messages.map(\.conversation)).sorted().compactMap { id in
-                heads[id].map { .init(conversation: id, lastSeq: $0.lastSeq, lastActivity: $0.lastActivity) }
+            return try outcomes.enumerated().map { index, outcome in
+                guard let outcome else { throw ChatStoreError(.unavailable, "parley_commit did not answer append \(index + 1) of \(appends.count)") }
+                return outcome
             }
-            write.watermarks = ownReceipts.keys.sorted().compactMap { ownReceipts[$0] }
-            _ = try await connection.execute(write, logger: logger)
-            return outcomes
         }
     }
 
@@ -373,7 +359,7 @@ public final class PostgresChatStore: ChatStore {
 
     public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
         try await run {
-            try await client.query(
+            _ = try await client.query(
                 "INSERT INTO token_revocations (token_id, expires_at) VALUES (\(tokenID), \(expiresAt.millisecondsSince1970)) ON CONFLICT DO NOTHING",
                 logger: logger)
         }
@@ -567,8 +553,6 @@ public final class PostgresChatStore: ChatStore {
             conversationId: ConversationID(rawValue: row.0), seq: row.1, senderId: UserID(rawValue: row.2),
             clientMessageId: row.3, text: row.4, sentAt: Date(millisecondsSince1970: row.5))
     }
-
-    private static func key(_ a: String, _ b: String) -> String { a + "\u{0}" + b }
 
     /// Runs `body`; database failures become `unavailable`, store errors pass through.
     private func run<T>(_ body: () async throws -> T) async throws -> T {
