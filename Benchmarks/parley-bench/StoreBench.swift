@@ -23,6 +23,8 @@ struct StoreBench: AsyncParsableCommand {
     var inFlight = 256
     @Option(help: "Open loop instead: appends offered at this rate per second, each at its scheduled time, whatever the store does; latency counts from the scheduled time. 0: closed loop.")
     var rate: Double = 0
+    @Option(help: "Open loop: how often the driver wakes to start the appends that are due, in microseconds (latency still counts from each append's own scheduled time).")
+    var tickMicros = 200
     @Option(help: "Largest batch per commit.")
     var maxBatch = 512
     @Option(help: "How long an idle append waits for company, in microseconds (0: none).")
@@ -121,7 +123,7 @@ struct StoreBench: AsyncParsableCommand {
                 }
                 next += 1
             }
-            try await Task.sleep(for: .microseconds(200))
+            try await Task.sleep(for: .microseconds(tickMicros))
         }
         let (latencies, perSecond) = try await run.result()
         let seconds = perSecond.keys.sorted().map { (second: $0, p99: perSecond[$0]?.percentile(99) ?? .zero) }
