@@ -35,10 +35,11 @@ public final class PostgresChatStore: ChatStore {
             host: host, port: components.port ?? 5432, username: user, password: components.password,
             database: String(components.path.dropFirst()), tls: .disable)
         configuration.options.maximumConnections = maxConnections
-        // Prepared statements are planned for the arrays of each batch, never with a generic plan:
-        // one made while the tables were small (seq scans) stays cached on the connection as the
-        // tables grow (measured: a fresh database's first 100,000 appends at 10,000/s had a p50 of
-        // 43–61 ms with generic plans, against 3–12 ms).
+        // Prepared statements are planned for their arguments every time, never with a generic
+        // plan: one made while the tables were small (seq scans) stays cached on the connection as
+        // the tables grow (measured: a fresh database's first 100,000 appends at 10,000/s had a p50
+        // of 43–61 ms with generic plans, against 3–12 ms). The commit is the exception: its
+        // function plans once, with seq scans ruled out (``CommitStatements/function``).
         // random_page_cost 1.1 (PostgreSQL's default 4 is for spinning disks): with 4, a commit's
         // update of ~20 conversation heads joined them by hashing a sequential scan of the whole
         // table (a plan costed at 108 against 160 for 20 index lookups); every batch scanned all
