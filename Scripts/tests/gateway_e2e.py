@@ -4,7 +4,8 @@
 Two users register, open event streams on different gateways, talk in a direct conversation;
 receipts, typing and presence arrive; a stream resumes by cursor; a gateway is SIGKILLed and its
 client resumes on the other; a gateway paused past failure detection ends its streams when it runs
-again; a worker owning the conversation is SIGKILLed while a client sends continuously; curl, nghttp and openssl speak h2 to it; bad input gets API.md's errors; SIGTERM
+again; a worker owning the conversation is SIGKILLed while a client sends continuously; curl, nghttp and openssl speak h2 to it; a
+connection error in raw h2 gets a GOAWAY and a closed connection; bad input gets API.md's errors; SIGTERM
 ends streams cleanly. Python's standard library only (HTTP/1.1 for this driver; h2 is checked
 with curl and nghttp).
 
@@ -228,6 +229,38 @@ class Stream(threading.Thread):
 
     def wait_for(self, seconds, predicate):
         return wait_until(seconds, lambda: predicate(self.snapshot()))
+
+
+def h2_connection_error(port, wait=4.0):
+    """Speaks raw HTTP/2 over TLS (ALPN h2): the preface, then a DATA frame on stream 0, a
+    connection error. Returns the error code of the GOAWAY the server sent (None if none) and
+    whether the server closed the connection within `wait` seconds (RFC 9113 §5.4.1: it must)."""
+    def frame(ftype, stream, payload=b""):
+        return len(payload).to_bytes(3, "big") + bytes([ftype, 0]) + stream.to_bytes(4, "big") + payload
+    context = ssl.create_default_context(cafile=CA)
+    context.set_alpn_protocols(["h2"])
+    with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost") as tls:
+        if tls.selected_alpn_protocol() != "h2":
+            return None, False
+        tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(0x4, 0) + frame(0x0, 0, b"x"))
+        tls.settimeout(0.5)
+        received, code, deadline = b"", None, time.time() + wait
+        while time.time() < deadline:
+            try:
+                chunk = tls.recv(65536)
+            except socket.timeout:
+                continue
+            except (ssl.SSLError, OSError):
+                return code, True
+            if not chunk:
+                return code, True
+            received += chunk
+            while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
+                length = int.from_bytes(received[:3], "big")
+                if received[3] == 0x7:
+                    code = int.from_bytes(received[13:17], "big")
+                received = received[9 + length:]
+        return code, False
 
 
 def seqs(messages):
@@ -514,6 +547,9 @@ def main():
     s_client = subprocess.run(["openssl", "s_client", "-alpn", "h2", "-CAfile", CA, "-connect", f"127.0.0.1:{CLIENT['gateway-1']}", "-servername", "localhost"],
                               input="", capture_output=True, text=True, timeout=10)
     check("ALPN protocol: h2" in s_client.stdout and "Verify return code: 0" in s_client.stdout, "openssl s_client negotiates ALPN h2 with a verified certificate")
+    goaway_code, closed = h2_connection_error(CLIENT['gateway-1'])
+    check(goaway_code == 1 and closed, "an h2 connection error (DATA on stream 0) gets GOAWAY PROTOCOL_ERROR, then the gateway closes the connection",
+          f"GOAWAY error code {goaway_code}, closed {closed}")
 
     # Bad input: the documented errors, and everyone else keeps being served.
     def error_of(status, body):

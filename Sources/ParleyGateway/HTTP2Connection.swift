@@ -132,6 +132,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
 
     static func configure(_ channel: any Channel, responder: HTTP2Responder) throws {
         let sync = channel.pipeline.syncOperations
+        try sync.addHandler(ConnectionErrorCloser())
         try sync.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings))
         try sync.addHandler(HTTP2Connection(responder: responder))
     }
@@ -258,7 +259,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
         responder.logger.debug("HTTP/2 error", metadata: ["error": "\(error)"])
         // A protocol error was answered by NIOHTTP2Handler already: a stream error with a
         // RST_STREAM (the connection and its other streams go on), a connection error with a
-        // GOAWAY. Anything else (TLS, I/O) ends the connection.
+        // GOAWAY, after which ConnectionErrorCloser closes the connection. Anything else (TLS,
+        // I/O) ends the connection.
         if error is any NIOHTTP2Error { return }
         context.close(promise: nil)
     }
