@@ -6,50 +6,60 @@ import NIOCore
 /// are frames from the first), it tracks frame boundaries: each 9-byte header gives the payload
 /// length to skip, and a GOAWAY's payload (on stream 0) yields its error code.
 struct OutboundGoAwayScanner {
-    private enum State {
-        /// Collecting a frame header (9 bytes).
-        case header([UInt8])
-        /// Skipping a payload; for a GOAWAY, keeping its first 8 bytes (last stream ID, error code).
-        case payload(left: Int, goAway: [UInt8]?)
-    }
+    /// Bytes of the current frame header seen (0–9; 9 means within the payload).
+    private var headerSeen = 0
+    private var length = 0
+    private var type: UInt8 = 0
+    private var stream: UInt32 = 0
+    private var payloadLeft = 0
+    /// Within a GOAWAY's payload: its bytes seen so far (the error code is bytes 4–7).
+    private var goAwaySeen = 0
+    private var errorCode: UInt32 = 0
 
-    private var state = State.header([])
-
-    /// The error codes of the GOAWAY frames that end within `bytes`, in order.
+    /// The error codes of the GOAWAY frames that end within `bytes`, in order. No allocation
+    /// per frame: it sees every frame the gateway writes.
     mutating func scan(_ bytes: ByteBufferView) -> [UInt32] {
         var found: [UInt32] = []
         var index = bytes.startIndex
         while index < bytes.endIndex {
-            switch state {
-            case .header(var header):
-                header.append(bytes[index])
+            if headerSeen < 9 {
+                let byte = bytes[index]
                 index = bytes.index(after: index)
-                guard header.count == 9 else {
-                    state = .header(header)
-                    continue
+                switch headerSeen {
+                case 0...2: length = length << 8 | Int(byte)
+                case 3: type = byte
+                case 4: break  // flags
+                default: stream = stream << 8 | UInt32(byte)
                 }
-                let length = Int(header[0]) << 16 | Int(header[1]) << 8 | Int(header[2])
-                let onStreamZero = header[5] & 0x7f == 0 && header[6] == 0 && header[7] == 0 && header[8] == 0
-                state = length == 0 ? .header([]) : .payload(left: length, goAway: header[3] == 0x7 && onStreamZero ? [] : nil)
-            case .payload(var left, var goAway):
-                let take = min(left, bytes.distance(from: index, to: bytes.endIndex))
-                if var prefix = goAway, prefix.count < 8 {
-                    prefix.append(contentsOf: bytes[index..<bytes.index(index, offsetBy: min(take, 8 - prefix.count))])
-                    goAway = prefix
+                headerSeen += 1
+                if headerSeen == 9 {
+                    payloadLeft = length
+                    goAwaySeen = 0
+                    errorCode = 0
+                    if payloadLeft == 0 { startFrame() }
                 }
-                index = bytes.index(index, offsetBy: take)
-                left -= take
-                guard left == 0 else {
-                    state = .payload(left: left, goAway: goAway)
-                    continue
-                }
-                if let prefix = goAway, prefix.count == 8 {
-                    found.append(UInt32(prefix[4]) << 24 | UInt32(prefix[5]) << 16 | UInt32(prefix[6]) << 8 | UInt32(prefix[7]))
-                }
-                state = .header([])
+                continue
+            }
+            let isGoAway = type == 0x7 && stream & 0x7fff_ffff == 0
+            let take = isGoAway && goAwaySeen < 8 ? 1 : min(payloadLeft, bytes.distance(from: index, to: bytes.endIndex))
+            if isGoAway && goAwaySeen < 8 {
+                if goAwaySeen >= 4 { errorCode = errorCode << 8 | UInt32(bytes[index]) }
+                goAwaySeen += 1
+            }
+            index = bytes.index(index, offsetBy: take)
+            payloadLeft -= take
+            if payloadLeft == 0 {
+                if isGoAway && goAwaySeen == 8 { found.append(errorCode) }
+                startFrame()
             }
         }
         return found
+    }
+
+    private mutating func startFrame() {
+        headerSeen = 0
+        length = 0
+        stream = 0
     }
 }
 

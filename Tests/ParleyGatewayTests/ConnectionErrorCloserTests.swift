@@ -12,8 +12,8 @@ import Testing
             + [UInt8(stream >> 24), UInt8(stream >> 16 & 0xff), UInt8(stream >> 8 & 0xff), UInt8(stream & 0xff)] + payload
     }
 
-    static func goAway(errorCode: UInt32, debug: [UInt8] = []) -> [UInt8] {
-        frame(type: 0x7, [0, 0, 0, 3, UInt8(errorCode >> 24), UInt8(errorCode >> 16 & 0xff), UInt8(errorCode >> 8 & 0xff), UInt8(errorCode & 0xff)] + debug)
+    static func goAway(errorCode: UInt32, lastStream: [UInt8] = [0, 0, 0, 3], debug: [UInt8] = []) -> [UInt8] {
+        frame(type: 0x7, lastStream + [UInt8(errorCode >> 24), UInt8(errorCode >> 16 & 0xff), UInt8(errorCode >> 8 & 0xff), UInt8(errorCode & 0xff)] + debug)
     }
 
     /// GOAWAYs are found by frame boundaries, however the bytes are split into writes; bytes inside
@@ -26,6 +26,7 @@ import Testing
             + Self.frame(type: 0x6, [UInt8](repeating: 7, count: 8))
             + Self.goAway(errorCode: 2, debug: Array("flood".utf8))
             + Self.frame(type: 0x4, stream: 0)
+            + Self.goAway(errorCode: 0x0a0b_0c0d, lastStream: [0x7f, 0xff, 0xff, 0xff])
         for chunkSize in 1...bytes.count {
             var scanner = OutboundGoAwayScanner()
             var found: [UInt32] = []
@@ -35,7 +36,7 @@ import Testing
                 found += scanner.scan(chunk.readableBytesView)
                 offset += chunkSize
             }
-            #expect(found == [0, 2], "chunks of \(chunkSize) bytes")
+            #expect(found == [0, 2, 0x0a0b_0c0d], "chunks of \(chunkSize) bytes")
         }
     }
 
