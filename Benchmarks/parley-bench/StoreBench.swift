@@ -29,7 +29,7 @@ struct StoreBench: AsyncParsableCommand {
     var maxBatch = 512
     @Option(help: "How long an idle append waits for company, in microseconds (0: none).")
     var maxWaitMicros = 0
-    @Option(help: "Commits run at once (default: the store's own; 1 for SQLite, 4 for PostgreSQL).")
+    @Option(help: "Commits run at once (default: the store's own; 1 for SQLite, 2 for PostgreSQL).")
     var concurrentCommits: Int?
     @Option(help: "SQLite synchronous mode: normal or full.")
     var synchronous = "normal"

@@ -100,6 +100,18 @@ public enum ChatStoreContract {
             try check(next.seq == 2, "the next message got seq \(next.seq), expected 2: a duplicate must not use a seq")
             try check(try await store.message(in: id, clientMessageId: cmid) == original, "lookup by clientMessageId")
         },
+        Case(name: "an appended message is the message read back, to the millisecond it is stored with") { store in
+            let (id, epoch) = try await owned(store)
+            var request = append(id, epoch: epoch, "between milliseconds")
+            request.sentAt = Date(timeIntervalSince1970: 1_800_000_000.123_456)
+            let outcomes = try await store.commit([request, request])
+            guard case .appended(let appended) = outcomes.first, case .duplicate(let duplicate) = outcomes.last else {
+                throw ContractViolation(description: "outcomes \(outcomes)")
+            }
+            let stored = try await store.messages(in: id, after: 0, limit: 10)
+            try check(stored == [appended], "appended \(appended), read back \(stored)")
+            try check(duplicate == appended, "the same clientMessageId again in the batch: \(duplicate)")
+        },
         Case(name: "the same clientMessageId twice in one commit stores it once") { store in
             let (id, epoch) = try await owned(store)
             let cmid = UUID().uuidString.lowercased()

@@ -21,9 +21,12 @@ public final class PostgresChatStore: ChatStore {
 
     /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (no TLS: a private network or
     /// loopback). The pool runs until ``shutdown()``. Up to `concurrentCommits` of its
-    /// `maxConnections` take group commits at once.
+    /// `maxConnections` take group commits at once: two since a commit is one round trip (at
+    /// 10,000 appends/s into 1,000 conversations, open loop, eight runs against six with four at
+    /// once: p50 1.9–2.9 against 2.9–4.8 ms, p99 5.8–17.1 against 14.1–81.2 ms; one at once was
+    /// slower again).
     public init(
-        url: String, maxConnections: Int = 8, concurrentCommits: Int = 4, logger: Logger = Logger(label: "parley.store.postgres")
+        url: String, maxConnections: Int = 8, concurrentCommits: Int = 2, logger: Logger = Logger(label: "parley.store.postgres")
     ) throws {
         precondition(concurrentCommits >= 1 && concurrentCommits <= maxConnections, "concurrentCommits \(concurrentCommits) must be within 1…\(maxConnections)")
         guard let components = URLComponents(string: url), components.scheme == "postgres" || components.scheme == "postgresql",
@@ -247,7 +250,7 @@ public final class PostgresChatStore: ChatStore {
                 case .appended:
                     outcomes[index] = .appended(Message(
                         conversationId: append.conversationId, seq: seq, senderId: append.senderId,
-                        clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt))
+                        clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt)))
                 case .duplicate:
                     outcomes[index] = .duplicate(Message(
                         conversationId: append.conversationId, seq: seq, senderId: UserID(rawValue: sender),
