@@ -116,7 +116,7 @@ struct StoreBench: AsyncParsableCommand {
                             clientMessageId: randomIds ? UUID().uuidString.lowercased() : ClientMessageID.make(now: Date(), using: &random),
                             text: "benchmark message \(i)", sentAt: Date()))
                         guard case .appended = outcome else { throw ValidationError("append \(i): \(outcome)") }
-                        run.finished(latency: scheduled.duration(to: .now), second: Int(Double(i) / rate))
+                        run.finished(latency: scheduled.duration(to: .now), window: Int(Double(i) / rate * 10))
                     } catch {
                         run.failed(error)
                     }
@@ -125,11 +125,13 @@ struct StoreBench: AsyncParsableCommand {
             }
             try await Task.sleep(for: .microseconds(tickMicros))
         }
-        let (latencies, perSecond) = try await run.result()
-        let seconds = perSecond.keys.sorted().map { (second: $0, p99: perSecond[$0]?.percentile(99) ?? .zero) }
-        if let worst = seconds.max(by: { $0.p99 < $1.p99 }) {
-            print("per second of the schedule: p99 over 10 ms in \(seconds.filter { $0.p99 > .milliseconds(10) }.count) of \(seconds.count) seconds; "
-                + "the worst, second \(worst.second + 1): p99 \(Latencies.format(worst.p99))")
+        let (latencies, perWindow) = try await run.result()
+        let windows = perWindow.keys.sorted().map { (start: Double($0) / 10, p99: perWindow[$0]?.percentile(99) ?? .zero) }
+        if let worst = windows.max(by: { $0.p99 < $1.p99 }) {
+            let slow = windows.filter { $0.p99 > .milliseconds(10) }
+            print("per 100 ms of the schedule: p99 over 10 ms in \(slow.count) of \(windows.count)"
+                + (slow.isEmpty ? "" : " (from " + slow.prefix(40).map { String(format: "%.1f", $0.start) }.joined(separator: " ") + (slow.count > 40 ? " …" : "") + " s)")
+                + String(format: "; the worst from %.1f s: p99 ", worst.start) + Latencies.format(worst.p99))
         }
         return latencies
     }
@@ -166,8 +168,8 @@ struct StoreBench: AsyncParsableCommand {
 final class OpenLoopRun: Sendable {
     private struct State {
         var latencies = Latencies()
-        /// By the second of the run each append was scheduled in.
-        var perSecond: [Int: Latencies] = [:]
+        /// By the tenth of a second of the schedule each append was due in.
+        var perWindow: [Int: Latencies] = [:]
         var remaining: Int
         var failure: (any Error)?
         var waiter: CheckedContinuation<Void, Never>?
@@ -177,10 +179,10 @@ final class OpenLoopRun: Sendable {
 
     init(count: Int) { state = Mutex(State(remaining: count)) }
 
-    func finished(latency: Duration, second: Int) {
+    func finished(latency: Duration, window: Int) {
         done {
             $0.latencies.record(latency)
-            $0.perSecond[second, default: Latencies()].record(latency)
+            $0.perWindow[window, default: Latencies()].record(latency)
         }
     }
 
@@ -197,9 +199,9 @@ final class OpenLoopRun: Sendable {
         waiter?.resume()
     }
 
-    /// Waits for every append; throws the first failure. Also: each second's latencies, by the
-    /// second the appends were scheduled in (whether a tail is one stall or spread out).
-    func result() async throws -> (all: Latencies, perSecond: [Int: Latencies]) {
+    /// Waits for every append; throws the first failure. Also: the latencies of each tenth of a
+    /// second of the schedule (whether a tail is one stall, spread out, or periodic).
+    func result() async throws -> (all: Latencies, perWindow: [Int: Latencies]) {
         await withCheckedContinuation { continuation in
             let finishedAlready = state.withLock { state -> Bool in
                 guard state.remaining > 0 else { return true }
@@ -210,7 +212,7 @@ final class OpenLoopRun: Sendable {
         }
         return try state.withLock { state in
             if let failure = state.failure { throw failure }
-            return (state.latencies, state.perSecond)
+            return (state.latencies, state.perWindow)
         }
     }
 }
