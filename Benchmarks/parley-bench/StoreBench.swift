@@ -81,6 +81,7 @@ struct StoreBench: AsyncParsableCommand {
         let committer = GroupCommitter(
             store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros), maxConcurrentCommits: concurrentCommits)
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be 0 (closed loop) or a positive number of appends per second") }
+        guard tickMicros >= 1 else { throw ValidationError("--tick-micros must be at least 1") }
         let load = rate > 0 ? String(format: "offered %.0f/s (open loop)", rate) : "in flight \(inFlight)"
         _ = try await drive(committer, owned, count: max(1, appends / 10))  // warm-up
         let started = ContinuousClock.now
