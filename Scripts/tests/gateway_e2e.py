@@ -5,7 +5,8 @@ Two users register, open event streams on different gateways, talk in a direct c
 receipts, typing and presence arrive; a stream resumes by cursor; a gateway is SIGKILLed and its
 client resumes on the other; a gateway paused past failure detection ends its streams when it runs
 again; a worker owning the conversation is SIGKILLed while a client sends continuously; curl, nghttp and openssl speak h2 to it; a
-connection error in raw h2 gets a GOAWAY and a closed connection; bad input gets API.md's errors; SIGTERM
+connection error in raw h2 gets a GOAWAY and a closed connection, and so does an idle one (a third gateway
+with a 2 s idle timeout); bad input gets API.md's errors; SIGTERM
 ends streams cleanly. Python's standard library only (HTTP/1.1 for this driver; h2 is checked
 with curl and nghttp).
 
@@ -60,20 +61,21 @@ def free_ports(n):
 
 
 NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
-ports = free_ports(3 * len(NAMES))
-CLUSTER = {n: ports[i] for i, n in enumerate(NAMES)}
-OPS = {n: ports[len(NAMES) + i] for i, n in enumerate(NAMES)}
-CLIENT = {n: ports[2 * len(NAMES) + i] for i, n in enumerate(NAMES)}
+ALL = NAMES + ["gateway-3"]  # gateway-3 runs only for the idle-timeout check
+ports = free_ports(3 * len(ALL))
+CLUSTER = {n: ports[i] for i, n in enumerate(ALL)}
+OPS = {n: ports[len(ALL) + i] for i, n in enumerate(ALL)}
+CLIENT = {n: ports[2 * len(ALL) + i] for i, n in enumerate(ALL)}
 SEEDS = ",".join(f"127.0.0.1:{CLUSTER[n]}" for n in ["worker-1", "worker-2"])
 TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
 
 
-def start(name):
+def start(name, **settings):
     roles = "gateway" if name.startswith("gateway") else "worker"
     log = open(os.path.join(WORK, f"{name}.log"), "ab")
     env = dict(os.environ, PARLEY_TOKEN_SECRET=SECRET, PARLEY_ADMIN_TOKEN=ADMIN, PARLEY_BCRYPT_COST="4",
-               PARLEY_LOG_LEVEL=os.environ.get("E2E_LOG_LEVEL", "debug" if roles == "worker" else "info"))
+               PARLEY_LOG_LEVEL=os.environ.get("E2E_LOG_LEVEL", "debug" if roles == "worker" else "info"), **settings)
     PROCS[name] = subprocess.Popen(
         [NODE, "run", "--name", name, "--roles", roles, "--tls-dir", TLS, "--cluster-port", str(CLUSTER[name]),
          "--ops-port", str(OPS[name]), "--client-port", str(CLIENT[name]), "--seeds", SEEDS,
@@ -231,6 +233,33 @@ class Stream(threading.Thread):
         return wait_until(seconds, lambda: predicate(self.snapshot()))
 
 
+def h2_idle(port, wait=8.0):
+    """Opens a raw HTTP/2 connection over TLS (the preface and SETTINGS) and sends nothing more.
+    Returns the error code of the GOAWAY the server sent (None if none) and the seconds until it
+    closed the connection (None if it stayed open for `wait` seconds)."""
+    context = ssl.create_default_context(cafile=CA)
+    context.set_alpn_protocols(["h2"])
+    with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost") as tls:
+        tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        tls.settimeout(0.5)
+        received, code, opened = b"", None, time.time()
+        while time.time() < opened + wait:
+            try:
+                chunk = tls.recv(65536)
+            except socket.timeout:
+                continue
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                return code, time.time() - opened
+            received += chunk
+            while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
+                if received[3] == 0x7:
+                    code = int.from_bytes(received[13:17], "big")
+                received = received[9 + int.from_bytes(received[:3], "big"):]
+        return code, None
+
+
 def h2_connection_error(port, wait=4.0):
     """Speaks raw HTTP/2 over TLS (ALPN h2): the preface, then a DATA frame on stream 0, a
     connection error. Returns the error code of the GOAWAY the server sent (None if none) and
@@ -304,7 +333,7 @@ def main():
     global CONTEXT
     print(f"gateway end-to-end test (work dir {WORK})", flush=True)
     subprocess.run([NODE, "certs", "init", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
-    for name in NAMES:
+    for name in ALL:
         subprocess.run([NODE, "certs", "issue", name, "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
     CONTEXT = ssl.create_default_context(cafile=CA)
     for name in NAMES:
@@ -642,6 +671,18 @@ def main():
     check(bad.returncode != 0 and "404 not_found" in bad.stderr, "a CLI error is one clear line and a non-zero exit", bad.stderr)
     start("gateway-2")
 
+    # An idle connection is closed: a gateway with a 2 s idle timeout.
+    start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2")
+    if wait_until(30, lambda: ready("gateway-3")):
+        code, closed_after = h2_idle(CLIENT["gateway-3"])
+        check(code == 0 and closed_after is not None and 1.5 <= closed_after <= 6,
+              "an h2 connection with no stream is sent GOAWAY NO_ERROR and closed after the idle timeout (--client-idle-timeout 2)",
+              f"GOAWAY {code}, closed after {closed_after}")
+    else:
+        check(False, "gateway-3 (idle timeout 2 s) became ready", log_tail("gateway-3"))
+    kill("gateway-3", signal.SIGTERM)
+    wait_until(8, lambda: PROCS["gateway-3"].poll() is not None)
+
     # Graceful shutdown: SIGTERM ends open streams cleanly and the process exits.
     stream = Stream("gateway-1", alice["token"])
     stream.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
@@ -673,7 +714,7 @@ except Exception as error:  # a crash of the driver is a failure, with its cause
 finally:
     cleanup()
     if FAILED:
-        for name in NAMES:
+        for name in [n for n in ALL if n in PROCS]:
             print(f"----- {name}.log (last 30 lines)")
             print(log_tail(name, 30))
     if FAILED and os.environ.get("PARLEY_KEEP_FAILED"):

@@ -22,6 +22,9 @@ public struct GatewayConfiguration: Sendable {
     /// The HMAC secret every gateway shares (tokens from one are valid on all).
     public var tokenSecret: String
     public var bodyLimitBytes = 64 * 1024
+    /// A client connection with nothing in progress this long is closed (HTTP/2: no open stream,
+    /// with a GOAWAY first; HTTP/1.1: between requests); nil: never. An open event stream is never idle.
+    public var clientIdleTimeout: Duration? = .seconds(300)
     /// How long a send whose owner died is retried (same `clientMessageId`) before `503`.
     public var sendRetryWindow: Duration = .seconds(5)
     /// Messages per user.
@@ -123,10 +126,13 @@ public final class Gateway: Sendable {
         alpn.applicationProtocols = ["h2", "http/1.1"]
         let sslContext = try NIOSSLContext(configuration: alpn)
         let routes = router.buildResponder()
+        let idleTimeout = configuration.clientIdleTimeout.map { TimeAmount.nanoseconds($0.nanoseconds) }
         let http2 = HTTP2Responder(
-            respond: { try await routes.respond(to: $0, context: $1) }, bodyLimit: configuration.bodyLimitBytes, serverName: "parley", logger: logger)
+            respond: { try await routes.respond(to: $0, context: $1) }, bodyLimit: configuration.bodyLimitBytes, serverName: "parley",
+            idleTimeout: idleTimeout, logger: logger)
         let server = HTTPServerBuilder { responder in
-            GatewayChildChannel(sslContext: sslContext, http1: HTTP1Channel(responder: responder), http2: http2)
+            GatewayChildChannel(
+                sslContext: sslContext, http1: HTTP1Channel(responder: responder, configuration: .init(idleTimeout: idleTimeout)), http2: http2)
         }
         return Application(
             router: router,

@@ -76,6 +76,8 @@ struct HTTP2Responder: Sendable {
     /// passed, and the rest refused.
     let bodyLimit: Int
     let serverName: String
+    /// A connection without an open stream this long gets a GOAWAY and is closed; nil: never.
+    var idleTimeout: TimeAmount? = nil
     let logger: Logger
 
     func response(to request: Request, context: GatewayContext) async -> Response {
@@ -153,23 +155,30 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
     /// Body bytes received and not yet credited back to the connection's flow-control window.
     private var uncredited = 0
     private var highestStreamID = HTTP2StreamID.rootStream
-    /// The server is shutting down: GOAWAY was sent; the connection closes when its last
-    /// response has ended.
+    /// The server is shutting down, or the connection was idle: GOAWAY was sent; the connection
+    /// closes when its last response has ended.
     private var draining = false
+    /// Runs while the connection has no open stream (``HTTP2Responder/idleTimeout``).
+    private var idleTimer: Scheduled<Void>?
 
     init(responder: HTTP2Responder) {
         self.responder = responder
     }
 
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        updateIdleTimer(context: context)
+    }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         endAll()
+        idleTimer?.cancel()
         self.context = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         endAll()
+        idleTimer?.cancel()
         context.fireChannelInactive()
     }
 
@@ -194,6 +203,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
                 return
             }
             incoming[id] = Incoming(head: head)
+            updateIdleTimer(context: context)
             if headers.endStream { requestComplete(id, context: context) }
         case .data(let payload):
             guard case .byteBuffer(var bytes) = payload.data else { return }
@@ -221,6 +231,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
             incoming[id] = nil
             streamEnded(id)
             closeIfDrained(context: context)
+            updateIdleTimer(context: context)
         default:
             // SETTINGS, PING, WINDOW_UPDATE, GOAWAY, PRIORITY: NIOHTTP2Handler's.
             break
@@ -242,6 +253,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
             streamEnded(closed.streamID)
             incoming[closed.streamID] = nil
             closeIfDrained(context: context)
+            updateIdleTimer(context: context)
         case let event as ChannelEvent where event == .inputClosed:
             // The client closed its side (TLS close_notify); Hummingbird's server lets a
             // connection half-close, and there is nothing left to answer.
@@ -341,6 +353,27 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
 
     private func closeIfDrained(context: ChannelHandlerContext) {
         if draining && responding.isEmpty && incoming.isEmpty { context.close(promise: nil) }
+    }
+
+    /// Starts the idle timer when the connection has no open stream, stops it when it has one.
+    private func updateIdleTimer(context: ChannelHandlerContext) {
+        guard let timeout = responder.idleTimeout, !draining else { return }
+        if responding.isEmpty && incoming.isEmpty {
+            guard idleTimer == nil else { return }
+            idleTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+                idleTimer = nil
+                guard !draining, responding.isEmpty && incoming.isEmpty, let context = self.context else { return }
+                responder.logger.debug("closing an idle HTTP/2 connection", metadata: ["idle.timeout": "\(timeout)"])
+                draining = true
+                context.writeAndFlush(
+                    wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: nil))),
+                    promise: nil)
+                closeIfDrained(context: context)
+            }
+        } else {
+            idleTimer?.cancel()
+            idleTimer = nil
+        }
     }
 
     // MARK: Headers

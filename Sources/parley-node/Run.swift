@@ -89,6 +89,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: bcrypt cost of stored passwords, 4–31. (env PARLEY_BCRYPT_COST; default 10)")
     var bcryptCost: Int?
 
+    @Option(help: "Gateway: seconds a client connection may sit with nothing in progress before it is closed (HTTP/2: no open stream — an open event stream is never idle; HTTP/1.1: between requests); 0: never. (env PARLEY_CLIENT_IDLE_TIMEOUT; default 300)")
+    var clientIdleTimeout: Double?
+
     func run() async throws {
         let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
         LoggingSystem.bootstrap { label in

@@ -18,7 +18,7 @@ import Testing
     /// An echo of the request (method, path, body) with 201, 413 past the body limit; `/stream`
     /// answers with a streamed body written through the stream's event sink until the client
     /// resets it.
-    static func responder(sinks: SinkBox) -> HTTP2Responder {
+    static func responder(sinks: SinkBox, idleTimeout: TimeAmount? = nil) -> HTTP2Responder {
         HTTP2Responder(
             respond: { request, context in
                 if request.uri.path == "/stream" {
@@ -41,7 +41,7 @@ import Testing
                 let text = "\(request.method) \(request.uri.path) \(String(buffer: body))"
                 return Response(status: .created, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
             },
-            bodyLimit: bodyLimit, serverName: "test", logger: Logger(label: "test"))
+            bodyLimit: bodyLimit, serverName: "test", idleTimeout: idleTimeout, logger: Logger(label: "test"))
     }
 
     final class SinkBox: Sendable {
@@ -55,9 +55,9 @@ import Testing
         let channel = NIOAsyncTestingChannel()
         let sinks = SinkBox()
 
-        init() async throws {
+        init(idleTimeout: TimeAmount? = nil) async throws {
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
-            let responder = HTTP2ConnectionTests.responder(sinks: sinks)
+            let responder = HTTP2ConnectionTests.responder(sinks: sinks, idleTimeout: idleTimeout)
             let channel = self.channel
             try await channel.testingEventLoop.executeInContext {
                 try channel.pipeline.syncOperations.addHandler(HTTP2Connection(responder: responder))
@@ -165,6 +165,52 @@ import Testing
         harness.channel.pipeline.fireErrorCaught(IOError(errnoCode: ECONNRESET, reason: "read"))
         await harness.channel.testingEventLoop.run()
         #expect(!harness.channel.isActive)
+    }
+
+    /// A connection whose last stream has ended gets a GOAWAY (NO_ERROR) and is closed once it
+    /// has been idle for the timeout, counted from that stream's end.
+    @Test func aConnectionWithoutOpenStreamsIsClosedAfterTheIdleTimeout() async throws {
+        let harness = try await Harness(idleTimeout: .seconds(30))
+        let loop = harness.channel.testingEventLoop
+        await loop.advanceTime(by: .seconds(20))
+        try await harness.headers(1, method: "GET", path: "/v1/echo", end: true)
+        #expect(try await harness.frames(count: 2).first.flatMap(Self.status) == "201")
+        harness.channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: 1, reason: nil))
+        await loop.advanceTime(by: .seconds(29))
+        #expect(harness.channel.isActive, "closed before the timeout, counted from the stream's end")
+        await loop.advanceTime(by: .seconds(1))
+        let frames = try await harness.frames(count: 1)
+        guard case .goAway(let last, let code, _) = frames.first?.payload else {
+            Issue.record("no GOAWAY: \(frames)")
+            return
+        }
+        #expect(last == 1 && code == .noError)
+        #expect(!harness.channel.isActive)
+    }
+
+    /// An open event stream keeps its connection however long nothing else happens; once it ends
+    /// the idle timeout runs.
+    @Test func anOpenEventStreamIsNeverIdle() async throws {
+        let harness = try await Harness(idleTimeout: .seconds(30))
+        let loop = harness.channel.testingEventLoop
+        try await harness.headers(1, method: "GET", path: "/stream", end: true)
+        #expect(try await harness.frames(count: 2).last.flatMap(Self.text) == "data: hello\n\n")
+        await loop.advanceTime(by: .seconds(600))
+        #expect(harness.channel.isActive)
+        #expect(try await harness.frames(count: 1, triesMax: 20).isEmpty, "something was written to an idle-looking connection")
+        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.cancel)))
+        await loop.advanceTime(by: .seconds(30))
+        for _ in 0..<2_000 where harness.channel.isActive {
+            await loop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(!harness.channel.isActive, "the connection outlived the idle timeout after its stream ended")
+    }
+
+    @Test func withoutAnIdleTimeoutAnIdleConnectionStays() async throws {
+        let harness = try await Harness()
+        await harness.channel.testingEventLoop.advanceTime(by: .hours(24))
+        #expect(harness.channel.isActive)
     }
 
     @Test func theClientClosingItsSideClosesTheConnection() async throws {
