@@ -126,7 +126,7 @@ struct StoreBench: AsyncParsableCommand {
             }
             try await Task.sleep(for: .microseconds(tickMicros))
         }
-        let (latencies, perWindow) = try await run.result()
+        let perWindow = try await run.result()
         let windows = perWindow.keys.sorted().map { (start: Double($0) / 10, p99: perWindow[$0]?.percentile(99) ?? .zero) }
         if let worst = windows.max(by: { $0.p99 < $1.p99 }) {
             let slow = windows.filter { $0.p99 > .milliseconds(10) }
@@ -134,7 +134,7 @@ struct StoreBench: AsyncParsableCommand {
                 + (slow.isEmpty ? "" : " (from " + slow.prefix(40).map { String(format: "%.1f", $0.start) }.joined(separator: " ") + (slow.count > 40 ? " …" : "") + " s)")
                 + String(format: "; the worst from %.1f s: p99 ", worst.start) + Latencies.format(worst.p99))
         }
-        return latencies
+        return perWindow.values.reduce(into: Latencies()) { $0.merge($1) }
     }
 
     /// `inFlight` tasks append `count` messages in total, spread round-robin over the conversations.
@@ -164,12 +164,11 @@ struct StoreBench: AsyncParsableCommand {
     }
 }
 
-/// The appends of an open-loop run, finishing on their own tasks: their latencies, the first
-/// failure, and the moment the last one is done.
+/// The appends of an open-loop run, finishing on their own tasks: their latencies (by the tenth
+/// of a second of the schedule each append was due in), the first failure, and the moment the
+/// last one is done.
 final class OpenLoopRun: Sendable {
     private struct State {
-        var latencies = Latencies()
-        /// By the tenth of a second of the schedule each append was due in.
         var perWindow: [Int: Latencies] = [:]
         var remaining: Int
         var failure: (any Error)?
@@ -181,10 +180,7 @@ final class OpenLoopRun: Sendable {
     init(count: Int) { state = Mutex(State(remaining: count)) }
 
     func finished(latency: Duration, window: Int) {
-        done {
-            $0.latencies.record(latency)
-            $0.perWindow[window, default: Latencies()].record(latency)
-        }
+        done { $0.perWindow[window, default: Latencies()].record(latency) }
     }
 
     func failed(_ error: any Error) { done { $0.failure = $0.failure ?? error } }
@@ -200,9 +196,9 @@ final class OpenLoopRun: Sendable {
         waiter?.resume()
     }
 
-    /// Waits for every append; throws the first failure. Also: the latencies of each tenth of a
-    /// second of the schedule (whether a tail is one stall, spread out, or periodic).
-    func result() async throws -> (all: Latencies, perWindow: [Int: Latencies]) {
+    /// Waits for every append; throws the first failure. The latencies come by tenth of a second
+    /// of the schedule (whether a tail is one stall, spread out, or periodic).
+    func result() async throws -> [Int: Latencies] {
         await withCheckedContinuation { continuation in
             let finishedAlready = state.withLock { state -> Bool in
                 guard state.remaining > 0 else { return true }
@@ -213,7 +209,7 @@ final class OpenLoopRun: Sendable {
         }
         return try state.withLock { state in
             if let failure = state.failure { throw failure }
-            return (state.latencies, state.perWindow)
+            return state.perWindow
         }
     }
 }
