@@ -41,6 +41,8 @@ struct StoreBench: AsyncParsableCommand {
     var restartFrames = SQLiteChatStore.Settings().checkpointRestartFrames
     @Option(help: "SQLite: how often the message indexer runs, in ms (0: never during the run).")
     var indexIntervalMs = 500
+    @Option(help: "SQLite: bytes of the file each connection reads through a memory map, in MiB (0: none, every page read with pread).")
+    var mmapMib = SQLiteChatStore.Settings().mmapBytes >> 20
 
     /// The random half of client message IDs comes from a seeded generator per sender, seeded from
     /// the system once per run: the system generator is a `getrandom` call per ID, ~6 % of the
@@ -59,6 +61,7 @@ struct StoreBench: AsyncParsableCommand {
             settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
             settings.checkpointRestartFrames = restartFrames
             settings.messageIndexInterval = indexIntervalMs > 0 ? .milliseconds(indexIntervalMs) : nil
+            settings.mmapBytes = mmapMib << 20
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
         } else if store.hasPrefix("postgres://") {
             chatStore = try PostgresChatStore(url: store)
