@@ -236,6 +236,11 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .testTarget(
+            name: "ParleyModelTests",
+            dependencies: ["ParleyModel", "ParleyTestKit"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
             name: "ParleyClientTests",
             dependencies: ["ParleyClient", "ParleyModel"],
             swiftSettings: upcoming

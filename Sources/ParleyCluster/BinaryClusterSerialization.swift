@@ -9,10 +9,28 @@
 /// - a keyed container: entries of a 1-byte key length, the key's UTF-8, a 4-byte value length
 ///   and the value;
 /// - an unkeyed container: a 4-byte count, then each element as a 4-byte length and the value.
+///
+/// A ``ClusterWireCodable`` value is written in its own hand-written form instead, after the tag 2.
 public struct BinaryClusterSerialization: ClusterSerialization {
     public init() {}
 
     public func encode<Value: Encodable>(_ value: Value) throws -> [UInt8] {
+        if let wire = value as? any ClusterWireCodable { return try Self.encodeWire(wire) }
+        return try Self.encodeCodable(value)
+    }
+
+    public func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws -> Value {
+        if let wireType = type as? any ClusterWireCodable.Type {
+            guard let value = try Self.decodeWire(wireType, from: bytes) as? Value else {
+                throw DecodingError.typeMismatch(type, .init(codingPath: [], debugDescription: "wire form of \(wireType) is not \(type)"))
+            }
+            return value
+        }
+        return try Self.decodeCodable(type, from: bytes)
+    }
+
+    /// The `Codable` form, whatever the type.
+    static func encodeCodable<Value: Encodable>(_ value: Value) throws -> [UInt8] {
         let writer = BinaryWriter()
         writer.bytes.append(1)
         try value.encode(to: BinaryValueEncoder(writer: writer, depth: 0, codingPath: []))
@@ -20,7 +38,7 @@ public struct BinaryClusterSerialization: ClusterSerialization {
         return writer.bytes
     }
 
-    public func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws -> Value {
+    static func decodeCodable<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws -> Value {
         try bytes.withUnsafeBufferPointer { buffer in
             let decoder = BinaryValueDecoder(bytes: buffer, range: 0..<buffer.count, codingPath: [])
             return try decoder.decodeValue(type)

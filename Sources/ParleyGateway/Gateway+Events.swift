@@ -134,7 +134,7 @@ enum ServerSentEvent {
     static func sharedData(for event: ChatEvent) -> [UInt8]? {
         switch event {
         case .message(let message):
-            encoded(API.MessageEvent(message: message))
+            message.wrappedJSON  // `API.MessageEvent`, written directly
         case .receipt(let receipt):
             encoded(API.ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq))
         case .typing(let typing):

@@ -236,7 +236,8 @@ extension Gateway {
             throw APIError(.tooManyRequests, "rate_limited", "too many messages; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
         let result = try await sendRetrying(SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text), to: id)
-        return try Self.json(API.SentMessage(message: result.message), status: result.created ? .created : .ok)
+        // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable).
+        return Self.json(bytes: result.message.wrappedJSON, status: result.created ? .created : .ok)
     }
 
     /// Sends through the conversation's owner. When the owner dies mid-request (lost connection,
@@ -381,8 +382,11 @@ extension Gateway {
     static let decoder = API.makeDecoder()
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
-        let data = try encoder.encode(value)
-        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        json(bytes: try encoder.encode(value), status: status)
+    }
+
+    static func json(bytes: some Sequence<UInt8>, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
     static func intParameter(_ request: Request, _ name: String, default fallback: Int, range: ClosedRange<Int>) throws -> Int {

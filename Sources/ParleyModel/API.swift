@@ -218,10 +218,19 @@ public enum API {
 
     /// RFC 3339 in UTC with milliseconds: `2026-11-22T10:15:30.123Z`.
     public static func timestamp(_ date: Date) -> String {
+        let millis = date.millisecondsSince1970
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        guard appendTimestamp(millisecondsSince1970: millis, to: &bytes) else { return formattedTimestamp(millisecondsSince1970: millis) }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// ``timestamp(_:)`` through Foundation's formatter: for instants outside years 1970–9999, and
+    /// the reference the direct writer is tested against.
+    static func formattedTimestamp(millisecondsSince1970 millis: Int64) -> String {
         // Whole milliseconds plus half of one: the formatter truncates, and a Double of N.123 s
         // may be just below it.
-        let millis = date.millisecondsSince1970
-        return Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date(timeIntervalSince1970: (Double(millis) + 0.5) / 1000))
+        Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date(timeIntervalSince1970: (Double(millis) + 0.5) / 1000))
     }
 
     /// Parses what ``timestamp(_:)`` writes (and RFC 3339 without fractional seconds).

@@ -14,8 +14,9 @@ enum Frame: Equatable, Sendable {
     case message(ClusterMessage)
 
     /// The cluster protocol version; a node refuses hellos of another version. 2: call arguments
-    /// and results in ``BinaryClusterSerialization`` (1 had JSON).
-    static let protocolVersion: UInt16 = 2
+    /// and results in ``BinaryClusterSerialization`` (1 had JSON); 3: a chat message's send, result
+    /// and deliveries in their hand-written forms (``ClusterWireCodable``).
+    static let protocolVersion: UInt16 = 3
 }
 
 /// What a node says about itself when a connection opens.

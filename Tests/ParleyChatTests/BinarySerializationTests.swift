@@ -1,6 +1,6 @@
 import Foundation
 @testable import ParleyChat
-import ParleyCluster
+@testable import ParleyCluster
 import ParleyModel
 import Testing
 
@@ -69,6 +69,60 @@ private struct Shapes: Codable, Equatable {
         #expect(try roundTrip(deliveries) == deliveries)
         let directory: [String: [UserID]] = ["gateway-1": [ann, ben], "gateway-2": []]
         #expect(try roundTrip(directory) == directory)
+    }
+
+    /// The values every chat message crosses the cluster in go in their hand-written forms (the
+    /// tag 2), and read back equal, whatever their text.
+    @Test func theMessagePathUsesTheHandWrittenForms() throws {
+        let at = Date(timeIntervalSince1970: 1_800_000_000.123_456)  // not whole milliseconds: kept exactly
+        let message = Message(conversationId: "c_1", seq: .max, senderId: "u_ann", clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: "", sentAt: at)
+        var odd = message
+        odd.id = "an id that is not conversation:seq"
+        let send = SendMessage(senderId: "u_ann", clientMessageId: "k", text: "héllo 👋\u{0}\n")
+        let deliveries = [
+            EventDelivery(event: .message(message), recipients: ["u_ann", "u_ben"]),
+            EventDelivery(event: .message(odd), recipients: []),
+            EventDelivery(event: .typing(TypingEvent(conversationId: "c_1", userId: "u_ann", typing: false)), recipients: ["u_ben"]),
+        ]
+        for bytes in [try binary.encode(send), try binary.encode(SendResult(message: odd, created: false)), try binary.encode(deliveries)] {
+            #expect(bytes.first == 2)
+        }
+        #expect(try roundTrip(send) == send)
+        #expect(try roundTrip(SendResult(message: odd, created: false)) == SendResult(message: odd, created: false))
+        #expect(try roundTrip(deliveries) == deliveries)
+        #expect(try roundTrip([EventDelivery]()) == [])
+        // Nested in a Codable value, the same types keep their Codable form.
+        #expect(try roundTrip(["a": deliveries]) == ["a": deliveries])
+        #expect(try binary.encode(["a": deliveries]).first == 1)
+    }
+
+    @Test func cutOrGarbledHandWrittenFormsAreRefused() throws {
+        let message = Message(conversationId: "c_1", seq: 7, senderId: "u_ann", clientMessageId: "k", text: "hi", sentAt: Date(millisecondsSince1970: 1_800_000_000_123))
+        let deliveries = [
+            EventDelivery(event: .message(message), recipients: ["u_ann", "u_ben"]),
+            EventDelivery(event: .presence(Presence(userId: "u_ann", status: .online, lastSeenAt: nil)), recipients: ["u_ben"]),
+        ]
+        let bytes = try binary.encode(deliveries)
+        for length in 0..<bytes.count {
+            #expect(throws: (any Error).self, "cut to \(length) of \(bytes.count) bytes") {
+                try binary.decode([EventDelivery].self, from: Array(bytes.prefix(length)))
+            }
+        }
+        #expect(throws: (any Error).self, "bytes after the value") { try binary.decode([EventDelivery].self, from: bytes + [0]) }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            var garbled = bytes
+            for _ in 0..<3 { garbled[Int.random(in: 0..<garbled.count, using: &generator)] = .random(in: .min ... .max, using: &generator) }
+            _ = try? binary.decode([EventDelivery].self, from: garbled)  // must return or throw
+        }
+        // A count far past the bytes there are; a string that is not UTF-8; a Bool that is 2; the
+        // Codable form where the wire form is expected.
+        #expect(throws: (any Error).self) { try binary.decode([EventDelivery].self, from: [2, 0xFF, 0xFF, 0xFF, 0x7F]) }
+        #expect(throws: (any Error).self) { try binary.decode(SendMessage.self, from: [2, 1, 0, 0, 0, 0xC3, 0, 0, 0, 0, 0, 0, 0, 0]) }
+        var result = try binary.encode(SendResult(message: message, created: true))
+        result[result.count - 1] = 2
+        #expect(throws: (any Error).self) { try binary.decode(SendResult.self, from: result) }
+        #expect(throws: (any Error).self) { try binary.decode(SendResult.self, from: try BinaryClusterSerialization.encodeCodable(SendResult(message: message, created: true))) }
     }
 
     /// Bytes from a peer that are cut short or garbled are a decoding error, never a crash or a

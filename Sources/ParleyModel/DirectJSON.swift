@@ -1,0 +1,149 @@
+import Foundation
+
+/// JSON written straight into bytes, for the objects every message passes through on the
+/// gateway (a send's reply, the `message` event): the same bytes as `API.makeEncoder()` writes
+/// for the same value — keys in sorted order, slashes unescaped, the control characters escaped
+/// as Foundation does, timestamps as ``API/timestamp(_:)`` — without Codable's containers, boxes
+/// and generic dispatch per field. The tests hold every writer here to the encoder, byte for byte.
+public struct DirectJSON {
+    public private(set) var bytes: [UInt8] = []
+
+    public init(capacity: Int = 256) {
+        bytes.reserveCapacity(capacity)
+    }
+
+    /// `"key":` — a key from the source, which needs no escaping.
+    mutating func key(_ key: StaticString) {
+        bytes.append(UInt8(ascii: "\""))
+        key.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func raw(_ byte: Unicode.Scalar) {
+        bytes.append(UInt8(ascii: byte))
+    }
+
+    /// A string, escaped as Foundation's encoder does: `"` and `\` with a backslash, backspace,
+    /// tab, newline, form feed and carriage return by name, other controls as `\u00xx`; every
+    /// other byte (DEL, `/`, all of non-ASCII) as it is.
+    mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        var value = value
+        value.withUTF8 { utf8 in
+            var start = 0
+            for index in utf8.indices {
+                let byte = utf8[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index]))
+                start = index + 1
+                bytes.append(UInt8(ascii: "\\"))
+                switch byte {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes.append(byte)
+                case 0x08: bytes.append(UInt8(ascii: "b"))
+                case 0x09: bytes.append(UInt8(ascii: "t"))
+                case 0x0A: bytes.append(UInt8(ascii: "n"))
+                case 0x0C: bytes.append(UInt8(ascii: "f"))
+                case 0x0D: bytes.append(UInt8(ascii: "r"))
+                default:
+                    bytes.append(contentsOf: [UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                    bytes.append(Self.hex[Int(byte >> 4)])
+                    bytes.append(Self.hex[Int(byte & 0xF)])
+                }
+            }
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...]))
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    mutating func integer(_ value: Int64) {
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned, so Int64.min has one too.
+        var magnitude = value.magnitude
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            bytes.append(contentsOf: buffer[(20 - count)...])
+        }
+    }
+
+    mutating func timestamp(_ date: Date) {
+        bytes.append(UInt8(ascii: "\""))
+        if !API.appendTimestamp(millisecondsSince1970: date.millisecondsSince1970, to: &bytes) {
+            bytes.append(contentsOf: API.timestamp(date).utf8)  // outside 1970–9999: the formatter
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}
+
+extension Message {
+    /// This message as a JSON object, as ``API/makeEncoder()`` writes it.
+    public func write(to json: inout DirectJSON) {
+        json.raw("{")
+        json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")
+        json.key("conversationId"); json.string(conversationId.rawValue); json.raw(",")
+        json.key("id"); json.string(id); json.raw(",")
+        json.key("senderId"); json.string(senderId.rawValue); json.raw(",")
+        json.key("sentAt"); json.timestamp(sentAt); json.raw(",")
+        json.key("seq"); json.integer(seq); json.raw(",")
+        json.key("text"); json.string(text)
+        json.raw("}")
+    }
+
+    /// `{"message": …}`: the body of a send's reply and of a `message` event.
+    public var wrappedJSON: [UInt8] {
+        var json = DirectJSON(capacity: 160 + text.utf8.count)
+        json.raw("{")
+        json.key("message")
+        write(to: &json)
+        json.raw("}")
+        return json.bytes
+    }
+}
+
+extension API {
+    /// Appends `timestamp(_:)`'s text for an instant in years 1970–9999 (a server's clock) and
+    /// answers true; false for any other instant, which the caller formats the slow way.
+    @discardableResult
+    static func appendTimestamp(millisecondsSince1970 millis: Int64, to bytes: inout [UInt8]) -> Bool {
+        // 10000-01-01T00:00:00Z
+        guard millis >= 0, millis < 253_402_300_800_000 else { return false }
+        let days = millis / 86_400_000
+        let inDay = millis % 86_400_000
+        // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+        let z = days + 719_468
+        let era = z / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shiftedMonth = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func digits(_ value: Int64, _ width: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<width { divisor *= 10 }
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") + UInt8((value / divisor) % 10))
+                divisor /= 10
+            }
+        }
+        digits(year, 4); bytes.append(UInt8(ascii: "-"))
+        digits(month, 2); bytes.append(UInt8(ascii: "-"))
+        digits(day, 2); bytes.append(UInt8(ascii: "T"))
+        digits(inDay / 3_600_000, 2); bytes.append(UInt8(ascii: ":"))
+        digits(inDay / 60_000 % 60, 2); bytes.append(UInt8(ascii: ":"))
+        digits(inDay / 1_000 % 60, 2); bytes.append(UInt8(ascii: "."))
+        digits(inDay % 1_000, 3); bytes.append(UInt8(ascii: "Z"))
+        return true
+    }
+}
