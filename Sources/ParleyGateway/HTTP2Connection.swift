@@ -160,6 +160,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
     private var draining = false
     /// Runs while the connection has no open stream (``HTTP2Responder/idleTimeout``).
     private var idleTimer: Scheduled<Void>?
+    /// Where this connection's requests are answered: its own event loop.
+    private var taskExecutor: EventLoopTaskExecutor?
 
     init(responder: HTTP2Responder) {
         self.responder = responder
@@ -167,6 +169,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        taskExecutor = EventLoopTaskExecutor(loop: context.eventLoop)
         updateIdleTimer(context: context)
     }
 
@@ -291,7 +294,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler {
         let responder = self.responder
         let channel = context.channel
         let request = Request(head: incoming.head, body: RequestBody(buffer: incoming.body))
-        Task { await responder.answer(request, on: sink, channel: channel) }
+        Task(executorPreference: taskExecutor) { await responder.answer(request, on: sink, channel: channel) }
     }
 
     /// Writes a response's frames (on the loop) and flushes; the end of a response ends its stream
