@@ -81,6 +81,7 @@ let package = Package(
                 "ParleyModel",
                 "ParleyChat",
                 "ParleyCluster",
+                "ParleyTransport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),

@@ -169,7 +169,9 @@ extension ClusterSystem {
         // A call that waited past its caller's deadline (an overloaded node) is not started: the
         // caller has given up on it and may be retrying elsewhere.
         let deadline = clock.now.advanced(by: envelope.timeout)
-        Task {
+        // On the loop the call was read on, where its reply will be written (see
+        // `EventLoopTaskExecutor`).
+        Task(executorPreference: transport.deliveryExecutor) { [self] in
             guard clock.now < deadline else {
                 respond(.error(ClusterCallError(code: .deadlineExceeded, message: "\(settings.name) reached the call after its deadline")))
                 return

@@ -30,6 +30,14 @@ public protocol ClusterTransport: Sendable {
 
     /// Closes every connection and the listener.
     func shutdown() async
+
+    /// Asked from inside a delegate callback: the executor that work the delivered message starts
+    /// should prefer (the connection's event loop), or nil for the global one.
+    var deliveryExecutor: (any TaskExecutor)? { get }
+}
+
+extension ClusterTransport {
+    public var deliveryExecutor: (any TaskExecutor)? { nil }
 }
 
 /// What the transport knows about a peer after the hello: who it says it is.

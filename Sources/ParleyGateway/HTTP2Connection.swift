@@ -8,6 +8,7 @@ import NIOHPACK
 import NIOHTTP2
 import NIOSSL
 import NIOTLS
+import ParleyTransport
 import Synchronization
 
 /// The client port's connections: TLS, then by ALPN either HTTP/2, served frame by frame on the

@@ -15,6 +15,8 @@ public final class NIOClusterTransport: ClusterTransport {
     private let group: any EventLoopGroup
     private let bindAddress: NodeAddress
     private let state: Mutex<State>
+    /// One per event loop of the group, for the calls a connection delivers.
+    private let executors: [ObjectIdentifier: EventLoopTaskExecutor]
 
     struct State {
         var identity: PeerIdentity
@@ -37,6 +39,9 @@ public final class NIOClusterTransport: ClusterTransport {
         self.settings = settings
         self.group = group
         self.logger = logger
+        var executors: [ObjectIdentifier: EventLoopTaskExecutor] = [:]
+        for loop in group.makeIterator() { executors[ObjectIdentifier(loop)] = EventLoopTaskExecutor(loop: loop) }
+        self.executors = executors
         let placeholder = PeerIdentity(id: NodeID(name: "", incarnation: 0), roles: [], address: bindAddress)
         self.state = Mutex(State(
             identity: placeholder,
@@ -44,6 +49,12 @@ public final class NIOClusterTransport: ClusterTransport {
     }
 
     var identity: PeerIdentity { state.withLock { $0.identity } }
+
+    /// The loop this thread runs, when it is one of the group's (delegate callbacks run on the
+    /// connection's loop).
+    public var deliveryExecutor: (any TaskExecutor)? {
+        MultiThreadedEventLoopGroup.currentEventLoop.flatMap { executors[ObjectIdentifier($0)] }
+    }
 
     // MARK: ClusterTransport
 
