@@ -171,7 +171,7 @@ extension ClusterSystem {
         let deadline = clock.now.advanced(by: envelope.timeout)
         // On the loop the call was read on, where its reply will be written (see
         // `EventLoopTaskExecutor`).
-        Task(executorPreference: transport.deliveryExecutor) { [self] in
+        Task(executorPreference: transport.currentLoopExecutor) { [self] in
             guard clock.now < deadline else {
                 respond(.error(ClusterCallError(code: .deadlineExceeded, message: "\(settings.name) reached the call after its deadline")))
                 return

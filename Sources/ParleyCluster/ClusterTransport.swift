@@ -31,13 +31,14 @@ public protocol ClusterTransport: Sendable {
     /// Closes every connection and the listener.
     func shutdown() async
 
-    /// Asked from inside a delegate callback: the executor that work the delivered message starts
-    /// should prefer (the connection's event loop), or nil for the global one.
-    var deliveryExecutor: (any TaskExecutor)? { get }
+    /// The executor of the event loop the calling thread runs, if it is one of this transport's
+    /// (nil elsewhere, and for transports without loops): work started from a delegate callback,
+    /// or from a task running there, prefers it, so that it runs where its answer is written.
+    var currentLoopExecutor: (any TaskExecutor)? { get }
 }
 
 extension ClusterTransport {
-    public var deliveryExecutor: (any TaskExecutor)? { nil }
+    public var currentLoopExecutor: (any TaskExecutor)? { nil }
 }
 
 /// What the transport knows about a peer after the hello: who it says it is.

@@ -52,7 +52,7 @@ public final class NIOClusterTransport: ClusterTransport {
 
     /// The loop this thread runs, when it is one of the group's (delegate callbacks run on the
     /// connection's loop).
-    public var deliveryExecutor: (any TaskExecutor)? {
+    public var currentLoopExecutor: (any TaskExecutor)? {
         MultiThreadedEventLoopGroup.currentEventLoop.flatMap { executors[ObjectIdentifier($0)] }
     }
 
