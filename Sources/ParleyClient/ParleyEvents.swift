@@ -36,30 +36,44 @@ public struct ServerSentEventParser: Sendable {
     /// Feeds bytes; returns the complete frames.
     public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Frame] {
         var frames: [Frame] = []
-        for byte in bytes {
-            guard byte == UInt8(ascii: "\n") else {
-                pending.append(byte)
-                continue
+        // Contiguous bytes (a ByteBuffer's, an array's) are searched for line ends and copied a
+        // line at a time; any other sequence a byte at a time. Both end lines alike.
+        let searched: Void? = bytes.withContiguousStorageIfAvailable { buffer in
+            var start = buffer.startIndex
+            while let newline = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                pending.append(contentsOf: buffer[start..<newline])
+                endLine(into: &frames)
+                start = newline + 1
             }
-            if pending.last == UInt8(ascii: "\r") { pending.removeLast() }
-            let line = String(decoding: pending, as: UTF8.self)
-            pending.removeAll(keepingCapacity: true)
-            if line.isEmpty {
-                if current.event != nil || !current.data.isEmpty { frames.append(current) }
-                current = Frame()
-            } else if line.hasPrefix(":") {
-                continue  // a comment: `: ping`
-            } else {
-                let (field, value) = Self.split(line)
-                switch field {
-                case "event": current.event = value
-                case "id": current.id = value
-                case "data": current.data += current.data.isEmpty ? value : "\n" + value
-                default: break
-                }
+            pending.append(contentsOf: buffer[start...])
+        }
+        if searched == nil {
+            for byte in bytes {
+                if byte == UInt8(ascii: "\n") { endLine(into: &frames) } else { pending.append(byte) }
             }
         }
         return frames
+    }
+
+    /// A line ended (`pending` holds it, without its `\n`).
+    private mutating func endLine(into frames: inout [Frame]) {
+        if pending.last == UInt8(ascii: "\r") { pending.removeLast() }
+        let line = String(decoding: pending, as: UTF8.self)
+        pending.removeAll(keepingCapacity: true)
+        if line.isEmpty {
+            if current.event != nil || !current.data.isEmpty { frames.append(current) }
+            current = Frame()
+        } else if line.hasPrefix(":") {
+            return  // a comment: `: ping`
+        } else {
+            let (field, value) = Self.split(line)
+            switch field {
+            case "event": current.event = value
+            case "id": current.id = value
+            case "data": current.data += current.data.isEmpty ? value : "\n" + value
+            default: break
+            }
+        }
     }
 
     private static func split(_ line: String) -> (String, String) {
@@ -157,7 +171,10 @@ extension ParleyClient {
     public static func decode(_ frame: ServerSentEventParser.Frame, decoder: JSONDecoder) -> ParleyEvent? {
         let data = Data(frame.data.utf8)
         switch frame.event {
-        case "message": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .message($0.message) }
+        case "message":
+            // The server's own form read directly; anything else through the decoder.
+            if let message = Message.fromWrappedJSON(frame.data.utf8) { return .message(message) }
+            return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .message($0.message) }
         case "receipt": return (try? decoder.decode(API.ReceiptEvent.self, from: data)).map { .receipt($0) }
         case "conversation": return (try? decoder.decode(API.ConversationEvent.self, from: data)).map { .conversation($0) }
         case "typing": return (try? decoder.decode(API.TypingEvent.self, from: data)).map { .typing($0) }

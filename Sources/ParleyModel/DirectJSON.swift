@@ -147,3 +147,113 @@ extension API {
         return true
     }
 }
+
+extension Message {
+    /// Reads `{"message": …}` as ``wrappedJSON`` writes it — keys in that order, no whitespace,
+    /// strings without escapes — and nil for anything else, which the caller decodes with
+    /// `JSONDecoder` (any valid JSON still reads; this is only the common case made cheap).
+    public static func fromWrappedJSON(_ bytes: some Collection<UInt8>) -> Message? {
+        let read: Message?? = bytes.withContiguousStorageIfAvailable { buffer in
+            var reader = CanonicalReader(bytes: buffer)
+            return reader.wrappedMessage()
+        }
+        return read ?? nil
+    }
+}
+
+/// The reader of ``Message/fromWrappedJSON(_:)``: every step checks the exact byte it expects.
+private struct CanonicalReader {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var offset = 0
+
+    mutating func wrappedMessage() -> Message? {
+        guard literal("{\"message\":{\"clientMessageId\":"), let clientMessageId = string(),
+              literal(",\"conversationId\":"), let conversationId = string(),
+              literal(",\"id\":"), let id = string(),
+              literal(",\"senderId\":"), let senderId = string(),
+              literal(",\"sentAt\":\""), let millis = timestamp(), literal("\""),
+              literal(",\"seq\":"), let seq = integer(),
+              literal(",\"text\":"), let text = string(),
+              literal("}}"), offset == bytes.count
+        else { return nil }
+        var message = Message(
+            conversationId: ConversationID(rawValue: conversationId), seq: seq, senderId: UserID(rawValue: senderId),
+            clientMessageId: clientMessageId, text: text, sentAt: Date(millisecondsSince1970: millis))
+        message.id = id
+        return message
+    }
+
+    mutating func literal(_ expected: StaticString) -> Bool {
+        let count = expected.utf8CodeUnitCount
+        guard bytes.count - offset >= count, let base = bytes.baseAddress, memcmp(base + offset, expected.utf8Start, count) == 0 else { return false }
+        offset += count
+        return true
+    }
+
+    /// A string without escapes or control characters, valid UTF-8.
+    mutating func string() -> String? {
+        guard offset < bytes.count, bytes[offset] == UInt8(ascii: "\"") else { return nil }
+        let start = offset + 1
+        var end = start
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\"") {
+            guard bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 else { return nil }
+            end += 1
+        }
+        guard end < bytes.count, let value = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self) else { return nil }
+        offset = end + 1
+        return value
+    }
+
+    /// An integer: an optional minus and 1–18 digits (what Int64 holds without overflow checks).
+    mutating func integer() -> Int64? {
+        var negative = false
+        if offset < bytes.count, bytes[offset] == UInt8(ascii: "-") {
+            negative = true
+            offset += 1
+        }
+        var value: Int64 = 0
+        var digits = 0
+        while offset < bytes.count, let digit = Self.digit(bytes[offset]) {
+            guard digits < 18, !(digits == 1 && value == 0) else { return nil }  // no leading zeros
+            value = value * 10 + digit
+            digits += 1
+            offset += 1
+        }
+        guard digits > 0 else { return nil }
+        return negative ? -value : value
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, years 1970–9999, as milliseconds since 1970.
+    mutating func timestamp() -> Int64? {
+        func number(_ width: Int) -> Int64? {
+            guard bytes.count - offset >= width else { return nil }
+            var value: Int64 = 0
+            for _ in 0..<width {
+                guard let digit = Self.digit(bytes[offset]) else { return nil }
+                value = value * 10 + digit
+                offset += 1
+            }
+            return value
+        }
+        guard let year = number(4), literal("-"), let month = number(2), literal("-"), let day = number(2), literal("T"),
+              let hour = number(2), literal(":"), let minute = number(2), literal(":"), let second = number(2), literal("."),
+              let millis = number(3), literal("Z"),
+              year >= 1970, (1...12).contains(month), hour < 24, minute < 60, second < 60
+        else { return nil }
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let daysInMonth: Int64 = month == 2 ? (leap ? 29 : 28) : [4, 6, 9, 11].contains(month) ? 30 : 31
+        guard (1...daysInMonth).contains(day) else { return nil }
+        // Days from a civil date (Howard Hinnant's `days_from_civil`), the inverse of the writer's.
+        let y = month <= 2 ? year - 1 : year
+        let era = y / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        return ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1_000 + millis
+    }
+
+    static func digit(_ byte: UInt8) -> Int64? {
+        byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") ? Int64(byte - UInt8(ascii: "0")) : nil
+    }
+}

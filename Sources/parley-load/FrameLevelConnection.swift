@@ -78,6 +78,7 @@ final class FrameLevelConnection: Sendable {
             let detail = try? Self.decoder.decode(API.ErrorBody.self, from: bytes).error
             throw ParleyError(status: response.status, code: detail?.code ?? "http_\(response.status)", message: detail?.message ?? "", retryable: detail?.retryable ?? false)
         }
+        if let message = Message.fromWrappedJSON(bytes) { return message }  // the gateway's own form
         return try Self.decoder.decode(API.SentMessage.self, from: bytes).message
     }
 

@@ -60,6 +60,15 @@ import Testing
         }
     }
 
+    @Test func aWholeMillisecondReadsBackAsItself() {
+        var random = SeededRandom(seed: 0x5EED_0006)
+        for _ in 0..<100_000 {
+            let millis = Int64.random(in: 0..<253_402_300_800_000, using: &random)
+            #expect(Date(millisecondsSince1970: millis).millisecondsSince1970 == millis)
+            #expect(Date(millisecondsSince1970: millis).addingTimeInterval(0.000_9).millisecondsSince1970 == millis, "truncated, not rounded")
+        }
+    }
+
     @Test func instantsOutsideTheDirectRangeUseTheFormatter() throws {
         for millis: Int64 in [-1, -86_400_001, 253_402_300_800_000] {
             var bytes: [UInt8] = []
@@ -68,6 +77,74 @@ import Testing
             let date = Date(millisecondsSince1970: millis)
             #expect(API.timestamp(date) == API.formattedTimestamp(millisecondsSince1970: date.millisecondsSince1970))
             try expectSameBytes(message(text: "t", millis: millis))
+        }
+    }
+}
+
+/// The direct reader of `{"message": …}` against Foundation's decoder: it reads the gateway's own
+/// form, and whatever it accepts the decoder reads as the same message.
+@Suite struct CanonicalMessageReaderTests {
+    let decoder = API.makeDecoder()
+
+    func decoded(_ bytes: [UInt8]) -> Message? {
+        try? decoder.decode(API.MessageEvent.self, from: Data(bytes)).message
+    }
+
+    func message(_ random: inout SeededRandom, text: String) -> Message {
+        Message(
+            conversationId: ConversationID(rawValue: "c_\(UInt32.random(in: 0...UInt32.max, using: &random))"), seq: Int64.random(in: 1...999_999_999_999, using: &random),
+            senderId: "u_x/é", clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-\(UInt16.random(in: 0...UInt16.max, using: &random))", text: text,
+            sentAt: Date(millisecondsSince1970: Int64.random(in: 0..<253_402_300_800_000, using: &random)))
+    }
+
+    @Test func readsWhatTheWriterWrites() {
+        var random = SeededRandom(seed: 0x5EED_0003)
+        for text in ["", "hello", "héllo 😀 / '", String(repeating: "x", count: 4_000)] {
+            for _ in 0..<100 {
+                let message = message(&random, text: text)
+                let json = message.wrappedJSON
+                #expect(Message.fromWrappedJSON(json) == message)
+                #expect(Message.fromWrappedJSON(Data(json)) == message, "from Data, as a client reads a body")
+                #expect(Message.fromWrappedJSON(String(decoding: json, as: UTF8.self).utf8) == message)
+                #expect(decoded(json) == message)
+            }
+        }
+    }
+
+    @Test func leavesEverythingElseToTheDecoder() {
+        var random = SeededRandom(seed: 0x5EED_0004)
+        let escaped = message(&random, text: "a \"quote\", a \\ and a\nnewline")
+        #expect(Message.fromWrappedJSON(escaped.wrappedJSON) == nil)
+        #expect(decoded(escaped.wrappedJSON) == escaped)
+        var spaced = String(decoding: message(&random, text: "x").wrappedJSON, as: UTF8.self)
+        spaced.replace(",\"seq\":", with: ", \"seq\": ")
+        #expect(Message.fromWrappedJSON(spaced.utf8) == nil)
+        #expect(decoded(Array(spaced.utf8)) != nil)
+        for date in ["2023-02-29T00:00:00.000Z", "2024-02-30T00:00:00.000Z", "2024-13-01T00:00:00.000Z", "2024-04-31T00:00:00.000Z", "1969-12-31T23:59:59.999Z"] {
+            let text = "{\"message\":{\"clientMessageId\":\"k\",\"conversationId\":\"c\",\"id\":\"c:1\",\"senderId\":\"u\",\"sentAt\":\"\(date)\",\"seq\":1,\"text\":\"t\"}}"
+            #expect(Message.fromWrappedJSON(text.utf8) == nil, "\(date)")
+        }
+        let leap = "{\"message\":{\"clientMessageId\":\"k\",\"conversationId\":\"c\",\"id\":\"c:1\",\"senderId\":\"u\",\"sentAt\":\"2024-02-29T23:59:59.999Z\",\"seq\":1,\"text\":\"t\"}}"
+        #expect(Message.fromWrappedJSON(leap.utf8) == decoded(Array(leap.utf8)))
+        #expect(Message.fromWrappedJSON(leap.utf8) != nil)
+    }
+
+    /// Cut or garbled, the form is either refused or read exactly as the decoder reads it.
+    @Test func neverReadsDifferentlyFromTheDecoder() {
+        var random = SeededRandom(seed: 0x5EED_0005)
+        let json = message(&random, text: "some text").wrappedJSON
+        for length in 0..<json.count {
+            #expect(Message.fromWrappedJSON(json.prefix(length)) == nil)
+        }
+        let alphabet = Array("0123456789-:.\"\\,{}TZ ax\u{7F}".utf8) + [0x00, 0xC3, 0xFF]
+        for _ in 0..<5_000 {
+            var garbled = json
+            for _ in 0..<Int.random(in: 1...2, using: &random) {
+                garbled[Int.random(in: 0..<garbled.count, using: &random)] = alphabet.randomElement(using: &random)!
+            }
+            if let read = Message.fromWrappedJSON(garbled) {
+                #expect(read == decoded(garbled), "\(String(decoding: garbled, as: UTF8.self))")
+            }
         }
     }
 }
