@@ -47,6 +47,9 @@ import Testing
         let probe = try Self.probe(key, on: cluster["node-a"])
         #expect(try await probe.echo("héllo 👋", times: 3) == ["héllo 👋", "héllo 👋", "héllo 👋"])
         try await probe.doNothing()
+        // A call a node receives runs on the event loop that read it (`currentLoopExecutor`),
+        // not on the cooperative pool.
+        #expect(try await probe.runsOnAnEventLoop())
         do {
             try await probe.fail(code: "test_refused")
             Issue.record("fail(code:) must throw")

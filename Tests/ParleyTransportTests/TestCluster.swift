@@ -1,5 +1,6 @@
 import Distributed
 import Foundation
+import NIOPosix
 import ParleyCluster
 import ParleyTestKit
 
@@ -28,6 +29,11 @@ distributed actor Probe {
     }
 
     distributed func doNothing() {}
+
+    /// Whether this call runs on one of NIO's event loops (the transport's loop executor).
+    distributed func runsOnAnEventLoop() -> Bool {
+        MultiThreadedEventLoopGroup.currentEventLoop != nil
+    }
 }
 
 
