@@ -92,6 +92,12 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     deinit {
+        stopBackgroundWork()
+    }
+
+    /// Stops the background checkpoints and the message indexer (as dropping the store does):
+    /// for a store that others may still hold when its file is about to go away.
+    public func stopBackgroundWork() {
         checkpointer?.stop()
         indexer?.cancel()
     }

@@ -29,6 +29,9 @@ import Testing
         /// Stops the nodes and removes the database file.
         func tearDown() async {
             await cluster.stopAll()
+            // The nodes' actors may still hold their stores: their background work ends here,
+            // before the file goes.
+            for store in stores.byNode.withLock({ $0.values }) { store.stopBackgroundWork() }
             stores.byNode.withLock { $0 = [:] }
             for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         }
