@@ -32,18 +32,12 @@ extension SendResult: ClusterWireCodable {
 extension EventDelivery: ClusterWireCodable {
     public func write(to wire: inout WireWriter) throws {
         try event.write(to: &wire)
-        wire.write(UInt32(truncatingIfNeeded: recipients.count))
-        for recipient in recipients { wire.write(recipient.rawValue) }
+        wire.write(recipients) { $0.write($1.rawValue) }
     }
 
     public init(from wire: inout WireReader) throws {
         let event = try ChatEvent(from: &wire)
-        let count = Int(try wire.read(UInt32.self))
-        var recipients: [UserID] = []
-        // Each recipient takes at least its 4-byte length: no reserving for a count that lies.
-        recipients.reserveCapacity(min(count, 1_024))
-        for _ in 0..<count { recipients.append(UserID(rawValue: try wire.read(String.self))) }
-        self.init(event: event, recipients: recipients)
+        self.init(event: event, recipients: try wire.readList { UserID(rawValue: try $0.read(String.self)) })
     }
 }
 

@@ -169,12 +169,11 @@ extension ParleyClient {
     /// The event a frame of the stream carries (nil: a kind this client does not know, or data it
     /// cannot read).
     public static func decode(_ frame: ServerSentEventParser.Frame, decoder: JSONDecoder) -> ParleyEvent? {
+        // A message in the server's own form is read directly; anything else through the decoder.
+        if frame.event == "message", let message = Message.fromWrappedJSON(frame.data.utf8) { return .message(message) }
         let data = Data(frame.data.utf8)
         switch frame.event {
-        case "message":
-            // The server's own form read directly; anything else through the decoder.
-            if let message = Message.fromWrappedJSON(frame.data.utf8) { return .message(message) }
-            return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .message($0.message) }
+        case "message": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .message($0.message) }
         case "receipt": return (try? decoder.decode(API.ReceiptEvent.self, from: data)).map { .receipt($0) }
         case "conversation": return (try? decoder.decode(API.ConversationEvent.self, from: data)).map { .conversation($0) }
         case "typing": return (try? decoder.decode(API.TypingEvent.self, from: data)).map { .typing($0) }

@@ -75,8 +75,7 @@ final class BinaryWriter {
     }
 
     func write<Integer: FixedWidthInteger>(_ value: Integer) {
-        var little = value.littleEndian
-        withUnsafeBytes(of: &little) { bytes.append(contentsOf: $0) }
+        bytes.appendLittleEndian(value)
     }
 
     func write(_ string: String) {
@@ -322,9 +321,7 @@ struct BinaryValueDecoder: Decoder {
     func integer<Integer: FixedWidthInteger>(_ type: Integer.Type, at offset: Int, end: Int) throws -> Integer {
         let size = MemoryLayout<Integer>.size
         guard offset >= 0, offset <= end - size else { throw corrupt("truncated \(Integer.self)") }
-        var value: Integer = 0
-        for index in 0..<size { value |= Integer(truncatingIfNeeded: bytes[offset + index]) << (8 * index) }
-        return value
+        return bytes.littleEndian(Integer.self, at: offset)
     }
 
     /// A `length`-prefixed region starting at `offset`: its range, and where the next one starts.
@@ -527,5 +524,25 @@ struct BinarySingleValueDecoder: SingleValueDecodingContainer {
     func decode<T: Decodable>(_ type: T.Type) throws -> T {
         // The value's payload took this value's place: same range, same tag.
         try T(from: decoder)
+    }
+}
+
+// MARK: Integers, for both binary forms
+
+extension Array where Element == UInt8 {
+    /// Appends `value`'s bytes, least significant first.
+    mutating func appendLittleEndian<Integer: FixedWidthInteger>(_ value: Integer) {
+        var little = value.littleEndian
+        Swift.withUnsafeBytes(of: &little) { append(contentsOf: $0) }
+    }
+}
+
+extension UnsafeBufferPointer where Element == UInt8 {
+    /// The integer whose bytes, least significant first, start at `offset` (the caller has checked
+    /// that they are all there).
+    func littleEndian<Integer: FixedWidthInteger>(_ type: Integer.Type, at offset: Int) -> Integer {
+        var value: Integer = 0
+        for index in 0..<MemoryLayout<Integer>.size { value |= Integer(truncatingIfNeeded: self[offset + index]) << (8 * index) }
+        return value
     }
 }

@@ -21,8 +21,7 @@ public struct WireWriter {
     }
 
     public mutating func write<Integer: FixedWidthInteger>(_ value: Integer) {
-        var little = value.littleEndian
-        withUnsafeBytes(of: &little) { bytes.append(contentsOf: $0) }
+        bytes.appendLittleEndian(value)
     }
 
     public mutating func write(_ value: Bool) {
@@ -38,8 +37,13 @@ public struct WireWriter {
     }
 
     public mutating func write<Element: ClusterWireCodable>(_ list: [Element]) throws {
+        try write(list) { try $1.write(to: &$0) }
+    }
+
+    /// A list of anything: its count, then each element as `writeElement` writes it.
+    public mutating func write<Element>(_ list: [Element], _ writeElement: (inout WireWriter, Element) throws -> Void) rethrows {
         write(UInt32(truncatingIfNeeded: list.count))
-        for element in list { try element.write(to: &self) }
+        for element in list { try writeElement(&self, element) }
     }
 
     /// A value in its `Codable` binary form, length-prefixed (for the rare cases of a type whose
@@ -70,10 +74,8 @@ public struct WireReader {
     public mutating func read<Integer: FixedWidthInteger>(_ type: Integer.Type) throws -> Integer {
         let size = MemoryLayout<Integer>.size
         guard bytes.count - offset >= size else { throw corrupt("truncated \(Integer.self)") }
-        var value: Integer = 0
-        for index in 0..<size { value |= Integer(truncatingIfNeeded: bytes[offset + index]) << (8 * index) }
-        offset += size
-        return value
+        defer { offset += size }
+        return bytes.littleEndian(Integer.self, at: offset)
     }
 
     public mutating func read(_ type: Bool.Type) throws -> Bool {
@@ -93,13 +95,18 @@ public struct WireReader {
     }
 
     public mutating func read<Element: ClusterWireCodable>(_ type: [Element].Type) throws -> [Element] {
+        try readList { try Element(from: &$0) }
+    }
+
+    /// A list that ``WireWriter/write(_:_:)`` wrote, each element as `readElement` reads it.
+    public mutating func readList<Element>(_ readElement: (inout WireReader) throws -> Element) throws -> [Element] {
         let count = Int(try read(UInt32.self))
         // Every element takes at least a byte: a count past the bytes left is corrupt, and never
         // reserves memory for it.
         guard count <= bytes.count - offset else { throw corrupt("a list of \(count) in \(bytes.count - offset) bytes") }
         var list: [Element] = []
         list.reserveCapacity(count)
-        for _ in 0..<count { list.append(try Element(from: &self)) }
+        for _ in 0..<count { list.append(try readElement(&self)) }
         return list
     }
 

@@ -113,7 +113,6 @@ extension Message {
 extension API {
     /// Appends `timestamp(_:)`'s text for an instant in years 1970–9999 (a server's clock) and
     /// answers true; false for any other instant, which the caller formats the slow way.
-    @discardableResult
     static func appendTimestamp(millisecondsSince1970 millis: Int64, to bytes: inout [UInt8]) -> Bool {
         // 10000-01-01T00:00:00Z
         guard millis >= 0, millis < 253_402_300_800_000 else { return false }

@@ -73,12 +73,13 @@ final class FrameLevelConnection: Sendable {
         let handler = self.handler
         channel.eventLoop.execute { handler.value.request(method: "POST", path: path, body: body, promise: promise) }
         let response = try await promise.futureResult.get()
+        let ok = (200..<300).contains(response.status)
+        if ok, let message = Message.fromWrappedJSON(response.body.readableBytesView) { return message }  // the gateway's own form
         let bytes = Data(response.body.readableBytesView)
-        guard (200..<300).contains(response.status) else {
+        guard ok else {
             let detail = try? Self.decoder.decode(API.ErrorBody.self, from: bytes).error
             throw ParleyError(status: response.status, code: detail?.code ?? "http_\(response.status)", message: detail?.message ?? "", retryable: detail?.retryable ?? false)
         }
-        if let message = Message.fromWrappedJSON(bytes) { return message }  // the gateway's own form
         return try Self.decoder.decode(API.SentMessage.self, from: bytes).message
     }
 
