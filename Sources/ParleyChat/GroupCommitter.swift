@@ -1,3 +1,5 @@
+import Dispatch
+import Foundation
 import Metrics
 import ParleyCluster
 import ParleyModel
@@ -17,18 +19,46 @@ public final class GroupCommitter: Sendable {
     /// Commits one batch in one transaction (``ChatStore/commit(_:)``).
     public typealias Commit = @Sendable ([AppendRequest]) async throws -> [AppendOutcome]
 
-    private let commitBatch: Commit
+    /// How commits run: a task each, or one after another on a thread of the committer's.
+    private enum Committing: Sendable {
+        case tasks(Commit)
+        case thread(CommitThread)
+    }
+
+    private let committing: Committing
     private let machine: Mutex<GroupCommitStateMachine<Entry, ConversationID>>
 
+    /// A store with one writer that blocks its thread (``ChatStore/blockingCommit``) commits on a
+    /// thread of its own; any other through tasks.
     public convenience init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int? = nil) {
-        self.init(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: maxConcurrentCommits ?? store.concurrentCommits) {
-            try await store.commit($0)
+        let concurrent = maxConcurrentCommits ?? store.concurrentCommits
+        if concurrent == 1, let blockingCommit = store.blockingCommit {
+            self.init(maxBatch: maxBatch, maxWait: maxWait, blockingCommit: blockingCommit)
+        } else {
+            self.init(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: concurrent) {
+                try await store.commit($0)
+            }
         }
     }
 
+    /// Commits run as tasks, up to `maxConcurrentCommits` at once.
     public init(maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int = 1, commit: @escaping Commit) {
-        self.commitBatch = commit
+        self.committing = .tasks(commit)
         self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: maxConcurrentCommits))
+    }
+
+    /// Commits run one after another on a thread of this committer's: each starts as soon as the
+    /// last one ended, on the thread that ran it (no task per commit, no hop between commits).
+    /// The thread ends when the committer goes.
+    public init(maxBatch: Int = 512, maxWait: Duration = .zero, blockingCommit: @escaping BlockingCommit) {
+        let thread = CommitThread(commit: blockingCommit)
+        self.committing = .thread(thread)
+        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: 1))
+        thread.start(self)
+    }
+
+    deinit {
+        if case .thread(let thread) = committing { thread.stop() }
     }
 
     /// Appends one message; returns when its batch is committed (or failed).
@@ -49,33 +79,62 @@ public final class GroupCommitter: Sendable {
                 perform(machine.withLock { $0.timerFired() })
             }
         case .commit(let batches):
-            for batch in batches {
-                Task {
-                    let results = await commit(batch.items)
-                    // The next commit starts before these appends are answered: the store is not
-                    // idle while hundreds of callers are resumed (what they are told is durable
-                    // already, and later commits of their conversations wait for this one anyway).
-                    perform(machine.withLock { $0.commitFinished(batch.id) })
-                    for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
+            switch committing {
+            case .thread(let thread):
+                thread.submit(batches)
+            case .tasks(let commitBatch):
+                for batch in batches {
+                    Task {
+                        let results = await commit(batch.items, through: commitBatch)
+                        // The next commit starts before these appends are answered: the store is
+                        // not idle while hundreds of callers are resumed (what they are told is
+                        // durable already, and later commits of their conversations wait for this
+                        // one anyway).
+                        perform(machine.withLock { $0.commitFinished(batch.id) })
+                        for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
+                    }
                 }
             }
         }
     }
 
     /// Commits `batch`; the result of each append, in order.
-    private func commit(_ batch: [Entry]) async -> [Result<AppendOutcome, ChatStoreError>] {
+    private func commit(_ batch: [Entry], through commitBatch: Commit) async -> [Result<AppendOutcome, ChatStoreError>] {
         let started = ContinuousClock.now
-        defer { Self.commitLatency.recordNanoseconds(started.duration(to: .now).nanoseconds) }
-        Self.batchSizes.record(batch.count)
+        let outcomes: Result<[AppendOutcome], any Error>
         do {
-            let outcomes = try await commitBatch(batch.map(\.request))
+            outcomes = .success(try await commitBatch(batch.map(\.request)))
+        } catch {
+            outcomes = .failure(error)
+        }
+        return Self.results(of: outcomes, for: batch, started: started)
+    }
+
+    /// Commits `batch` on the commit thread; starts the next commit before it answers these
+    /// appends, as the tasks do.
+    fileprivate func commitOnThread(_ batch: GroupCommitStateMachine<Entry, ConversationID>.Batch, _ commit: BlockingCommit) {
+        let started = ContinuousClock.now
+        let outcomes = Result { try commit(batch.items.map(\.request)) }
+        let results = Self.results(of: outcomes, for: batch.items, started: started)
+        perform(machine.withLock { $0.commitFinished(batch.id) })
+        for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
+    }
+
+    /// What each append of a batch is told, in order; records the commit's metrics.
+    private static func results(
+        of outcomes: Result<[AppendOutcome], any Error>, for batch: [Entry], started: ContinuousClock.Instant
+    ) -> [Result<AppendOutcome, ChatStoreError>] {
+        commitLatency.recordNanoseconds(started.duration(to: .now).nanoseconds)
+        batchSizes.record(batch.count)
+        switch outcomes {
+        case .success(let outcomes):
             guard outcomes.count == batch.count else {
                 let error = ChatStoreError(.unavailable, "the store answered \(outcomes.count) outcomes for \(batch.count) appends")
                 return Array(repeating: .failure(error), count: batch.count)
             }
-            Self.appended.increment(by: outcomes.count { if case .appended = $0 { true } else { false } })
+            appended.increment(by: outcomes.count { if case .appended = $0 { true } else { false } })
             return outcomes.map { .success($0) }
-        } catch {
+        case .failure(let error):
             let failure = error as? ChatStoreError ?? ChatStoreError(.unavailable, "commit failed: \(error)")
             return Array(repeating: .failure(failure), count: batch.count)
         }
@@ -84,4 +143,63 @@ public final class GroupCommitter: Sendable {
     static let batchSizes = Recorder(label: "parley.store.commit_batch_size")
     static let commitLatency = Metrics.Timer(label: "parley.store.commit_latency")
     static let appended = Counter(label: "parley.messages.appended")
+}
+
+/// The thread a blocking store's commits run on: it commits the batches the state machine hands
+/// out one after another and sleeps only when there is none.
+private final class CommitThread: Sendable {
+    typealias Batch = GroupCommitStateMachine<GroupCommitter.Entry, ConversationID>.Batch
+
+    private struct State {
+        var batches: [Batch] = []
+        var stopped = false
+    }
+
+    private enum Step {
+        case commit(Batch)
+        case sleep
+        case stop
+    }
+
+    private let commit: BlockingCommit
+    private let state = Mutex(State())
+    private let wakeUp = DispatchSemaphore(value: 0)
+
+    init(commit: @escaping BlockingCommit) {
+        self.commit = commit
+    }
+
+    /// Holds `committer` weakly: the committer owns the thread, and going stops it.
+    func start(_ committer: GroupCommitter) {
+        let thread = Thread { [weak committer, self] in
+            while true {
+                switch state.withLock({ Self.next(&$0) }) {
+                case .commit(let batch):
+                    guard let committer else { return }
+                    committer.commitOnThread(batch, commit)
+                case .sleep:
+                    wakeUp.wait()
+                case .stop:
+                    return
+                }
+            }
+        }
+        thread.name = "parley-group-commit"
+        thread.start()
+    }
+
+    func submit(_ batches: [Batch]) {
+        state.withLock { $0.batches += batches }
+        wakeUp.signal()
+    }
+
+    func stop() {
+        state.withLock { $0.stopped = true }
+        wakeUp.signal()
+    }
+
+    private static func next(_ state: inout State) -> Step {
+        if state.stopped { return .stop }
+        return state.batches.isEmpty ? .sleep : .commit(state.batches.removeFirst())
+    }
 }

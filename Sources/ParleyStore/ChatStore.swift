@@ -35,6 +35,11 @@ public protocol ChatStore: Sendable {
     /// transactions share the log's flushes (PostgreSQL).
     var concurrentCommits: Int { get }
 
+    /// ``commit(_:)`` as a call that blocks the calling thread, for a store whose transactions run
+    /// on the thread that asks anyway (SQLite): the group commit then runs its commits back to back
+    /// on a thread of its own instead of a task per commit. Nil: commits are tasks.
+    var blockingCommit: BlockingCommit? { get }
+
     /// Messages with `seq > after`, ascending, at most `limit`.
     func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message]
 
@@ -209,4 +214,9 @@ public struct ChatStoreError: Error, Hashable, Sendable, CustomStringConvertible
 extension ChatStore {
     /// One commit at a time, unless the store says otherwise.
     public var concurrentCommits: Int { 1 }
+
+    public var blockingCommit: BlockingCommit? { nil }
 }
+
+/// ``ChatStore/commit(_:)`` on the caller's thread.
+public typealias BlockingCommit = @Sendable ([AppendRequest]) throws -> [AppendOutcome]

@@ -465,79 +465,94 @@ public final class SQLiteChatStore: ChatStore {
 
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         guard !appends.isEmpty else { return [] }
-        return try await write { db in
-            let head = try db.cachedStatement(sql: "SELECT epoch, last_seq, last_message FROM conversations WHERE id = ?")
-            let insert = try db.cachedStatement(sql: """
-                INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous) VALUES (?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (client_message_id, conversation_id) DO NOTHING
-                """)
-            let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
-            // Each conversation's head is read once per batch and written back once at the end.
-            var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64, lastMessage: Int64?)?] = [:]
-            var ownReceipts: [String: [String: Int64]] = [:]
-            var outcomes: [AppendOutcome] = []
-            outcomes.reserveCapacity(appends.count)
-            for append in appends {
-                let conversation = append.conversationId.rawValue
-                if heads[conversation] == nil {
-                    head.bind(conversation, at: 1)
-                    heads[conversation] = try head.runForOneRow(in: db) { row in
-                        (SQLiteColumn.int64(row, 0), SQLiteColumn.int64(row, 1), 0, SQLiteColumn.optionalInt64(row, 2))
-                    }
-                }
-                guard let current = heads[conversation] ?? nil else {
-                    outcomes.append(.unknownConversation)
-                    continue
-                }
-                guard current.epoch == append.epoch else {
-                    outcomes.append(.staleEpoch(current: current.epoch))
-                    continue
-                }
-                let seq = current.lastSeq + 1
-                let sentAt = append.sentAt.millisecondsSince1970
-                insert.bind(conversation, at: 1)
-                insert.bind(seq, at: 2)
-                insert.bind(append.senderId.rawValue, at: 3)
-                insert.bind(append.clientMessageId, at: 4)
-                insert.bind(append.text, at: 5)
-                insert.bind(sentAt, at: 6)
-                insert.bind(current.lastMessage, at: 7)
-                try insert.run(in: db)
-                guard db.changesCount == 1 else {
-                    // This clientMessageId was stored before: the original, untouched.
-                    guard let original = try Row.fetchOne(existing, arguments: [append.clientMessageId, conversation]) else {
-                        throw ChatStoreError(.unavailable, "insert of \(append.clientMessageId) changed nothing and found nothing")
-                    }
-                    outcomes.append(.duplicate(Self.message(from: original)))
-                    continue
-                }
-                heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
-                ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
-                outcomes.append(.appended(Message(
-                    conversationId: append.conversationId, seq: seq, senderId: append.senderId,
-                    clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt))))
+        return try await write { db in try Self.commit(appends, db: db) }
+    }
+
+    /// The commit on the calling thread (GRDB runs a write on the thread that asks when no other
+    /// write is running, and waits for it otherwise).
+    public var blockingCommit: BlockingCommit? {
+        { [pool] appends in
+            guard !appends.isEmpty else { return [] }
+            do {
+                return try pool.write { db in try Self.commit(appends, db: db) }
+            } catch {
+                throw Self.writeFailure(error)
             }
-            let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ?, last_message = ? WHERE id = ?")
-            let receipts = try db.cachedStatement(sql: """
-                UPDATE members SET delivered_seq = max(delivered_seq, ?1), read_seq = max(read_seq, ?1)
-                WHERE conversation_id = ?2 AND user_id = ?3
-                """)
-            for (conversation, senders) in ownReceipts {
-                guard let current = heads[conversation] ?? nil else { continue }
-                advance.bind(current.lastSeq, at: 1)
-                advance.bind(current.lastActivity, at: 2)
-                advance.bind(current.lastMessage, at: 3)
-                advance.bind(conversation, at: 4)
-                try advance.run(in: db)
-                for (sender, seq) in senders {
-                    receipts.bind(seq, at: 1)
-                    receipts.bind(conversation, at: 2)
-                    receipts.bind(sender, at: 3)
-                    try receipts.run(in: db)
-                }
-            }
-            return outcomes
         }
+    }
+
+    private static func commit(_ appends: [AppendRequest], db: Database) throws -> [AppendOutcome] {
+        let head = try db.cachedStatement(sql: "SELECT epoch, last_seq, last_message FROM conversations WHERE id = ?")
+        let insert = try db.cachedStatement(sql: """
+            INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (client_message_id, conversation_id) DO NOTHING
+            """)
+        let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
+        // Each conversation's head is read once per batch and written back once at the end.
+        var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64, lastMessage: Int64?)?] = [:]
+        var ownReceipts: [String: [String: Int64]] = [:]
+        var outcomes: [AppendOutcome] = []
+        outcomes.reserveCapacity(appends.count)
+        for append in appends {
+            let conversation = append.conversationId.rawValue
+            if heads[conversation] == nil {
+                head.bind(conversation, at: 1)
+                heads[conversation] = try head.runForOneRow(in: db) { row in
+                    (SQLiteColumn.int64(row, 0), SQLiteColumn.int64(row, 1), 0, SQLiteColumn.optionalInt64(row, 2))
+                }
+            }
+            guard let current = heads[conversation] ?? nil else {
+                outcomes.append(.unknownConversation)
+                continue
+            }
+            guard current.epoch == append.epoch else {
+                outcomes.append(.staleEpoch(current: current.epoch))
+                continue
+            }
+            let seq = current.lastSeq + 1
+            let sentAt = append.sentAt.millisecondsSince1970
+            insert.bind(conversation, at: 1)
+            insert.bind(seq, at: 2)
+            insert.bind(append.senderId.rawValue, at: 3)
+            insert.bind(append.clientMessageId, at: 4)
+            insert.bind(append.text, at: 5)
+            insert.bind(sentAt, at: 6)
+            insert.bind(current.lastMessage, at: 7)
+            try insert.run(in: db)
+            guard db.changesCount == 1 else {
+                // This clientMessageId was stored before: the original, untouched.
+                guard let original = try Row.fetchOne(existing, arguments: [append.clientMessageId, conversation]) else {
+                    throw ChatStoreError(.unavailable, "insert of \(append.clientMessageId) changed nothing and found nothing")
+                }
+                outcomes.append(.duplicate(Self.message(from: original)))
+                continue
+            }
+            heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
+            ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
+            outcomes.append(.appended(Message(
+                conversationId: append.conversationId, seq: seq, senderId: append.senderId,
+                clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt))))
+        }
+        let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ?, last_message = ? WHERE id = ?")
+        let receipts = try db.cachedStatement(sql: """
+            UPDATE members SET delivered_seq = max(delivered_seq, ?1), read_seq = max(read_seq, ?1)
+            WHERE conversation_id = ?2 AND user_id = ?3
+            """)
+        for (conversation, senders) in ownReceipts {
+            guard let current = heads[conversation] ?? nil else { continue }
+            advance.bind(current.lastSeq, at: 1)
+            advance.bind(current.lastActivity, at: 2)
+            advance.bind(current.lastMessage, at: 3)
+            advance.bind(conversation, at: 4)
+            try advance.run(in: db)
+            for (sender, seq) in senders {
+                receipts.bind(seq, at: 1)
+                receipts.bind(conversation, at: 2)
+                receipts.bind(sender, at: 3)
+                try receipts.run(in: db)
+            }
+        }
+        return outcomes
     }
 
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
@@ -755,11 +770,14 @@ public final class SQLiteChatStore: ChatStore {
     private func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         do {
             return try await pool.write(body)
-        } catch let error as ChatStoreError {
-            throw error
         } catch {
-            throw ChatStoreError(.unavailable, "SQLite write failed: \(error)")
+            throw Self.writeFailure(error)
         }
+    }
+
+    /// Database failures become `unavailable`; store errors pass through.
+    private static func writeFailure(_ error: any Error) -> ChatStoreError {
+        error as? ChatStoreError ?? ChatStoreError(.unavailable, "SQLite write failed: \(error)")
     }
 
     private func read<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {

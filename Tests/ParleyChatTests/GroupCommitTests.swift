@@ -139,10 +139,39 @@ final class RecordingStore: Sendable {
         return try await inner.commit(appends)
     }
 
+    /// ``commit(_:)`` on the calling thread, as a blocking store (SQLite) commits.
+    func blockingCommit(_ appends: [AppendRequest]) throws -> [AppendOutcome] {
+        let result = Mutex<Result<[AppendOutcome], any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do {
+                let outcomes = try await commit(appends)
+                result.withLock { $0 = .success(outcomes) }
+            } catch {
+                result.withLock { $0 = .failure(error) }
+            }
+            done.signal()
+        }
+        done.wait()
+        return try result.withLock { $0 }?.get() ?? []
+    }
+
     func committer(concurrentCommits: Int = 1) -> GroupCommitter {
         GroupCommitter(maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
     }
+
+    /// Commits on the committer's own thread, through ``blockingCommit(_:)``.
+    func threadCommitter() -> GroupCommitter {
+        GroupCommitter { try self.blockingCommit($0) }
+    }
+
+    func committer(_ mode: CommitMode) -> GroupCommitter {
+        mode == .tasks ? committer() : threadCommitter()
+    }
 }
+
+/// How a group commit runs its commits: as tasks, or on a thread of its own (a blocking store).
+enum CommitMode: CaseIterable, Sendable { case tasks, thread }
 
 @Suite struct GroupCommitterTests {
     static func setUp(conversations: Int, store: RecordingStore) async throws -> [(ConversationID, Int64)] {
@@ -157,9 +186,9 @@ final class RecordingStore: Sendable {
         return owned
     }
 
-    @Test func concurrentAppendsFromManyConversationsShareCommits() async throws {
+    @Test(arguments: CommitMode.allCases) func concurrentAppendsFromManyConversationsShareCommits(mode: CommitMode) async throws {
         let store = RecordingStore(delay: .milliseconds(5))
-        let committer = store.committer()
+        let committer = store.committer(mode)
         let owned = try await Self.setUp(conversations: 20, store: store)
         let outcomes = try await withThrowingTaskGroup(of: AppendOutcome.self) { group in
             for i in 0..<200 {
@@ -203,14 +232,39 @@ final class RecordingStore: Sendable {
         }
     }
 
-    @Test func aFailedCommitFailsEveryAppendInItAndTheNextOneWorks() async throws {
+    @Test(arguments: CommitMode.allCases) func aFailedCommitFailsEveryAppendInItAndTheNextOneWorks(mode: CommitMode) async throws {
         let store = RecordingStore(delay: .milliseconds(1))
-        let committer = store.committer()
+        let committer = store.committer(mode)
         let (id, epoch) = try await Self.setUp(conversations: 1, store: store)[0]
         let request = AppendRequest(conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString, text: "x", sentAt: Date())
         store.failing.withLock { $0 = true }
         await #expect(throws: ChatStoreError(.unavailable, "disk on fire")) { try await committer.append(request) }
         store.failing.withLock { $0 = false }
         #expect(try await committer.append(request).message?.seq == 1)
+    }
+
+    @Test func theCommitThreadCommitsOneBatchAtATimeAndEndsWithItsCommitter() async throws {
+        let store = RecordingStore(delay: .milliseconds(2))
+        var committer: GroupCommitter? = store.threadCommitter()
+        let owned = try await Self.setUp(conversations: 5, store: store)
+        try await withThrowingTaskGroup(of: Void.self) { [committer] group in
+            for i in 0..<100 {
+                let (id, epoch) = owned[i % owned.count]
+                group.addTask {
+                    let outcome = try await committer?.append(AppendRequest(
+                        conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "m\(i)", sentAt: Date()))
+                    #expect(outcome?.message != nil)
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(store.running.withLock { $0.most } == 1, "one writer: never two commits at once")
+        #expect(store.commitSizes.withLock { $0.count } < 100, "appends waiting on a running commit go together")
+        for (id, _) in owned {
+            #expect(try await store.inner.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...20))
+        }
+        weak var gone = committer
+        committer = nil
+        #expect(gone == nil, "the commit thread holds its committer weakly, so the committer (and the thread) can go")
     }
 }

@@ -33,6 +33,32 @@ import Testing
         #expect(try await reopened.conversation(record.id)?.lastSeq == 5)
     }
 
+    /// The group commit's thread commits through `blockingCommit`: the same commit as `commit(_:)`
+    /// (seqs, idempotency, fencing), on the calling thread.
+    @Test func theBlockingCommitIsTheCommit() async throws {
+        let store = try await makeSQLiteStore()
+        let blockingCommit = try #require(store.blockingCommit, "SQLite commits on the caller's thread")
+        let record = Self.conversation()
+        try await store.createConversation(record)
+        let stale = try await store.acquireOwnership(of: record.id)
+        let epoch = try await store.acquireOwnership(of: record.id)
+        let first = Self.append(record.id, epoch, "m1")
+        let appends = [first, Self.append(record.id, epoch, "m2"), first, Self.append(record.id, stale, "late"), Self.append(.make(), 1, "nowhere")]
+        let outcomes = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try blockingCommit(appends) }) }
+        }
+        #expect(outcomes.map(\.message?.seq) == [1, 2, 1, nil, nil])
+        guard case .duplicate(let original) = outcomes[2], case .staleEpoch(let current) = outcomes[3], case .unknownConversation = outcomes[4] else {
+            Issue.record("a retry, a stale owner and an unknown conversation: \(outcomes)")
+            return
+        }
+        #expect(original.text == "m1")
+        #expect(current == epoch)
+        #expect(try await store.messages(in: record.id, after: 0, limit: 10).map(\.text) == ["m1", "m2"])
+        #expect(try await store.conversation(record.id)?.lastSeq == 2)
+        #expect(try blockingCommit([]).isEmpty)
+    }
+
     /// Messages stored under schema v3 (clustered by conversation and seq, idempotency unique on
     /// conversation then clientMessageId) are all there after v4 rebuilt the table and v5 moved them
     /// into the message log and its index: read forwards, backwards and as the last message, a
