@@ -56,7 +56,13 @@ enum MessageIndexer {
         // its seq order. Messages never change once committed, so the pieces add up.
         var byConversation: [String: [(seq: Int64, message: Int64)]] = [:]
         var read = 0
-        var through = try await pool.read { db in try Int64.fetchOne(db, sql: "SELECT indexed_through FROM message_index_progress") ?? 0 }
+        // A file not migrated yet (the store starts its indexer when it opens, and another process
+        // may be applying the migrations) has nothing to index.
+        let progress = try await pool.read { db -> Int64? in
+            guard try db.tableExists("message_index_progress") else { return nil }
+            return try Int64.fetchOne(db, sql: "SELECT indexed_through FROM message_index_progress") ?? 0
+        }
+        guard var through = progress else { return 0 }
         while read < messagesPerPass {
             let (rows, last) = try await pool.read { [through] db -> ([(String, Int64, Int64)], Int64) in
                 let select = try db.cachedStatement(sql: "SELECT id, conversation_id, seq FROM message_log WHERE id > ? ORDER BY id LIMIT ?")

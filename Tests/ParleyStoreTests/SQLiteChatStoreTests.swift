@@ -59,6 +59,21 @@ import Testing
         #expect(try blockingCommit([]).isEmpty)
     }
 
+    /// The indexer starts when the store opens, which may be before the migrations (this process's
+    /// or another's): a pass over a file without the schema has nothing to do, and says nothing.
+    @Test func indexingBeforeTheMigrationsFindsNothingToDo() async throws {
+        var settings = SQLiteChatStore.Settings()
+        settings.messageIndexInterval = nil
+        let store = try SQLiteChatStore(path: Scratch.path("parley-unmigrated", suffix: ".sqlite"), settings: settings)
+        #expect(try await store.indexMessages() == 0)
+        try await store.migrate()
+        let record = Self.conversation()
+        try await store.createConversation(record)
+        let epoch = try await store.acquireOwnership(of: record.id)
+        _ = try await store.commit([Self.append(record.id, epoch, "m1")])
+        #expect(try await store.indexMessages() == 1)
+    }
+
     /// Messages stored under schema v3 (clustered by conversation and seq, idempotency unique on
     /// conversation then clientMessageId) are all there after v4 rebuilt the table and v5 moved them
     /// into the message log and its index: read forwards, backwards and as the last message, a
