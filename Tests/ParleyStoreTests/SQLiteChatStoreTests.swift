@@ -236,15 +236,35 @@ import Testing
     /// file while commits go on, and rewinds the WAL so that it stays smaller than what was written
     /// through it; nothing committed is lost.
     @Test func checkpointsRunInTheBackgroundAndTheWALStaysBounded() async throws {
-        let path = Scratch.path("parley-checkpoint", suffix: ".sqlite")
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         var settings = SQLiteChatStore.Settings()
         settings.backgroundCheckpoint = .milliseconds(5)
         settings.checkpointRestartFrames = 100
+        let checkpointed = try await Self.commitBurst(settings: settings)
+        // The same commits with no checkpoint at all: the WAL then holds every frame written.
+        settings.backgroundCheckpoint = nil
+        settings.walAutocheckpointPages = 0
+        let neverRewound = try await Self.commitBurst(settings: settings)
+        #expect(neverRewound.rewinds == 0 && neverRewound.largestWAL > 15_000 * 1_000, "without checkpoints the WAL keeps everything")
+        #expect(neverRewound.databaseBytes < 15_000 * 1_000 / 10, "without checkpoints the messages are only in the WAL")
+        // How large the WAL gets in between depends on how far a busy machine lets the checkpointer
+        // fall behind, so the bound is generous: rewound, and at most half of everything.
+        #expect(checkpointed.rewinds >= 2, "the WAL was rewound \(checkpointed.rewinds) times")
+        #expect(checkpointed.largestWAL < neverRewound.largestWAL / 2, "WAL reached \(checkpointed.largestWAL) bytes, \(neverRewound.largestWAL) without checkpoints")
+        #expect(checkpointed.databaseBytes > 15_000 * 1_000 / 2, "the database file holds \(checkpointed.databaseBytes) bytes: checkpoints did not run")
+    }
+
+    /// 300 commits of 50 messages of 1,000 bytes into one new file, 5 ms apart when `settings`
+    /// checkpoint in the background; the largest the WAL got, how often it was rewound, and the
+    /// database file's size after the last commit (the file is then reopened to check every
+    /// message is there).
+    static func commitBurst(settings: SQLiteChatStore.Settings) async throws -> (largestWAL: Int, rewinds: UInt32, databaseBytes: Int) {
+        let path = Scratch.path("parley-checkpoint", suffix: ".sqlite")
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         let record = SQLiteChatStoreTests.conversation()
         var committed = 0
         var largestWAL = 0
         var rewinds: UInt32 = 0
+        var databaseBytes = 0
         do {
             let store = try SQLiteChatStore(path: path, settings: settings)
             try await store.migrate()
@@ -254,21 +274,17 @@ import Testing
             for _ in 0..<300 {
                 let outcomes = try await store.commit((0..<50).map { _ in SQLiteChatStoreTests.append(record.id, epoch, text) })
                 committed += outcomes.count { if case .appended = $0 { true } else { false } }
-                largestWAL = max(largestWAL, Self.fileSize(path + "-wal"))
-                rewinds = max(rewinds, Self.walRewinds(path))
-                try await Task.sleep(for: .milliseconds(5))
+                largestWAL = max(largestWAL, fileSize(path + "-wal"))
+                rewinds = max(rewinds, walRewinds(path))
+                if settings.backgroundCheckpoint != nil { try await Task.sleep(for: .milliseconds(5)) }
             }
+            databaseBytes = fileSize(path)  // before closing the store checkpoints what is left
+            store.stopBackgroundWork()
         }
-        // 15,000 messages of 1,000+ bytes went through the WAL; a WAL never rewound would hold them
-        // all (how large it gets in between depends on how far a busy machine lets the checkpointer
-        // fall behind, so only "rewound, and smaller than everything" is asserted).
-        let written = committed * 1_000
         #expect(committed == 15_000)
-        #expect(rewinds >= 2, "the WAL was rewound \(rewinds) times")
-        #expect(largestWAL < written, "WAL reached \(largestWAL) bytes for \(written) bytes written")
-        #expect(Self.fileSize(path) > written / 2, "the database file holds \(Self.fileSize(path)) bytes: checkpoints did not run")
         let reopened = try SQLiteChatStore(path: path)
-        let head = try await reopened.conversation(record.id)
-        #expect(head?.lastSeq == 15_000)
+        #expect(try await reopened.conversation(record.id)?.lastSeq == 15_000)
+        reopened.stopBackgroundWork()
+        return (largestWAL, rewinds, databaseBytes)
     }
 }
