@@ -531,6 +531,7 @@ struct BinarySingleValueDecoder: SingleValueDecodingContainer {
 
 extension Array where Element == UInt8 {
     /// Appends `value`'s bytes, least significant first.
+    @inlinable
     mutating func appendLittleEndian<Integer: FixedWidthInteger>(_ value: Integer) {
         var little = value.littleEndian
         Swift.withUnsafeBytes(of: &little) { append(contentsOf: $0) }
@@ -540,6 +541,7 @@ extension Array where Element == UInt8 {
 extension UnsafeBufferPointer where Element == UInt8 {
     /// The integer whose bytes, least significant first, start at `offset` (the caller has checked
     /// that they are all there).
+    @inlinable
     func littleEndian<Integer: FixedWidthInteger>(_ type: Integer.Type, at offset: Int) -> Integer {
         var value: Integer = 0
         for index in 0..<MemoryLayout<Integer>.size { value |= Integer(truncatingIfNeeded: self[offset + index]) << (8 * index) }

@@ -13,34 +13,46 @@ public protocol ClusterWireCodable: Codable {
 
 /// Bytes of a hand-written wire form: integers little-endian at their width, a string as a 4-byte
 /// length and its UTF-8, a list as a 4-byte count and its elements.
+///
+/// Inlinable, so that the forms written in other modules (the chat calls') use integer and list
+/// code specialized for their types rather than generic code through witness tables.
+@frozen
 public struct WireWriter {
-    public private(set) var bytes: [UInt8]
+    @usableFromInline var buffer: [UInt8]
+
+    /// What has been written.
+    public var bytes: [UInt8] { buffer }
 
     init(bytes: [UInt8]) {
-        self.bytes = bytes
+        self.buffer = bytes
     }
 
+    @inlinable
     public mutating func write<Integer: FixedWidthInteger>(_ value: Integer) {
-        bytes.appendLittleEndian(value)
+        buffer.appendLittleEndian(value)
     }
 
+    @inlinable
     public mutating func write(_ value: Bool) {
-        bytes.append(value ? 1 : 0)
+        buffer.append(value ? 1 : 0)
     }
 
+    @inlinable
     public mutating func write(_ value: String) {
         var value = value
         value.withUTF8 { utf8 in
             write(UInt32(truncatingIfNeeded: utf8.count))
-            bytes.append(contentsOf: utf8)
+            buffer.append(contentsOf: utf8)
         }
     }
 
+    @inlinable
     public mutating func write<Element: ClusterWireCodable>(_ list: [Element]) throws {
         try write(list) { try $1.write(to: &$0) }
     }
 
     /// A list of anything: its count, then each element as `writeElement` writes it.
+    @inlinable
     public mutating func write<Element>(_ list: [Element], _ writeElement: (inout WireWriter, Element) throws -> Void) rethrows {
         write(UInt32(truncatingIfNeeded: list.count))
         for element in list { try writeElement(&self, element) }
@@ -51,14 +63,16 @@ public struct WireWriter {
     public mutating func write(codable value: some Encodable) throws {
         let encoded = try BinaryClusterSerialization.encodeCodable(value)
         write(UInt32(truncatingIfNeeded: encoded.count))
-        bytes.append(contentsOf: encoded)
+        buffer.append(contentsOf: encoded)
     }
 }
 
-/// Reads what ``WireWriter`` wrote, checking every length against the bytes there are.
+/// Reads what ``WireWriter`` wrote, checking every length against the bytes there are (inlinable
+/// as ``WireWriter`` is).
+@frozen
 public struct WireReader {
-    private let bytes: UnsafeBufferPointer<UInt8>
-    private var offset: Int
+    @usableFromInline let bytes: UnsafeBufferPointer<UInt8>
+    @usableFromInline var offset: Int
 
     init(bytes: UnsafeBufferPointer<UInt8>, offset: Int) {
         self.bytes = bytes
@@ -67,10 +81,12 @@ public struct WireReader {
 
     var isAtEnd: Bool { offset == bytes.count }
 
+    @inlinable
     public func corrupt(_ what: String) -> DecodingError {
         .dataCorrupted(.init(codingPath: [], debugDescription: what))
     }
 
+    @inlinable
     public mutating func read<Integer: FixedWidthInteger>(_ type: Integer.Type) throws -> Integer {
         let size = MemoryLayout<Integer>.size
         guard bytes.count - offset >= size else { throw corrupt("truncated \(Integer.self)") }
@@ -78,6 +94,7 @@ public struct WireReader {
         return bytes.littleEndian(Integer.self, at: offset)
     }
 
+    @inlinable
     public mutating func read(_ type: Bool.Type) throws -> Bool {
         switch try read(UInt8.self) {
         case 0: return false
@@ -86,6 +103,7 @@ public struct WireReader {
         }
     }
 
+    @inlinable
     public mutating func read(_ type: String.Type) throws -> String {
         let region = try lengthPrefixed()
         guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[region]), as: UTF8.self) else {
@@ -94,11 +112,13 @@ public struct WireReader {
         return string
     }
 
+    @inlinable
     public mutating func read<Element: ClusterWireCodable>(_ type: [Element].Type) throws -> [Element] {
         try readList { try Element(from: &$0) }
     }
 
     /// A list that ``WireWriter/write(_:_:)`` wrote, each element as `readElement` reads it.
+    @inlinable
     public mutating func readList<Element>(_ readElement: (inout WireReader) throws -> Element) throws -> [Element] {
         let count = Int(try read(UInt32.self))
         // Every element takes at least a byte: a count past the bytes left is corrupt, and never
@@ -115,7 +135,8 @@ public struct WireReader {
         return try BinaryClusterSerialization.decodeCodable(type, from: Array(bytes[region]))
     }
 
-    private mutating func lengthPrefixed() throws -> Range<Int> {
+    @inlinable
+    mutating func lengthPrefixed() throws -> Range<Int> {
         let length = Int(try read(UInt32.self))
         guard length <= bytes.count - offset else { throw corrupt("a value of \(length) bytes in \(bytes.count - offset)") }
         defer { offset += length }
