@@ -71,7 +71,18 @@ public distributed actor ConversationActor {
         system.register(kind: kind) { id, system in
             try await activate(id, system: system, services: services, directory: directory, courier: courier)
         }
+        registerDirectTargets(on: system)
         ConversationRecovery.register(on: system, store: services.store)
+    }
+
+    /// ``send(_:)``'s name on the cluster (its distributed thunk's mangled name; a test checks it
+    /// against a real call).
+    public static let sendTarget = "$s10ParleyChat17ConversationActorC4sendyAA10SendResultVAA0F7MessageVYaKFTE"
+
+    /// Sends, on every message's path, run without the runtime's lookup of the method
+    /// (``ClusterSystem/DirectTarget``).
+    public static func registerDirectTargets(on system: ClusterSystem) {
+        system.registerDirect(sendTarget, of: ConversationActor.self) { actor, request in try await actor.send(request) }
     }
 
     /// Loads the conversation and takes ownership of it (a new epoch fences off any earlier owner).

@@ -26,10 +26,16 @@ public distributed actor GatewayInbox {
     public static func open(
         on system: ClusterSystem, revocations: @escaping RevocationHandler = { _ in }, handler: @escaping Handler
     ) -> GatewayInbox {
-        system.makePinned(kind: kind, key: "events") {
+        // Deliveries, on every message's path, run without the runtime's lookup of the method.
+        system.registerDirect(deliverTarget, of: GatewayInbox.self) { inbox, deliveries in try await inbox.deliver(deliveries) }
+        return system.makePinned(kind: kind, key: "events") {
             GatewayInbox(handler: handler, revocationHandler: revocations, actorSystem: system)
         }
     }
+
+    /// ``deliver(_:)``'s name on the cluster (its distributed thunk's mangled name; a test checks
+    /// it against a real call).
+    public static let deliverTarget = "$s10ParleyChat12GatewayInboxC7deliveryySayAA13EventDeliveryVGYaKFTE"
 
     init(handler: @escaping Handler, revocationHandler: @escaping RevocationHandler, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem

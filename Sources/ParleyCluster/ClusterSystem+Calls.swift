@@ -91,9 +91,18 @@ extension ClusterSystem {
         }
         var decoder = ClusterInvocationDecoder(serialization: serialization, arguments: envelope.arguments)
         let handler = ClusterResultHandler(serialization: serialization, sink: reply)
+        let direct = directTargets.withLock { targets -> DirectTarget? in
+            guard let target = targets[envelope.target] else { return nil }
+            targets[envelope.target]?.calls += 1
+            return target.run
+        }
         do {
-            try await executeDistributedTarget(
-                on: actor, target: RemoteCallTarget(envelope.target), invocationDecoder: &decoder, handler: handler)
+            if let direct {
+                try await direct(actor, &decoder, handler)
+            } else {
+                try await executeDistributedTarget(
+                    on: actor, target: RemoteCallTarget(envelope.target), invocationDecoder: &decoder, handler: handler)
+            }
         } catch {
             // The target could not be invoked at all (unknown method, undecodable arguments).
             reply(.error(ClusterCallError(code: .serialization, message: "cannot invoke \(envelope.recipient): \(error)")))

@@ -53,6 +53,7 @@ import Testing
                 cluster.recordActivation(id, on: system)
                 return try await ConversationActor.activate(id, system: system, services: services, directory: directory, courier: courier)
             }
+            ConversationActor.registerDirectTargets(on: system)
         }
         for node in nodes { try await cluster.start(node, callTimeout: .seconds(5)) }
         try await cluster.waitForUp(Set(nodes))

@@ -69,6 +69,10 @@ final class RecordedDeliveries: Sendable {
         }
         let messages = received.messages
         #expect(messages.map(\.seq) == Array(1...Int64(total)), "once each, in seq order")
+        // Every send and every delivery went the direct way (the registered names are the calls' own).
+        let directSends = ["node-a", "node-b"].map { cluster[$0].directCalls(to: ConversationActor.sendTarget) ?? 0 }.reduce(0, +)
+        #expect(directSends == total, "sends run directly: \(directSends) of \(total)")
+        #expect(cluster["node-g"].directCalls(to: GatewayInbox.deliverTarget) ?? 0 > 0, "deliveries run directly")
         let recipients = received.deliveries.withLock { deliveries in
             Set(deliveries.filter { if case .message = $0.event { true } else { false } }.map { Set($0.recipients) })
         }

@@ -37,6 +37,44 @@ import Testing
         }
     }
 
+    /// A call with a direct target (`registerDirect`: no lookup of the method by its mangled name)
+    /// answers as the general path does: the value, the method's own error; a target registered
+    /// with the wrong argument type refuses the call as one that cannot be invoked.
+    @Test func directTargetsAnswerAsTheGeneralPathDoes() async throws {
+        let cluster = try makeTestCluster()
+        for name in ["node-a", "node-b"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b"])
+        let twice = "$s20ParleyTransportTests5ProbeC5twiceyS2SYaKFTE"
+        let fail = "$s20ParleyTransportTests5ProbeC4fail4codeySS_tYaKFTE"
+        for name in ["node-a", "node-b"] {
+            cluster[name].registerDirect(twice, of: Probe.self) { probe, text in try await probe.twice(text) }
+            cluster[name].registerDirect(fail, of: Probe.self) { probe, code in try await probe.fail(code: code) }
+        }
+        let key = try #require((0..<100).map { "k\($0)" }.first { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-b" })
+        let probe = try Self.probe(key, on: cluster["node-a"])
+        #expect(try await probe.twice("ab") == "abab")
+        do {
+            try await probe.fail(code: "test_refused")
+            Issue.record("fail(code:) must throw")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "test_refused")
+            #expect(error.message == "failed on purpose on node-b")
+        }
+        #expect(cluster["node-b"].directCalls(to: twice) == 1 && cluster["node-b"].directCalls(to: fail) == 1, "both ran directly on the owner")
+        #expect(cluster["node-a"].directCalls(to: twice) == 0)
+        #expect(cluster["node-b"].directCalls(to: "no such target") == nil)
+
+        cluster["node-b"].registerDirect(twice, of: Probe.self) { (probe: Probe, number: Int) in "\(number)" }
+        do {
+            _ = try await probe.twice("ab")
+            Issue.record("a String is not an Int")
+        } catch let error as ClusterCallError {
+            #expect(error.code == .serialization, "\(error)")
+        }
+        #expect(try await probe.count() == 1, "the general path still serves the other methods")
+    }
+
     @Test func argumentsResultsAndTypedErrorsCrossNodes() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }

@@ -30,6 +30,10 @@ distributed actor Probe {
 
     distributed func doNothing() {}
 
+    distributed func twice(_ text: String) -> String {
+        text + text
+    }
+
     /// Whether this call runs on one of NIO's event loops (the transport's loop executor).
     distributed func runsOnAnEventLoop() -> Bool {
         MultiThreadedEventLoopGroup.currentEventLoop != nil
