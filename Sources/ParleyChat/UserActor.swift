@@ -32,7 +32,14 @@ public distributed actor UserActor {
             }
             return UserActor(profile: stored?.user, services: services, actorSystem: system)
         }
+        // Token checks, on the path of a send whose token a gateway does not remember, run
+        // without the runtime's lookup of the method.
+        system.registerDirect(authenticateTarget, of: UserActor.self) { user, tokenId in try await user.authenticate(tokenId: tokenId) }
     }
+
+    /// ``authenticate(tokenId:)``'s name on the cluster (its distributed thunk's mangled name; a
+    /// test checks it against a real call).
+    public static let authenticateTarget = "$s10ParleyChat9UserActorC12authenticate7tokenId0A5Model0C0VSS_tYaKFTE"
 
     init(profile: User?, services: ChatServices, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem

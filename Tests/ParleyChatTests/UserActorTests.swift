@@ -42,6 +42,7 @@ import Testing
             try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-1")
         }
         #expect(try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-2").id == ann)
+        #expect(cluster["node-a"].directCalls(to: UserActor.authenticateTarget) == 3, "token checks run directly, refusals too")
     }
 
     /// A gateway that cannot be told of a revocation (here: it has no inbox) may still accept the
