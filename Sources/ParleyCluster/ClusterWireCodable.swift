@@ -16,7 +16,6 @@ public protocol ClusterWireCodable: Codable {
 ///
 /// Inlinable, so that the forms written in other modules (the chat calls') use integer and list
 /// code specialized for their types rather than generic code through witness tables.
-@frozen
 public struct WireWriter {
     @usableFromInline var buffer: [UInt8]
 
@@ -69,7 +68,6 @@ public struct WireWriter {
 
 /// Reads what ``WireWriter`` wrote, checking every length against the bytes there are (inlinable
 /// as ``WireWriter`` is).
-@frozen
 public struct WireReader {
     @usableFromInline let bytes: UnsafeBufferPointer<UInt8>
     @usableFromInline var offset: Int
