@@ -47,7 +47,17 @@ public distributed actor PresenceShard {
     /// Makes `system` activate presence shards on their owners.
     public static func register(on system: ClusterSystem, lease: Duration = sessionLease) {
         system.register(kind: kind) { _, system in PresenceShard(lease: lease, actorSystem: system) }
+        // The fan-out's directory questions, on the path of most messages, run without the
+        // runtime's lookup of the method.
+        system.registerDirect(gatewaysHeldByTarget, of: PresenceShard.self) { shard, users, holder in
+            try await shard.gateways(of: users, heldBy: holder)
+        }
     }
+
+    /// ``gateways(of:heldBy:)``'s name on the cluster (its distributed thunk's mangled name; a
+    /// test checks it against real calls).
+    public static let gatewaysHeldByTarget =
+        "$s10ParleyChat13PresenceShardC8gateways2of6heldBySDySSSay0A5Model10IdentifierVyAG10UserIDKindOGGGAM_SStYaKFTE"
 
     init(lease: Duration, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem

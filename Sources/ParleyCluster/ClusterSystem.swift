@@ -284,15 +284,35 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     ) {
         registerDirect(target) { actor, arguments, result in
             let (actor, argument): (Act, Argument) = try Self.directCall(target, actor, &arguments)
-            let value: Success
-            do {
-                value = try await method(actor, argument)
-            } catch {
-                try await result.onThrow(error: error)
-                return
-            }
-            try await result.onReturn(value: value)
+            try await Self.answer(result) { try await method(actor, argument) }
         }
+    }
+
+    /// A direct target for a method taking two arguments and returning a value.
+    @inlinable
+    public func registerDirect<
+        Act: DistributedActor, First: Codable & SendableMetatype, Second: Codable & SendableMetatype, Success: Codable & SendableMetatype
+    >(
+        _ target: String, of actorType: Act.Type, _ method: @escaping @Sendable (Act, First, Second) async throws -> Success
+    ) {
+        registerDirect(target) { actor, arguments, result in
+            let (actor, first): (Act, First) = try Self.directCall(target, actor, &arguments)
+            let second: Second = try arguments.decodeNextArgument()
+            try await Self.answer(result) { try await method(actor, first, second) }
+        }
+    }
+
+    /// Answers a direct call with what `call` returns or throws, as the general path does.
+    @inlinable
+    static func answer<Success: Codable>(_ result: ClusterResultHandler, _ call: () async throws -> Success) async throws {
+        let value: Success
+        do {
+            value = try await call()
+        } catch {
+            try await result.onThrow(error: error)
+            return
+        }
+        try await result.onReturn(value: value)
     }
 
     /// A direct target for a method taking one argument and returning nothing.

@@ -73,6 +73,8 @@ final class RecordedDeliveries: Sendable {
         let directSends = ["node-a", "node-b"].map { cluster[$0].directCalls(to: ConversationActor.sendTarget) ?? 0 }.reduce(0, +)
         #expect(directSends == total, "sends run directly: \(directSends) of \(total)")
         #expect(cluster["node-g"].directCalls(to: GatewayInbox.deliverTarget) ?? 0 > 0, "deliveries run directly")
+        let directQuestions = ["node-a", "node-b"].map { cluster[$0].directCalls(to: PresenceShard.gatewaysHeldByTarget) ?? 0 }.reduce(0, +)
+        #expect(directQuestions > 0, "the directory's questions to the shards run directly")
         let recipients = received.deliveries.withLock { deliveries in
             Set(deliveries.filter { if case .message = $0.event { true } else { false } }.map { Set($0.recipients) })
         }

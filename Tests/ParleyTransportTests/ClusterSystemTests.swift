@@ -47,13 +47,16 @@ import Testing
         try await cluster.waitForUp(["node-a", "node-b"])
         let twice = "$s20ParleyTransportTests5ProbeC5twiceyS2SYaKFTE"
         let fail = "$s20ParleyTransportTests5ProbeC4fail4codeySS_tYaKFTE"
+        let echo = "$s20ParleyTransportTests5ProbeC4echo_5timesSaySSGSS_SitYaKFTE"
         for name in ["node-a", "node-b"] {
             cluster[name].registerDirect(twice, of: Probe.self) { probe, text in try await probe.twice(text) }
             cluster[name].registerDirect(fail, of: Probe.self) { probe, code in try await probe.fail(code: code) }
+            cluster[name].registerDirect(echo, of: Probe.self) { probe, text, times in try await probe.echo(text, times: times) }
         }
         let key = try #require((0..<100).map { "k\($0)" }.first { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-b" })
         let probe = try Self.probe(key, on: cluster["node-a"])
         #expect(try await probe.twice("ab") == "abab")
+        #expect(try await probe.echo("x", times: 3) == ["x", "x", "x"], "two arguments, in order")
         do {
             try await probe.fail(code: "test_refused")
             Issue.record("fail(code:) must throw")
@@ -61,7 +64,9 @@ import Testing
             #expect(error.code.rawValue == "test_refused")
             #expect(error.message == "failed on purpose on node-b")
         }
-        #expect(cluster["node-b"].directCalls(to: twice) == 1 && cluster["node-b"].directCalls(to: fail) == 1, "both ran directly on the owner")
+        #expect(
+            cluster["node-b"].directCalls(to: twice) == 1 && cluster["node-b"].directCalls(to: fail) == 1 && cluster["node-b"].directCalls(to: echo) == 1,
+            "all three ran directly on the owner")
         #expect(cluster["node-a"].directCalls(to: twice) == 0)
         #expect(cluster["node-b"].directCalls(to: "no such target") == nil)
 
