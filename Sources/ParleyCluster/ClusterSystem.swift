@@ -332,7 +332,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         }
     }
 
-    /// The actor as the method's type and the call's one argument (an error here answers the call
+    /// The actor as the method's type and the call's first argument (an error here answers the call
     /// as one that could not be invoked, as the general path does).
     @inlinable
     static func directCall<Act: DistributedActor, Argument: Codable>(
