@@ -92,9 +92,9 @@ extension ClusterSystem {
         var decoder = ClusterInvocationDecoder(serialization: serialization, arguments: envelope.arguments)
         let handler = ClusterResultHandler(serialization: serialization, sink: reply)
         let direct = directTargets.withLock { targets -> DirectTarget? in
-            guard let target = targets[envelope.target] else { return nil }
-            targets[envelope.target]?.calls += 1
-            return target.run
+            guard let index = targets.index(forKey: envelope.target) else { return nil }
+            targets.values[index].calls += 1
+            return targets.values[index].run
         }
         do {
             if let direct {

@@ -11,6 +11,17 @@ import Testing
         try Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: system)
     }
 
+    /// `probe.fail(code:)` reaches its caller as the error its owner `node` threw, code and message.
+    static func expectFailureOnPurpose(from probe: Probe, on node: String) async throws {
+        do {
+            try await probe.fail(code: "test_refused")
+            Issue.record("fail(code:) must throw")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "test_refused")
+            #expect(error.message == "failed on purpose on \(node)")
+        }
+    }
+
     @Test func aVirtualActorIsReachableFromEveryNodeAndActivatedOnceOnItsOwner() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
@@ -53,17 +64,10 @@ import Testing
             cluster[name].registerDirect(fail, of: Probe.self) { probe, code in try await probe.fail(code: code) }
             cluster[name].registerDirect(echo, of: Probe.self) { probe, text, times in try await probe.echo(text, times: times) }
         }
-        let key = try #require((0..<100).map { "k\($0)" }.first { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-b" })
-        let probe = try Self.probe(key, on: cluster["node-a"])
+        let probe = try Self.probe(probeKey(ownedBy: "node-b", on: cluster["node-a"]), on: cluster["node-a"])
         #expect(try await probe.twice("ab") == "abab")
         #expect(try await probe.echo("x", times: 3) == ["x", "x", "x"], "two arguments, in order")
-        do {
-            try await probe.fail(code: "test_refused")
-            Issue.record("fail(code:) must throw")
-        } catch let error as ClusterCallError {
-            #expect(error.code.rawValue == "test_refused")
-            #expect(error.message == "failed on purpose on node-b")
-        }
+        try await Self.expectFailureOnPurpose(from: probe, on: "node-b")
         #expect(
             cluster["node-b"].directCalls(to: twice) == 1 && cluster["node-b"].directCalls(to: fail) == 1 && cluster["node-b"].directCalls(to: echo) == 1,
             "all three ran directly on the owner")
@@ -86,20 +90,13 @@ import Testing
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
         // A key owned by node-b, called from node-a: a real network hop.
-        let key = try #require((0..<100).map { "k\($0)" }.first { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-b" })
-        let probe = try Self.probe(key, on: cluster["node-a"])
+        let probe = try Self.probe(probeKey(ownedBy: "node-b", on: cluster["node-a"]), on: cluster["node-a"])
         #expect(try await probe.echo("héllo 👋", times: 3) == ["héllo 👋", "héllo 👋", "héllo 👋"])
         try await probe.doNothing()
         // A call a node receives runs on the event loop that read it (`currentLoopExecutor`),
         // not on the cooperative pool.
         #expect(try await probe.runsOnAnEventLoop())
-        do {
-            try await probe.fail(code: "test_refused")
-            Issue.record("fail(code:) must throw")
-        } catch let error as ClusterCallError {
-            #expect(error.code.rawValue == "test_refused")
-            #expect(error.message == "failed on purpose on node-b")
-        }
+        try await Self.expectFailureOnPurpose(from: probe, on: "node-b")
         do {
             _ = try await ClusterSystemTests.unknownKind(on: cluster["node-a"])
             Issue.record("an unknown kind must fail")

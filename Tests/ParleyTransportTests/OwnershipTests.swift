@@ -7,17 +7,12 @@ import ParleyTestKit
 import Testing
 
 @Suite(.serialized) struct OwnershipTests {
-    /// A key that `system`'s ring gives to `owner`.
-    static func key(ownedBy owner: String, on system: ClusterSystem) throws -> String {
-        try #require((0..<500).map { "key-\($0)" }.first { system.owner(of: ClusterActorID(kind: "probe", key: $0)) == owner })
-    }
-
     @Test func aCallThatReachesANonOwnerIsRetriedOnTheOwnerWithinTheDeadline() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
-        let key = try Self.key(ownedBy: "node-c", on: cluster["node-a"])
+        let key = try probeKey(ownedBy: "node-c", on: cluster["node-a"])
 
         // node-a believes node-b owns everything; node-b knows better and answers not_owner.
         cluster["node-a"].forceRing(["node-b"])
@@ -32,7 +27,7 @@ import Testing
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name, callTimeout: .milliseconds(800)) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b", "node-c"])
-        let key = try Self.key(ownedBy: "node-c", on: cluster["node-a"])
+        let key = try probeKey(ownedBy: "node-c", on: cluster["node-a"])
         cluster["node-a"].forceRing(["node-b"])
         do {
             _ = try await Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: cluster["node-a"]).whereAreYou()
@@ -50,7 +45,7 @@ import Testing
         for name in ["node-a", "node-b"] { try await cluster.start(name) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
-        let key = try Self.key(ownedBy: "node-a", on: cluster["node-a"])
+        let key = try probeKey(ownedBy: "node-a", on: cluster["node-a"])
         let id = ClusterActorID(kind: "probe", key: key)
         #expect(try await Probe.resolve(id: id, using: cluster["node-b"]).count() == 1)
         #expect(cluster["node-a"].activeActorIDs.contains(id))
@@ -70,7 +65,7 @@ import Testing
         try await cluster.start("node-b")
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
-        let key = try Self.key(ownedBy: "node-b", on: cluster["node-a"])
+        let key = try probeKey(ownedBy: "node-b", on: cluster["node-a"])
         let probe = try Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: cluster["node-a"])
         let answers = try await withThrowingTaskGroup(of: [String].self) { group in
             for i in 0..<200 { group.addTask { try await probe.echo("m\(i)", times: 50) } }

@@ -3,6 +3,7 @@ import Foundation
 import NIOPosix
 import ParleyCluster
 import ParleyTestKit
+import Testing
 
 /// A virtual actor for tests: says where it runs, counts its calls, throws typed errors.
 distributed actor Probe {
@@ -40,6 +41,11 @@ distributed actor Probe {
     }
 }
 
+
+/// A probe key that `system`'s ring gives to `owner`.
+func probeKey(ownedBy owner: String, on system: ClusterSystem) throws -> String {
+    try #require((0..<500).map { "key-\($0)" }.first { system.owner(of: ClusterActorID(kind: "probe", key: $0)) == owner })
+}
 
 /// The loopback cluster of these tests: every node can activate `Probe`s.
 func makeTestCluster() throws -> LoopbackCluster {
