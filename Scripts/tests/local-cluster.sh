@@ -49,6 +49,15 @@ fi
 URL="$(echo "$out" | awk '/gateway URL/ {print $3}')"
 CA="$(echo "$out" | awk '/  CA / {print $2}')"
 [ -n "$URL" ] && [ -f "$CA" ] && pass "it printed the gateway URL ($URL) and the CA" || fail "no URL/CA in: $out"
+# Four nodes share this machine's cores: each gets cores ÷ 4 event loops, at least one.
+LOOPS=$(( $(nproc) / 4 > 0 ? $(nproc) / 4 : 1 ))
+if grep -q "loops=$LOOPS .*event loops" "$WORK/clone/.parley/worker-1.log" && grep -q "loops=$LOOPS .*event loops" "$WORK/clone/.parley/gateway-1.log"; then
+    pass "each node runs $LOOPS event loop(s): the $(nproc) cores divided among 4 nodes"
+else
+    fail "event loops: $(grep -h "event loops" "$WORK"/clone/.parley/*.log | head -2)"
+fi
+bad="$("$BIN_DIR/parley-node" run --name x --tls-dir "$WORK" --event-loops 0 2>&1 || true)"
+echo "$bad" | grep -q "event-loops 0 must be in 1…256" && pass "--event-loops 0 is refused with a clear error" || fail "--event-loops 0: $bad"
 second="$("$CLUSTER" up 2>&1 || true)"
 if echo "$second" | grep -q "already running"; then pass "up twice does not start a second cluster"; else fail "a second up was not refused: $second"; fi
 eval "$("$CLUSTER" env)"

@@ -77,7 +77,7 @@ final class ConversationFanOut: Sendable {
             defer { state.consuming = true }
             return !state.consuming
         }
-        if start { Task { await consume() } }
+        if start { Task(executorPreference: courier.preferredExecutor) { [self] in await consume() } }
     }
 
     /// The single consumer: runs while events are queued, in the order they were queued.
@@ -114,7 +114,7 @@ final class ConversationFanOut: Sendable {
                 "gateway": "\(gateway)", "events.count": "\(items.count)",
             ])
         case .send(let gateway, let batch):
-            Task { [self] in
+            Task(executorPreference: courier.preferredExecutor) { [self] in
                 if await courier.deliver(batch, to: gateway) {
                     perform(state.withLock { $0.machine.delivered(to: gateway) })
                 } else {

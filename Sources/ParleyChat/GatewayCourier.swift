@@ -69,19 +69,28 @@ final class GatewayCourier: Sendable {
     }
 
     private let send: Send
+    private let loopExecutor: @Sendable () -> (any TaskExecutor)?
     private let machine: Mutex<CoalescingStateMachine<String, Parcel>>
 
-    /// - Parameter sendMax: deliveries per call, unless one conversation's batch alone is larger.
-    init(sendMax: Int = 1_024, send: @escaping Send) {
+    /// - Parameters:
+    ///   - sendMax: deliveries per call, unless one conversation's batch alone is larger.
+    ///   - loopExecutor: the event loop the calling thread runs, if any (see ``preferredExecutor``).
+    init(sendMax: Int = 1_024, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil }, send: @escaping Send) {
         self.send = send
+        self.loopExecutor = loopExecutor
         self.machine = Mutex(CoalescingStateMachine(sendMax: sendMax))
     }
 
     convenience init(system: ClusterSystem) {
-        self.init { gateway, deliveries in
+        self.init(loopExecutor: { system.currentLoopExecutor }) { gateway, deliveries in
             try await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system).deliver(deliveries)
         }
     }
+
+    /// What a task started for deliveries prefers: the event loop the calling thread runs (after
+    /// a commit, the loop of the call that sent the message), where the delivery call is written
+    /// and its answer read — no wakeup of the cooperative pool, and back, per delivery.
+    var preferredExecutor: (any TaskExecutor)? { loopExecutor() }
 
     /// Delivers `deliveries` to `gateway`'s inbox, possibly in one call with other conversations'
     /// batches; true when that call succeeded.
@@ -109,7 +118,7 @@ final class GatewayCourier: Sendable {
         let next = machine.withLock { $0.finished(gateway) }
         for parcel in parcels { parcel.delivered.complete(delivered) }
         if case .send(let gateway, let more) = next {
-            Task { await carry(more, to: gateway) }
+            Task(executorPreference: preferredExecutor) { [self] in await carry(more, to: gateway) }
         }
     }
 

@@ -15,6 +15,8 @@ struct NodeConfiguration {
     var logLevel: Logger.Level
     var dataDirectory: URL
     var store: StoreLocation
+    /// Event-loop threads for the node's connections (cluster, clients, operations); nil: one per core.
+    var eventLoops: Int?
     /// Set when the node has the gateway role.
     var gateway: GatewayConfiguration?
 
@@ -82,6 +84,12 @@ struct NodeConfiguration {
             throw ValidationError("store '\(storeText)' must be sqlite:PATH or postgres://USER@HOST:PORT/DATABASE")
         }
         self.store = store
+        if let loops = run.eventLoops {
+            self.eventLoops = try Self.checkedEventLoops(loops, "--event-loops")
+        } else if let text = environment["PARLEY_EVENT_LOOPS"], !text.isEmpty {
+            guard let loops = Int(text) else { throw ValidationError("PARLEY_EVENT_LOOPS='\(text)' is not a whole number") }
+            self.eventLoops = try Self.checkedEventLoops(loops, "PARLEY_EVENT_LOOPS")
+        }
 
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {
@@ -114,5 +122,10 @@ struct NodeConfiguration {
             gateway.clientIdleTimeout = idle > 0 ? .milliseconds(Int(idle * 1000)) : nil
             self.gateway = gateway
         }
+    }
+
+    static func checkedEventLoops(_ loops: Int, _ what: String) throws -> Int {
+        guard (1...256).contains(loops) else { throw ValidationError("\(what) \(loops) must be in 1…256") }
+        return loops
     }
 }

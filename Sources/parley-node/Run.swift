@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Metrics
+import NIOCore
 import NIOHTTP1
 import ParleyChat
 import ParleyGateway
@@ -56,6 +57,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical. (env PARLEY_LOG_LEVEL; default info)")
     var logLevel: String?
 
+    @Option(help: "Event-loop threads serving the node's connections. Nodes that share a machine do better with fewer: a request and the cluster call it makes then run on one thread, without a wakeup between threads (Scripts/cluster gives each node cores ÷ nodes, at least 1). (env PARLEY_EVENT_LOOPS; default one per core)")
+    var eventLoops: Int?
+
     @Option(help: "Directory for this node's files, including the default SQLite store. (env PARLEY_DATA_DIR; default ./parley-data)")
     var dataDir: String?
 
@@ -94,6 +98,8 @@ struct Run: AsyncParsableCommand {
 
     func run() async throws {
         let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
+        // Before anything uses NIO's shared event-loop group (it is made on first use).
+        if let loops = config.eventLoops { NIOSingletons.groupLoopCountSuggestion = loops }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = config.logLevel
@@ -103,6 +109,7 @@ struct Run: AsyncParsableCommand {
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         var logger = Logger(label: "parley.node")
         logger[metadataKey: "node.id"] = "\(config.cluster.name)"
+        logger.info("event loops", metadata: ["loops": "\(NIOSingletons.groupLoopCountSuggestion)"])
 
         let tls: ClusterTLS
         do {

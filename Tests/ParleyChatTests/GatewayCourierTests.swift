@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import ParleyCluster
 import ParleyModel
@@ -99,6 +100,36 @@ import Testing
         #expect(calls.count == 2, "two calls for three batches")
         #expect(calls.first == [Self.delivery("c1", seq: 1)])
         #expect(calls.last == [Self.delivery("c2", seq: 1), Self.delivery("c2", seq: 2), Self.delivery("c3", seq: 7)])
+    }
+
+    /// Runs jobs on Dispatch's global queue, as the task executor of the tasks that prefer it.
+    final class ProbeExecutor: TaskExecutor {
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            DispatchQueue.global().async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        }
+    }
+
+    @Test func theCallThatCarriesWhatQueuedIsMadeFromATaskPreferringTheLoop() async throws {
+        let loop = ProbeExecutor()
+        let executors = Mutex<[UnownedTaskExecutor?]>([])
+        let inbox = Inbox()
+        let courier = GatewayCourier(loopExecutor: { loop }) { _, deliveries in
+            executors.withLock { $0.append(withUnsafeCurrentTask { $0?.unownedTaskExecutor }) }
+            try await inbox.receive(deliveries)
+        }
+        defer { inbox.release.complete(()) }
+        let first = Task { await courier.deliver([Self.delivery("c1", seq: 1)], to: "g") }
+        try #require(await Self.eventually { inbox.calls.withLock { $0.count } == 1 })
+        let second = Task { await courier.deliver([Self.delivery("c2", seq: 1)], to: "g") }
+        try #require(await Self.eventually { courier.waiting(for: "g") == 1 })
+        inbox.release.complete(())
+        let (firstDelivered, secondDelivered) = (await first.value, await second.value)
+        #expect(firstDelivered && secondDelivered)
+        let seen = executors.withLock { $0 }
+        try #require(seen.count == 2)
+        #expect(seen[0] == nil, "the first call is made from the caller's own task")
+        #expect(seen[1] == loop.asUnownedTaskExecutor(), "the next, started by the courier, prefers the loop")
     }
 
     @Test func aFailedCallFailsEveryBatchInItAndOnlyThose() async throws {
