@@ -2,7 +2,8 @@
 # The docs cannot drift from the binary: every `parley-node run` flag and every PARLEY_* variable
 # used in Deploy/ and README.md exists in `parley-node run --help` (variables that belong to the
 # clients and scripts must be listed as such in Deploy/CONFIG.md), and every option of
-# `parley-node run --help` is documented in Deploy/CONFIG.md.
+# `parley-node run --help` is documented in Deploy/CONFIG.md. Every script in Scripts/ answers
+# --help with its header, at once (nothing built, nothing started).
 #
 #   Scripts/tests/docs-flags.sh [PATH-TO-parley-node]
 source "$(dirname "$0")/lib.sh"
@@ -25,4 +26,18 @@ cp "$ROOT/Deploy/CONFIG.md" "$WORK/mutant/Deploy/"
 printf '%s\n' 'parley-node run --made-up-flag 1' 'PARLEY_MADE_UP=1' >"$WORK/mutant/README.md"
 mutant="$(python3 "$(dirname "$0")/docs_flags.py" "$WORK/mutant" "$WORK/help.txt")"
 if echo "$mutant" | grep -q "PROBLEM.*--made-up-flag" && echo "$mutant" | grep -q "PROBLEM.*PARLEY_MADE_UP"; then pass "a made-up flag and variable in the docs would be caught"; else fail "the check cannot see a made-up flag: $mutant"; fi
+# --help before anything runs: a script that built or started something would take seconds, or fail.
+unhelpful=0
+for script in "$ROOT"/Scripts/*; do
+    [ -f "$script" ] && [ -x "$script" ] || continue
+    name="$(basename "$script")"
+    first="$(sed -n 2p "$script" | sed 's/^# \{0,1\}//')"
+    if out="$(timeout 5 "$script" --help 2>&1)" && [ "$(echo "$out" | head -n 1)" = "$first" ]; then
+        helped="${helped:-}${helped:+, }$name"
+    else
+        fail "Scripts/$name --help did not print its header and exit: $(echo "$out" | head -n 3)"
+        unhelpful=1
+    fi
+done
+[ "$unhelpful" = 0 ] && pass "--help prints the header and exits: $helped"
 summary
