@@ -3,6 +3,7 @@ import Logging
 import ParleyModel
 import ParleyStore
 import PostgresNIO
+import Synchronization
 
 /// The store for nodes on several machines: PostgreSQL through a postgres-nio connection pool.
 ///
@@ -17,6 +18,16 @@ public final class PostgresChatStore: ChatStore {
     public let concurrentCommits: Int
     private let logger: Logger
     private let runner: Task<Void, Never>
+    /// Set by the runner right before it calls `client.run()`, for ``migrate()`` to wait for:
+    /// PostgresNIO warns about a lease before the pool runs (it waits for it, but every node start
+    /// logged a warning that looked like a fault).
+    private let runnerStarted = StartedFlag()
+
+    private final class StartedFlag: Sendable {
+        private let value = Atomic<Bool>(false)
+        func set() { value.store(true, ordering: .releasing) }
+        var isSet: Bool { value.load(ordering: .acquiring) }
+    }
     private let description: String
 
     /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (no TLS: a private network or
@@ -52,7 +63,11 @@ public final class PostgresChatStore: ChatStore {
         self.client = client
         self.concurrentCommits = concurrentCommits
         self.logger = logger
-        self.runner = Task { await client.run() }
+        let started = runnerStarted
+        self.runner = Task {
+            started.set()
+            await client.run()
+        }
         self.description = "postgres://\(user)@\(host):\(components.port ?? 5432)\(components.path)"
     }
 
@@ -142,6 +157,7 @@ public final class PostgresChatStore: ChatStore {
     ]
 
     public func migrate() async throws {
+        while !runnerStarted.isSet { await Task.yield() }
         try await transaction { connection in
             // One migrator at a time across every node that starts at once.
             try await connection.query("SELECT pg_advisory_xact_lock(7246175)", logger: logger)
