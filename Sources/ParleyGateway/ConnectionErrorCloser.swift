@@ -92,7 +92,7 @@ final class ConnectionErrorCloser: ChannelOutboundHandler {
         }
         closing = true
         let written = context.eventLoop.makePromise(of: Void.self)
-        written.futureResult.whenComplete { _ in context.close(promise: nil) }
+        written.futureResult.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
         if let promise { written.futureResult.cascade(to: promise) }
         context.write(data, promise: written)
     }

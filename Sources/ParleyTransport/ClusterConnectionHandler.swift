@@ -48,7 +48,7 @@ final class ClusterConnectionHandler: ChannelInboundHandler {
 
     func channelActive(context: ChannelHandlerContext) {
         let timeout = transport.settings.helloTimeout
-        helloTimeout = context.eventLoop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) { [weak self] in
+        helloTimeout = context.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(timeout.nanoseconds)) { [weak self] in
             guard let self, case .awaiting = self.phase else { return }
             self.fail("no hello within \(timeout)")
         }
@@ -132,7 +132,7 @@ final class ClusterConnectionHandler: ChannelInboundHandler {
         context.write(wrapOutboundOut(frame), promise: nil)
         guard !flushScheduled else { return }
         flushScheduled = true
-        context.eventLoop.execute { [self] in
+        context.eventLoop.assumeIsolated().execute { [self] in
             flushScheduled = false
             self.context?.flush()
         }

@@ -263,7 +263,7 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
         for (id, _) in owned {
             #expect(try await store.inner.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...20))
         }
-        weak var gone = committer
+        weak let gone = committer
         committer = nil
         #expect(gone == nil, "the commit thread holds its committer weakly, so the committer (and the thread) can go")
     }
