@@ -44,12 +44,12 @@ struct StoreBench: AsyncParsableCommand {
     @Option(help: "SQLite: bytes of the file each connection reads through a memory map, in MiB (0: none, every page read with pread).")
     var mmapMib = SQLiteChatStore.Settings().mmapBytes >> 20
 
-    /// The random half of client message IDs comes from a seeded generator per sender, seeded from
-    /// the system once per run: the system generator is a `getrandom` call per ID, ~6 % of the
-    /// process at 50,000 appends/s, and the IDs stand for ones clients make on their own devices.
-    private let seed = UInt64.random(in: .min ... .max)
-
     func run() async throws {
+        // The random half of client message IDs comes from a seeded generator per sender, seeded
+        // from the system once per run: the system generator is a `getrandom` call per ID, ~6 % of
+        // the process at 50,000 appends/s, and the IDs stand for ones clients make on their own
+        // devices. (A stored property with a value would be skipped by the command's decoding.)
+        let seed = UInt64.random(in: .min ... .max)
         let chatStore: any ChatStore
         var path: String?
         if store == "memory" {
@@ -86,9 +86,10 @@ struct StoreBench: AsyncParsableCommand {
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be 0 (closed loop) or a positive number of appends per second") }
         guard tickMicros >= 1 else { throw ValidationError("--tick-micros must be at least 1") }
         let load = rate > 0 ? String(format: "offered %.0f/s (open loop)", rate) : "in flight \(inFlight)"
-        _ = try await drive(committer, owned, count: max(1, appends / 10))  // warm-up
+        _ = try await drive(committer, owned, count: max(1, appends / 10), seed: seed)  // warm-up
         let started = ContinuousClock.now
-        let latencies = try await rate > 0 ? driveOpenLoop(committer, owned, count: appends) : drive(committer, owned, count: appends)
+        let latencies = try await rate > 0
+            ? driveOpenLoop(committer, owned, count: appends, seed: seed) : drive(committer, owned, count: appends, seed: seed)
         let elapsed = started.duration(to: .now)
         print("store: \(store.hasPrefix("sqlite:") ? "sqlite (synchronous=\(synchronous))" : store.hasPrefix("postgres") ? "postgresql" : store)  conversations \(conversations)  \(load)  max batch \(maxBatch)  concurrent commits \(concurrentCommits ?? chatStore.concurrentCommits)  client message IDs \(randomIds ? "random" : "time-ordered")")
         print(String(format: "appends: %d in %.2f s = %.0f appends/s  ", appends, elapsed.seconds, Double(appends) / elapsed.seconds)
@@ -98,7 +99,7 @@ struct StoreBench: AsyncParsableCommand {
     /// `count` appends offered at `rate` per second, spread round-robin over the conversations: each
     /// is started at its scheduled time however many are still waiting, and its latency is measured
     /// from that time, so a store that falls behind shows it (no coordinated omission).
-    private func driveOpenLoop(_ committer: GroupCommitter, _ owned: [(ConversationID, Int64)], count: Int) async throws -> Latencies {
+    private func driveOpenLoop(_ committer: GroupCommitter, _ owned: [(ConversationID, Int64)], count: Int, seed: UInt64) async throws -> Latencies {
         // Unstructured tasks, not a task group: a group with ~100,000 children waiting removes each
         // finished one by a scan of the others (the runtime's TaskGroup::removeChildTask was 83 % of
         // the process when commits finished out of spawn order).
@@ -141,7 +142,7 @@ struct StoreBench: AsyncParsableCommand {
     }
 
     /// `inFlight` tasks append `count` messages in total, spread round-robin over the conversations.
-    private func drive(_ committer: GroupCommitter, _ owned: [(ConversationID, Int64)], count: Int) async throws -> Latencies {
+    private func drive(_ committer: GroupCommitter, _ owned: [(ConversationID, Int64)], count: Int, seed: UInt64) async throws -> Latencies {
         try await withThrowingTaskGroup(of: Latencies.self) { group in
             for worker in 0..<inFlight {
                 group.addTask {

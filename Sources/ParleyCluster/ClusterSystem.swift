@@ -107,10 +107,6 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
 
     // MARK: Lifecycle
 
-    /// The executor of the transport's event loop that the calling thread runs, if any: a task
-    /// started there that prefers it runs where what it writes goes out, without a thread hop.
-    public var currentLoopExecutor: (any TaskExecutor)? { transport.currentLoopExecutor }
-
     /// Starts the transport and the membership and deadline loops. Returns at once; the node
     /// becomes `up` when it meets the cluster (see ``isUp``).
     public func start() async throws {
@@ -242,6 +238,10 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         // to be the last one would run the actor's deinit, which calls back into the system.
         state.withLock { $0.local }.filter { $0.value.actor != nil }.map(\.key)
     }
+
+    /// The executor of the transport's event loop that the calling thread runs, if any: a task
+    /// started there that prefers it runs where what it writes goes out, without a thread hop.
+    public var currentLoopExecutor: (any TaskExecutor)? { transport.currentLoopExecutor }
 
     // MARK: Pinned actors with well-known IDs
 

@@ -22,13 +22,13 @@ public final class PostgresChatStore: ChatStore {
     /// PostgresNIO warns about a lease before the pool runs (it waits for it, but every node start
     /// logged a warning that looked like a fault).
     private let runnerStarted = StartedFlag()
+    private let description: String
 
     private final class StartedFlag: Sendable {
         private let value = Atomic<Bool>(false)
         func set() { value.store(true, ordering: .releasing) }
         var isSet: Bool { value.load(ordering: .acquiring) }
     }
-    private let description: String
 
     /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (no TLS: a private network or
     /// loopback). The pool runs until ``shutdown()``. Up to `concurrentCommits` of its

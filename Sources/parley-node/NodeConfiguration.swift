@@ -26,15 +26,24 @@ struct NodeConfiguration {
             guard let text = environment[variable], !text.isEmpty else { return nil }
             return text
         }
-        func port(_ flag: Int?, _ variable: String, default fallback: Int) throws -> Int {
-            if let flag { return try checkedPort(flag, variable) }
-            guard let text = environment[variable], !text.isEmpty else { return fallback }
-            guard let number = Int(text) else { throw ValidationError("\(variable)='\(text)' is not a port number") }
-            return try checkedPort(number, variable)
+        /// A whole number from the flag, else the variable, checked against `range`; nil if neither is given.
+        func wholeNumber(_ flag: Int?, _ flagName: String, _ variable: String, in range: ClosedRange<Int>) throws -> Int? {
+            let given: (number: Int, source: String)
+            if let flag {
+                given = (flag, flagName)
+            } else if let text = environment[variable], !text.isEmpty {
+                guard let number = Int(text) else { throw ValidationError("\(variable)='\(text)' is not a whole number") }
+                given = (number, variable)
+            } else {
+                return nil
+            }
+            guard range.contains(given.number) else {
+                throw ValidationError("\(given.source) \(given.number) must be in \(range.lowerBound)…\(range.upperBound)")
+            }
+            return given.number
         }
-        func checkedPort(_ number: Int, _ what: String) throws -> Int {
-            guard (0...65535).contains(number) else { throw ValidationError("\(what) \(number) is not a port (0–65535)") }
-            return number
+        func port(_ flag: Int?, _ flagName: String, _ variable: String, default fallback: Int) throws -> Int {
+            try wholeNumber(flag, flagName, variable, in: 0...65535) ?? fallback
         }
 
         guard let name = value(run.name, "PARLEY_NAME") else {
@@ -48,7 +57,7 @@ struct NodeConfiguration {
             throw ValidationError("--roles '\(rolesText)' must be worker, gateway or worker,gateway")
         }
         let clusterHost = value(run.clusterHost, "PARLEY_CLUSTER_HOST") ?? "127.0.0.1"
-        let clusterPort = try port(run.clusterPort, "PARLEY_CLUSTER_PORT", default: 7600)
+        let clusterPort = try port(run.clusterPort, "--cluster-port", "PARLEY_CLUSTER_PORT", default: 7600)
         let advertiseHost = value(run.advertiseHost, "PARLEY_ADVERTISE_HOST")
         if advertiseHost == nil, clusterHost == "0.0.0.0" || clusterHost == "::" {
             throw ValidationError("--cluster-host \(clusterHost) binds every address: give --advertise-host, the address other nodes dial")
@@ -74,7 +83,7 @@ struct NodeConfiguration {
             seeds: seeds, incarnations: WallClockIncarnations.next)
         self.tlsDirectory = URL(fileURLWithPath: tlsDir)
         self.opsHost = value(run.opsHost, "PARLEY_OPS_HOST") ?? "127.0.0.1"
-        self.opsPort = try port(run.opsPort, "PARLEY_OPS_PORT", default: 7700)
+        self.opsPort = try port(run.opsPort, "--ops-port", "PARLEY_OPS_PORT", default: 7700)
         self.adminToken = value(run.adminToken, "PARLEY_ADMIN_TOKEN")
         self.logLevel = level
         let dataDir = value(run.dataDir, "PARLEY_DATA_DIR") ?? "parley-data"
@@ -84,12 +93,7 @@ struct NodeConfiguration {
             throw ValidationError("store '\(storeText)' must be sqlite:PATH or postgres://USER@HOST:PORT/DATABASE")
         }
         self.store = store
-        if let loops = run.eventLoops {
-            self.eventLoops = try Self.checkedEventLoops(loops, "--event-loops")
-        } else if let text = environment["PARLEY_EVENT_LOOPS"], !text.isEmpty {
-            guard let loops = Int(text) else { throw ValidationError("PARLEY_EVENT_LOOPS='\(text)' is not a whole number") }
-            self.eventLoops = try Self.checkedEventLoops(loops, "PARLEY_EVENT_LOOPS")
-        }
+        self.eventLoops = try wholeNumber(run.eventLoops, "--event-loops", "PARLEY_EVENT_LOOPS", in: 1...256)
 
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {
@@ -100,7 +104,7 @@ struct NodeConfiguration {
             let key = value(run.clientTlsKey, "PARLEY_CLIENT_TLS_KEY") ?? tlsDirectory.appendingPathComponent("\(name)-key.pem").path
             var gateway = GatewayConfiguration(certificatePath: cert, keyPath: key, tokenSecret: secret)
             gateway.host = value(run.clientHost, "PARLEY_CLIENT_HOST") ?? "127.0.0.1"
-            gateway.port = try port(run.clientPort, "PARLEY_CLIENT_PORT", default: 8443)
+            gateway.port = try port(run.clientPort, "--client-port", "PARLEY_CLIENT_PORT", default: 8443)
             func number(_ flag: Double?, _ variable: String, default fallback: Double, range: ClosedRange<Double>) throws -> Double {
                 var result = fallback
                 if let flag {
@@ -122,10 +126,5 @@ struct NodeConfiguration {
             gateway.clientIdleTimeout = idle > 0 ? .milliseconds(Int(idle * 1000)) : nil
             self.gateway = gateway
         }
-    }
-
-    static func checkedEventLoops(_ loops: Int, _ what: String) throws -> Int {
-        guard (1...256).contains(loops) else { throw ValidationError("\(what) \(loops) must be in 1…256") }
-        return loops
     }
 }
