@@ -245,24 +245,35 @@ extension Gateway {
     /// the idempotency key, so a send that did commit returns the original — until
     /// `sendRetryWindow` runs out; only then the client gets `503`, retryable.
     func sendRetrying(_ message: SendMessage, to conversation: ConversationID) async throws -> SendResult {
+        try await Self.retryingSend(within: configuration.sendRetryWindow, logger: logger, conversation: conversation) { [system] in
+            try await ConversationActor.resolve(conversation, using: system).send(message)
+        }
+    }
+
+    /// `send` until it succeeds, fails with an error that is not a retryable cluster error, or
+    /// `window` runs out (then `503`, retryable), pausing 50 ms and doubling up to 500 ms between
+    /// attempts.
+    static func retryingSend<Result>(
+        within window: Duration, logger: Logger, conversation: ConversationID, _ send: () async throws -> Result
+    ) async throws -> Result {
         let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
+        let deadline = clock.now.advanced(by: window)
         var pause = Duration.milliseconds(50)
         var attempt = 0
         while true {
             attempt += 1
             do {
-                let result = try await ConversationActor.resolve(conversation, using: system).send(message)
+                let result = try await send()
                 if attempt > 1 {
                     logger.info("send succeeded after retries", metadata: ["conversation.id": "\(conversation)", "attempts": "\(attempt)"])
                 }
                 return result
-            } catch let error as ClusterCallError where Self.retryableSendCodes.contains(error.code.rawValue) {
+            } catch let error as ClusterCallError where retryableSendCodes.contains(error.code.rawValue) {
                 guard clock.now.advanced(by: pause) < deadline else {
-                    throw APIError.unavailable("the conversation's owner did not answer within \(configuration.sendRetryWindow) (\(error.code)); retry with the same clientMessageId")
+                    throw APIError.unavailable("the conversation's owner did not answer within \(window) (\(error.code)); retry with the same clientMessageId")
                 }
                 logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
-                Self.sendRetries.increment()
+                sendRetries.increment()
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, .milliseconds(500))
             }
