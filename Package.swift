@@ -163,7 +163,9 @@ let package = Package(
         ),
         .target(
             name: "ParleyLoad",
-            dependencies: ["ParleyModel", .product(name: "Histogram", package: "hdrhistogram-swift")],
+            dependencies: [
+                "ParleyModel", .product(name: "Histogram", package: "hdrhistogram-swift"), .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: upcoming
         ),
         .executableTarget(
@@ -248,7 +250,9 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyLoadTests",
-            dependencies: ["ParleyLoad", "ParleyModel"],
+            dependencies: [
+                "ParleyLoad", "ParleyModel", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             swiftSettings: upcoming
         ),
         .testTarget(

@@ -65,14 +65,41 @@ final class FrameLevelConnection: Sendable {
         return connection
     }
 
+    /// The event loop the connection runs on.
+    var eventLoop: any EventLoop { channel.eventLoop }
+
     /// `POST /v1/conversations/:id/messages`: the acknowledged message, or the API's error.
     func send(_ text: String, to conversation: ConversationID, clientMessageId: String) async throws -> Message {
-        let body = try ByteBuffer(bytes: Self.encoder.encode(API.NewMessage(clientMessageId: clientMessageId, text: text)))
+        try await withCheckedThrowingContinuation { continuation in
+            channel.eventLoop.execute {
+                self.send(text, to: conversation, clientMessageId: clientMessageId) { continuation.resume(with: $0) }
+            }
+        }
+    }
+
+    /// The same send, made from the connection's event loop (call it there), with no task: what
+    /// ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
+    func send(
+        _ text: String, to conversation: ConversationID, clientMessageId: String,
+        completion: @escaping @Sendable (Result<Message, any Error>) -> Void
+    ) {
+        let body: ByteBuffer
+        do {
+            body = try ByteBuffer(bytes: Self.encoder.encode(API.NewMessage(clientMessageId: clientMessageId, text: text)))
+        } catch {
+            completion(.failure(error))
+            return
+        }
         let path = "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
         let promise = channel.eventLoop.makePromise(of: Response.self)
-        let handler = self.handler
-        channel.eventLoop.execute { handler.value.request(method: "POST", path: path, body: body, promise: promise) }
-        let response = try await promise.futureResult.get()
+        promise.futureResult.whenComplete { result in
+            completion(result.flatMap { response in Result { try Self.message(from: response) } })
+        }
+        handler.value.request(method: "POST", path: path, body: body, promise: promise)
+    }
+
+    /// A send's response: the acknowledged message, or the API's error.
+    private static func message(from response: Response) throws -> Message {
         let ok = (200..<300).contains(response.status)
         if ok, let message = Message.fromWrappedJSON(response.body.readableBytesView) { return message }  // the gateway's own form
         let bytes = Data(response.body.readableBytesView)

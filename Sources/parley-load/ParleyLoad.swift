@@ -383,30 +383,52 @@ final class Workload: Sendable {
         let (wallBefore, ownBefore) = (ContinuousClock.now, Self.ownCPUSeconds())
         let total = Int((warmup + duration) * rate)
         let measuredFrom = Int(warmup * rate)
-        var plan: [(conversation: Int, sender: Int)] = []
         let groups = conversations.count - directCount
-        for _ in 0..<total {
+        // Who sends what, in order: a conversation (a group one with probability groupShare), then
+        // one of its members.
+        let plan: [(conversation: Int, sender: Int)] = (0..<total).map { _ in
             let toGroup = groups > 0 && Double(random.next() % 10_000) / 10_000 < groupShare
             let conversation = toGroup ? directCount + Int(random.next() % UInt64(groups)) : Int(random.next() % UInt64(directCount))
             let members = conversations[conversation].members
-            plan.append((conversation, members[Int(random.next() % UInt64(members.count))]))
+            return (conversation, members[Int(random.next() % UInt64(members.count))])
         }
-        let schedule = plan
         let progress = quiet ? nil : Task { await self.progress() }
-        let result = await OpenLoop(rate: rate, count: total).run { [self] k, scheduled in
-            let (conversation, sender) = schedule[k]
+        let schedule = OpenLoop(rate: rate, count: total)
+        // Send k: its text, conversation and clientMessageId, remembered for its deliveries.
+        let start = { @Sendable [self] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, to: ConversationID, clientMessageId: String) in
             let clientMessageId = ClientMessageID.make()
             shared.pending.withLock { $0[clientMessageId] = (scheduled, k >= measuredFrom) }
-            do {
-                let text = "load \(k)", to = conversations[conversation].id
-                let message = try await connections.isEmpty
-                    ? clients[sender].send(text, to: to, clientMessageId: clientMessageId)
-                    : connections[sender].send(text, to: to, clientMessageId: clientMessageId)
+            return ("load \(k)", conversations[plan[k].conversation].id, clientMessageId)
+        }
+        // Whether it went through (acknowledged) or failed (counted by the API's error code).
+        let finish = { @Sendable [shared] (k: Int, scheduled: ContinuousClock.Instant, outcome: Result<Message, any Error>) -> Bool in
+            switch outcome {
+            case .success(let message):
                 shared.acknowledged(message, scheduled: scheduled, measured: k >= measuredFrom)
                 return true
-            } catch {
+            case .failure(let error):
                 shared.sendErrors.withLock { $0["\((error as? ParleyError)?.code ?? "error")", default: 0] += 1 }
                 return false
+            }
+        }
+        let result: OpenLoop.Result
+        if connections.isEmpty {
+            result = await schedule.run { [clients] k, scheduled in
+                let send = start(k, scheduled)
+                do {
+                    let message = try await clients[plan[k].sender].send(send.text, to: send.to, clientMessageId: send.clientMessageId)
+                    return finish(k, scheduled, .success(message))
+                } catch {
+                    return finish(k, scheduled, .failure(error))
+                }
+            }
+        } else {
+            // Frame by frame: each send starts on its connection's loop, with no task of its own.
+            result = await schedule.run(on: { [connections] k in connections[plan[k].sender].eventLoop }) { [connections] k, scheduled, done in
+                let send = start(k, scheduled)
+                connections[plan[k].sender].send(send.text, to: send.to, clientMessageId: send.clientMessageId) { outcome in
+                    done(finish(k, scheduled, outcome))
+                }
             }
         }
         // Let this phase's deliveries arrive before measuring the next one.

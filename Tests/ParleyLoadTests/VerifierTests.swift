@@ -1,5 +1,7 @@
 import Foundation
 import Histogram
+import NIOCore
+import NIOPosix
 import ParleyLoad
 import ParleyModel
 import Synchronization
@@ -92,6 +94,47 @@ import Testing
         #expect(result.latency.max >= 300_000, "the stalled send counts the whole stall: max \(result.latency.max) µs")
         let slow = result.latency.count(within: 100_000...3_600_000_000)
         #expect(slow >= 15, "sends queued behind the stall show it: \(slow) of 60 took ≥ 100 ms")
+    }
+
+    @Test func onEventLoopsAServerStallShowsInTheLatencyOfEverySendScheduledDuringIt() async throws {
+        // The same stall through the runner that starts each send with its event loop's timer.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = [group.next(), group.next()]
+        let server = SerialServer()
+        let seen = Mutex((sends: [Int](), early: 0, offLoop: 0))
+        let result = await OpenLoop(rate: 100, count: 60).run(on: { loops[$0 % 2] }) { k, scheduled, done in
+            let loop = loops[k % 2]
+            seen.withLock {
+                $0.sends.append(k)
+                if ContinuousClock.now < scheduled { $0.early += 1 }
+                if !loop.inEventLoop { $0.offLoop += 1 }
+            }
+            let finished = server.busyUntil.withLock { busy -> ContinuousClock.Instant in
+                busy = max(busy, .now).advanced(by: k == 10 ? .milliseconds(300) : .milliseconds(1))
+                return busy
+            }
+            let wait = ContinuousClock.now.duration(to: finished)
+            loop.scheduleTask(in: .nanoseconds(Int64(wait / .nanoseconds(1)))) { done(true) }
+        }
+        let (sends, early, offLoop) = seen.withLock { $0 }
+        #expect(sends.sorted() == Array(0..<60), "every send once")
+        #expect(early == 0, "no send starts before its scheduled time")
+        #expect(offLoop == 0, "each send starts on the loop it was given")
+        #expect(result.latency.totalCount == 60 && result.lag.totalCount == 60)
+        #expect(result.latency.max >= 300_000, "the stalled send counts the whole stall: max \(result.latency.max) µs")
+        let slow = result.latency.count(within: 100_000...3_600_000_000)
+        #expect(slow >= 15, "sends queued behind the stall show it: \(slow) of 60 took ≥ 100 ms")
+        try await group.shutdownGracefully()
+    }
+
+    @Test func onEventLoopsAFailedSendIsCountedNotTimed() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let result = await OpenLoop(rate: 1000, count: 20).run(on: { _ in loop }) { k, _, done in done(k % 4 != 0) }
+        #expect(result.failures == 5)
+        #expect(result.latency.totalCount == 15)
+        #expect(result.lag.totalCount == 20)
+        try await group.shutdownGracefully()
     }
 
     @Test func theScheduleIsFixedByTheRate() {
