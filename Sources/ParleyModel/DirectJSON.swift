@@ -110,6 +110,19 @@ extension Message {
     }
 }
 
+extension API.NewMessage {
+    /// A send's body, as ``API/makeEncoder()`` writes it (the load generator makes thousands a
+    /// second).
+    public var json: [UInt8] {
+        var json = DirectJSON(capacity: 64 + clientMessageId.utf8.count + text.utf8.count)
+        json.raw("{")
+        json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")
+        json.key("text"); json.string(text)
+        json.raw("}")
+        return json.bytes
+    }
+}
+
 extension API {
     /// Appends `timestamp(_:)`'s text for an instant in years 1970–9999 (a server's clock) and
     /// answers true; false for any other instant, which the caller formats the slow way.

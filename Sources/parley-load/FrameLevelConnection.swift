@@ -83,13 +83,7 @@ final class FrameLevelConnection: Sendable {
         _ text: String, to conversation: ConversationID, clientMessageId: String,
         completion: @escaping @Sendable (Result<Message, any Error>) -> Void
     ) {
-        let body: ByteBuffer
-        do {
-            body = try ByteBuffer(bytes: Self.encoder.encode(API.NewMessage(clientMessageId: clientMessageId, text: text)))
-        } catch {
-            completion(.failure(error))
-            return
-        }
+        let body = ByteBuffer(bytes: API.NewMessage(clientMessageId: clientMessageId, text: text).json)
         let path = "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
         let promise = channel.eventLoop.makePromise(of: Response.self)
         promise.futureResult.whenComplete { result in
@@ -117,7 +111,6 @@ final class FrameLevelConnection: Sendable {
         try? await channel.close()
     }
 
-    static let encoder = API.makeEncoder()
     static let decoder = API.makeDecoder()
 }
 

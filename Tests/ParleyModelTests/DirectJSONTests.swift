@@ -36,6 +36,13 @@ import Testing
         }
     }
 
+    @Test func aSendsBodyIsWhatTheEncoderWrites() throws {
+        for text in ["load 17", "", "a\"b\\c/\n\u{0}\u{1F}é😀\u{2028}", String(decoding: Array(UInt8(0)...0x7F), as: UTF8.self)] {
+            let body = API.NewMessage(clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: text)
+            #expect(String(decoding: body.json, as: UTF8.self) == String(decoding: try encoder.encode(body), as: UTF8.self))
+        }
+    }
+
     @Test func integersAtTheirEdges() throws {
         for seq in [Int64.min, -1, 0, 1, 9, 10, 99, 100, 1_000_000_007, Int64.max] {
             try expectSameBytes(message(text: "x", seq: seq))
