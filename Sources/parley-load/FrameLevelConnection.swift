@@ -70,21 +70,27 @@ final class FrameLevelConnection: Sendable {
 
     /// `POST /v1/conversations/:id/messages`: the acknowledged message, or the API's error.
     func send(_ text: String, to conversation: ConversationID, clientMessageId: String) async throws -> Message {
-        try await withCheckedThrowingContinuation { continuation in
+        let path = Self.messagesPath(conversation)
+        return try await withCheckedThrowingContinuation { continuation in
             channel.eventLoop.execute {
-                self.send(text, to: conversation, clientMessageId: clientMessageId) { continuation.resume(with: $0) }
+                self.send(text, path: path, clientMessageId: clientMessageId) { continuation.resume(with: $0) }
             }
         }
     }
 
-    /// The same send, made from the connection's event loop (call it there), with no task: what
-    /// ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
+    /// Where a conversation's messages are sent (worked out once per conversation by a caller
+    /// that sends thousands a second).
+    static func messagesPath(_ conversation: ConversationID) -> String {
+        "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
+    }
+
+    /// The same send to `path` (``messagesPath(_:)``), made from the connection's event loop (call
+    /// it there), with no task: what ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
     func send(
-        _ text: String, to conversation: ConversationID, clientMessageId: String,
+        _ text: String, path: String, clientMessageId: String,
         completion: @escaping @Sendable (Result<Message, any Error>) -> Void
     ) {
         let body = ByteBuffer(bytes: API.NewMessage(clientMessageId: clientMessageId, text: text).json)
-        let path = "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
         let promise = channel.eventLoop.makePromise(of: Response.self)
         promise.futureResult.whenComplete { result in
             completion(result.flatMap { response in Result { try Self.message(from: response) } })

@@ -394,6 +394,7 @@ final class Workload: Sendable {
         }
         let progress = quiet ? nil : Task { await self.progress() }
         let schedule = OpenLoop(rate: rate, count: total)
+        shared.pending.withLock { $0.reserveCapacity($0.count + total) }
         // Send k: its text, conversation and clientMessageId, remembered for its deliveries.
         let start = { @Sendable [self] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, to: ConversationID, clientMessageId: String) in
             let clientMessageId = ClientMessageID.make()
@@ -424,9 +425,10 @@ final class Workload: Sendable {
             }
         } else {
             // Frame by frame: each send starts on its connection's loop, with no task of its own.
+            let paths = conversations.map { FrameLevelConnection.messagesPath($0.id) }
             result = await schedule.run(on: { [connections] k in connections[plan[k].sender].eventLoop }) { [connections] k, scheduled, done in
                 let send = start(k, scheduled)
-                connections[plan[k].sender].send(send.text, to: send.to, clientMessageId: send.clientMessageId) { outcome in
+                connections[plan[k].sender].send(send.text, path: paths[plan[k].conversation], clientMessageId: send.clientMessageId) { outcome in
                     done(finish(k, scheduled, outcome))
                 }
             }
