@@ -27,6 +27,12 @@ public struct OpenLoop: Sendable {
         /// How late each send was started (the sender's own lag), in microseconds.
         public var lag = Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three)
         public var failures = 0
+
+        /// One finished send: how late it started, and its latency (nil: it failed).
+        mutating func record(lag: Duration, latency: Duration?) {
+            _ = self.lag.record(OpenLoop.micros(lag))
+            if let latency { _ = self.latency.record(OpenLoop.micros(latency)) } else { failures += 1 }
+        }
     }
 
     /// Runs the schedule: `send(k, scheduled)` for every k, each in its own task at its time.
@@ -47,10 +53,7 @@ public struct OpenLoop: Sendable {
                 }
             }
             var result = Result()
-            for await (latency, lag) in group {
-                _ = result.lag.record(Self.micros(lag))
-                if let latency { _ = result.latency.record(Self.micros(latency)) } else { result.failures += 1 }
-            }
+            for await (latency, lag) in group { result.record(lag: lag, latency: latency) }
             return result
         }
     }
@@ -139,8 +142,7 @@ extension OpenLoop {
 
         /// Records one finished send; the waiter and the result once it was the last.
         mutating func record(lag: Duration, latency: Duration?) -> (CheckedContinuation<Result, Never>, Result)? {
-            _ = result.lag.record(OpenLoop.micros(lag))
-            if let latency { _ = result.latency.record(OpenLoop.micros(latency)) } else { result.failures += 1 }
+            result.record(lag: lag, latency: latency)
             remaining -= 1
             guard remaining == 0, let continuation else { return nil }
             self.continuation = nil

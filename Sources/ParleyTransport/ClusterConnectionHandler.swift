@@ -9,7 +9,7 @@ import X509
 ///
 /// Inbound frame bodies come from ``FrameDecoder``; outbound frames come from
 /// ``ClusterConnection/write(_:)``, and are flushed once per event-loop turn however many arrived.
-final class ClusterConnectionHandler: ChannelInboundHandler {
+final class ClusterConnectionHandler: ChannelInboundHandler, LoopTurnFlushable {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
@@ -26,7 +26,8 @@ final class ClusterConnectionHandler: ChannelInboundHandler {
     private let direction: ConnectionTable<ObjectIdentifier>.Direction
     private var state: State
     private var context: ChannelHandlerContext?
-    private var flushScheduled = false
+    /// Frames written in one turn of the loop go out in one flush.
+    private let flusher = LoopTurnFlush(afterTurns: 1)
     private var helloTimeout: Scheduled<Void>?
     /// Set once the channel is registered; the transport's view of this connection.
     var connection: ClusterConnection?
@@ -130,13 +131,10 @@ final class ClusterConnectionHandler: ChannelInboundHandler {
     func writeFrame(_ frame: ByteBuffer) {
         guard let context else { return }
         context.write(wrapOutboundOut(frame), promise: nil)
-        guard !flushScheduled else { return }
-        flushScheduled = true
-        context.eventLoop.assumeIsolated().execute { [self] in
-            flushScheduled = false
-            self.context?.flush()
-        }
+        flusher.request(on: context.eventLoop, for: self)
     }
+
+    func flushWritten() { context?.flush() }
 
     /// Checks the hello's protocol version and that the claimed name is the certificate's.
     private func verified(_ hello: Hello, context: ChannelHandlerContext) -> PeerIdentity? {

@@ -68,24 +68,15 @@ final class FrameLevelConnection: Sendable {
     /// The event loop the connection runs on.
     var eventLoop: any EventLoop { channel.eventLoop }
 
-    /// `POST /v1/conversations/:id/messages`: the acknowledged message, or the API's error.
-    func send(_ text: String, to conversation: ConversationID, clientMessageId: String) async throws -> Message {
-        let path = Self.messagesPath(conversation)
-        return try await withCheckedThrowingContinuation { continuation in
-            channel.eventLoop.execute {
-                self.send(text, path: path, clientMessageId: clientMessageId) { continuation.resume(with: $0) }
-            }
-        }
-    }
-
     /// Where a conversation's messages are sent (worked out once per conversation by a caller
     /// that sends thousands a second).
     static func messagesPath(_ conversation: ConversationID) -> String {
         "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
     }
 
-    /// The same send to `path` (``messagesPath(_:)``), made from the connection's event loop (call
-    /// it there), with no task: what ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
+    /// `POST` to `path` (``messagesPath(_:)``): the acknowledged message, or the API's error. Made
+    /// from the connection's event loop (call it there), with no task: what
+    /// ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
     func send(
         _ text: String, path: String, clientMessageId: String,
         completion: @escaping @Sendable (Result<Message, any Error>) -> Void

@@ -395,11 +395,11 @@ final class Workload: Sendable {
         let progress = quiet ? nil : Task { await self.progress() }
         let schedule = OpenLoop(rate: rate, count: total)
         shared.pending.withLock { $0.reserveCapacity($0.count + total) }
-        // Send k: its text, conversation and clientMessageId, remembered for its deliveries.
-        let start = { @Sendable [self] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, to: ConversationID, clientMessageId: String) in
+        // Send k: its text and clientMessageId, remembered for its deliveries.
+        let start = { @Sendable [shared] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, clientMessageId: String) in
             let clientMessageId = ClientMessageID.make()
             shared.pending.withLock { $0[clientMessageId] = (scheduled, k >= measuredFrom) }
-            return ("load \(k)", conversations[plan[k].conversation].id, clientMessageId)
+            return ("load \(k)", clientMessageId)
         }
         // Whether it went through (acknowledged) or failed (counted by the API's error code).
         let finish = { @Sendable [shared] (k: Int, scheduled: ContinuousClock.Instant, outcome: Result<Message, any Error>) -> Bool in
@@ -414,10 +414,11 @@ final class Workload: Sendable {
         }
         let result: OpenLoop.Result
         if connections.isEmpty {
-            result = await schedule.run { [clients] k, scheduled in
+            result = await schedule.run { [clients, conversations] k, scheduled in
                 let send = start(k, scheduled)
                 do {
-                    let message = try await clients[plan[k].sender].send(send.text, to: send.to, clientMessageId: send.clientMessageId)
+                    let to = conversations[plan[k].conversation].id
+                    let message = try await clients[plan[k].sender].send(send.text, to: to, clientMessageId: send.clientMessageId)
                     return finish(k, scheduled, .success(message))
                 } catch {
                     return finish(k, scheduled, .failure(error))
