@@ -39,8 +39,6 @@ struct StoreBench: AsyncParsableCommand {
     var backgroundCheckpointMs = 50
     @Option(help: "SQLite: WAL frames past which the background checkpoint rewinds the WAL.")
     var restartFrames = SQLiteChatStore.Settings().checkpointRestartFrames
-    @Option(help: "SQLite: how often the message indexer runs, in ms (0: never during the run).")
-    var indexIntervalMs = 500
     @Option(help: "SQLite: bytes of the file each connection reads through a memory map, in MiB (0: none, every page read with pread).")
     var mmapMib = SQLiteChatStore.Settings().mmapBytes >> 20
 
@@ -60,7 +58,6 @@ struct StoreBench: AsyncParsableCommand {
             settings.synchronous = synchronous == "full" ? .full : .normal
             settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
             settings.checkpointRestartFrames = restartFrames
-            settings.messageIndexInterval = indexIntervalMs > 0 ? .milliseconds(indexIntervalMs) : nil
             settings.mmapBytes = mmapMib << 20
             chatStore = try SQLiteChatStore(path: path!, settings: settings)
         } else if store.hasPrefix("postgres://") {

@@ -41,11 +41,6 @@ public final class SQLiteChatStore: ChatStore {
         public var backgroundCheckpoint: Duration? = .milliseconds(50)
         /// WAL frames past which the background checkpoint also rewinds the WAL (a RESTART).
         public var checkpointRestartFrames = 4_000
-        /// How often a task of this store adds the messages committed since its last pass to the
-        /// per-conversation index (``MessageIndexer``); nil: only when ``indexMessages()`` is called.
-        /// Reads find the messages not yet indexed by following each conversation's chain of
-        /// messages back from its last one, so the interval bounds that walk, not correctness.
-        public var messageIndexInterval: Duration? = .milliseconds(500)
 
         public init() {}
     }
@@ -54,7 +49,6 @@ public final class SQLiteChatStore: ChatStore {
     let pool: DatabasePool
     private let logger: Logger
     private let checkpointer: BackgroundCheckpointer?
-    private let indexer: Task<Void, Never>?
 
     /// Opens (creating if needed) the database at `path`. Several processes may do this at once:
     /// switching a new file to WAL can fail with SQLITE_BUSY while another process opens it, so the
@@ -88,30 +82,16 @@ public final class SQLiteChatStore: ChatStore {
             }
         }
         checkpointer = try settings.backgroundCheckpoint.map { try BackgroundCheckpointer(path: path, every: $0, restartFrames: settings.checkpointRestartFrames, logger: logger) }
-        indexer = settings.messageIndexInterval.map { [pool] interval in MessageIndexer.start(pool: pool, every: interval, logger: logger) }
     }
 
     deinit {
         stopBackgroundWork()
     }
 
-    /// Stops the background checkpoints and the message indexer (as dropping the store does):
-    /// for a store that others may still hold when its file is about to go away.
+    /// Stops the background checkpoints (as dropping the store does): for a store that others may
+    /// still hold when its file is about to go away.
     public func stopBackgroundWork() {
         checkpointer?.stop()
-        indexer?.cancel()
-    }
-
-    /// Adds the messages committed so far to the per-conversation index (the background task does
-    /// this every `messageIndexInterval`); returns how many unindexed messages it found.
-    /// `entriesMax` stops part-way, for tests that read with a partly built index.
-    @discardableResult
-    public func indexMessages(entriesMax: Int? = nil) async throws -> Int {
-        do {
-            return try await MessageIndexer.indexCommitted(pool: pool, entriesMax: entriesMax)
-        } catch {
-            throw ChatStoreError(.unavailable, "indexing messages in \(path) failed: \(error)")
-        }
     }
 
     /// Waits for a lock held by another connection by polling it every 100 µs for the first 20 ms,
@@ -155,6 +135,7 @@ public final class SQLiteChatStore: ChatStore {
     public static let migrationNames = [
         "v1: conversations, members, messages", "v2: users, token revocations", "v3: change stamps for resuming event streams",
         "v4: the idempotency index in clientMessageId order", "v5: messages in commit order, indexed per conversation behind the commits",
+        "v6: one index entry per 64 messages of a conversation, written by the commit",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -252,10 +233,9 @@ public final class SQLiteChatStore: ChatStore {
             // Messages were clustered by (conversation, seq): into 1,000 conversations every append
             // of a commit dirtied a page of its own, ~1.7 MB of WAL per 256 appends. Now a commit
             // appends them in commit order to `message_log` (its last pages), each linked to its
-            // conversation's previous message, and `MessageIndexer` adds them to `message_index`
-            // afterwards, sorted, many of a conversation at once. A conversation's entries in the
-            // index are always its seqs 1…k for some k; reads follow the links from its last
-            // message down to k. Messages are never deleted, so ids only grow.
+            // conversation's previous message, and an indexer added them to `message_index`
+            // afterwards, sorted, many of a conversation at once (v6 replaced it). Messages are
+            // never deleted, so ids only grow.
             // The same migration drops the activity index (no query uses it; each append moved its
             // conversation's entry) and makes members a rowid table: the sender's watermarks,
             // updated with every append, are then rewritten in place rather than deleted and
@@ -308,6 +288,24 @@ public final class SQLiteChatStore: ChatStore {
                 DROP TABLE members;
                 ALTER TABLE members_v5 RENAME TO members;
                 CREATE INDEX members_by_user ON members(user_id);
+                """)
+        }
+        migrator.registerMigration(Self.migrationNames[5]) { db in
+            // v5's index had an entry per message, written behind the commits by a pass every
+            // 500 ms that was the open-loop tail into 1,000 conversations; one entry per block of
+            // 64 is written by the commit that fills the block (MessageBlocks). Built from the
+            // log, which also holds what v5's indexer had not reached.
+            try db.execute(sql: """
+                CREATE TABLE message_blocks (
+                    conversation_id TEXT NOT NULL,
+                    block INTEGER NOT NULL,
+                    message INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, block)
+                ) WITHOUT ROWID;
+                INSERT INTO message_blocks (conversation_id, block, message)
+                    SELECT conversation_id, seq / \(MessageBlocks.size) - 1, id FROM message_log WHERE seq % \(MessageBlocks.size) = 0;
+                DROP TABLE message_index;
+                DROP TABLE message_index_progress;
                 """)
         }
         // Several processes may start at once on one file: one of them applies a migration, the
@@ -488,6 +486,7 @@ public final class SQLiteChatStore: ChatStore {
             ON CONFLICT (client_message_id, conversation_id) DO NOTHING
             """)
         let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
+        let block = try db.cachedStatement(sql: "INSERT INTO message_blocks (conversation_id, block, message) VALUES (?, ?, ?)")
         // Each conversation's head is read once per batch and written back once at the end.
         var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64, lastMessage: Int64?)?] = [:]
         var ownReceipts: [String: [String: Int64]] = [:]
@@ -528,6 +527,12 @@ public final class SQLiteChatStore: ChatStore {
                 continue
             }
             heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
+            if let completed = MessageBlocks.completedBlock(bySeq: seq) {
+                block.bind(conversation, at: 1)
+                block.bind(completed, at: 2)
+                block.bind(db.lastInsertedRowID, at: 3)
+                try block.run(in: db)
+            }
             ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
             outcomes.append(.appended(Message(
                 conversationId: append.conversationId, seq: seq, senderId: append.senderId,
@@ -558,54 +563,27 @@ public final class SQLiteChatStore: ChatStore {
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
         guard limit > 0 else { return [] }
         return try await read { db in
-            let indexed = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT m.* FROM message_index i JOIN message_log m ON m.id = i.message
-                    WHERE i.conversation_id = ? AND i.seq > ? ORDER BY i.seq LIMIT ?
-                    """,
-                arguments: [id.rawValue, seq, limit]
-            ).map(Self.message(from:))
-            guard indexed.count < limit else { return indexed }
-            return try MessageIndexer.readAfter(seq, limit: limit, indexed: indexed, unindexed: Self.unindexedMessages(of: id, db: db))
+            let lastSeq = try Self.lastSeq(of: id, db: db)
+            guard seq < lastSeq else { return [] }
+            let (lowest, highest) = (max(seq, 0) + 1, min(max(seq, 0) + Int64(min(limit, 1 << 30)), lastSeq))
+            return try MessageBlocks.messages(in: id.rawValue, from: highest, downTo: lowest, db: db).reversed()
         }
     }
 
     public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
         guard limit > 0 else { return [] }
         return try await read { db in
-            let unindexed = try Self.unindexedMessages(of: id, db: db)
-            let newer = unindexed.count { $0.seq < seq }
-            let indexed = newer >= limit ? [] : try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT m.* FROM message_index i JOIN message_log m ON m.id = i.message
-                    WHERE i.conversation_id = ? AND i.seq < ? ORDER BY i.seq DESC LIMIT ?
-                    """,
-                arguments: [id.rawValue, seq, limit - newer]
-            ).map(Self.message(from:))
-            return MessageIndexer.readBefore(seq, limit: limit, indexedNewestFirst: indexed, unindexed: unindexed)
+            let lastSeq = try Self.lastSeq(of: id, db: db)
+            guard seq > 1, lastSeq > 0 else { return [] }
+            let highest = min(seq - 1, lastSeq)
+            let lowest = max(highest - Int64(min(limit, 1 << 30)) + 1, 1)
+            return try MessageBlocks.messages(in: id.rawValue, from: highest, downTo: lowest, db: db).reversed()
         }
     }
 
-    /// The conversation's messages that are not in `message_index` yet, newest first: the links
-    /// from its last message back to the highest seq the index holds for it.
-    private static func unindexedMessages(of id: ConversationID, db: Database) throws -> [Message] {
-        guard let last = try Int64.fetchOne(db, sql: "SELECT last_message FROM conversations WHERE id = ?", arguments: [id.rawValue]) else {
-            return []
-        }
-        let indexedSeq = try Int64.fetchOne(
-            db, sql: "SELECT max(seq) FROM message_index WHERE conversation_id = ?", arguments: [id.rawValue]) ?? 0
-        let byID = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE id = ?")
-        var messages: [Message] = []
-        var next: Int64? = last
-        while let messageID = next, let row = try Row.fetchOne(byID, arguments: [messageID]) {
-            let message = Self.message(from: row)
-            guard message.seq > indexedSeq else { break }
-            messages.append(message)
-            next = row["previous"]
-        }
-        return messages
+    /// The conversation's last seq (0: none, or no such conversation).
+    private static func lastSeq(of id: ConversationID, db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT last_seq FROM conversations WHERE id = ?", arguments: [id.rawValue]) ?? 0
     }
 
     public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {

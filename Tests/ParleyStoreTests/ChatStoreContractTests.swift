@@ -24,14 +24,4 @@ func makeSQLiteStore(settings: SQLiteChatStore.Settings = SQLiteChatStore.Settin
     func contract(_ contractCase: ChatStoreContract.Case) async throws {
         try await contractCase.run(try await makeSQLiteStore())
     }
-
-    /// The same with the message indexer running every millisecond, so that reads meet messages
-    /// indexed, not yet indexed and being indexed (the default 500 ms leaves most of them unindexed
-    /// here).
-    @Test(arguments: ChatStoreContract.cases)
-    func contractWhileIndexing(_ contractCase: ChatStoreContract.Case) async throws {
-        var settings = SQLiteChatStore.Settings()
-        settings.messageIndexInterval = .milliseconds(1)
-        try await contractCase.run(try await makeSQLiteStore(settings: settings))
-    }
 }

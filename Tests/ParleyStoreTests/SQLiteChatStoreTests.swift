@@ -59,36 +59,22 @@ import Testing
         #expect(try blockingCommit([]).isEmpty)
     }
 
-    /// The indexer starts when the store opens, which may be before the migrations (this process's
-    /// or another's): a pass over a file without the schema has nothing to do, and says nothing.
-    @Test func indexingBeforeTheMigrationsFindsNothingToDo() async throws {
-        var settings = SQLiteChatStore.Settings()
-        settings.messageIndexInterval = nil
-        let store = try SQLiteChatStore(path: Scratch.path("parley-unmigrated", suffix: ".sqlite"), settings: settings)
-        #expect(try await store.indexMessages() == 0)
-        try await store.migrate()
-        let record = Self.conversation()
-        try await store.createConversation(record)
-        let epoch = try await store.acquireOwnership(of: record.id)
-        _ = try await store.commit([Self.append(record.id, epoch, "m1")])
-        #expect(try await store.indexMessages() == 1)
-    }
-
     /// Messages stored under schema v3 (clustered by conversation and seq, idempotency unique on
-    /// conversation then clientMessageId) are all there after v4 rebuilt the table and v5 moved them
-    /// into the message log and its index: read forwards, backwards and as the last message, a
-    /// retried clientMessageId is still one message, and a new append continues the conversation.
+    /// conversation then clientMessageId) are all there after v4 rebuilt the table, v5 moved them
+    /// into the message log and v6 indexed them by blocks of 64: read forwards, backwards and as the
+    /// last message, a retried clientMessageId is still one message, and a new append continues the
+    /// conversation.
     @Test func messagesAndTheirIdempotencySurviveTheMigrations() async throws {
         let path = Scratch.path("parley-v5", suffix: ".sqlite")
         let store = try SQLiteChatStore(path: path)
         try await store.migrate(upTo: SQLiteChatStore.migrationNames[2])
-        let (a, b) = (Self.conversation(), Self.conversation())
-        try await store.createConversation(a)
-        try await store.createConversation(b)
+        let (a, b, c) = (Self.conversation(), Self.conversation(), Self.conversation())
+        for record in [a, b, c] { try await store.createConversation(record) }
         let epoch = try await store.acquireOwnership(of: a.id)
-        // Rows as the v3 store wrote them, the two conversations interleaved.
-        let old = [(a.id, 1), (b.id, 1), (a.id, 2), (a.id, 3), (b.id, 2)].map { id, seq in
-            (id: id, seq: Int64(seq), cmid: UUID().uuidString.lowercased(), text: "old \(id == a.id ? "a" : "b")\(seq)")
+        let epochC = try await store.acquireOwnership(of: c.id)
+        // Rows as the v3 store wrote them, the conversations interleaved; c has two full blocks.
+        let old = ([(a.id, 1), (b.id, 1), (a.id, 2), (a.id, 3), (b.id, 2)] + (1...130).map { (c.id, $0) }).map { id, seq in
+            (id: id, seq: Int64(seq), cmid: UUID().uuidString.lowercased(), text: "old \(id == a.id ? "a" : id == b.id ? "b" : "c")\(seq)")
         }
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
@@ -120,72 +106,102 @@ import Testing
         let members = try #require(try await store.conversation(a.id)).members
         #expect(members.map(\.userId) == ["u_a", "u_b"])
         #expect(members.first?.readSeq == 4 && members.first?.deliveredSeq == 4)
-        for _ in 0..<2 {
-            #expect(try await store.messages(in: a.id, after: 0, limit: 10).map(\.text) == ["old a1", "old a2", "old a3", "new a4"])
-            #expect(try await store.messages(in: a.id, before: 5, limit: 2).map(\.text) == ["old a3", "new a4"])
-            try await store.indexMessages()
+        #expect(try await store.messages(in: a.id, after: 0, limit: 10).map(\.text) == ["old a1", "old a2", "old a3", "new a4"])
+        #expect(try await store.messages(in: a.id, before: 5, limit: 2).map(\.text) == ["old a3", "new a4"])
+        _ = try await store.commit([Self.append(c.id, epochC, "new c131")])
+        let textsC = (1...130).map { "old c\($0)" } + ["new c131"]
+        #expect(try await store.messages(in: c.id, after: 0, limit: 1_000).map(\.text) == textsC)
+        #expect(try await store.messages(in: c.id, after: 60, limit: 10).map(\.text) == Array(textsC[60..<70]))
+        #expect(try await store.messages(in: c.id, before: 129, limit: 3).map(\.text) == ["old c126", "old c127", "old c128"])
+        let database6 = try DatabaseQueue(path: path)
+        let blocks = try await database6.read { db in
+            try Int64.fetchAll(db, sql: "SELECT block FROM message_blocks WHERE conversation_id = ? ORDER BY block", arguments: [c.id.rawValue])
         }
+        try database6.close()
+        #expect(blocks == [0, 1])
     }
 
-    /// Reads agree with the messages committed whatever part of them the index holds: none, the
-    /// first entries of a pass (some conversations whole, one in part, the rest not at all), all.
-    @Test func readsAreTheSameWithTheIndexEmptyPartlyBuiltOrComplete() async throws {
-        var settings = SQLiteChatStore.Settings()
-        settings.messageIndexInterval = nil
-        let store = try await makeSQLiteStore(settings: settings)
+    /// Reads agree with the messages committed wherever they start and end among the blocks of 64
+    /// that `message_blocks` indexes: in the first block, across block boundaries, in the last
+    /// (partly filled) block, past the end — in conversations whose commits were interleaved.
+    @Test func readsAgreeAcrossTheBlocksOfTheIndex() async throws {
+        let store = try await makeSQLiteStore()
         var conversations: [(ConversationID, Int64)] = []
         for _ in 0..<3 {
             let record = Self.conversation()
             try await store.createConversation(record)
             conversations.append((record.id, try await store.acquireOwnership(of: record.id)))
         }
+        // 150 messages each (two full blocks and part of a third), in commits of 1 to 7 per
+        // conversation, the conversations interleaved.
         var expected: [ConversationID: [String]] = [:]
-        for round in 0..<3 {
-            // Commits of 5 per conversation, interleaved; the first round is indexed, then the
-            // pass that follows stops after a few entries.
-            for i in 0..<5 {
-                let batch = conversations.map { id, epoch in Self.append(id, epoch, "\(id.rawValue.suffix(4)) r\(round) m\(i)") }
-                _ = try await store.commit(batch)
-                for append in batch { expected[append.conversationId, default: []].append(append.text) }
-            }
-            if round == 0 { try await store.indexMessages() }
-            if round == 1 { try await store.indexMessages(entriesMax: 7) }
-            for (id, _) in conversations {
-                let texts = try #require(expected[id])
-                #expect(try await store.messages(in: id, after: 0, limit: 100).map(\.text) == texts)
-                for after in [0, 3, 5, 6, 9] {
-                    for limit in [1, 4, 20] {
-                        let want = Array(texts.dropFirst(after).prefix(limit))
-                        #expect(try await store.messages(in: id, after: Int64(after), limit: limit).map(\.text) == want, "after \(after) limit \(limit)")
-                        let before = after + 2
-                        let wantBefore = Array(texts.prefix(before - 1).suffix(limit))
-                        #expect(try await store.messages(in: id, before: Int64(before), limit: limit).map(\.text) == wantBefore, "before \(before) limit \(limit)")
-                    }
+        var size = 0
+        while expected.values.map(\.count).min() ?? 0 < 150 {
+            size = size % 7 + 1
+            var batch: [AppendRequest] = []
+            for (id, epoch) in conversations {
+                for _ in 0..<min(size, 150 - expected[id, default: []].count) {
+                    let text = "\(id.rawValue.suffix(4)) m\(expected[id, default: []].count + 1)"
+                    batch.append(Self.append(id, epoch, text))
+                    expected[id, default: []].append(text)
                 }
-                #expect(try await store.lastMessages(in: [id])[id]?.text == texts.last)
             }
+            _ = try await store.commit(batch)
         }
-        #expect(try await store.indexMessages() == 30, "the partial pass left its range to the next one")
-        #expect(try await store.indexMessages() == 0)
+        try await checkReads(store, expected)
+        // A block entry missing (none is, but a read must not depend on it): the walk starts higher.
+        let (first, _) = conversations[0]
+        let database = try DatabaseQueue(path: store.path)
+        try await database.write { db in
+            try db.execute(sql: "DELETE FROM message_blocks WHERE conversation_id = ? AND block = 0", arguments: [first.rawValue])
+        }
+        try database.close()
+        try await checkReads(store, expected)
     }
 
-    /// The store's own task indexes what is committed.
-    @Test func theBackgroundTaskIndexesCommittedMessages() async throws {
-        var settings = SQLiteChatStore.Settings()
-        settings.messageIndexInterval = .milliseconds(10)
-        let store = try await makeSQLiteStore(settings: settings)
+    private func checkReads(_ store: SQLiteChatStore, _ expected: [ConversationID: [String]]) async throws {
+        for (id, texts) in expected {
+            #expect(try await store.messages(in: id, after: 0, limit: 1_000).map(\.text) == texts)
+            for after in [0, 1, 62, 63, 64, 65, 100, 127, 128, 129, 149, 150, 151, 10_000] {
+                for limit in [1, 2, 64, 65, 200] {
+                    let want = Array(texts.dropFirst(after).prefix(limit))
+                    #expect(try await store.messages(in: id, after: Int64(after), limit: limit).map(\.text) == want, "after \(after) limit \(limit)")
+                    let before = after + 1
+                    let wantBefore = Array(texts.prefix(before - 1).suffix(limit))
+                    #expect(
+                        try await store.messages(in: id, before: Int64(before), limit: limit).map(\.text) == wantBefore,
+                        "before \(before) limit \(limit)")
+                }
+            }
+            #expect(try await store.messages(in: id, after: .max, limit: 10).isEmpty)
+            #expect(try await store.messages(in: id, before: .min, limit: 10).isEmpty)
+            #expect(try await store.messages(in: id, before: .max, limit: 2).map(\.text) == Array(texts.suffix(2)))
+            #expect(try await store.lastMessages(in: [id])[id]?.text == texts.last)
+        }
+    }
+
+    /// A commit writes the block entry of each message that fills a block of 64, no other.
+    @Test func theCommitThatFillsABlockIndexesIt() async throws {
+        let store = try await makeSQLiteStore()
         let record = Self.conversation()
         try await store.createConversation(record)
         let epoch = try await store.acquireOwnership(of: record.id)
-        _ = try await store.commit((1...20).map { Self.append(record.id, epoch, "m\($0)") })
-        var waited = 0
-        while waited < 500 {
-            try await Task.sleep(for: .milliseconds(20))
-            waited += 1
-            if try await store.indexMessages(entriesMax: 0) == 0 { break }
+        _ = try await store.commit((1...63).map { Self.append(record.id, epoch, "m\($0)") })
+        let database = try DatabaseQueue(path: store.path)
+        let blocks = { @Sendable in
+            try await database.read { db in
+                try Row.fetchAll(
+                    db, sql: "SELECT b.block, m.seq FROM message_blocks b JOIN message_log m ON m.id = b.message WHERE b.conversation_id = ? ORDER BY b.block",
+                    arguments: [record.id.rawValue]
+                ).map { [$0[0] as Int64, $0[1] as Int64] }
+            }
         }
-        #expect(try await store.indexMessages(entriesMax: 0) == 0, "after \(waited * 20) ms, messages are still unindexed")
-        #expect(try await store.messages(in: record.id, after: 10, limit: 100).map(\.seq) == Array(11...20))
+        #expect(try await blocks().isEmpty)
+        _ = try await store.commit([Self.append(record.id, epoch, "m64")])
+        #expect(try await blocks() == [[0, 64]])
+        _ = try await store.commit((65...200).map { Self.append(record.id, epoch, "m\($0)") })
+        #expect(try await blocks() == [[0, 64], [1, 128], [2, 192]])
+        try database.close()
     }
 
     /// Two connections pools on one file stand for two node processes sharing the database.

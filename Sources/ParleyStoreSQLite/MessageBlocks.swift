@@ -1,0 +1,50 @@
+import GRDB
+import ParleyModel
+
+/// How a conversation's messages are found in `message_log`, which holds every conversation's
+/// messages in commit order, each linked to its conversation's previous message.
+///
+/// `message_blocks` has one entry per 64 messages of a conversation: block b (seqs 64b+1 … 64b+64)
+/// points at its last message, and the commit that appends that message writes the entry in the
+/// same transaction. So an append writes no page of its own conversation's but once in 64 (into
+/// 1,000 conversations, an index entry per message dirtied a page per append; built behind the
+/// commits by a pass every 500 ms instead, the passes were the open-loop tail), and nothing runs
+/// behind the commits. A read starts at the block holding the newest seq it wants (or, above the
+/// last full block, at the conversation's last message) and follows the links down: at most 63
+/// messages more than it returns. A missing entry (none is, but a read does not depend on it)
+/// only makes the walk start higher.
+enum MessageBlocks {
+    static let size: Int64 = 64
+
+    /// The block entry a message with `seq` completes, if it is the last of its block.
+    static func completedBlock(bySeq seq: Int64) -> Int64? {
+        seq % size == 0 ? seq / size - 1 : nil
+    }
+
+    /// The conversation's messages with seqs in `lowest…highest`, newest first; `highest` no
+    /// higher than its last seq.
+    static func messages(in conversation: String, from highest: Int64, downTo lowest: Int64, db: Database) throws -> [Message] {
+        guard highest >= lowest, highest >= 1 else { return [] }
+        let block = try db.cachedStatement(sql: """
+            SELECT message FROM message_blocks WHERE conversation_id = ? AND block >= ? ORDER BY block LIMIT 1
+            """)
+        block.bind(conversation, at: 1)
+        block.bind((highest - 1) / size, at: 2)
+        var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) }
+        if next == nil {
+            let last = try db.cachedStatement(sql: "SELECT last_message FROM conversations WHERE id = ?")
+            last.bind(conversation, at: 1)
+            next = try last.runForOneRow(in: db) { row in SQLiteColumn.optionalInt64(row, 0) } ?? nil
+        }
+        let byID = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE id = ?")
+        var messages: [Message] = []
+        messages.reserveCapacity(Int(min(highest - lowest + 1, 1_000)))
+        while let id = next, let row = try Row.fetchOne(byID, arguments: [id]) {
+            let seq: Int64 = row["seq"]
+            guard seq >= lowest else { break }
+            if seq <= highest { messages.append(SQLiteChatStore.message(from: row)) }
+            next = row["previous"]
+        }
+        return messages
+    }
+}
