@@ -269,3 +269,64 @@ struct StoreRaw: AsyncParsableCommand {
         print(String(format: "raw commits: %d × %d in %.2f s = %.0f appends/s; per commit ", batches, batch, elapsed.seconds, Double(batch * batches) / elapsed.seconds) + latencies.summary())
     }
 }
+
+/// Reads of a conversation's history, after and before random seqs: what a resume's replay and a
+/// client paging back cost.
+struct StoreReads: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "store-reads", abstract: "Time reads of a conversation's messages.")
+    @Option(help: "sqlite:PATH, postgres://USER@HOST:PORT/DB, or memory.")
+    var store = "sqlite:/tmp/parley-reads-\(UUID().uuidString).sqlite"
+    @Option(help: "Messages in the conversation read.")
+    var messages = 20_000
+    @Option(help: "Messages per read.")
+    var limit = 50
+    @Option(help: "Reads of each kind.")
+    var reads = 5_000
+
+    func run() async throws {
+        guard messages > 0, limit > 0, reads > 0 else { throw ValidationError("--messages, --limit and --reads must be positive") }
+        let chatStore: any ChatStore
+        var path: String?
+        if store == "memory" {
+            chatStore = InMemoryChatStore()
+        } else if store.hasPrefix("sqlite:") {
+            path = String(store.dropFirst("sqlite:".count))
+            chatStore = try SQLiteChatStore(path: path!)
+        } else if store.hasPrefix("postgres://") {
+            chatStore = try PostgresChatStore(url: store)
+        } else {
+            throw ValidationError("--store must be sqlite:PATH, postgres://… or memory")
+        }
+        defer {
+            if let path { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        }
+        try await chatStore.migrate()
+        let id = ConversationID.make()
+        try await chatStore.createConversation(ConversationRecord(
+            id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
+            members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
+        let epoch = try await chatStore.acquireOwnership(of: id)
+        var random = SplitMix64(seed: 1)
+        for start in stride(from: 0, to: messages, by: 500) {
+            _ = try await chatStore.commit((start..<min(start + 500, messages)).map { i in
+                AppendRequest(
+                    conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: ClientMessageID.make(now: Date(), using: &random),
+                    text: "message \(i) of the history", sentAt: Date())
+            })
+        }
+        for kind in ["after", "before"] {
+            var latencies = Latencies()
+            for _ in 0..<reads {
+                let seq = Int64(random.next() % UInt64(messages)) + 1
+                let started = ContinuousClock.now
+                let read = kind == "after"
+                    ? try await chatStore.messages(in: id, after: seq, limit: limit) : try await chatStore.messages(in: id, before: seq, limit: limit)
+                latencies.record(started.duration(to: .now))
+                guard read.count == min(limit, kind == "after" ? messages - Int(seq) : Int(seq) - 1) else {
+                    throw ValidationError("read \(kind) \(seq) returned \(read.count) messages")
+                }
+            }
+            print("\(reads) reads of up to \(limit) messages \(kind) a random seq of \(messages): " + latencies.summary([50, 99]))
+        }
+    }
+}

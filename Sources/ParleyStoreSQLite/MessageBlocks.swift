@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import ParleyModel
 
@@ -36,14 +37,26 @@ enum MessageBlocks {
             last.bind(conversation, at: 1)
             next = try last.runForOneRow(in: db) { row in SQLiteColumn.optionalInt64(row, 0) } ?? nil
         }
-        let byID = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE id = ?")
+        let byID = try db.cachedStatement(sql: """
+            SELECT seq, previous, sender_id, client_message_id, text, sent_at FROM message_log WHERE id = ?
+            """)
+        let conversationID = ConversationID(rawValue: conversation)
         var messages: [Message] = []
         messages.reserveCapacity(Int(min(highest - lowest + 1, 1_000)))
-        while let id = next, let row = try Row.fetchOne(byID, arguments: [id]) {
-            let seq: Int64 = row["seq"]
-            guard seq >= lowest else { break }
-            if seq <= highest { messages.append(SQLiteChatStore.message(from: row)) }
-            next = row["previous"]
+        while let id = next {
+            byID.bind(id, at: 1)
+            let found = try byID.runForOneRow(in: db) { row -> (seq: Int64, previous: Int64?, message: Message?) in
+                let seq = SQLiteColumn.int64(row, 0)
+                // Above the range only the link is needed.
+                let message = seq > highest ? nil : Message(
+                    conversationId: conversationID, seq: seq, senderId: UserID(rawValue: SQLiteColumn.string(row, 2)),
+                    clientMessageId: SQLiteColumn.string(row, 3), text: SQLiteColumn.string(row, 4),
+                    sentAt: Date(millisecondsSince1970: SQLiteColumn.int64(row, 5)))
+                return (seq, SQLiteColumn.optionalInt64(row, 1), message)
+            }
+            guard let found, found.seq >= lowest else { break }
+            if let message = found.message { messages.append(message) }
+            next = found.previous
         }
         return messages
     }
