@@ -3,7 +3,9 @@
 #                              loud "SKIPPED: PostgreSQL …" line and returns 1
 #   stop_throwaway_postgres    stops exactly that server (its data folder, then its PID)
 # initdb runs as the unprivileged `postgres` user in a temporary folder it owns (root cannot run
-# postgres). `postgresql` is installed with apt when missing.
+# postgres). `postgresql` is installed with apt when missing. `wal_init_zero=off`: a fresh server
+# has no old WAL segments to reuse and zero-fills each new 16 MB one while every commit waits
+# (Deploy/CONFIG.md, "PostgreSQL").
 
 PG_DIR=""
 PG_PID=""
@@ -35,7 +37,7 @@ start_throwaway_postgres() {
         return 1
     fi
     if ! su postgres -s /bin/sh -c "'$PG_BIN/pg_ctl' -D '$PG_DIR/data' -l '$PG_DIR/server.log' -w -t 30 \
-        -o \"-c listen_addresses=127.0.0.1 -p $port -k '$PG_DIR' -c fsync=$fsync -c max_connections=200\" start" >"$PG_DIR/pg_ctl.log" 2>&1; then
+        -o \"-c listen_addresses=127.0.0.1 -p $port -k '$PG_DIR' -c fsync=$fsync -c wal_init_zero=off -c max_connections=200\" start" >"$PG_DIR/pg_ctl.log" 2>&1; then
         echo "SKIPPED: PostgreSQL — the server did not start: $(tail -n 3 "$PG_DIR/server.log" 2>/dev/null | tr '\n' ' ')"
         return 1
     fi
