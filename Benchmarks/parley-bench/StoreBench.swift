@@ -48,26 +48,13 @@ struct StoreBench: AsyncParsableCommand {
         // the process at 50,000 appends/s, and the IDs stand for ones clients make on their own
         // devices. (A stored property with a value would be skipped by the command's decoding.)
         let seed = UInt64.random(in: .min ... .max)
-        let chatStore: any ChatStore
-        var path: String?
-        if store == "memory" {
-            chatStore = InMemoryChatStore()
-        } else if store.hasPrefix("sqlite:") {
-            path = String(store.dropFirst("sqlite:".count))
-            var settings = SQLiteChatStore.Settings()
-            settings.synchronous = synchronous == "full" ? .full : .normal
-            settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
-            settings.checkpointRestartFrames = restartFrames
-            settings.mmapBytes = mmapMib << 20
-            chatStore = try SQLiteChatStore(path: path!, settings: settings)
-        } else if store.hasPrefix("postgres://") {
-            chatStore = try PostgresChatStore(url: store)
-        } else {
-            throw ValidationError("--store must be sqlite:PATH, postgres://… or memory")
-        }
-        defer {
-            if let path { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        }
+        var settings = SQLiteChatStore.Settings()
+        settings.synchronous = synchronous == "full" ? .full : .normal
+        settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
+        settings.checkpointRestartFrames = restartFrames
+        settings.mmapBytes = mmapMib << 20
+        let (chatStore, path) = try openBenchmarkStore(store, sqlite: settings)
+        defer { removeSQLiteFiles(path) }
         try await chatStore.migrate()
         var owned: [(ConversationID, Int64)] = []
         for _ in 0..<conversations {
@@ -232,7 +219,7 @@ struct StoreRaw: AsyncParsableCommand {
 
     func run() async throws {
         let path = "/tmp/parley-raw-\(UUID().uuidString).sqlite"
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        defer { removeSQLiteFiles(path) }
         var settings = SQLiteChatStore.Settings()
         settings.cacheKiB = cacheKiB
         settings.mmapBytes = mmapBytes
@@ -285,21 +272,8 @@ struct StoreReads: AsyncParsableCommand {
 
     func run() async throws {
         guard messages > 0, limit > 0, reads > 0 else { throw ValidationError("--messages, --limit and --reads must be positive") }
-        let chatStore: any ChatStore
-        var path: String?
-        if store == "memory" {
-            chatStore = InMemoryChatStore()
-        } else if store.hasPrefix("sqlite:") {
-            path = String(store.dropFirst("sqlite:".count))
-            chatStore = try SQLiteChatStore(path: path!)
-        } else if store.hasPrefix("postgres://") {
-            chatStore = try PostgresChatStore(url: store)
-        } else {
-            throw ValidationError("--store must be sqlite:PATH, postgres://… or memory")
-        }
-        defer {
-            if let path { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
-        }
+        let (chatStore, path) = try openBenchmarkStore(store, sqlite: SQLiteChatStore.Settings())
+        defer { removeSQLiteFiles(path) }
         try await chatStore.migrate()
         let id = ConversationID.make()
         try await chatStore.createConversation(ConversationRecord(
@@ -329,4 +303,22 @@ struct StoreReads: AsyncParsableCommand {
             print("\(reads) reads of up to \(limit) messages \(kind) a random seq of \(messages): " + latencies.summary([50, 99]))
         }
     }
+}
+
+/// The store `--store` names (`sqlite:PATH`, `postgres://…` or `memory`), and the SQLite file's
+/// path when it is one (the benchmark removes it afterwards: ``removeSQLiteFiles(_:)``).
+func openBenchmarkStore(_ store: String, sqlite settings: SQLiteChatStore.Settings) throws -> (any ChatStore, path: String?) {
+    if store == "memory" { return (InMemoryChatStore(), nil) }
+    if store.hasPrefix("sqlite:") {
+        let path = String(store.dropFirst("sqlite:".count))
+        return (try SQLiteChatStore(path: path, settings: settings), path)
+    }
+    if store.hasPrefix("postgres://") { return (try PostgresChatStore(url: store), nil) }
+    throw ValidationError("--store must be sqlite:PATH, postgres://… or memory")
+}
+
+/// Removes a benchmark's SQLite file with its WAL and shared-memory files.
+func removeSQLiteFiles(_ path: String?) {
+    guard let path else { return }
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
 }
