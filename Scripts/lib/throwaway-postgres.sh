@@ -48,7 +48,7 @@ start_throwaway_postgres() {
         return 1
     fi
     export PARLEY_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/parley_test"
-    echo "== throwaway PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (pid $PG_PID)"
+    echo "== throwaway PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (pid $PG_PID; fsync=$fsync, wal_init_zero=off)"
 }
 
 stop_throwaway_postgres() {
