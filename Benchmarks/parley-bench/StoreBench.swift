@@ -56,14 +56,7 @@ struct StoreBench: AsyncParsableCommand {
         let (chatStore, path) = try openBenchmarkStore(store, sqlite: settings)
         defer { removeSQLiteFiles(path) }
         try await chatStore.migrate()
-        var owned: [(ConversationID, Int64)] = []
-        for _ in 0..<conversations {
-            let id = ConversationID.make()
-            try await chatStore.createConversation(ConversationRecord(
-                id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
-                members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
-            owned.append((id, try await chatStore.acquireOwnership(of: id)))
-        }
+        let owned = try await ownedConversations(conversations, in: chatStore)
         if let concurrentCommits, concurrentCommits < 1 { throw ValidationError("--concurrent-commits must be at least 1") }
         let committer = GroupCommitter(
             store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros), maxConcurrentCommits: concurrentCommits)
@@ -228,14 +221,7 @@ struct StoreRaw: AsyncParsableCommand {
         settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
         let store = try SQLiteChatStore(path: path, settings: settings)
         try await store.migrate()
-        var owned: [(ConversationID, Int64)] = []
-        for _ in 0..<conversations {
-            let id = ConversationID.make()
-            try await store.createConversation(ConversationRecord(
-                id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
-                members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
-            owned.append((id, try await store.acquireOwnership(of: id)))
-        }
+        let owned = try await ownedConversations(conversations, in: store)
         var latencies = Latencies()
         let started = ContinuousClock.now
         var random = SystemRandomNumberGenerator()
@@ -275,11 +261,7 @@ struct StoreReads: AsyncParsableCommand {
         let (chatStore, path) = try openBenchmarkStore(store, sqlite: SQLiteChatStore.Settings())
         defer { removeSQLiteFiles(path) }
         try await chatStore.migrate()
-        let id = ConversationID.make()
-        try await chatStore.createConversation(ConversationRecord(
-            id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
-            members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
-        let epoch = try await chatStore.acquireOwnership(of: id)
+        guard let (id, epoch) = try await ownedConversations(1, in: chatStore).first else { return }
         var random = SplitMix64(seed: 1)
         for start in stride(from: 0, to: messages, by: 500) {
             _ = try await chatStore.commit((start..<min(start + 500, messages)).map { i in
@@ -321,4 +303,18 @@ func openBenchmarkStore(_ store: String, sqlite settings: SQLiteChatStore.Settin
 func removeSQLiteFiles(_ path: String?) {
     guard let path else { return }
     for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+}
+
+/// `count` new direct conversations of u_a and u_b, each with the epoch of its ownership (the
+/// benchmark is their owner).
+func ownedConversations(_ count: Int, in store: any ChatStore) async throws -> [(ConversationID, Int64)] {
+    var owned: [(ConversationID, Int64)] = []
+    for _ in 0..<count {
+        let id = ConversationID.make()
+        try await store.createConversation(ConversationRecord(
+            id: id, kind: .direct, name: nil, ownerId: "u_a", createdAt: Date(),
+            members: [ConversationMember(userId: "u_a", role: .member), ConversationMember(userId: "u_b", role: .member)]))
+        owned.append((id, try await store.acquireOwnership(of: id)))
+    }
+    return owned
 }

@@ -23,20 +23,17 @@ enum MessageBlocks {
     }
 
     /// The conversation's messages with seqs in `lowest…highest`, newest first; `highest` no
-    /// higher than its last seq.
-    static func messages(in conversation: String, from highest: Int64, downTo lowest: Int64, db: Database) throws -> [Message] {
+    /// higher than its last seq, `lastMessage` the id of its last message.
+    static func messages(
+        in conversation: String, from highest: Int64, downTo lowest: Int64, lastMessage: Int64?, db: Database
+    ) throws -> [Message] {
         guard highest >= lowest, highest >= 1 else { return [] }
         let block = try db.cachedStatement(sql: """
             SELECT message FROM message_blocks WHERE conversation_id = ? AND block >= ? ORDER BY block LIMIT 1
             """)
         block.bind(conversation, at: 1)
         block.bind((highest - 1) / size, at: 2)
-        var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) }
-        if next == nil {
-            let last = try db.cachedStatement(sql: "SELECT last_message FROM conversations WHERE id = ?")
-            last.bind(conversation, at: 1)
-            next = try last.runForOneRow(in: db) { row in SQLiteColumn.optionalInt64(row, 0) } ?? nil
-        }
+        var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) } ?? lastMessage
         let byID = try db.cachedStatement(sql: """
             SELECT seq, previous, sender_id, client_message_id, text, sent_at FROM message_log WHERE id = ?
             """)

@@ -563,27 +563,28 @@ public final class SQLiteChatStore: ChatStore {
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
         guard limit > 0 else { return [] }
         return try await read { db in
-            let lastSeq = try Self.lastSeq(of: id, db: db)
-            guard seq < lastSeq else { return [] }
-            let (lowest, highest) = (max(seq, 0) + 1, min(max(seq, 0) + Int64(min(limit, 1 << 30)), lastSeq))
-            return try MessageBlocks.messages(in: id.rawValue, from: highest, downTo: lowest, db: db).reversed()
+            guard let head = try Self.head(of: id, db: db), seq < head.lastSeq else { return [] }
+            let lowest = max(seq, 0) + 1
+            let highest = min(lowest - 1 + Int64(min(limit, 1 << 30)), head.lastSeq)
+            return try MessageBlocks.messages(in: id.rawValue, from: highest, downTo: lowest, lastMessage: head.lastMessage, db: db).reversed()
         }
     }
 
     public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
         guard limit > 0 else { return [] }
         return try await read { db in
-            let lastSeq = try Self.lastSeq(of: id, db: db)
-            guard seq > 1, lastSeq > 0 else { return [] }
-            let highest = min(seq - 1, lastSeq)
+            guard seq > 1, let head = try Self.head(of: id, db: db), head.lastSeq > 0 else { return [] }
+            let highest = min(seq - 1, head.lastSeq)
             let lowest = max(highest - Int64(min(limit, 1 << 30)) + 1, 1)
-            return try MessageBlocks.messages(in: id.rawValue, from: highest, downTo: lowest, db: db).reversed()
+            return try MessageBlocks.messages(in: id.rawValue, from: highest, downTo: lowest, lastMessage: head.lastMessage, db: db).reversed()
         }
     }
 
-    /// The conversation's last seq (0: none, or no such conversation).
-    private static func lastSeq(of id: ConversationID, db: Database) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT last_seq FROM conversations WHERE id = ?", arguments: [id.rawValue]) ?? 0
+    /// The conversation's last seq and last message (nil: no such conversation).
+    private static func head(of id: ConversationID, db: Database) throws -> (lastSeq: Int64, lastMessage: Int64?)? {
+        let select = try db.cachedStatement(sql: "SELECT last_seq, last_message FROM conversations WHERE id = ?")
+        select.bind(id.rawValue, at: 1)
+        return try select.runForOneRow(in: db) { row in (SQLiteColumn.int64(row, 0), SQLiteColumn.optionalInt64(row, 1)) }
     }
 
     public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
