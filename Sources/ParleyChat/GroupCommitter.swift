@@ -74,9 +74,14 @@ public final class GroupCommitter: Sendable {
             break
         case .armTimer:
             let wait = machine.withLock { $0.maxWait }
-            Task {
-                try? await Task.sleep(for: wait)
-                perform(machine.withLock { $0.timerFired() })
+            switch committing {
+            case .thread(let thread):
+                thread.arm(at: .now + wait)
+            case .tasks:
+                Task {
+                    try? await Task.sleep(for: wait)
+                    perform(machine.withLock { $0.timerFired() })
+                }
             }
         case .commit(let batches):
             switch committing {
@@ -120,6 +125,11 @@ public final class GroupCommitter: Sendable {
         for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
     }
 
+    /// The commit thread's timer went off: the appends that waited for company go now.
+    fileprivate func timerFiredOnThread() {
+        perform(machine.withLock { $0.timerFired() })
+    }
+
     /// What each append of a batch is told, in order; records the commit's metrics.
     private static func results(
         of outcomes: Result<[AppendOutcome], any Error>, for batch: [Entry], started: ContinuousClock.Instant
@@ -152,12 +162,15 @@ private final class CommitThread: Sendable {
 
     private struct State {
         var batches: [Batch] = []
+        /// When the state machine's timer goes off (nil: not armed).
+        var timer: ContinuousClock.Instant?
         var stopped = false
     }
 
     private enum Step {
         case commit(Batch)
-        case sleep
+        case timerFired
+        case sleep(until: ContinuousClock.Instant?)
         case stop
     }
 
@@ -177,8 +190,14 @@ private final class CommitThread: Sendable {
                 case .commit(let batch):
                     guard let committer else { return }
                     committer.commitOnThread(batch, commit)
-                case .sleep:
+                case .timerFired:
+                    guard let committer else { return }
+                    committer.timerFiredOnThread()
+                case .sleep(until: nil):
                     wakeUp.wait()
+                case .sleep(until: let deadline?):
+                    let nanoseconds = ContinuousClock.now.duration(to: deadline).nanoseconds
+                    _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(max(nanoseconds, 0))))
                 case .stop:
                     return
                 }
@@ -193,6 +212,12 @@ private final class CommitThread: Sendable {
         wakeUp.signal()
     }
 
+    /// Calls the committer's ``GroupCommitter/timerFiredOnThread()`` at `deadline`, from this thread.
+    func arm(at deadline: ContinuousClock.Instant) {
+        state.withLock { $0.timer = deadline }
+        wakeUp.signal()
+    }
+
     func stop() {
         state.withLock { $0.stopped = true }
         wakeUp.signal()
@@ -200,6 +225,10 @@ private final class CommitThread: Sendable {
 
     private static func next(_ state: inout State) -> Step {
         if state.stopped { return .stop }
-        return state.batches.isEmpty ? .sleep : .commit(state.batches.removeFirst())
+        if !state.batches.isEmpty { return .commit(state.batches.removeFirst()) }
+        guard let timer = state.timer else { return .sleep(until: nil) }
+        guard timer <= .now else { return .sleep(until: timer) }
+        state.timer = nil
+        return .timerFired
     }
 }

@@ -66,6 +66,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "sqlite:PATH (one file every node of a local cluster may share) or postgres://USER@HOST:PORT/DB. (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
     var store: String?
 
+    @Option(help: "Worker: microseconds an append that finds the store idle waits for others to share its commit (0–100000; 0: it commits at once). Appends that arrive while a commit runs go in the next one without waiting. (env PARLEY_COMMIT_WAIT_US; default 3000 with SQLite, 0 with PostgreSQL)")
+    var commitWaitUs: Int?
+
     @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
     var clientHost: String?
 
@@ -121,12 +124,13 @@ struct Run: AsyncParsableCommand {
         let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
         if config.cluster.roles.contains(.worker) {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
-            let services = ChatServices(store: store)
+            let commitWait = config.commitWait ?? config.store.defaultCommitWait
+            let services = ChatServices(store: store, committer: GroupCommitter(store: store, maxWait: commitWait))
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
-            logger.info("store ready", metadata: ["store": "\(config.store)"])
+            logger.info("store ready", metadata: ["store": "\(config.store)", "commit_wait_us": "\(commitWait.nanoseconds / 1000)"])
         }
         let respond: @Sendable (HTTPMethod, String, HTTPHeaders) -> OpsServer.Response = { method, path, headers in
             OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)

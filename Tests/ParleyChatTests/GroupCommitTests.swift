@@ -156,17 +156,17 @@ final class RecordingStore: Sendable {
         return try result.withLock { $0 }?.get() ?? []
     }
 
-    func committer(concurrentCommits: Int = 1) -> GroupCommitter {
-        GroupCommitter(maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
+    func committer(concurrentCommits: Int = 1, maxWait: Duration = .zero) -> GroupCommitter {
+        GroupCommitter(maxWait: maxWait, maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
     }
 
     /// Commits on the committer's own thread, through ``blockingCommit(_:)``.
-    func threadCommitter() -> GroupCommitter {
-        GroupCommitter { try self.blockingCommit($0) }
+    func threadCommitter(maxWait: Duration = .zero) -> GroupCommitter {
+        GroupCommitter(maxWait: maxWait) { try self.blockingCommit($0) }
     }
 
-    func committer(_ mode: CommitMode) -> GroupCommitter {
-        mode == .tasks ? committer() : threadCommitter()
+    func committer(_ mode: CommitMode, maxWait: Duration = .zero) -> GroupCommitter {
+        mode == .tasks ? committer(maxWait: maxWait) : threadCommitter(maxWait: maxWait)
     }
 }
 
@@ -208,6 +208,42 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
         for (id, _) in owned {
             #expect(try await store.inner.messages(in: id, after: 0, limit: 100).map(\.seq) == Array(1...10))
         }
+    }
+
+    @Test(arguments: CommitMode.allCases)
+    func withAWaitAppendsThatFindTheStoreIdleShareACommitAndALoneOneStillGoes(mode: CommitMode) async throws {
+        let wait = Duration.seconds(1)
+        let store = RecordingStore(delay: .zero)
+        let committer = store.committer(mode, maxWait: wait)
+        let owned = try await Self.setUp(conversations: 3, store: store)
+        func append(_ index: Int) -> Task<AppendOutcome, any Error> {
+            let (id, epoch) = owned[index]
+            return Task {
+                try await committer.append(AppendRequest(
+                    conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "m", sentAt: Date()))
+            }
+        }
+        /// Waits until `count` appends were committed (at most 30 s: a wait that never ends fails
+        /// the test instead of hanging it); how long that took.
+        func committed(_ count: Int) async throws -> Duration {
+            let started = ContinuousClock.now
+            while store.commitSizes.withLock({ $0.reduce(0, +) }) < count, started.duration(to: .now) < .seconds(30) {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            return started.duration(to: .now)
+        }
+        let three = (0..<3).map(append)
+        _ = try await committed(3)
+        #expect(store.commitSizes.withLock { $0 } == [3], "three appends that came within the wait went in one commit")
+        guard store.commitSizes.withLock({ $0 }) == [3] else { return }
+        for task in three { #expect(try await task.value.message?.seq == 1) }
+        // Nobody comes to share this one: its wait ends by itself (the timer, not a later append).
+        let lone = append(0)
+        let waited = try await committed(4)
+        #expect(store.commitSizes.withLock { $0 } == [3, 1], "the lone append was committed, alone")
+        guard store.commitSizes.withLock({ $0 }) == [3, 1] else { return }
+        #expect(waited >= wait, "the lone append waited for company first")
+        #expect(try await lone.value.message?.seq == 2)
     }
 
     @Test func concurrentCommitsOverlapAndEveryConversationStaysGapless() async throws {
