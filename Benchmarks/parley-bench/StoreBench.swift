@@ -27,8 +27,8 @@ struct StoreBench: AsyncParsableCommand {
     var tickMicros = 200
     @Option(help: "Largest batch per commit.")
     var maxBatch = 512
-    @Option(help: "How long an idle append waits for company, in microseconds (0: none).")
-    var maxWaitMicros = 0
+    @Option(help: "The least time between the starts of two commits, in microseconds (0: none).")
+    var commitIntervalMicros = 0
     @Option(help: "Commits run at once (default: the store's own; 1 for SQLite, 2 for PostgreSQL).")
     var concurrentCommits: Int?
     @Option(help: "SQLite synchronous mode: normal or full.")
@@ -59,7 +59,7 @@ struct StoreBench: AsyncParsableCommand {
         let owned = try await ownedConversations(conversations, in: chatStore)
         if let concurrentCommits, concurrentCommits < 1 { throw ValidationError("--concurrent-commits must be at least 1") }
         let committer = GroupCommitter(
-            store: chatStore, maxBatch: maxBatch, maxWait: .microseconds(maxWaitMicros), maxConcurrentCommits: concurrentCommits)
+            store: chatStore, maxBatch: maxBatch, minInterval: .microseconds(commitIntervalMicros), maxConcurrentCommits: concurrentCommits)
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be 0 (closed loop) or a positive number of appends per second") }
         guard tickMicros >= 1 else { throw ValidationError("--tick-micros must be at least 1") }
         let load = rate > 0 ? String(format: "offered %.0f/s (open loop)", rate) : "in flight \(inFlight)"

@@ -2,8 +2,10 @@
 ///
 /// Up to `maxConcurrentCommits` commits run at once (one for a store with a single writer). While
 /// they run, new appends queue up and go together in the next commit as soon as one finishes, so
-/// batches grow with load by themselves. When idle, an append waits at most `maxWait` for company
-/// (zero: it goes at once), and a batch never exceeds `maxBatch`.
+/// batches grow with load by themselves. Commits also start at least `minInterval` apart: an
+/// append that comes sooner after the last commit began waits until then, with whatever else comes
+/// (zero: it goes at once); one that comes later goes at once. A batch never exceeds `maxBatch`,
+/// and a full one goes at once.
 ///
 /// Every item has a key (its conversation). A key is in at most one running commit: an item whose
 /// key is being committed waits for that commit to finish, and so does every later item with that
@@ -21,14 +23,14 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     public enum Action: Sendable {
         /// Nothing to do now.
         case none
-        /// Call ``timerFired()`` after `maxWait`.
-        case armTimer
+        /// Call ``timerFired(now:)`` at this instant.
+        case armTimer(at: ContinuousClock.Instant)
         /// Commit each of these (they may run at once), then call ``commitFinished(_:)`` for each.
         case commit([Batch])
     }
 
     public let maxBatch: Int
-    public let maxWait: Duration
+    public let minInterval: Duration
     public let maxConcurrentCommits: Int
     /// Items waiting, per key, in the order they came.
     private var waiting: [Key: [Item]] = [:]
@@ -43,6 +45,8 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     public private(set) var pendingCount = 0
     private var nextBatch = 0
     private var timerArmed = false
+    /// When the last commit started.
+    private var lastStart: ContinuousClock.Instant?
 
     public var isCommitting: Bool { !running.isEmpty }
     public var commitsRunning: Int { running.count }
@@ -50,15 +54,15 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     /// The items waiting for `key`, in order.
     public func pending(for key: Key) -> [Item] { waiting[key] ?? [] }
 
-    public init(maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int = 1) {
+    public init(maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int = 1) {
         precondition(maxBatch > 0, "maxBatch \(maxBatch) must be positive")
         precondition(maxConcurrentCommits > 0, "maxConcurrentCommits \(maxConcurrentCommits) must be positive")
         self.maxBatch = maxBatch
-        self.maxWait = maxWait
+        self.minInterval = minInterval
         self.maxConcurrentCommits = maxConcurrentCommits
     }
 
-    public mutating func enqueue(_ item: Item, key: Key) -> Action {
+    public mutating func enqueue(_ item: Item, key: Key, now: ContinuousClock.Instant) -> Action {
         let wasWaiting = waiting[key] != nil
         waiting[key, default: []].append(item)
         pendingCount += 1
@@ -66,18 +70,16 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
         // unless a running commit holds it.
         if !wasWaiting && holder[key] == nil { ready.append(key) }
         guard running.count < maxConcurrentCommits else { return .none }
-        if pendingCount >= maxBatch || maxWait <= .zero { return takeBatches() }
-        guard !timerArmed else { return .none }
-        timerArmed = true
-        return .armTimer
+        if pendingCount >= maxBatch { return takeBatches(now: now) }
+        return startOrWait(now: now)
     }
 
-    public mutating func timerFired() -> Action {
+    public mutating func timerFired(now: ContinuousClock.Instant) -> Action {
         timerArmed = false
-        return takeBatches()
+        return startOrWait(now: now)
     }
 
-    public mutating func commitFinished(_ batch: Int) -> Action {
+    public mutating func commitFinished(_ batch: Int, now: ContinuousClock.Instant) -> Action {
         guard let keys = running.removeValue(forKey: batch) else {
             preconditionFailure("commitFinished(\(batch)): no such commit is running")
         }
@@ -85,15 +87,28 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
             holder[key] = nil
             if waiting[key] != nil { ready.append(key) }
         }
-        return takeBatches()
+        return startOrWait(now: now)
+    }
+
+    /// The next batches if `minInterval` has passed since the last commit started, else the timer
+    /// for that moment (once); nothing when nothing is ready.
+    private mutating func startOrWait(now: ContinuousClock.Instant) -> Action {
+        guard readyHead < ready.count, running.count < maxConcurrentCommits else { return .none }
+        if let lastStart, now < lastStart + minInterval {
+            guard !timerArmed else { return .none }
+            timerArmed = true
+            return .armTimer(at: lastStart + minInterval)
+        }
+        return takeBatches(now: now)
     }
 
     /// As many batches as there are free commit slots and ready keys.
-    private mutating func takeBatches() -> Action {
+    private mutating func takeBatches(now: ContinuousClock.Instant) -> Action {
         var batches: [Batch] = []
         while running.count < maxConcurrentCommits, let batch = takeBatch() {
             batches.append(batch)
         }
+        if !batches.isEmpty { lastStart = now }
         return batches.isEmpty ? .none : .commit(batches)
     }
 

@@ -30,30 +30,30 @@ public final class GroupCommitter: Sendable {
 
     /// A store with one writer that blocks its thread (``ChatStore/blockingCommit``) commits on a
     /// thread of its own; any other through tasks.
-    public convenience init(store: any ChatStore, maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int? = nil) {
+    public convenience init(store: any ChatStore, maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int? = nil) {
         let concurrent = maxConcurrentCommits ?? store.concurrentCommits
         if concurrent == 1, let blockingCommit = store.blockingCommit {
-            self.init(maxBatch: maxBatch, maxWait: maxWait, blockingCommit: blockingCommit)
+            self.init(maxBatch: maxBatch, minInterval: minInterval, blockingCommit: blockingCommit)
         } else {
-            self.init(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: concurrent) {
+            self.init(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: concurrent) {
                 try await store.commit($0)
             }
         }
     }
 
     /// Commits run as tasks, up to `maxConcurrentCommits` at once.
-    public init(maxBatch: Int = 512, maxWait: Duration = .zero, maxConcurrentCommits: Int = 1, commit: @escaping Commit) {
+    public init(maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int = 1, commit: @escaping Commit) {
         self.committing = .tasks(commit)
-        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: maxConcurrentCommits))
+        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: maxConcurrentCommits))
     }
 
     /// Commits run one after another on a thread of this committer's: each starts as soon as the
     /// last one ended, on the thread that ran it (no task per commit, no hop between commits).
     /// The thread ends when the committer goes.
-    public init(maxBatch: Int = 512, maxWait: Duration = .zero, blockingCommit: @escaping BlockingCommit) {
+    public init(maxBatch: Int = 512, minInterval: Duration = .zero, blockingCommit: @escaping BlockingCommit) {
         let thread = CommitThread(commit: blockingCommit)
         self.committing = .thread(thread)
-        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, maxWait: maxWait, maxConcurrentCommits: 1))
+        self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: 1))
         thread.start(self)
     }
 
@@ -64,7 +64,7 @@ public final class GroupCommitter: Sendable {
     /// Appends one message; returns when its batch is committed (or failed).
     public func append(_ request: AppendRequest) async throws(ChatStoreError) -> AppendOutcome {
         let slot = OneShot<Result<AppendOutcome, ChatStoreError>>()
-        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId) })
+        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId, now: .now) })
         return try await slot.wait().get()
     }
 
@@ -72,15 +72,14 @@ public final class GroupCommitter: Sendable {
         switch action {
         case .none:
             break
-        case .armTimer:
-            let wait = machine.withLock { $0.maxWait }
+        case .armTimer(let deadline):
             switch committing {
             case .thread(let thread):
-                thread.arm(at: .now + wait)
+                thread.arm(at: deadline)
             case .tasks:
                 Task {
-                    try? await Task.sleep(for: wait)
-                    perform(machine.withLock { $0.timerFired() })
+                    try? await Task.sleep(until: deadline, clock: .continuous)
+                    perform(machine.withLock { $0.timerFired(now: .now) })
                 }
             }
         case .commit(let batches):
@@ -95,7 +94,7 @@ public final class GroupCommitter: Sendable {
                         // not idle while hundreds of callers are resumed (what they are told is
                         // durable already, and later commits of their conversations wait for this
                         // one anyway).
-                        perform(machine.withLock { $0.commitFinished(batch.id) })
+                        perform(machine.withLock { $0.commitFinished(batch.id, now: .now) })
                         for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
                     }
                 }
@@ -121,13 +120,13 @@ public final class GroupCommitter: Sendable {
         let started = ContinuousClock.now
         let outcomes = Result { try commit(batch.items.map(\.request)) }
         let results = Self.results(of: outcomes, for: batch.items, started: started)
-        perform(machine.withLock { $0.commitFinished(batch.id) })
+        perform(machine.withLock { $0.commitFinished(batch.id, now: .now) })
         for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
     }
 
-    /// The commit thread's timer went off: the appends that waited for company go now.
+    /// The commit thread's timer went off: the appends that waited go now.
     fileprivate func timerFiredOnThread() {
-        perform(machine.withLock { $0.timerFired() })
+        perform(machine.withLock { $0.timerFired(now: .now) })
     }
 
     /// What each append of a batch is told, in order; records the commit's metrics.

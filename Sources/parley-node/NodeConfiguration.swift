@@ -17,9 +17,9 @@ struct NodeConfiguration {
     var store: StoreLocation
     /// Event-loop threads for the node's connections (cluster, clients, operations); nil: one per core.
     var eventLoops: Int?
-    /// How long an append that finds the store idle waits for company (`--commit-wait-us`); nil:
-    /// the store's default.
-    var commitWait: Duration?
+    /// The least time between the starts of two commits (`--commit-interval-us`); nil: the
+    /// store's default.
+    var commitInterval: Duration?
     /// Set when the node has the gateway role.
     var gateway: GatewayConfiguration?
 
@@ -97,7 +97,7 @@ struct NodeConfiguration {
         }
         self.store = store
         self.eventLoops = try wholeNumber(run.eventLoops, "--event-loops", "PARLEY_EVENT_LOOPS", in: 1...256)
-        self.commitWait = try wholeNumber(run.commitWaitUs, "--commit-wait-us", "PARLEY_COMMIT_WAIT_US", in: 0...100_000).map { .microseconds($0) }
+        self.commitInterval = try wholeNumber(run.commitIntervalUs, "--commit-interval-us", "PARLEY_COMMIT_INTERVAL_US", in: 0...100_000).map { .microseconds($0) }
 
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {

@@ -66,8 +66,8 @@ struct Run: AsyncParsableCommand {
     @Option(help: "sqlite:PATH (one file every node of a local cluster may share) or postgres://USER@HOST:PORT/DB. (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
     var store: String?
 
-    @Option(help: "Worker: microseconds an append that finds the store idle waits for others to share its commit (0–100000; 0: it commits at once). Appends that arrive while a commit runs go in the next one without waiting. (env PARLEY_COMMIT_WAIT_US; default 3000 with SQLite, 0 with PostgreSQL)")
-    var commitWaitUs: Int?
+    @Option(help: "Worker: the least time between the starts of two commits, in microseconds (0–100000). An append that comes sooner after the last commit began waits until then and shares the commit with whatever else came; one that comes later commits at once. 0: commits follow each other as fast as they can. (env PARLEY_COMMIT_INTERVAL_US; default 5000 with SQLite, 0 with PostgreSQL)")
+    var commitIntervalUs: Int?
 
     @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
     var clientHost: String?
@@ -124,13 +124,13 @@ struct Run: AsyncParsableCommand {
         let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
         if config.cluster.roles.contains(.worker) {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
-            let commitWait = config.commitWait ?? config.store.defaultCommitWait
-            let services = ChatServices(store: store, committer: GroupCommitter(store: store, maxWait: commitWait))
+            let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
+            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval))
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
-            logger.info("store ready", metadata: ["store": "\(config.store)", "commit_wait_us": "\(commitWait.nanoseconds / 1000)"])
+            logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval_us": "\(commitInterval.nanoseconds / 1000)"])
         }
         let respond: @Sendable (HTTPMethod, String, HTTPHeaders) -> OpsServer.Response = { method, path, headers in
             OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)

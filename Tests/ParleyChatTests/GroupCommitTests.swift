@@ -8,6 +8,8 @@ import Testing
 
 @Suite struct GroupCommitStateMachineTests {
     typealias Machine = GroupCommitStateMachine<Int, String>
+    /// The clock's reading for the steps where time does not matter.
+    static let now = ContinuousClock.now
 
     static func batches(_ action: Machine.Action) -> [Machine.Batch] {
         if case .commit(let batches) = action { return batches }
@@ -22,56 +24,76 @@ import Testing
     }
 
     @Test func idleAppendsGoAtOnceAndAppendsDuringACommitGoTogetherNext() throws {
-        var machine = Machine(maxBatch: 100, maxWait: .zero)
-        let first = try #require(Self.batch(machine.enqueue(1, key: "a")))
+        var machine = Machine(maxBatch: 100, minInterval: .zero)
+        let first = try #require(Self.batch(machine.enqueue(1, key: "a", now: Self.now)))
         #expect(first.items == [1])
-        for i in 2...5 { #expect(Self.batch(machine.enqueue(i, key: "k\(i)")) == nil, "a commit is running: \(i) waits") }
-        let second = try #require(Self.batch(machine.commitFinished(first.id)))
+        for i in 2...5 { #expect(Self.batch(machine.enqueue(i, key: "k\(i)", now: Self.now)) == nil, "a commit is running: \(i) waits") }
+        let second = try #require(Self.batch(machine.commitFinished(first.id, now: Self.now)))
         #expect(second.items == [2, 3, 4, 5])
-        #expect(Self.batch(machine.commitFinished(second.id)) == nil)
+        #expect(Self.batch(machine.commitFinished(second.id, now: Self.now)) == nil)
         #expect(!machine.isCommitting)
     }
 
-    @Test func withAWaitAnIdleAppendWaitsForCompanyUntilTheTimer() throws {
-        var machine = Machine(maxBatch: 3, maxWait: .milliseconds(2))
-        guard case .armTimer = machine.enqueue(1, key: "a") else {
-            Issue.record("the first idle append arms the timer")
+    @Test func commitsStartAtLeastTheIntervalApartAndAFullBatchGoesAtOnce() throws {
+        let interval = Duration.milliseconds(3)
+        let start = ContinuousClock.now
+        var machine = Machine(maxBatch: 3, minInterval: interval)
+        let first = try #require(Self.batch(machine.enqueue(1, key: "a", now: start)), "the first append goes at once")
+        #expect(Self.batch(machine.commitFinished(first.id, now: start + .microseconds(200))) == nil)
+        // 1 ms after the first commit began: wait until 3 ms, with whatever else comes.
+        guard case .armTimer(let deadline) = machine.enqueue(2, key: "a", now: start + .milliseconds(1)) else {
+            Issue.record("an append sooner than the interval after the last commit's start arms the timer")
             return
         }
-        #expect(Self.batch(machine.enqueue(2, key: "a")) == nil)
-        let full = try #require(Self.batch(machine.enqueue(3, key: "a")))
-        #expect(full.items == [1, 2, 3], "a full batch goes before the timer")
-        #expect(Self.batch(machine.timerFired()) == nil, "nothing left, and a commit is running")
-        _ = machine.enqueue(4, key: "a")
-        #expect(Self.batch(machine.commitFinished(full.id))?.items == [4])
+        #expect(deadline == start + interval)
+        #expect(Self.batch(machine.enqueue(3, key: "b", now: start + .milliseconds(2))) == nil, "the timer is armed once")
+        let together = try #require(Self.batch(machine.timerFired(now: deadline)))
+        #expect(together.items == [2, 3])
+        #expect(Self.batch(machine.commitFinished(together.id, now: deadline + .microseconds(200))) == nil)
+        // Long after: at once.
+        let later = start + .milliseconds(50)
+        let alone = try #require(Self.batch(machine.enqueue(4, key: "a", now: later)), "an append after the interval goes at once")
+        #expect(alone.items == [4])
+        // Behind a commit that ends before the interval is over: the next starts at the interval.
+        _ = machine.enqueue(5, key: "b", now: later + .microseconds(100))
+        guard case .armTimer(let next) = machine.commitFinished(alone.id, now: later + .microseconds(300)) else {
+            Issue.record("what waited behind a short commit waits for the interval")
+            return
+        }
+        #expect(next == later + interval)
+        // A full batch does not wait.
+        _ = machine.enqueue(6, key: "c", now: later + .milliseconds(1))
+        let full = try #require(Self.batch(machine.enqueue(7, key: "c", now: later + .milliseconds(1))))
+        #expect(full.items == [5, 6, 7], "a full batch goes before the timer")
+        #expect(Self.batch(machine.timerFired(now: next)) == nil, "nothing left, and a commit is running")
     }
 
     @Test func batchesNeverExceedTheMaximum() throws {
-        var machine = Machine(maxBatch: 2, maxWait: .zero)
-        var running = try #require(Self.batch(machine.enqueue(0, key: "a")))
-        for i in 1...5 { _ = machine.enqueue(i, key: "a") }
+        var machine = Machine(maxBatch: 2, minInterval: .zero)
+        var running = try #require(Self.batch(machine.enqueue(0, key: "a", now: Self.now)))
+        for i in 1...5 { _ = machine.enqueue(i, key: "a", now: Self.now) }
         for expected in [[1, 2], [3, 4], [5]] {
-            running = try #require(Self.batch(machine.commitFinished(running.id)))
+            running = try #require(Self.batch(machine.commitFinished(running.id, now: Self.now)))
             #expect(running.items == expected)
         }
     }
 
     @Test func commitsOfDifferentKeysOverlapAndAKeyWaitsForItsRunningCommit() throws {
-        var machine = Machine(maxBatch: 100, maxWait: .zero, maxConcurrentCommits: 2)
-        let a = try #require(Self.batch(machine.enqueue(1, key: "a")))
-        let b = try #require(Self.batch(machine.enqueue(2, key: "b")), "a second slot is free: b goes at once")
+        var machine = Machine(maxBatch: 100, minInterval: .zero, maxConcurrentCommits: 2)
+        let a = try #require(Self.batch(machine.enqueue(1, key: "a", now: Self.now)))
+        let b = try #require(Self.batch(machine.enqueue(2, key: "b", now: Self.now)), "a second slot is free: b goes at once")
         #expect(machine.commitsRunning == 2)
-        #expect(Self.batch(machine.enqueue(3, key: "c")) == nil, "both slots are taken")
-        _ = machine.enqueue(4, key: "a")
-        _ = machine.enqueue(5, key: "c")
+        #expect(Self.batch(machine.enqueue(3, key: "c", now: Self.now)) == nil, "both slots are taken")
+        _ = machine.enqueue(4, key: "a", now: Self.now)
+        _ = machine.enqueue(5, key: "c", now: Self.now)
         // b finishes: a is still committing, so 4 waits; c's items go, in order.
-        let c = try #require(Self.batch(machine.commitFinished(b.id)))
+        let c = try #require(Self.batch(machine.commitFinished(b.id, now: Self.now)))
         #expect(c.items == [3, 5])
         #expect(machine.pending(for: "a") == [4] && machine.pendingCount == 1)
-        let a2 = try #require(Self.batch(machine.commitFinished(a.id)))
+        let a2 = try #require(Self.batch(machine.commitFinished(a.id, now: Self.now)))
         #expect(a2.items == [4])
-        #expect(Self.batch(machine.commitFinished(c.id)) == nil)
-        #expect(Self.batch(machine.commitFinished(a2.id)) == nil)
+        #expect(Self.batch(machine.commitFinished(c.id, now: Self.now)) == nil)
+        #expect(Self.batch(machine.commitFinished(a2.id, now: Self.now)) == nil)
         #expect(!machine.isCommitting)
     }
 
@@ -81,7 +103,7 @@ import Testing
     @Test(arguments: [1, 2, 4]) func randomInterleavingsKeepEveryKeysOrder(concurrency: Int) {
         var generator = SeededRandom(seed: UInt64(concurrency) * 7919)
         for round in 0..<200 {
-            var machine = Machine(maxBatch: 1 + Int(generator.next() % 5), maxWait: .zero, maxConcurrentCommits: concurrency)
+            var machine = Machine(maxBatch: 1 + Int(generator.next() % 5), minInterval: .zero, maxConcurrentCommits: concurrency)
             var running: [Int: (keys: Set<String>, items: [Int])] = [:]
             var committed: [String: [Int]] = [:]
             var sent: [String: [Int]] = [:]
@@ -100,18 +122,18 @@ import Testing
                 if generator.next() % 3 != 0 || running.isEmpty {
                     let key = "k\(nextItem % 3)"
                     sent[key, default: []].append(nextItem)
-                    start(machine.enqueue(nextItem, key: key))
+                    start(machine.enqueue(nextItem, key: key, now: Self.now))
                     nextItem += 1
                 } else {
                     let ids = running.keys.sorted()
                     let id = ids[Int(generator.next() % UInt64(ids.count))]
                     running[id] = nil
-                    start(machine.commitFinished(id))
+                    start(machine.commitFinished(id, now: Self.now))
                 }
             }
             while let id = running.keys.min() {
                 running[id] = nil
-                start(machine.commitFinished(id))
+                start(machine.commitFinished(id, now: Self.now))
             }
             #expect(machine.pendingCount == 0)
             #expect(committed == sent, "round \(round): every item once, in order, per key")
@@ -156,17 +178,17 @@ final class RecordingStore: Sendable {
         return try result.withLock { $0 }?.get() ?? []
     }
 
-    func committer(concurrentCommits: Int = 1, maxWait: Duration = .zero) -> GroupCommitter {
-        GroupCommitter(maxWait: maxWait, maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
+    func committer(concurrentCommits: Int = 1, minInterval: Duration = .zero) -> GroupCommitter {
+        GroupCommitter(minInterval: minInterval, maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
     }
 
     /// Commits on the committer's own thread, through ``blockingCommit(_:)``.
-    func threadCommitter(maxWait: Duration = .zero) -> GroupCommitter {
-        GroupCommitter(maxWait: maxWait) { try self.blockingCommit($0) }
+    func threadCommitter(minInterval: Duration = .zero) -> GroupCommitter {
+        GroupCommitter(minInterval: minInterval) { try self.blockingCommit($0) }
     }
 
-    func committer(_ mode: CommitMode, maxWait: Duration = .zero) -> GroupCommitter {
-        mode == .tasks ? committer(maxWait: maxWait) : threadCommitter(maxWait: maxWait)
+    func committer(_ mode: CommitMode, minInterval: Duration = .zero) -> GroupCommitter {
+        mode == .tasks ? committer(minInterval: minInterval) : threadCommitter(minInterval: minInterval)
     }
 }
 
@@ -211,10 +233,10 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
     }
 
     @Test(arguments: CommitMode.allCases)
-    func withAWaitAppendsThatFindTheStoreIdleShareACommitAndALoneOneStillGoes(mode: CommitMode) async throws {
-        let wait = Duration.seconds(1)
+    func withAnIntervalAnAppendAfterAQuietSpellGoesAtOnceAndThoseSoonerAfterShareTheNextCommit(mode: CommitMode) async throws {
+        let interval = Duration.seconds(2)
         let store = RecordingStore(delay: .zero)
-        let committer = store.committer(mode, maxWait: wait)
+        let committer = store.committer(mode, minInterval: interval)
         let owned = try await Self.setUp(conversations: 3, store: store)
         func append(_ index: Int) -> Task<AppendOutcome, any Error> {
             let (id, epoch) = owned[index]
@@ -223,27 +245,26 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
                     conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "m", sentAt: Date()))
             }
         }
-        /// Waits until `count` appends were committed (at most 30 s: a wait that never ends fails
-        /// the test instead of hanging it); how long that took.
-        func committed(_ count: Int) async throws -> Duration {
+        /// Waits until `count` appends were committed, at most 30 s (a timer that never goes off
+        /// fails the test instead of hanging it).
+        func committed(_ count: Int) async throws {
             let started = ContinuousClock.now
             while store.commitSizes.withLock({ $0.reduce(0, +) }) < count, started.duration(to: .now) < .seconds(30) {
                 try await Task.sleep(for: .milliseconds(5))
             }
-            return started.duration(to: .now)
         }
+        let firstStarted = ContinuousClock.now
+        #expect(try await append(0).value.message?.seq == 1)
+        #expect(firstStarted.duration(to: .now) < interval, "nothing committed before: the first append went at once")
+        // Sooner than the interval after that commit began: these wait for its end, together.
         let three = (0..<3).map(append)
-        _ = try await committed(3)
-        #expect(store.commitSizes.withLock { $0 } == [3], "three appends that came within the wait went in one commit")
-        guard store.commitSizes.withLock({ $0 }) == [3] else { return }
-        for task in three { #expect(try await task.value.message?.seq == 1) }
-        // Nobody comes to share this one: its wait ends by itself (the timer, not a later append).
-        let lone = append(0)
-        let waited = try await committed(4)
-        #expect(store.commitSizes.withLock { $0 } == [3, 1], "the lone append was committed, alone")
-        guard store.commitSizes.withLock({ $0 }) == [3, 1] else { return }
-        #expect(waited >= wait, "the lone append waited for company first")
-        #expect(try await lone.value.message?.seq == 2)
+        try await committed(4)
+        #expect(store.commitSizes.withLock { $0 } == [1, 3], "three appends that came within the interval went in one commit")
+        #expect(firstStarted.duration(to: .now) >= interval, "not before the interval was over")
+        guard store.commitSizes.withLock({ $0 }) == [1, 3] else { return }
+        var seqs: [Int64?] = []
+        for task in three { seqs.append(try await task.value.message?.seq) }
+        #expect(seqs == [2, 1, 1])
     }
 
     @Test func concurrentCommitsOverlapAndEveryConversationStaysGapless() async throws {
