@@ -15,7 +15,7 @@
 public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>: Sendable {
     /// Items committed together, in the order they came.
     public struct Batch: Sendable {
-        /// Pass it back to ``GroupCommitStateMachine/commitFinished(_:)``.
+        /// Pass it back to ``GroupCommitStateMachine/commitFinished(_:now:)``.
         public let id: Int
         public let items: [Item]
     }
@@ -25,7 +25,7 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
         case none
         /// Call ``timerFired(now:)`` at this instant.
         case armTimer(at: ContinuousClock.Instant)
-        /// Commit each of these (they may run at once), then call ``commitFinished(_:)`` for each.
+        /// Commit each of these (they may run at once), then call ``commitFinished(_:now:)`` for each.
         case commit([Batch])
     }
 

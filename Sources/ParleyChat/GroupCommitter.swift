@@ -48,8 +48,9 @@ public final class GroupCommitter: Sendable {
     }
 
     /// Commits run one after another on a thread of this committer's: each starts as soon as the
-    /// last one ended, on the thread that ran it (no task per commit, no hop between commits).
-    /// The thread ends when the committer goes.
+    /// last one ended and `minInterval` allows, on the thread that ran it (no task per commit, no
+    /// hop between commits); the thread also keeps the interval's timer. The thread ends when the
+    /// committer goes.
     public init(maxBatch: Int = 512, minInterval: Duration = .zero, blockingCommit: @escaping BlockingCommit) {
         let thread = CommitThread(commit: blockingCommit)
         self.committing = .thread(thread)
