@@ -62,6 +62,9 @@ public final class GroupCommitter: Sendable {
         if case .thread(let thread) = committing { thread.stop() }
     }
 
+    /// Appends waiting for a commit (not those in one).
+    public var pendingCount: Int { machine.withLock { $0.pendingCount } }
+
     /// Appends one message; returns when its batch is committed (or failed).
     public func append(_ request: AppendRequest) async throws(ChatStoreError) -> AppendOutcome {
         let slot = OneShot<Result<AppendOutcome, ChatStoreError>>()
