@@ -263,21 +263,25 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
                     conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "m", sentAt: Date()))
             }
         }
-        /// Waits until `count` appends were committed, at most 30 s (a timer that never goes off
-        /// fails the test instead of hanging it).
-        func committed(_ count: Int) async throws {
-            let started = ContinuousClock.now
-            while store.commitSizes.withLock({ $0.reduce(0, +) }) < count, started.duration(to: .now) < .seconds(30) {
-                try await Task.sleep(for: .milliseconds(5))
+        /// Polls `condition` for at most 30 s (a timer that never goes off, or a commit that never
+        /// starts, fails the test instead of hanging it); whether it came true.
+        func eventually(_ condition: () -> Bool) async throws -> Bool {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !condition() {
+                guard ContinuousClock.now < deadline else { return false }
+                try await Task.sleep(for: .milliseconds(1))
             }
+            return true
         }
+        // Whatever happens below, the held commit is let go at the end (no commit left spinning).
+        defer { open.withLock { $0 = true } }
         let firstStarted = ContinuousClock.now
         let first = append(0)
-        while entered.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(try await eventually { entered.withLock { $0 } == 1 }, "the first append's commit started")
         let three = (0..<3).map(append)
-        while committer.pendingCount < 3 { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(try await eventually { committer.pendingCount == 3 }, "three appends queued behind it")
         open.withLock { $0 = true }
-        try await committed(4)
+        _ = try await eventually { store.commitSizes.withLock { $0.reduce(0, +) } == 4 }
         #expect(store.commitSizes.withLock { $0 } == [1, 3], "the three that queued behind the first commit went in one")
         #expect(firstStarted.duration(to: .now) >= interval, "not before the interval since the first commit began")
         guard store.commitSizes.withLock({ $0 }) == [1, 3] else { return }
