@@ -94,7 +94,7 @@ extension SendMessage {
     /// Checks the request as API.md defines it: a UUID `clientMessageId`, 1–4,000 scalars of
     /// text that are not all whitespace.
     func validate(limits: ChatLimits) throws(ChatError) {
-        guard UUID(uuidString: clientMessageId) != nil else {
+        guard ClientMessageID.isValid(clientMessageId) else {
             throw ChatError(.invalidRequest, "clientMessageId must be a UUID")
         }
         let scalars = text.unicodeScalars.count

@@ -42,6 +42,28 @@ public typealias ConversationID = Identifier<ConversationIDKind>
 
 /// Client message IDs: UUIDs, as API.md asks.
 public enum ClientMessageID {
+    /// Whether `text` is a UUID in its string form: 36 characters, hex digits of either case with
+    /// hyphens at 8, 13, 18 and 23 — what Foundation's `UUID(uuidString:)` accepts, checked byte by
+    /// byte (Foundation parses with `sscanf` on Linux: ~1 % of a worker's CPU when every send did).
+    public static func isValid(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in
+            guard bytes.count == 36 else { return false }
+            for (index, byte) in bytes.enumerated() {
+                switch index {
+                case 8, 13, 18, 23:
+                    guard byte == UInt8(ascii: "-") else { return false }
+                default:
+                    switch byte {
+                    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"): continue
+                    default: return false
+                    }
+                }
+            }
+            return true
+        }
+    }
+
     /// A new time-ordered UUID (version 7, RFC 9562): 48 bits of Unix milliseconds, then 74 random
     /// bits. Any UUID is accepted as a `clientMessageId`; Parley's own clients make these because
     /// consecutive sends then land next to each other in the store's idempotency index instead of
