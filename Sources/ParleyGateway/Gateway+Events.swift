@@ -27,9 +27,11 @@ extension Gateway {
         // Over HTTP/2 the server gives the stream its own sink; over HTTP/1.1 it is the connection.
         let sink = context.eventSink ?? ChannelEventSink(context.channel)
         let http2 = context.eventSink != nil
+        let pingTicks = ServerSentEvent.pingTicks(http2: http2)
         let stream = LiveEventStream(
             user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(Date()),
-            pingTicks: ServerSentEvent.pingTicks(http2: http2), logger: logger,
+            // A phase of its own, so that streams opened together do not all ping in one second.
+            pingTicks: pingTicks, pingOffset: Int.random(in: 0..<pingTicks), logger: logger,
             fetch: { [self] conversation, after, before in await fetchGap(conversation, for: caller.id, after: after, before: before) })
         // Register first, so nothing committed from now on is missed; then tell the presence
         // shard, so owners deliver here; then read what happened before (replay). The stream

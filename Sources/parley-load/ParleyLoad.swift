@@ -540,11 +540,16 @@ final class Workload: Sendable {
             guard !Task.isCancelled else { return }
             let acks = shared.phaseAcks.withLock { $0 }, deliveries = shared.phaseDeliveries.withLock { $0.all }
             let p = shared.delivery.withLock { ($0.valueAtPercentile(50), $0.valueAtPercentile(99)) }
+            let recent = shared.recentDelivery.withLock { histogram in
+                defer { histogram.reset() }
+                return (histogram.valueAtPercentile(99), histogram.max)
+            }
             let errors = shared.sendErrors.withLock { $0.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ") }
             Swift.print(String(
-                format: "%5.0fs  acked %5d/s  delivered %6d/s  delivery p50 %@ p99 %@  errors [%@]  reconnects %d",
+                format: "%5.0fs  acked %5d/s  delivered %6d/s  delivery p50 %@ p99 %@ (this second: p99 %@ max %@)  errors [%@]  reconnects %d",
                 Double(started.duration(to: .now).components.seconds), acks - lastAcks, deliveries - lastDeliveries,
-                Summary.Percentiles.format(p.0), Summary.Percentiles.format(p.1), errors, shared.reconnects.withLock { $0 }))
+                Summary.Percentiles.format(p.0), Summary.Percentiles.format(p.1), Summary.Percentiles.format(recent.0),
+                Summary.Percentiles.format(recent.1), errors, shared.reconnects.withLock { $0 }))
             (lastAcks, lastDeliveries) = (acks, deliveries)
         }
     }
@@ -556,6 +561,9 @@ final class Shared: Sendable {
     let pending = Mutex<[String: (ContinuousClock.Instant, Bool)]>([:])
     let ack = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
     let delivery = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
+    /// The deliveries since the progress line last printed (it prints their p99 and max: a
+    /// second's spike, which the run's p99 so far smooths over).
+    let recentDelivery = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
     let sendErrors = Mutex<[String: Int]>([:])
     let streamErrors = Mutex<[String]>([])
     let ready = Mutex(0)
@@ -568,6 +576,7 @@ final class Shared: Sendable {
     func resetPhase() {
         ack.withLock { $0.reset() }
         delivery.withLock { $0.reset() }
+        recentDelivery.withLock { $0.reset() }
         sendErrors.withLock { $0 = [:] }
         phaseAcks.withLock { $0 = 0 }
         phaseDeliveries.withLock { $0 = (0, 0) }
@@ -591,7 +600,9 @@ final class Shared: Sendable {
         let toRecipient = message.senderId != member
         phaseDeliveries.withLock { $0.all += 1; if toRecipient { $0.toRecipients += 1 } }
         guard toRecipient, let (scheduled, measured) = pending.withLock({ $0[message.clientMessageId] }), measured else { return }
-        _ = delivery.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: now))) }
+        let micros = OpenLoop.micros(scheduled.duration(to: now))
+        _ = delivery.withLock { $0.record(micros) }
+        _ = recentDelivery.withLock { $0.record(micros) }
     }
 }
 

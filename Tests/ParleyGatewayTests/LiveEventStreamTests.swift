@@ -41,13 +41,13 @@ import Testing
         let stream: LiveEventStream
         let gapReads = GapReads()
 
-        init(pingTicks: Int = 15, unwritableLimit: Int = 10_000, store: [Message] = []) async throws {
+        init(pingTicks: Int = 15, pingOffset: Int = 0, unwritableLimit: Int = 10_000, store: [Message] = []) async throws {
             // Active, as a client's stream is.
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).get()
             let reads = gapReads
             stream = LiveEventStream(
                 user: "u_b", sink: ChannelEventSink(channel), cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
-                unwritableLimit: unwritableLimit, logger: Logger(label: "test"),
+                pingOffset: pingOffset, unwritableLimit: unwritableLimit, logger: Logger(label: "test"),
                 fetch: { conversation, after, before in
                     reads.record(after: after, before: before)
                     return store.filter { $0.conversationId == conversation && $0.seq > after && $0.seq < before }
@@ -130,6 +130,23 @@ import Testing
         await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
         let events = try await harness.written(count: 4)
         #expect(events.map(\.1) == [1, nil, 5, 6])
+    }
+
+    /// Streams with different offsets ping in different seconds, each every `pingTicks`.
+    @Test func aStreamPingsAtItsOwnOffsetInTheCycle() async throws {
+        for (offset, pingedAfter) in [(0, [3, 6]), (1, [2, 5]), (2, [1, 4])] {
+            let harness = try await Harness(pingTicks: 3, pingOffset: offset)
+            harness.stream.start(replay: [])
+            await harness.run()
+            _ = try await harness.written()
+            let stream = harness.stream
+            var pings: [Int] = []
+            for tick in 1...6 {
+                await harness.run { stream.tick() }
+                if try await harness.written().map(\.0) == ["ping"] { pings.append(tick) }
+            }
+            #expect(pings == pingedAfter, "offset \(offset)")
+        }
     }
 
     @Test func pingsEveryGivenTickAndAGoneClientEndsTheStream() async throws {
