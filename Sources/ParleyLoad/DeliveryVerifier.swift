@@ -40,6 +40,14 @@ public struct DeliveryVerifier: Sendable {
 
     public init() {}
 
+    /// Makes room for `count` more acknowledged messages up front: growing the table of every
+    /// clientMessageId rehashes all of it (at 3,500 msg/s, ~100,000 entries 28 s into a run, which
+    /// held the senders' and streams' loops long enough to show as a 50 ms spike in the delivery
+    /// p99 of that second).
+    public mutating func reserve(messages count: Int) {
+        seqOfClientMessageID.reserveCapacity(seqOfClientMessageID.count + count)
+    }
+
     public mutating func conversation(_ id: ConversationID, members: [UserID]) {
         self.members[id] = members
     }

@@ -395,6 +395,7 @@ final class Workload: Sendable {
         let progress = quiet ? nil : Task { await self.progress() }
         let schedule = OpenLoop(rate: rate, count: total)
         shared.pending.withLock { $0.reserveCapacity($0.count + total) }
+        shared.verifier.withLock { $0.reserve(messages: total) }
         // Send k: its text and clientMessageId, remembered for its deliveries.
         let start = { @Sendable [shared] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, clientMessageId: String) in
             let clientMessageId = ClientMessageID.make()
