@@ -43,8 +43,9 @@ public typealias ConversationID = Identifier<ConversationIDKind>
 /// Client message IDs: UUIDs, as API.md asks.
 public enum ClientMessageID {
     /// Whether `text` is a UUID in its string form: 36 characters, hex digits of either case with
-    /// hyphens at 8, 13, 18 and 23 — what Foundation's `UUID(uuidString:)` accepts, checked byte by
-    /// byte (Foundation parses with `sscanf` on Linux: ~1 % of a worker's CPU when every send did).
+    /// hyphens at 8, 13, 18 and 23, checked byte by byte. Foundation's `UUID(uuidString:)` parses
+    /// with `sscanf` on Linux: ~1 % of a worker's CPU when every send did, and it also takes a
+    /// space or a sign at the start of a group, which this refuses (API.md: anything else → 400).
     public static func isValid(_ text: String) -> Bool {
         var text = text
         return text.withUTF8 { bytes in

@@ -116,6 +116,9 @@ struct Ramp: AsyncParsableCommand {
                                Summary.Percentiles.format(summary.delivery.p50), Summary.Percentiles.format(p99),
                                Summary.Percentiles.format(summary.delivery.p999), errors, summary.undelivered,
                                summary.serverCPUMicrosPerDelivery.map { String(format: "%.0f µs", $0) } ?? "-"))
+            if let worst = summary.worstSecond {
+                Swift.print("            worst second: p99 \(Summary.Percentiles.format(worst.p99)), max \(Summary.Percentiles.format(worst.max)) (\(worst.second) s into the step)")
+            }
             if let perRecipient = summary.serverCPUMicrosPerRecipientDelivery {
                 Swift.print(String(format: "            server CPU per delivery to a member other than the sender: %.0f µs", perRecipient))
             }
@@ -392,7 +395,8 @@ final class Workload: Sendable {
             let members = conversations[conversation].members
             return (conversation, members[Int(random.next() % UInt64(members.count))])
         }
-        let progress = quiet ? nil : Task { await self.progress() }
+        // Quiet (a ramp's step), it prints nothing but still finds the step's worst second.
+        let progress = Task { await self.progress(printing: !quiet) }
         let schedule = OpenLoop(rate: rate, count: total)
         shared.pending.withLock { $0.reserveCapacity($0.count + total) }
         shared.verifier.withLock { $0.reserve(messages: total) }
@@ -438,7 +442,7 @@ final class Workload: Sendable {
         // Let this phase's deliveries arrive before measuring the next one.
         let settle = ContinuousClock.now.advanced(by: .seconds(5))
         while lostCount() > 0, ContinuousClock.now < settle { try? await Task.sleep(for: .milliseconds(100)) }
-        progress?.cancel()
+        progress.cancel()
         let cpuAfter = await serverCPUSeconds()
         let wall = Double(OpenLoop.micros(wallBefore.duration(to: .now))) / 1e6
         let nodeCores = cpuBefore.flatMap { before in
@@ -527,28 +531,34 @@ final class Workload: Sendable {
             deliveriesPerSecond: Double(deliveries.all) / phase.seconds,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
             ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
+            worstSecond: shared.worstSecond.withLock { $0 },
             nodeCores: phase.nodeCores, loadGeneratorCores: phase.loadGeneratorCores,
             serverCPUMicrosPerDelivery: perDelivery(deliveries.all),
             serverCPUMicrosPerRecipientDelivery: perDelivery(deliveries.toRecipients),
             faults: faults.map(\.description), streamErrors: shared.streamErrors.withLock { $0 }, verified: faults.isEmpty)
     }
 
-    private func progress() async {
+    private func progress(printing: Bool) async {
         let started = ContinuousClock.now
         var lastAcks = 0, lastDeliveries = 0
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(1))
             guard !Task.isCancelled else { return }
+            let second = Int(started.duration(to: .now).components.seconds)
             let acks = shared.phaseAcks.withLock { $0 }, deliveries = shared.phaseDeliveries.withLock { $0.all }
             let p = shared.delivery.withLock { ($0.valueAtPercentile(50), $0.valueAtPercentile(99)) }
             let recent = shared.recentDelivery.withLock { histogram in
                 defer { histogram.reset() }
                 return (histogram.valueAtPercentile(99), histogram.max)
             }
+            shared.worstSecond.withLock { worst in
+                if recent.0 > (worst?.p99 ?? 0) { worst = Summary.WorstSecond(second: second, p99: recent.0, max: recent.1) }
+            }
+            guard printing else { continue }
             let errors = shared.sendErrors.withLock { $0.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ") }
             Swift.print(String(
                 format: "%5.0fs  acked %5d/s  delivered %6d/s  delivery p50 %@ p99 %@ (this second: p99 %@ max %@)  errors [%@]  reconnects %d",
-                Double(started.duration(to: .now).components.seconds), acks - lastAcks, deliveries - lastDeliveries,
+                Double(second), acks - lastAcks, deliveries - lastDeliveries,
                 Summary.Percentiles.format(p.0), Summary.Percentiles.format(p.1), Summary.Percentiles.format(recent.0),
                 Summary.Percentiles.format(recent.1), errors, shared.reconnects.withLock { $0 }))
             (lastAcks, lastDeliveries) = (acks, deliveries)
@@ -565,6 +575,8 @@ final class Shared: Sendable {
     /// The deliveries since the progress line last printed (it prints their p99 and max: a
     /// second's spike, which the run's p99 so far smooths over).
     let recentDelivery = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
+    /// The second of this phase with the highest delivery p99 so far.
+    let worstSecond = Mutex<Summary.WorstSecond?>(nil)
     let sendErrors = Mutex<[String: Int]>([:])
     let streamErrors = Mutex<[String]>([])
     let ready = Mutex(0)
@@ -578,6 +590,7 @@ final class Shared: Sendable {
         ack.withLock { $0.reset() }
         delivery.withLock { $0.reset() }
         recentDelivery.withLock { $0.reset() }
+        worstSecond.withLock { $0 = nil }
         sendErrors.withLock { $0 = [:] }
         phaseAcks.withLock { $0 = 0 }
         phaseDeliveries.withLock { $0 = (0, 0) }
@@ -648,6 +661,14 @@ struct Summary: Codable {
     var ack: Percentiles
     var delivery: Percentiles
     var scheduleLag: Percentiles
+    /// The second (counted from the phase's start, warm-up included) whose deliveries had the
+    /// highest p99: a spike that the phase's p99 smooths over or is decided by.
+    struct WorstSecond: Codable, Sendable {
+        var second: Int
+        var p99: UInt64
+        var max: UInt64
+    }
+    var worstSecond: WorstSecond?
     /// Cores each node used over the phase, by its metrics URL's host:port (when measured), and
     /// the load generator itself.
     var nodeCores: [String: Double]?
