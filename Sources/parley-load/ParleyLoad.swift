@@ -530,7 +530,7 @@ final class Workload: Sendable {
             achievedRate: Double(shared.phaseAcks.withLock { $0 }) / phase.seconds,
             deliveriesPerSecond: Double(deliveries.all) / phase.seconds,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
-            ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0 }), scheduleLag: .init(phase.lag),
+            ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0.phase }), scheduleLag: .init(phase.lag),
             worstSecond: shared.worstSecond.withLock { $0 },
             nodeCores: phase.nodeCores, loadGeneratorCores: phase.loadGeneratorCores,
             serverCPUMicrosPerDelivery: perDelivery(deliveries.all),
@@ -546,10 +546,10 @@ final class Workload: Sendable {
             guard !Task.isCancelled else { return }
             let second = Int(started.duration(to: .now).components.seconds)
             let acks = shared.phaseAcks.withLock { $0 }, deliveries = shared.phaseDeliveries.withLock { $0.all }
-            let p = shared.delivery.withLock { ($0.valueAtPercentile(50), $0.valueAtPercentile(99)) }
-            let recent = shared.recentDelivery.withLock { histogram in
-                defer { histogram.reset() }
-                return (histogram.valueAtPercentile(99), histogram.max)
+            let (p, recent) = shared.delivery.withLock { delivery in
+                defer { delivery.lastSecond.reset() }
+                return ((delivery.phase.valueAtPercentile(50), delivery.phase.valueAtPercentile(99)),
+                        (delivery.lastSecond.valueAtPercentile(99), delivery.lastSecond.max))
             }
             shared.worstSecond.withLock { worst in
                 if recent.0 > (worst?.p99 ?? 0) { worst = Summary.WorstSecond(second: second, p99: recent.0, max: recent.1) }
@@ -571,10 +571,11 @@ final class Shared: Sendable {
     let verifier = Mutex(DeliveryVerifier())
     let pending = Mutex<[String: (ContinuousClock.Instant, Bool)]>([:])
     let ack = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
-    let delivery = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
-    /// The deliveries since the progress line last printed (it prints their p99 and max: a
-    /// second's spike, which the run's p99 so far smooths over).
-    let recentDelivery = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
+    /// Delivery latencies of this phase, and of the deliveries since the progress line last looked
+    /// (their p99 and max: a second's spike, which the phase's p99 smooths over); one lock for both.
+    let delivery = Mutex((
+        phase: Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three),
+        lastSecond: Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three)))
     /// The second of this phase with the highest delivery p99 so far.
     let worstSecond = Mutex<Summary.WorstSecond?>(nil)
     let sendErrors = Mutex<[String: Int]>([:])
@@ -588,8 +589,7 @@ final class Shared: Sendable {
 
     func resetPhase() {
         ack.withLock { $0.reset() }
-        delivery.withLock { $0.reset() }
-        recentDelivery.withLock { $0.reset() }
+        delivery.withLock { $0.phase.reset(); $0.lastSecond.reset() }
         worstSecond.withLock { $0 = nil }
         sendErrors.withLock { $0 = [:] }
         phaseAcks.withLock { $0 = 0 }
@@ -615,8 +615,7 @@ final class Shared: Sendable {
         phaseDeliveries.withLock { $0.all += 1; if toRecipient { $0.toRecipients += 1 } }
         guard toRecipient, let (scheduled, measured) = pending.withLock({ $0[message.clientMessageId] }), measured else { return }
         let micros = OpenLoop.micros(scheduled.duration(to: now))
-        _ = delivery.withLock { $0.record(micros) }
-        _ = recentDelivery.withLock { $0.record(micros) }
+        delivery.withLock { _ = $0.phase.record(micros); _ = $0.lastSecond.record(micros) }
     }
 }
 
