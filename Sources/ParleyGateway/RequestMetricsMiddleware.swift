@@ -12,8 +12,16 @@ import Synchronization
 /// closure to record after the write, and a closure body is written in three parts — head, body,
 /// end — each flushed on its own: three TLS records and three `write`s per reply instead of one.
 /// Only streaming bodies (the event stream) are still recorded after their last byte.
+///
+/// A request that failed is recorded under the status the client is answered with
+/// (``APIError/from(_:)``, as ``APIErrorMiddleware`` answers it): a taken handle is a 409 here too,
+/// not the 500 that Hummingbird's middleware records for an error it cannot read a status from.
 struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
-    private let cache = RequestMetricsCache()
+    private let cache: RequestMetricsCache
+
+    init(cache: RequestMetricsCache = RequestMetricsCache()) {
+        self.cache = cache
+    }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = DispatchTime.now().uptimeNanoseconds
@@ -38,7 +46,7 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             }
             return response
         } catch {
-            let status = (error as? any HTTPResponseError)?.status ?? .internalServerError
+            let status = APIError.from(error).status
             let endpoint = RequestMetricsCache.Endpoint(route: context.endpointPath ?? "NotFound", method: request.method, status: status)
             cache.record(endpoint, since: start, failed: true)
             active.decrement()
@@ -60,29 +68,35 @@ final class RequestMetricsCache: Sendable {
         let duration: Timer
         let errors: Counter
 
-        init(_ endpoint: Endpoint) {
+        init(_ endpoint: Endpoint, factory: any MetricsFactory) {
             let dimensions = [
                 ("http.route", endpoint.route),
                 ("http.request.method", endpoint.method.description),
                 ("http.response.status_code", endpoint.status.code.description),
             ]
-            requests = Counter(label: "hb.requests", dimensions: dimensions)
-            duration = Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds)
+            requests = Counter(label: "hb.requests", dimensions: dimensions, factory: factory)
+            duration = Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds, factory: factory)
             errors = Counter(label: "hb.request.errors", dimensions: [
                 ("http.route", endpoint.route),
                 ("http.request.method", endpoint.method.description),
                 ("error.type", endpoint.status.code.description),
-            ])
+            ], factory: factory)
         }
     }
 
+    private let factory: any MetricsFactory
     private let byMethod = Mutex([HTTPRequest.Method: Meter]())
     private let byEndpoint = Mutex([Endpoint: EndpointMetrics]())
+
+    /// `factory`: where the metrics are made (the process's metrics system unless a test says).
+    init(factory: any MetricsFactory = MetricsSystem.factory) {
+        self.factory = factory
+    }
 
     func active(_ method: HTTPRequest.Method) -> Meter {
         byMethod.withLock { meters in
             if let meter = meters[method] { return meter }
-            let meter = Meter(label: "http.server.active_requests", dimensions: [("http.request.method", method.description)])
+            let meter = Meter(label: "http.server.active_requests", dimensions: [("http.request.method", method.description)], factory: factory)
             meters[method] = meter
             return meter
         }
@@ -91,7 +105,7 @@ final class RequestMetricsCache: Sendable {
     func record(_ endpoint: Endpoint, since start: UInt64, failed: Bool = false) {
         let metrics = byEndpoint.withLock { all in
             if let metrics = all[endpoint] { return metrics }
-            let metrics = EndpointMetrics(endpoint)
+            let metrics = EndpointMetrics(endpoint, factory: factory)
             all[endpoint] = metrics
             return metrics
         }
