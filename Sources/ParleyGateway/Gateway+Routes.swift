@@ -231,7 +231,7 @@ extension Gateway {
     private func send(_ request: Request, _ context: GatewayContext) async throws -> Response {
         let caller = try await authenticate(request)
         let id = try Self.conversationID(context)
-        let body = try await decode(API.NewMessage.self, from: request)
+        let body = try await decode(API.NewMessage.self, from: request, readingFirst: API.NewMessage.fromCanonicalJSON)
         if let wait = sendLimiter.acquire(caller.id.rawValue) {
             throw APIError(.tooManyRequests, "rate_limited", "too many messages; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
@@ -342,7 +342,12 @@ extension Gateway {
 
     /// The JSON body as `T`: at most the body limit (`413`), valid JSON of the right shape (`400`
     /// naming the field).
-    func decode<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
+    /// The request's JSON body as `T`: what `canonical` reads from it if it reads it (a reader of
+    /// the common form, as ``API/NewMessage/fromCanonicalJSON(_:)``), else `JSONDecoder`'s reading;
+    /// `400` for what does not decode, `413` past the body limit.
+    func decode<T: Decodable>(
+        _ type: T.Type, from request: Request, readingFirst canonical: (ByteBufferView) -> T? = { _ in nil }
+    ) async throws -> T {
         var request = request
         let buffer: ByteBuffer
         do {
@@ -352,6 +357,7 @@ extension Gateway {
         } catch is NIOTooManyBytesError {
             throw APIError(.contentTooLarge, "payload_too_large", "the body is over \(configuration.bodyLimitBytes / 1024) KiB")
         }
+        if let value = canonical(buffer.readableBytesView) { return value }
         do {
             return try Self.decoder.decode(T.self, from: Data(buffer.readableBytesView))
         } catch let error as DecodingError {

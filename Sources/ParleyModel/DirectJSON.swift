@@ -165,18 +165,42 @@ extension Message {
     /// strings without escapes — and nil for anything else, which the caller decodes with
     /// `JSONDecoder` (any valid JSON still reads; this is only the common case made cheap).
     public static func fromWrappedJSON(_ bytes: some Collection<UInt8>) -> Message? {
-        let read: Message?? = bytes.withContiguousStorageIfAvailable { buffer in
-            var reader = CanonicalReader(bytes: buffer)
-            return reader.wrappedMessage()
-        }
-        return read ?? nil
+        CanonicalReader.read(bytes) { $0.wrappedMessage() }
     }
 }
 
-/// The reader of ``Message/fromWrappedJSON(_:)``: every step checks the exact byte it expects.
+extension API.NewMessage {
+    /// Reads a send's body as ``json`` writes it — `{"clientMessageId":…,"text":…}`, keys in that
+    /// order, no whitespace, strings without escapes — and nil for anything else, which the
+    /// gateway decodes with `JSONDecoder` (any valid JSON still reads; this is only the common
+    /// case made cheap, on the gateway's one event loop).
+    public static func fromCanonicalJSON(_ bytes: some Collection<UInt8>) -> API.NewMessage? {
+        CanonicalReader.read(bytes) { reader in
+            guard reader.literal("{\"clientMessageId\":"), let clientMessageId = reader.string(),
+                  reader.literal(",\"text\":"), let text = reader.string(),
+                  reader.literal("}"), reader.atEnd
+            else { return nil }
+            return API.NewMessage(clientMessageId: clientMessageId, text: text)
+        }
+    }
+}
+
+/// The reader of ``Message/fromWrappedJSON(_:)`` and ``API/NewMessage/fromCanonicalJSON(_:)``:
+/// every step checks the exact byte it expects.
 private struct CanonicalReader {
     let bytes: UnsafeBufferPointer<UInt8>
     var offset = 0
+
+    /// What `body` reads from `bytes` (nil for bytes not in one contiguous piece).
+    static func read<Value>(_ bytes: some Collection<UInt8>, _ body: (inout CanonicalReader) -> Value?) -> Value? {
+        let read: Value?? = bytes.withContiguousStorageIfAvailable { buffer in
+            var reader = CanonicalReader(bytes: buffer)
+            return body(&reader)
+        }
+        return read ?? nil
+    }
+
+    var atEnd: Bool { offset == bytes.count }
 
     mutating func wrappedMessage() -> Message? {
         guard literal("{\"message\":{\"clientMessageId\":"), let clientMessageId = string(),
@@ -186,7 +210,7 @@ private struct CanonicalReader {
               literal(",\"sentAt\":\""), let millis = timestamp(), literal("\""),
               literal(",\"seq\":"), let seq = integer(),
               literal(",\"text\":"), let text = string(),
-              literal("}}"), offset == bytes.count
+              literal("}}"), atEnd
         else { return nil }
         var message = Message(
             conversationId: ConversationID(rawValue: conversationId), seq: seq, senderId: UserID(rawValue: senderId),

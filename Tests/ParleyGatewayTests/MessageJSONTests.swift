@@ -16,4 +16,11 @@ import Testing
         #expect(buffer.readableBytesView.withContiguousStorageIfAvailable { _ in true } == true, "a ByteBuffer's bytes are contiguous")
         #expect(Message.fromWrappedJSON(buffer.readableBytesView) == message)
     }
+
+    @Test func aSendsBodyReadsFromTheRequestsByteBufferDirectly() {
+        let body = ByteBuffer(bytes: API.NewMessage(clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: "hi ✓").json)
+        let read = API.NewMessage.fromCanonicalJSON(body.readableBytesView)
+        #expect(read?.clientMessageId == "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d")
+        #expect(read?.text == "hi ✓")
+    }
 }

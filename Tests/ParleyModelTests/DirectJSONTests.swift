@@ -43,6 +43,46 @@ import Testing
         }
     }
 
+    /// A send's body read back by the gateway's reader of its common form: what the client
+    /// library writes is read as `JSONDecoder` reads it; what it cannot read for certain (an
+    /// escape, whitespace, keys in another order or another key, bytes after the object, text
+    /// that is not UTF-8) it leaves to the decoder.
+    @Test func aSendsBodyIsReadAsTheDecoderReadsIt() throws {
+        func decoded(_ bytes: [UInt8]) -> API.NewMessage? { try? API.makeDecoder().decode(API.NewMessage.self, from: Data(bytes)) }
+        let id = "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d"
+        for text in ["load 17", "", "héllo 😀 / '\u{7F}", String(repeating: "x", count: 4_000), "nul\u{0}"] {
+            let body = API.NewMessage(clientMessageId: id, text: text).json
+            let read = API.NewMessage.fromCanonicalJSON(body)
+            if text.utf8.contains(where: { $0 < 0x20 }) {
+                #expect(read == nil, "an escaped control character is the decoder's to read")
+            } else {
+                #expect(read?.clientMessageId == id)
+                #expect(read?.text == text)
+                #expect(read?.text == decoded(body)?.text)
+                #expect(API.NewMessage.fromCanonicalJSON(Data(body))?.text == text, "from Data")
+            }
+        }
+        let others: [[UInt8]] = [
+            Array(#"{"clientMessageId":"\#(id)","text":"a \"quote\""}"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":"caf\u00e9"}"#.utf8),
+            Array(#"{"clientMessageId": "\#(id)", "text": "x"}"#.utf8),
+            Array(#"{"text":"x","clientMessageId":"\#(id)"}"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":"x","extra":1}"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":"x"} "#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":"x"}{}"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":1}"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)"}"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":"x"#.utf8),
+            Array(#"{"clientMessageId":"\#(id)","text":""#.utf8) + [0xC3, 0x28] + Array(#""}"#.utf8),
+        ]
+        for bytes in others {
+            #expect(API.NewMessage.fromCanonicalJSON(bytes) == nil, "\(String(decoding: bytes, as: UTF8.self))")
+        }
+        #expect(decoded(others[0])?.text == "a \"quote\"")
+        #expect(decoded(others[1])?.text == "café")
+        #expect(decoded(others[3])?.text == "x")
+    }
+
     @Test func integersAtTheirEdges() throws {
         for seq in [Int64.min, -1, 0, 1, 9, 10, 99, 100, 1_000_000_007, Int64.max] {
             try expectSameBytes(message(text: "x", seq: seq))
