@@ -341,10 +341,8 @@ extension Gateway {
     // MARK: Helpers
 
     /// The JSON body as `T`: at most the body limit (`413`), valid JSON of the right shape (`400`
-    /// naming the field).
-    /// The request's JSON body as `T`: what `canonical` reads from it if it reads it (a reader of
-    /// the common form, as ``API/NewMessage/fromCanonicalJSON(_:)``), else `JSONDecoder`'s reading;
-    /// `400` for what does not decode, `413` past the body limit.
+    /// naming the field). A route with a reader of its body's common form passes it as `canonical`
+    /// (``API/NewMessage/fromCanonicalJSON(_:)``); what that reader leaves goes to `JSONDecoder`.
     func decode<T: Decodable>(
         _ type: T.Type, from request: Request, readingFirst canonical: (ByteBufferView) -> T? = { _ in nil }
     ) async throws -> T {
