@@ -114,6 +114,7 @@ let package = Package(
         .target(
             name: "ParleyCluster",
             dependencies: [
+                "ParleyModel",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

@@ -1,3 +1,5 @@
+import ParleyModel
+
 /// A compact binary form of `Codable` values for the cluster wire: no text, no number formatting,
 /// no intermediate tree. Both ends run the same build (as for the call targets), so a value is
 /// read back by the type that wrote it; what a peer sends is still checked byte by byte, and
@@ -502,7 +504,7 @@ struct BinarySingleValueDecoder: SingleValueDecodingContainer {
 
     func decode(_ type: String.Type) throws -> String {
         let payload = try present()
-        guard let string = String(validating: UnsafeBufferPointer(rebasing: decoder.bytes[payload]), as: UTF8.self) else {
+        guard let string = String(checkingUTF8: UnsafeBufferPointer(rebasing: decoder.bytes[payload])) else {
             throw decoder.corrupt("a string that is not UTF-8")
         }
         return string

@@ -1,3 +1,5 @@
+import ParleyModel
+
 /// A type with a wire form written by hand, which ``BinaryClusterSerialization`` uses instead of
 /// the type's `Codable` one when the type is a call's argument or result: for the values every
 /// chat message crosses the cluster in (a send, its result, the deliveries to a gateway), where
@@ -104,7 +106,7 @@ public struct WireReader {
     @inlinable
     public mutating func read(_ type: String.Type) throws -> String {
         let region = try lengthPrefixed()
-        guard let string = String(validating: UnsafeBufferPointer(rebasing: bytes[region]), as: UTF8.self) else {
+        guard let string = String(checkingUTF8: UnsafeBufferPointer(rebasing: bytes[region])) else {
             throw corrupt("a string that is not UTF-8")
         }
         return string

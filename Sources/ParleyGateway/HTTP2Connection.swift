@@ -295,8 +295,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     private func dispatch(_ id: HTTP2StreamID, _ incoming: Incoming, context: ChannelHandlerContext) {
-        let connection = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let sink = HTTP2StreamSink(id, connection: connection)
+        let sink = HTTP2StreamSink(id, connection: self, loop: context.eventLoop)
         responding[id] = sink
         let responder = self.responder
         let channel = context.channel
@@ -442,29 +441,36 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
 /// One stream of an HTTP/2 connection, as the response's task and an event stream see it.
 final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     let id: HTTP2StreamID
-    private let connection: NIOLoopBound<HTTP2Connection>
+    /// Touched only on `loop` (``onLoop``). Not an `NIOLoopBound`: its check on every access
+    /// (the thread's identity from thread-local storage) ran four times per event written; the
+    /// check here is a debug build's.
+    private let connection: HTTP2Connection
     let loop: any EventLoop
     private let closedPromise: EventLoopPromise<Void>
 
-    fileprivate init(_ id: HTTP2StreamID, connection: NIOLoopBound<HTTP2Connection>) {
+    fileprivate init(_ id: HTTP2StreamID, connection: HTTP2Connection, loop: any EventLoop) {
         self.id = id
         self.connection = connection
-        self.loop = connection.eventLoop
-        self.closedPromise = connection.eventLoop.makePromise()
+        self.loop = loop
+        self.closedPromise = loop.makePromise()
+    }
+
+    private var onLoop: HTTP2Connection {
+        loop.assertInEventLoop()
+        return connection
     }
 
     /// From any thread: writes (on the loop) and flushes.
     func send(headers: HPACKHeaders?, data: [ByteBuffer], end: Bool) {
-        let connection = self.connection
         let id = self.id
-        loop.execute { connection.value.send(id, headers: headers, data: data, end: end) }
+        loop.execute { [self] in onLoop.send(id, headers: headers, data: data, end: end) }
     }
 
-    var isActive: Bool { connection.value.isOpen(id) }
-    var isWritable: Bool { connection.value.isWritable }
-    func write(_ buffer: ByteBuffer) { connection.value.write(id, buffer) }
-    func flush() { connection.value.flush() }
-    func close() { connection.value.reset(id) }
+    var isActive: Bool { onLoop.isOpen(id) }
+    var isWritable: Bool { onLoop.isWritable }
+    func write(_ buffer: ByteBuffer) { onLoop.write(id, buffer) }
+    func flush() { onLoop.flush() }
+    func close() { onLoop.reset(id) }
     var closed: EventLoopFuture<Void> { closedPromise.futureResult }
 
     /// The stream is over (response ended, reset, connection gone).

@@ -16,8 +16,10 @@ import Synchronization
 /// (``LiveEventStream``), so each stream sees them in that order.
 public final class StreamHub: Sendable {
     private struct State {
+        /// By session ID.
         var streams: [String: LiveEventStream] = [:]
-        var byUser: [UserID: Set<String>] = [:]
+        /// Each user's streams, for deliveries: one lookup per recipient.
+        var byUser: [UserID: [LiveEventStream]] = [:]
         var closed = false
     }
 
@@ -43,7 +45,7 @@ public final class StreamHub: Sendable {
         let registered = state.withLock { state -> Bool in
             guard !state.closed else { return false }
             state.streams[sessionID] = stream
-            state.byUser[stream.user, default: []].insert(sessionID)
+            state.byUser[stream.user, default: []].append(stream)
             return true
         }
         guard registered else { return nil }
@@ -54,7 +56,7 @@ public final class StreamHub: Sendable {
     func unregister(_ sessionID: String) {
         let removed = state.withLock { state -> LiveEventStream? in
             guard let stream = state.streams.removeValue(forKey: sessionID) else { return nil }
-            state.byUser[stream.user]?.remove(sessionID)
+            state.byUser[stream.user]?.removeAll { $0 === stream }
             if state.byUser[stream.user]?.isEmpty == true { state.byUser[stream.user] = nil }
             return stream
         }
@@ -72,8 +74,7 @@ public final class StreamHub: Sendable {
         state.withLock { state in
             for (delivery, data) in zip(deliveries, shared) {
                 for user in delivery.recipients {
-                    for session in state.byUser[user] ?? [] {
-                        guard let stream = state.streams[session] else { continue }
+                    for stream in state.byUser[user] ?? [] {
                         batches[ObjectIdentifier(stream.loop), default: LoopBatch(loop: stream.loop)].items.append((stream, delivery.event, data))
                     }
                 }

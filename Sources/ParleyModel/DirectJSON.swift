@@ -235,7 +235,7 @@ private struct CanonicalReader {
             guard bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 else { return nil }
             end += 1
         }
-        guard end < bytes.count, let value = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self) else { return nil }
+        guard end < bytes.count, let value = String(checkingUTF8: UnsafeBufferPointer(rebasing: bytes[start..<end])) else { return nil }
         offset = end + 1
         return value
     }
