@@ -42,6 +42,14 @@ struct AuthenticationCache {
         return (entry.user, entry.claims)
     }
 
+    /// The claims of a token this gateway verified and remembered, also once its lease ran out:
+    /// the same text under the same secret, so its signature need not be checked again when the
+    /// actor is asked anew. Nil for a token expired, revoked or not remembered.
+    func verifiedClaims(token: String, wallClock: Date) -> TokenAuthority.Claims? {
+        guard let entry = valid[token], wallClock < entry.claims.expiresAt else { return nil }
+        return entry.claims
+    }
+
     /// The actor said the token (verified: `claims` are its own) is valid, answering a question
     /// asked at `askedAt`.
     mutating func remember(_ user: User, claims: TokenAuthority.Claims, token: String, askedAt: Instant, now: Instant) {
@@ -79,6 +87,10 @@ final class SharedAuthenticationCache: Sendable {
 
     func caller(token: String, now: ContinuousClock.Instant, wallClock: Date) -> (user: User, claims: TokenAuthority.Claims)? {
         cache.withLock { $0.caller(token: token, now: now, wallClock: wallClock) }
+    }
+
+    func verifiedClaims(token: String, wallClock: Date) -> TokenAuthority.Claims? {
+        cache.withLock { $0.verifiedClaims(token: token, wallClock: wallClock) }
     }
 
     func remember(_ user: User, claims: TokenAuthority.Claims, token: String, askedAt: ContinuousClock.Instant) {

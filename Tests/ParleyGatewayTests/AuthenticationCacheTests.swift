@@ -25,6 +25,22 @@ import Testing
         #expect(cache.caller(token: "text-1 ", now: askedAt, wallClock: wallClock) == nil, "only the very text that was verified")
     }
 
+    /// After its lease a remembered token's claims are still known (the actor is asked again, the
+    /// signature not checked again), but not once the token expired or was revoked, and only for
+    /// the very text that was verified.
+    @Test func aRememberedTokensClaimsOutliveItsLeaseButNotARevocation() {
+        var time = ManualTime()
+        var cache = AuthenticationCache(lease: .seconds(5))
+        cache.remember(ann, claims: claims("t1", expiresIn: 60), token: "text-1", askedAt: time.now, now: time.now)
+        time.advance(by: .seconds(6))
+        #expect(cache.caller(token: "text-1", now: time.now, wallClock: wallClock) == nil, "the lease ran out")
+        #expect(cache.verifiedClaims(token: "text-1", wallClock: wallClock) == claims("t1", expiresIn: 60))
+        #expect(cache.verifiedClaims(token: "text-1 ", wallClock: wallClock) == nil, "only the very text that was verified")
+        #expect(cache.verifiedClaims(token: "text-1", wallClock: wallClock.addingTimeInterval(60)) == nil, "expired")
+        cache.revoke(["t1"], now: time.now)
+        #expect(cache.verifiedClaims(token: "text-1", wallClock: wallClock) == nil, "revoked")
+    }
+
     /// A remembered token that expires meanwhile is not accepted from memory.
     @Test func anExpiredTokenIsNotAcceptedFromMemory() {
         let time = ManualTime()
