@@ -126,10 +126,10 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         var promise: EventLoopPromise<FrameLevelConnection.Response>
         var status = 0
         var body = ByteBuffer()
-        var timeout: Scheduled<Void>?
+        /// Past this the request fails with `timeout` (``sweepTimeouts()``).
+        var deadline: NIODeadline
 
         func fail(_ error: ParleyError) {
-            timeout?.cancel()
             promise.fail(error)
         }
     }
@@ -146,7 +146,8 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
     private static let requestTimeout = TimeAmount.seconds(15)
 
     private let authority: String
-    private let token: String
+    /// The `authorization` header's value, made once.
+    private let authorization: String
     private let onEvent: @Sendable (FrameLevelConnection.StreamEvent) -> Void
     private var context: ChannelHandlerContext?
     private var reader = HTTP2ClientFrameReader()
@@ -172,7 +173,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
 
     init(authority: String, token: String, onEvent: @escaping @Sendable (FrameLevelConnection.StreamEvent) -> Void) {
         self.authority = authority
-        self.token = token
+        self.authorization = "Bearer \(token)"
         self.onEvent = onEvent
     }
 
@@ -233,14 +234,36 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
                 next.promise.fail(ParleyError.connectionFailed("the connection is closed"))
                 continue
             }
-            let timeout = context.eventLoop.assumeIsolated().scheduleTask(in: Self.requestTimeout) { [self] in
-                guard let request = pending.removeValue(forKey: stream) else { return }
-                request.promise.fail(ParleyError(status: 0, code: "timeout", message: "no answer within \(Self.requestTimeout)", retryable: true))
-                writeFrames { HTTP2ClientFrameWriter.rstStream(stream: stream, code: 0x8, into: &$0) }  // CANCEL
-                flushIfNeeded()
-            }
-            pending[stream] = Pending(promise: next.promise, timeout: timeout)
+            pending[stream] = Pending(promise: next.promise, deadline: .now() + Self.requestTimeout)
+            if sweep == nil { scheduleSweep(context: context) }
         }
+    }
+
+    /// One timer per connection while requests are in flight, instead of one per request: a
+    /// request's timer was scheduled and cancelled thousands of times a second, and NIO finds a
+    /// cancelled timer by a linear search of its loop's timers.
+    private var sweep: Scheduled<Void>?
+
+    private func scheduleSweep(context: ChannelHandlerContext) {
+        guard let first = pending.values.map(\.deadline).min() else { return }
+        sweep = context.eventLoop.assumeIsolated().scheduleTask(deadline: first) { [self] in
+            sweep = nil
+            sweepTimeouts()
+        }
+    }
+
+    /// Fails the requests whose deadline has passed (each stream reset with CANCEL) and sets the
+    /// timer for the next deadline.
+    private func sweepTimeouts() {
+        let now = NIODeadline.now()
+        for (stream, request) in pending where request.deadline <= now {
+            pending[stream] = nil
+            request.fail(ParleyError(status: 0, code: "timeout", message: "no answer within \(Self.requestTimeout)", retryable: true))
+            writeFrames { HTTP2ClientFrameWriter.rstStream(stream: stream, code: 0x8, into: &$0) }  // CANCEL
+        }
+        flushIfNeeded()
+        startWaiting()
+        if sweep == nil, let context { scheduleSweep(context: context) }
     }
 
     private func write(method: String, path: String, body: ByteBuffer?) -> UInt32? {
@@ -249,7 +272,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         nextStreamID += 2
         var headers = HPACKHeaders([
             (":method", method), (":scheme", "https"), (":authority", authority), (":path", path),
-            ("authorization", "Bearer \(token)"),
+            ("authorization", authorization),
         ])
         if let body {
             headers.add(name: "content-type", value: "application/json")
@@ -387,7 +410,6 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
 
     private func complete(_ stream: UInt32) {
         guard let request = pending.removeValue(forKey: stream) else { return }
-        request.timeout?.cancel()
         request.promise.succeed(.init(status: request.status, body: request.body))
         startWaiting()
     }
