@@ -33,6 +33,7 @@ public enum HTTP2ClientFrame: Equatable, Sendable {
         public static let enablePush: UInt16 = 0x2
         public static let maxConcurrentStreams: UInt16 = 0x3
         public static let initialWindowSize: UInt16 = 0x4
+        public static let headerTableSize: UInt16 = 0x1
     }
 
     /// The largest frame payload either side sends unless told otherwise (SETTINGS_MAX_FRAME_SIZE,
@@ -192,10 +193,24 @@ public enum HTTP2ClientFrameWriter {
 
     /// A header block (HPACK-encoded) in one HEADERS frame: the client's blocks are far under a frame.
     public static func headers(stream: UInt32, block: ByteBuffer, endStream: Bool, into buffer: inout ByteBuffer) {
-        precondition(block.readableBytes <= HTTP2ClientFrame.maxPayload, "a header block of \(block.readableBytes) bytes needs CONTINUATION frames")
-        header(length: block.readableBytes, type: 0x1, flags: 0x4 | (endStream ? 0x1 : 0), stream: stream, into: &buffer)
-        var block = block
-        buffer.writeBuffer(&block)
+        headers(stream: stream, endStream: endStream, into: &buffer) { frame in
+            var block = block
+            frame.writeBuffer(&block)
+        }
+    }
+
+    /// A HEADERS frame whose block `encode` writes straight after the frame's header (HPACK encodes
+    /// into the buffer the frame goes out in, with no buffer of its own per request).
+    public static func headers(
+        stream: UInt32, endStream: Bool, into buffer: inout ByteBuffer, encode: (inout ByteBuffer) throws -> Void
+    ) rethrows {
+        let start = buffer.writerIndex
+        header(length: 0, type: 0x1, flags: 0x4 | (endStream ? 0x1 : 0), stream: stream, into: &buffer)
+        try encode(&buffer)
+        let length = buffer.writerIndex - start - 9
+        precondition(length <= HTTP2ClientFrame.maxPayload, "a header block of \(length) bytes needs CONTINUATION frames")
+        buffer.setInteger(UInt16(length >> 8), at: start)
+        buffer.setInteger(UInt8(length & 0xFF), at: start + 2)
     }
 
     /// `payload` in one DATA frame (at most ``HTTP2ClientFrame/maxPayload`` bytes).

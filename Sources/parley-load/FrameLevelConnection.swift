@@ -128,10 +128,6 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         var body = ByteBuffer()
         /// Past this the request fails with `timeout` (``sweepTimeouts()``).
         var deadline: NIODeadline
-
-        func fail(_ error: ParleyError) {
-            promise.fail(error)
-        }
     }
 
     /// A request waiting for a stream or for the connection's send window.
@@ -245,7 +241,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
     private var sweep: Scheduled<Void>?
 
     private func scheduleSweep(context: ChannelHandlerContext) {
-        guard let first = pending.values.map(\.deadline).min() else { return }
+        guard let first = pending.values.lazy.map(\.deadline).min() else { return }
         sweep = context.eventLoop.assumeIsolated().scheduleTask(deadline: first) { [self] in
             sweep = nil
             sweepTimeouts()
@@ -258,7 +254,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         let now = NIODeadline.now()
         for (stream, request) in pending where request.deadline <= now {
             pending[stream] = nil
-            request.fail(ParleyError(status: 0, code: "timeout", message: "no answer within \(Self.requestTimeout)", retryable: true))
+            request.promise.fail(ParleyError(status: 0, code: "timeout", message: "no answer within \(Self.requestTimeout)", retryable: true))
             writeFrames { HTTP2ClientFrameWriter.rstStream(stream: stream, code: 0x8, into: &$0) }  // CANCEL
         }
         flushIfNeeded()
@@ -278,25 +274,24 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
             headers.add(name: "content-type", value: "application/json")
             headers.add(name: "content-length", value: String(body.readableBytes))
         }
-        var block = ByteBuffer()
         do {
-            try encoder.encode(headers: headers, to: &block)
+            try writeFrames { buffer in
+                try HTTP2ClientFrameWriter.headers(stream: stream, endStream: body == nil, into: &buffer) { try encoder.encode(headers: headers, to: &$0) }
+                if let body { HTTP2ClientFrameWriter.data(stream: stream, payload: body, endStream: true, into: &buffer) }
+            }
         } catch {
             fail("the request's headers could not be encoded: \(error)")
             return nil
-        }
-        writeFrames { buffer in
-            HTTP2ClientFrameWriter.headers(stream: stream, block: block, endStream: body == nil, into: &buffer)
-            if let body { HTTP2ClientFrameWriter.data(stream: stream, payload: body, endStream: true, into: &buffer) }
         }
         if let body { sendWindow -= body.readableBytes }
         return stream
     }
 
-    private func writeFrames(_ fill: (inout ByteBuffer) -> Void) {
+    /// Writes the frames `fill` puts in one buffer; the next flush sends them.
+    private func writeFrames(_ fill: (inout ByteBuffer) throws -> Void) rethrows {
         guard let context else { return }
         var buffer = context.channel.allocator.buffer(capacity: 256)
-        fill(&buffer)
+        try fill(&buffer)
         context.write(wrapOutboundOut(buffer), promise: nil)
         unflushed = true
     }
@@ -352,7 +347,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
             if stream == eventsStream {
                 fail("the gateway reset the event stream (code \(code))")
             } else if let request = pending.removeValue(forKey: stream) {
-                request.fail(ParleyError.connectionFailed("the gateway reset the request's stream (code \(code))"))
+                request.promise.fail(ParleyError.connectionFailed("the gateway reset the request's stream (code \(code))"))
                 startWaiting()
             }
         case .settings(let ack, let values):
@@ -363,7 +358,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
                     peerMaxStreams = Int(setting.value)
                 case HTTP2ClientFrame.Setting.initialWindowSize:
                     peerStreamWindow = Int(setting.value)
-                case 0x1:  // HEADER_TABLE_SIZE: the most the encoder's table may hold
+                case HTTP2ClientFrame.Setting.headerTableSize:  // the most the encoder's table may hold
                     try encoder.setDynamicTableSize(min(Int(setting.value), HPACKEncoder.defaultDynamicTableSize))
                 default:
                     break
@@ -427,7 +422,7 @@ private final class FrameLevelHandler: ChannelInboundHandler, RemovableChannelHa
         pending = [:]
         let queued = waiting
         waiting = []
-        for request in requests.values { request.fail(error) }
+        for request in requests.values { request.promise.fail(error) }
         for request in queued { request.promise.fail(error) }
     }
 }
