@@ -238,6 +238,8 @@ extension Gateway {
             throw APIError(.tooManyRequests, "rate_limited", "too many messages; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
         let result = try await sendRetrying(SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text), to: id)
+        // The sender's own event, if its stream is on this loop, goes out with this response.
+        hub.deliverAhead(result.message, to: caller.id)
         // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable).
         return Self.json(bytes: result.message.wrappedJSON, status: result.created ? .created : .ok)
     }

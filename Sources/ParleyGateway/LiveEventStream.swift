@@ -143,6 +143,24 @@ final class LiveEventStream: @unchecked Sendable {
         if started && !filling { drain() }
     }
 
+    /// A message its sender's request just got back from the conversation's owner, written now
+    /// rather than when the conversation's delivery of it comes (that one is then a duplicate):
+    /// the send's response and the sender's own event go out in one flush. Only when it cannot
+    /// change what the stream sends: the stream is live with nothing waiting, and the message is
+    /// the conversation's next — the one after the last this stream sent, or its first (seq 1).
+    /// A message whose predecessor has not reached this stream is left to the delivery: written
+    /// now, it would make that predecessor a duplicate when it came. Returns whether it was
+    /// written; the caller flushes.
+    @discardableResult
+    func receiveAhead(_ message: Message, sharedData: [UInt8]?) -> Bool {
+        loop.preconditionInEventLoop()
+        guard started, !filling, !isEnded, queue.isEmpty else { return false }
+        guard sequencer.last(message.conversationId).map({ $0 + 1 }) ?? 1 == message.seq else { return false }
+        sequencer.sent(message)
+        emit(.message(message), sharedData: sharedData)
+        return true
+    }
+
     /// Once a second: end the stream if its client went away; every `pingTicks`, a `: ping` — on
     /// the ticks where `ticks + pingOffset` is a multiple of `pingTicks`, so streams given different
     /// offsets ping in different seconds. The hub ticks every stream in the same second; streams

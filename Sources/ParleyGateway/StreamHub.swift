@@ -88,6 +88,25 @@ public final class StreamHub: Sendable {
         }
     }
 
+    /// A message `sender` just sent, to those of the sender's streams that are on the calling
+    /// event loop and take it ahead of its delivery (``LiveEventStream/receiveAhead(_:sharedData:)``):
+    /// the send's response, written next on this loop, then goes out with the sender's own event
+    /// in one flush (the delivery, which comes later on another path, is then a duplicate). A
+    /// stream on another loop, or one that does not take it, gets the delivery as usual.
+    func deliverAhead(_ message: Message, to sender: UserID) {
+        let streams = state.withLock { $0.byUser[sender] ?? [] }
+        var sharedData: [UInt8]?
+        for stream in streams where stream.loop.inEventLoop {
+            if sharedData == nil { sharedData = ServerSentEvent.sharedData(for: .message(message)) }
+            if stream.receiveAhead(message, sharedData: sharedData) {
+                Self.aheadOfDelivery.increment()
+                stream.flushIfNeeded()
+            }
+        }
+    }
+
+    static let aheadOfDelivery = Counter(label: "parley.gateway.own_events_ahead_of_delivery")
+
     /// What one event loop's streams receive from one delivery batch.
     private struct LoopBatch {
         let loop: any EventLoop

@@ -89,6 +89,16 @@ import Testing
             await channel.testingEventLoop.run()
         }
 
+        /// Hands the stream a message ahead of its delivery; whether it took it.
+        func ahead(_ message: Message) async -> Bool {
+            let taken = Flag()
+            await run { [stream] in
+                if stream.receiveAhead(message, sharedData: nil) { taken.set() }
+                stream.flushIfNeeded()
+            }
+            return taken.isSet
+        }
+
         func run(_ work: @escaping @Sendable () -> Void = {}) async {
             channel.testingEventLoop.execute(work)
             await channel.testingEventLoop.run()
@@ -130,6 +140,51 @@ import Testing
         await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
         let events = try await harness.written(count: 4)
         #expect(events.map(\.1) == [1, nil, 5, 6])
+    }
+
+    /// A sender's own message, handed over when its send is answered, goes out only when it is
+    /// the conversation's next on this stream, so that no message still on its way is taken for a
+    /// duplicate when it comes.
+    @Test func aMessageAheadOfItsDeliveryIsWrittenOnlyWhenItIsTheNextOne() async throws {
+        let other: ConversationID = "c_2"
+        let store = (1...9).map { Self.message($0) }
+        let harness = try await Harness(store: store)
+        #expect(await harness.ahead(Self.message(1)) == false, "not before the replay and ready")
+        harness.stream.start(replay: [])
+        await harness.run()
+        #expect(try await harness.written().map(\.0) == ["ready"])
+
+        // A conversation's first message is next even on a stream that has seen none of it.
+        #expect(await harness.ahead(Self.message(1)))
+        // 3 is not next (2 has not come): left to its delivery, and 2 and 3 both go out then.
+        #expect(await harness.ahead(Self.message(3)) == false)
+        await harness.deliver(.message(Self.message(1)), .message(Self.message(2)), .message(Self.message(3)))
+        #expect(try await harness.written().map(\.1) == [1, 2, 3])
+
+        // A conversation this stream has not seen yet, past its first message: its earlier
+        // messages may still be on their way, so it waits for its delivery.
+        #expect(await harness.ahead(Self.message(5, in: other)) == false)
+        await harness.deliver(.message(Self.message(4, in: other)), .message(Self.message(5, in: other)))
+        #expect(try await harness.written().map(\.1) == [4, 5])
+
+        // Next: written now, and its delivery is then a duplicate.
+        #expect(await harness.ahead(Self.message(4)))
+        await harness.deliver(.message(Self.message(4)), Self.typing())
+        #expect(try await harness.written().map(\.0) == ["message", "typing"])
+
+        // While a gap is read (5 and 6 before 7), nothing goes ahead of what waits behind it,
+        // not even another conversation's next message.
+        let taken = Flag()
+        await harness.run { [stream = harness.stream] in
+            stream.receive(.message(Self.message(7)), sharedData: nil)
+            if stream.receiveAhead(Self.message(8), sharedData: nil) { taken.set() }
+            if stream.receiveAhead(Self.message(6, in: other), sharedData: nil) { taken.set() }
+        }
+        #expect(!taken.isSet)
+        #expect(try await harness.written(count: 3).map(\.1) == [5, 6, 7])
+        await harness.deliver(.message(Self.message(8)), .message(Self.message(6, in: other)), .message(Self.message(9)))
+        #expect(try await harness.written().map(\.1) == [8, 6, 9])
+        #expect(harness.gapReads.all == [[4, 7]])
     }
 
     /// Streams with different offsets ping in different seconds, each every `pingTicks`.
