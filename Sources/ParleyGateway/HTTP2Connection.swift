@@ -136,6 +136,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     static func configure(_ channel: any Channel, responder: HTTP2Responder) throws {
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(ConnectionErrorCloser())
+        // A flush's frames in one TLS record (NIOHTTP2 writes a DATA frame's header and payload apart).
+        try sync.addHandler(WriteCoalescer())
         try sync.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings))
         try sync.addHandler(HTTP2Connection(responder: responder))
     }

@@ -172,6 +172,8 @@ public final class NIOClusterTransport: ClusterTransport {
         let idle = settings.idleTimeout
         try channel.pipeline.syncOperations.addHandlers([
             sslHandler,
+            // A loop turn's frames in one TLS record.
+            WriteCoalescer(),
             IdleStateHandler(readTimeout: .nanoseconds(idle.nanoseconds)),
             ByteToMessageHandler(FrameDecoder(frameBytesMax: settings.frameBytesMax)),
             handler,
