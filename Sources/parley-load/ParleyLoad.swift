@@ -302,7 +302,7 @@ final class Workload: Sendable {
             conversations.append((group.id, sorted))
         }
 
-        let shared = Shared()
+        let shared = Shared(recordsTimeline: options.timeline != nil)
         shared.verifier.withLock { verifier in
             for conversation in conversations { verifier.conversation(conversation.id, members: conversation.members.map { ids[$0] }) }
         }
@@ -585,6 +585,9 @@ final class Workload: Sendable {
 
 /// What the senders, the streams and the progress line share.
 final class Shared: Sendable {
+    /// Whether acknowledgements are kept for `--timeline`: only then (a long run's table grew to
+    /// millions of entries, and each doubling held the load generator's loop for a moment).
+    let recordsTimeline: Bool
     let verifier = Mutex(DeliveryVerifier())
     let pending = Mutex<[String: (ContinuousClock.Instant, Bool)]>([:])
     let ack = Mutex(Histogram<UInt64>(highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: .three))
@@ -616,10 +619,16 @@ final class Shared: Sendable {
     /// (conversation, scheduled, acknowledged) in wall-clock milliseconds, for --timeline.
     let timeline = Mutex<[(String, Int64, Int64)]>([])
 
+    init(recordsTimeline: Bool) {
+        self.recordsTimeline = recordsTimeline
+    }
+
     func acknowledged(_ message: Message, scheduled: ContinuousClock.Instant, measured: Bool) {
-        let ackedAt = Date()
-        let scheduledAt = ackedAt.addingTimeInterval(-Double(OpenLoop.micros(scheduled.duration(to: .now))) / 1e6)
-        timeline.withLock { $0.append((message.conversationId.rawValue, scheduledAt.millisecondsSince1970, ackedAt.millisecondsSince1970)) }
+        if recordsTimeline {
+            let ackedAt = Date()
+            let scheduledAt = ackedAt.addingTimeInterval(-Double(OpenLoop.micros(scheduled.duration(to: .now))) / 1e6)
+            timeline.withLock { $0.append((message.conversationId.rawValue, scheduledAt.millisecondsSince1970, ackedAt.millisecondsSince1970)) }
+        }
         verifier.withLock { $0.acknowledged(message) }
         phaseAcks.withLock { $0 += 1 }
         if measured { _ = ack.withLock { $0.record(OpenLoop.micros(scheduled.duration(to: .now))) } }
