@@ -87,14 +87,21 @@ sent() { "${C[@]}" -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOK
 wait_until 8 "the message is on bob's stream" grep -q "hello through the script's cluster" "$WORK/events.txt" \
     && pass "the message arrives on the other user's event stream" || fail "events: $(cat "$WORK/events.txt")"
 
-# parley-load: a short run against the cluster verifies clean and reports deliveries.
-if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --report "$WORK/load.json" >"$WORK/load.txt" 2>&1 \
+# parley-load: a short run against the cluster verifies clean and reports deliveries, and its
+# --timeline (what Scripts/chaos reads its unavailability windows from) has every acknowledged send.
+if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --report "$WORK/load.json" \
+        --timeline "$WORK/timeline.jsonl" >"$WORK/load.txt" 2>&1 \
     && [ "$(json 'd["deliveries"]' <"$WORK/load.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/load.json")" = True ] \
     && [ "$(json 'len(d["streamErrors"])' <"$WORK/load.json")" = 0 ]; then
     pass "a short parley-load run verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
 else
     fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
 fi
+acked="$(json 'd["acknowledged"]' <"$WORK/load.json" 2>/dev/null || echo none)"
+lines="$(cat "$WORK/timeline.jsonl" 2>/dev/null | grep -c scheduledMs || true)"
+[ "$lines" = "$acked" ] && [ "$lines" -gt 0 ] \
+    && pass "parley-load --timeline has a line for each of the $acked acknowledged sends" \
+    || fail "parley-load --timeline: $lines lines for $acked acknowledged sends"
 
 # The frame-level engine, which the benchmarks load with, delivers and verifies the same way —
 # here past HTTP/2's initial 64 KiB flow-control window on every stream (4 users, two conversations,
