@@ -238,10 +238,12 @@ extension Gateway {
             throw APIError(.tooManyRequests, "rate_limited", "too many messages; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
         let result = try await sendRetrying(SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text), to: id)
+        // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable) —
+        // the same bytes as a `message` event's data, so encoded once for both.
+        let json = result.message.wrappedJSON
         // The sender's own event, if its stream is on this loop, goes out with this response.
-        hub.deliverAhead(result.message, to: caller.id)
-        // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable).
-        return Self.json(bytes: result.message.wrappedJSON, status: result.created ? .created : .ok)
+        hub.deliverAhead(result.message, json: json, to: caller.id)
+        return Self.json(bytes: json, status: result.created ? .created : .ok)
     }
 
     /// Sends through the conversation's owner. When the owner dies mid-request (lost connection,

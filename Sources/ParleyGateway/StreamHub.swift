@@ -92,13 +92,12 @@ public final class StreamHub: Sendable {
     /// event loop and take it ahead of its delivery (``LiveEventStream/receiveAhead(_:sharedData:)``):
     /// the send's response, written next on this loop, then goes out with the sender's own event
     /// in one flush (the delivery, which comes later on another path, is then a duplicate). A
-    /// stream on another loop, or one that does not take it, gets the delivery as usual.
-    func deliverAhead(_ message: Message, to sender: UserID) {
+    /// stream on another loop, or one that does not take it, gets the delivery as usual. `json` is
+    /// the message's event data (``ServerSentEvent/sharedData(for:)``), which the response carries too.
+    func deliverAhead(_ message: Message, json: [UInt8], to sender: UserID) {
         let streams = state.withLock { $0.byUser[sender] ?? [] }
-        var sharedData: [UInt8]?
         for stream in streams where stream.loop.inEventLoop {
-            if sharedData == nil { sharedData = ServerSentEvent.sharedData(for: .message(message)) }
-            if stream.receiveAhead(message, sharedData: sharedData) {
+            if stream.receiveAhead(message, sharedData: json) {
                 Self.aheadOfDelivery.increment()
                 stream.flushIfNeeded()
             }

@@ -191,16 +191,8 @@ public enum HTTP2ClientFrameWriter {
         header(length: 0, type: 0x4, flags: 0x1, stream: 0, into: &buffer)
     }
 
-    /// A header block (HPACK-encoded) in one HEADERS frame: the client's blocks are far under a frame.
-    public static func headers(stream: UInt32, block: ByteBuffer, endStream: Bool, into buffer: inout ByteBuffer) {
-        headers(stream: stream, endStream: endStream, into: &buffer) { frame in
-            var block = block
-            frame.writeBuffer(&block)
-        }
-    }
-
-    /// A HEADERS frame whose block `encode` writes straight after the frame's header (HPACK encodes
-    /// into the buffer the frame goes out in, with no buffer of its own per request).
+    /// A HEADERS frame whose block (HPACK-encoded) `encode` writes straight after the frame's
+    /// header, into the buffer the frame goes out in: the client's blocks are far under a frame.
     public static func headers(
         stream: UInt32, endStream: Bool, into buffer: inout ByteBuffer, encode: (inout ByteBuffer) throws -> Void
     ) rethrows {

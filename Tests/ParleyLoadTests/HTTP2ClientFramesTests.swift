@@ -48,9 +48,8 @@ import Testing
     func request(body: String, encoder: inout HPACKEncoder) throws -> ByteBuffer {
         var bytes = ByteBuffer(bytes: HTTP2ClientFrame.preface)
         HTTP2ClientFrameWriter.settings([.init(HTTP2ClientFrame.Setting.enablePush, 0)], into: &bytes)
-        var block = ByteBuffer()
-        try encoder.encode(headers: HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/v1/x"), ("content-length", String(body.utf8.count))]), to: &block)
-        HTTP2ClientFrameWriter.headers(stream: 1, block: block, endStream: false, into: &bytes)
+        let headers = HPACKHeaders([(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/v1/x"), ("content-length", String(body.utf8.count))])
+        try HTTP2ClientFrameWriter.headers(stream: 1, endStream: false, into: &bytes) { try encoder.encode(headers: headers, to: &$0) }
         HTTP2ClientFrameWriter.data(stream: 1, payload: ByteBuffer(string: body), endStream: true, into: &bytes)
         return bytes
     }
