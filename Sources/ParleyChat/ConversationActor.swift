@@ -125,7 +125,15 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
-            self.fanOut = ConversationFanOut(directory: directory, courier: courier, lastSeq: record.lastSeq, logger: logger)
+            self.fanOut = Self.fanOut(for: conversation, lastSeq: record.lastSeq, directory: directory, courier: courier, store: services.store, logger: logger)
+        }
+    }
+
+    private static func fanOut(
+        for conversation: ConversationID, lastSeq: Int64, directory: GatewayDirectory, courier: GatewayCourier, store: any ChatStore, logger: Logger
+    ) -> ConversationFanOut {
+        ConversationFanOut(directory: directory, courier: courier, lastSeq: lastSeq, logger: logger) { after, limit in
+            try await store.messages(in: conversation, after: after, limit: limit)
         }
     }
 
@@ -173,7 +181,7 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut = ConversationFanOut(directory: directory, courier: courier, lastSeq: stored.lastSeq, logger: logger)
+                fanOut = Self.fanOut(for: stored.id, lastSeq: stored.lastSeq, directory: directory, courier: courier, store: services.store, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))

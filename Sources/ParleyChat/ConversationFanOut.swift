@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import ParleyCluster
 import ParleyModel
 import Synchronization
@@ -27,41 +28,111 @@ final class ConversationFanOut: Sendable {
         /// happened), and whether a consumer is running.
         var queued: [(ChatEvent, [UserID])] = []
         var consuming = false
+        /// A read of held-back seqs from the store is scheduled or running.
+        var repairing = false
     }
+
+    /// Reads committed messages of this conversation after a seq (at most `limit`, ascending).
+    typealias ReadCommitted = @Sendable (_ after: Int64, _ limit: Int) async throws -> [Message]
 
     private let directory: GatewayDirectory
     private let courier: GatewayCourier
+    private let readCommitted: ReadCommitted
+    private let holdMax: Duration
     private let state: Mutex<State>
     private let logger: Logger
 
-    /// - Parameter lastSeq: the conversation's last seq at activation: released messages start after it.
-    init(directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, logger: Logger) {
+    /// - Parameters:
+    ///   - lastSeq: the conversation's last seq at activation: released messages start after it.
+    ///   - holdMax: how long committed messages wait for a seq before them that this owner was not
+    ///     told of; after it, the missing seqs are read from the store (``readCommitted``).
+    init(
+        directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, holdMax: Duration = .seconds(1),
+        logger: Logger, readCommitted: @escaping ReadCommitted
+    ) {
         self.directory = directory
         self.courier = courier
+        self.readCommitted = readCommitted
+        self.holdMax = holdMax
         self.logger = logger
         self.state = Mutex(State(nextSeq: lastSeq + 1))
     }
 
     /// A message was committed: publish it to `members` once every seq before it was published.
+    ///
+    /// Commits of a conversation end in seq order, but their answers may come out of it, so a
+    /// message can wait for the ones before it. A seq that never comes — its commit reached the
+    /// store but its answer was lost (a PostgreSQL connection that broke after `COMMIT`) — would
+    /// hold back every later message for good; after ``holdMax`` the missing seqs are read from
+    /// the store instead (a later seq committed, so they are durable).
     func committed(_ message: Message, members: [UserID]) {
-        let ready = state.withLock { state -> [(Message, [UserID])] in
-            guard message.seq >= state.nextSeq else { return [] }
+        let (ready, repair) = state.withLock { state -> ([(Message, [UserID])], Bool) in
+            guard message.seq >= state.nextSeq else { return ([], false) }
             state.held[message.seq] = (message, members)
             var ready: [(Message, [UserID])] = []
             while let next = state.held.removeValue(forKey: state.nextSeq) {
                 ready.append(next)
                 state.nextSeq += 1
             }
-            return ready
+            let repair = !state.held.isEmpty && !state.repairing
+            if repair { state.repairing = true }
+            return (ready, repair)
         }
         enqueue(ready.map { (.message($0.0), $0.1) })
+        if repair { scheduleRepair() }
     }
 
-    /// A message committed before (a send's retry found it): published again unless its seq is
-    /// still to be released in order, which publishes it anyway.
+    /// A message committed before (a send's retry found it): published again — or, if its seq is
+    /// still to be released (this owner committed it, but the commit's answer was lost), released
+    /// in order as a commit.
     func republish(_ message: Message, members: [UserID]) {
-        guard state.withLock({ message.seq < $0.nextSeq }) else { return }
+        guard state.withLock({ message.seq < $0.nextSeq }) else {
+            committed(message, members: members)
+            return
+        }
         enqueue([(.message(message), members)])
+    }
+
+    /// Seqs held back waiting for the ones before them (for tests).
+    var heldCount: Int { state.withLock { $0.held.count } }
+
+    private func scheduleRepair() {
+        Task { [self] in
+            try? await Task.sleep(for: holdMax)
+            await repair()
+        }
+    }
+
+    /// Reads the seqs missing before the held ones from the store and releases them; again after
+    /// ``holdMax`` while a gap remains (a failed read, or a commit still on its way).
+    private func repair() async {
+        let gap = state.withLock { state -> (after: Int64, before: Int64, members: [UserID])? in
+            guard let first = state.held.keys.min(), let members = state.held[first]?.1 else {
+                state.repairing = false
+                return nil
+            }
+            return (state.nextSeq - 1, first, members)
+        }
+        guard let gap else { return }
+        do {
+            let found = try await readCommitted(gap.after, Int(min(gap.before - gap.after - 1, 500)))
+            Self.repairedMessages.increment(by: found.count)
+            logger.warning("committed seqs this owner was not told of were read from the store", metadata: [
+                "after.seq": "\(gap.after)", "before.seq": "\(gap.before)", "read.count": "\(found.count)",
+            ])
+            state.withLock { $0.repairing = false }
+            for message in found where message.seq < gap.before { committed(message, members: gap.members) }
+        } catch {
+            logger.warning("cannot read held-back seqs from the store; trying again", metadata: ["error": "\(error)"])
+            state.withLock { $0.repairing = false }
+        }
+        // Still a gap (and nobody else scheduled a repair): look again later.
+        let again = state.withLock { state -> Bool in
+            guard !state.held.isEmpty, !state.repairing else { return false }
+            state.repairing = true
+            return true
+        }
+        if again { scheduleRepair() }
     }
 
     /// Publishes an event that needs no seq order of its own (a receipt, typing), after what came
@@ -104,6 +175,8 @@ final class ConversationFanOut: Sendable {
             }
         }
     }
+
+    static let repairedMessages = Counter(label: "parley.fanout.held_seqs_read_from_store")
 
     private func perform(_ action: OrderedDeliveryStateMachine<String, EventDelivery>.Action) {
         switch action {

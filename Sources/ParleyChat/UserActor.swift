@@ -13,7 +13,7 @@ public distributed actor UserActor {
 
     /// Nil until the user exists (an ID activated before ``create(_:)``).
     private var profile: User?
-    private let services: ChatServices
+    let services: ChatServices
     /// Token IDs checked against the store: revoked or not. A revocation goes through this actor,
     /// so the cache is never stale; a new owner after a ring change starts empty.
     private var tokens: [String: Bool] = [:]
@@ -158,46 +158,6 @@ extension UserActor {
         } while cursor != nil
         contacts.remove(me)
         return contacts.sorted()
-    }
-
-    /// The durable events committed after `since` that concern this user, for resuming its event
-    /// stream: conversation changes, then each conversation's messages in seq order, then receipts,
-    /// then removals. Throws `cursor_expired` when more than `limit` messages would be replayed.
-    ///
-    /// Messages are found without an extra index: a conversation's `sentAt` never goes backwards
-    /// along its seqs, so its messages after `since` are the tail read backwards from `lastSeq`.
-    public distributed func replay(since: Date, limit: Int) async throws -> [ChatEvent] {
-        let me = UserID(rawValue: id.key)
-        let changes = try await services.withStore { try await $0.durableChanges(for: me, since: since) }
-        var events = changes.conversations.map { ChatEvent.conversation(ConversationChange(conversation: $0.conversation, change: $0.change, at: $0.at)) }
-        var count = 0
-        var cursor: ConversationPageCursor?
-        pages: repeat {
-            let page = try await services.withStore { try await $0.conversations(of: me, after: cursor, limit: 100) }
-            for record in page {
-                guard record.lastActivityAt > since else { break pages }
-                var tail: [Message] = []
-                var before = record.lastSeq + 1
-                while before > 1 {
-                    let chunk = try await services.withStore { try await $0.messages(in: record.id, before: before, limit: 200) }
-                    let recent = chunk.filter { $0.sentAt > since }
-                    tail.insert(contentsOf: recent, at: 0)
-                    count += recent.count
-                    guard count <= limit else {
-                        throw ChatError(.cursorExpired, "the cursor is older than what can be replayed (over \(limit) messages); reload conversations and page messages with after=")
-                    }
-                    guard recent.count == chunk.count, let first = chunk.first else { break }
-                    before = first.seq
-                }
-                events += tail.map(ChatEvent.message)
-            }
-            cursor = page.count == 100 ? page.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
-        } while cursor != nil
-        events += changes.receipts.map {
-            .receipt(ReceiptEvent(conversationId: $0.conversationId, userId: $0.member.userId, deliveredSeq: $0.member.deliveredSeq, readSeq: $0.member.readSeq, at: $0.at))
-        }
-        events += changes.removals.map { .conversation(ConversationChange(conversation: $0.conversation, change: .memberRemoved, at: $0.at)) }
-        return events
     }
 
 }

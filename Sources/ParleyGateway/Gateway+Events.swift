@@ -48,21 +48,24 @@ extension Gateway {
             hub.unregister(sessionID)
             Task { await self.closeSession(session) }
         }
-        let replay: [ChatEvent]
+        // The replay's first page is read before the response, so that a cursor too old to
+        // replay is a `410`; the rest is read page by page as the client takes it.
+        let firstPage: ReplayPage?
         do {
             _ = try await PresenceShard.resolve(for: caller.id, using: system).openSession(session, gateway: system.settings.name)
             if let cursor {
-                replay = try await UserActor.resolve(caller.id, using: system).replay(since: cursor.replayFrom, limit: 5_000)
+                firstPage = try await UserActor.resolve(caller.id, using: system)
+                    .replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: Self.replayMessagesMax)
             } else {
-                replay = []
+                firstPage = nil
             }
         } catch {
             stream.finish()
             throw error
         }
-        logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "replayed.count": "\(replay.count)"])
-        let body = ResponseBody { bodyWriter in
-            stream.start(replay: replay)
+        logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "resumed": "\(cursor != nil)"])
+        let body = ResponseBody { [self] bodyWriter in
+            if await replay(from: firstPage, to: stream) { stream.start() }
             try? await stream.ended.get()
             try? await bodyWriter.finish(nil)
         }
@@ -72,14 +75,62 @@ extension Gateway {
             body: body)
     }
 
-    /// Messages `after+1 ..< before` of a conversation, read through its owner for `user`; empty
-    /// when that fails (the client still sees the gap, and its next resume replays it).
+    /// A resume is refused (`410 cursor_expired`) past this many messages committed after its
+    /// cursor; the client reloads instead.
+    static let replayMessagesMax = 5_000
+    /// How long a replay waits for its client to take the page it was sent before it ends the
+    /// stream (a client that reads nothing is not buffered for).
+    static let replayRoomWait: Duration = .seconds(30)
+
+    /// Writes a resume's replay into `stream` page by page, each page once the client took the
+    /// last; false when the stream ended meanwhile, or was ended because the next page could
+    /// not be read (the client resumes by cursor again).
+    func replay(from first: ReplayPage?, to stream: LiveEventStream) async -> Bool {
+        var page = first
+        var pages = 0
+        while let current = page {
+            stream.replay(current.events)
+            pages += 1
+            guard let next = current.next else { break }
+            let waitEnd = ContinuousClock.now.advanced(by: Self.replayRoomWait)
+            waiting: while true {
+                switch try? await stream.room().get() {
+                case .available:
+                    break waiting
+                case .ended, nil:
+                    return false
+                case .full:
+                    guard ContinuousClock.now < waitEnd else {
+                        logger.warning("event stream ended: its client took no replay for \(Self.replayRoomWait)", metadata: ["user.id": "\(stream.user)"])
+                        stream.abort()
+                        return false
+                    }
+                    try? await Task.sleep(for: .milliseconds(10))
+                }
+            }
+            do {
+                page = try await UserActor.resolve(stream.user, using: system).replay(continuing: next)
+            } catch {
+                logger.warning("event stream ended: a page of its replay could not be read; its client resumes by cursor", metadata: [
+                    "user.id": "\(stream.user)", "replay.pages": "\(pages)", "error": "\(error)",
+                ])
+                stream.abort()
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Messages `after+1 ..< before` of a conversation, read through its owner for `user`, within
+    /// ``gapReadTime``; short when that fails or takes longer (the stream then ends, and its
+    /// client's resume replays them).
     func fetchGap(_ conversation: ConversationID, for user: UserID, after: Int64, before: Int64) async -> [Message] {
         var messages: [Message] = []
         var next = after
+        let deadline = ContinuousClock.now.advanced(by: Self.gapReadTime)
         do {
             let actor = try ConversationActor.resolve(conversation, using: system)
-            while next + 1 < before {
+            while next + 1 < before, ContinuousClock.now < deadline {
                 let chunk = try await actor.messages(for: user, after: next, limit: Int(min(200, before - next - 1)))
                 guard let last = chunk.last else { break }
                 messages += chunk.filter { $0.seq < before }
@@ -93,6 +144,10 @@ extension Gateway {
         }
         return messages
     }
+
+    /// How long a stream waits for a gap to be read before it gives up and ends (a stream that
+    /// waits writes nothing else meanwhile).
+    static let gapReadTime: Duration = .seconds(5)
 
     func closeSession(_ session: PresenceShard.SessionRef) async {
         do {

@@ -67,6 +67,11 @@ final class LiveEventStream: @unchecked Sendable {
     private let endedPromise: EventLoopPromise<Void>
 
     private var cursor: StreamCursor
+    /// While a resume's replay is written, its events carry the cursor the client resumed from:
+    /// the replay goes conversation by conversation, so a later one's newest message may be ahead
+    /// of an earlier one's oldest by more than the replay window, and a resume from the middle of
+    /// the replay must start it again. `ready` then carries the newest instant replayed.
+    private var replayedThrough: StreamCursor?
     private var sequencer = StreamSequencer()
     /// What is still to be written, in order.
     private var queue = Deque<Item>()
@@ -83,6 +88,7 @@ final class LiveEventStream: @unchecked Sendable {
     static let unwritableLimit = 10_000
     static let gapFills = Counter(label: "parley.gateway.gap_filled_messages")
     static let slowStreamsEnded = Counter(label: "parley.gateway.slow_streams_ended")
+    static let unfilledGapsEnded = Counter(label: "parley.gateway.unfilled_gap_streams_ended")
 
     init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
@@ -117,15 +123,61 @@ final class LiveEventStream: @unchecked Sendable {
     /// Writes the replay, then `ready`, then what arrived meanwhile and everything after.
     func start(replay: [ChatEvent]) {
         loop.execute { [self] in
-            guard !isEnded else { return }
-            let early = queue
-            queue = Deque(replay.map { .event($0, sharedData: nil) })
-            queue.append(.ready)
-            queue.append(contentsOf: early)
-            started = true
-            drain()
-            flushIfNeeded()
+            writeReplay(replay)
+            goLive()
         }
+    }
+
+    /// Writes a page of a resume's replay (live events wait until ``start()``).
+    func replay(_ events: [ChatEvent]) {
+        loop.execute { [self] in writeReplay(events) }
+    }
+
+    /// After the replay's last page: `ready`, then what arrived meanwhile and everything after.
+    func start() {
+        loop.execute { [self] in goLive() }
+    }
+
+    enum Room {
+        /// The client takes more now (its connection or HTTP/2 stream is writable).
+        case available
+        /// What was written is still waiting for the client.
+        case full
+        case ended
+    }
+
+    func room() -> EventLoopFuture<Room> {
+        loop.submit { [self] in isEnded ? .ended : sink.isWritable ? .available : .full }
+    }
+
+    /// Ends the stream abruptly (its client resumes by cursor).
+    func abort() {
+        loop.execute { [self] in close() }
+    }
+
+    private func writeReplay(_ events: [ChatEvent]) {
+        guard !isEnded, !started else { return }
+        var through = replayedThrough ?? cursor
+        for event in events {
+            if case .message(let message) = event {
+                // One range per conversation, in seq order: only a repeat is left out.
+                guard sequencer.decide(message) != .duplicate else { continue }
+                sequencer.sent(message)
+            }
+            through = through.advanced(by: event)
+            write(ServerSentEvent.frame(for: event, user: user, cursor: cursor))
+        }
+        replayedThrough = through
+        flushIfNeeded()
+    }
+
+    private func goLive() {
+        guard !isEnded, !started else { return }
+        if let replayedThrough { cursor = max(cursor, replayedThrough) }
+        queue.prepend(.ready)
+        started = true
+        drain()
+        flushIfNeeded()
     }
 
     /// Ends the stream (the response then completes).
@@ -228,8 +280,10 @@ final class LiveEventStream: @unchecked Sendable {
         }
     }
 
-    /// The gap before `message` was read: its messages go out, then `message` (even if the read
-    /// came back short: the client sees the gap, and its next resume replays it), then the rest.
+    /// The gap before `message` was read: its messages go out, then `message`, then the rest. A
+    /// read that came back short ends the stream instead: `message` written past the gap would
+    /// hide the missing ones for good (clients keep a conversation's last seq and drop anything
+    /// at or below it), while the client's resume by cursor replays them.
     private func filled(_ missing: [Message], then message: Message, sharedData: [UInt8]?) {
         filling = false
         guard !isEnded else { return }
@@ -238,10 +292,26 @@ final class LiveEventStream: @unchecked Sendable {
             sequencer.sent(gap)
             emit(.message(gap), sharedData: nil)
         }
+        guard sequencer.decide(message) == .send else {
+            Self.unfilledGapsEnded.increment()
+            logger.warning("event stream ended: a gap could not be read; its client resumes by cursor", metadata: [
+                "user.id": "\(user)", "conversation.id": "\(message.conversationId)",
+                "last.seq": "\(sequencer.last(message.conversationId) ?? 0)", "next.seq": "\(message.seq)",
+            ])
+            close()
+            return
+        }
         sequencer.sent(message)
         emit(.message(message), sharedData: sharedData)
         drain()
         flushIfNeeded()
+    }
+
+    /// Ends the response abruptly, after what was written so far: its client resumes by cursor.
+    private func close() {
+        flushIfNeeded()
+        sink.close()
+        end()
     }
 
     private func emit(_ event: ChatEvent, sharedData: [UInt8]?) {

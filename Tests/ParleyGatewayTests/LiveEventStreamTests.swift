@@ -71,6 +71,21 @@ import Testing
             return events
         }
 
+        /// Every event written so far: (event name, its `id:`).
+        func ids() async throws -> [(String, String?)] {
+            await channel.testingEventLoop.run()
+            var events: [(String, String?)] = []
+            while let part = try await channel.readOutbound(as: HTTPResponsePart.self) {
+                guard case .body(let buffer) = part else { continue }
+                for frame in String(buffer: buffer).components(separatedBy: "\n\n") where !frame.isEmpty && !frame.hasPrefix(":") {
+                    let lines = frame.split(separator: "\n")
+                    let name = lines.first.map { String($0.dropFirst("event: ".count)) } ?? "?"
+                    events.append((name, lines.first { $0.hasPrefix("id: ") }.map { String($0.dropFirst(4)) }))
+                }
+            }
+            return events
+        }
+
         /// Runs the loop until `count` events were written in all (the gap reads run as tasks).
         func written(count: Int) async throws -> [(String, Int64?)] {
             var events: [(String, Int64?)] = []
@@ -134,12 +149,43 @@ import Testing
         #expect(harness.gapReads.all == [[1, 4]])
     }
 
-    @Test func aGapThatCannotBeReadIsLeftAndTheStreamGoesOn() async throws {
-        let harness = try await Harness(store: [])
+    /// A message written past a gap would hide the gap for good (clients keep a conversation's
+    /// last seq), so a gap that cannot be read, or only in part, ends the stream before it: the
+    /// client resumes by cursor and the replay has the missing messages.
+    @Test(arguments: [[Int64](), [2], [2, 3]])
+    func aGapThatCannotBeReadWhollyEndsTheStreamBeforeTheMessageAfterIt(readable: [Int64]) async throws {
+        let harness = try await Harness(store: readable.map { Self.message($0) })
         harness.stream.start(replay: [.message(Self.message(1))])
         await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
-        let events = try await harness.written(count: 4)
-        #expect(events.map(\.1) == [1, nil, 5, 6])
+        try await harness.stream.ended.get()
+        let events = try await harness.written()
+        #expect(events.map(\.1) == [1, nil] + readable.map { Optional($0) })
+        #expect(harness.gapReads.all == [[1, 5]])
+        #expect(!harness.channel.isActive, "the response ends abruptly, so the client reconnects")
+    }
+
+    /// A resume's replay comes in pages, conversation after conversation: until `ready`, every
+    /// event carries the cursor the client resumed from, so a resume from the middle of the
+    /// replay starts it again instead of skipping an earlier conversation's older messages.
+    /// Live events wait for `ready`, which carries the newest instant replayed.
+    @Test func aReplayInPagesCarriesTheResumedCursorUntilReady() async throws {
+        let harness = try await Harness()
+        let other: ConversationID = "c_2"
+        let late = Message(conversationId: other, seq: 7, senderId: "u_a", clientMessageId: "x7", text: "x", sentAt: Date(millisecondsSince1970: 1_900_000_000_000))
+        harness.stream.replay([.message(late)])
+        await harness.deliver(.message(Self.message(3)))
+        harness.stream.replay([.message(Self.message(2)), .message(Self.message(3))])
+        await harness.run()
+        let replayed = try await harness.ids()
+        #expect(replayed.map(\.0) == ["message", "message", "message"])
+        #expect(replayed.map(\.1) == ["pc1.1000", "pc1.1000", "pc1.1000"])
+        harness.stream.start()
+        await harness.run()
+        await harness.deliver(.message(Self.message(4)))
+        let after = try await harness.ids()
+        #expect(after.map(\.0) == ["ready", "message"], "the live 3 was a repeat")
+        #expect(after.first?.1 == "pc1.1900000000000")
+        #expect(after.last?.1 == "pc1.1900000000000")
     }
 
     /// A sender's own message, handed over when its send is answered, goes out only when it is
