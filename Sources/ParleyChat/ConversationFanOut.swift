@@ -183,7 +183,7 @@ final class ConversationFanOut: Sendable {
         case .none:
             break
         case .drop(let gateway, let items):
-            logger.warning("gateway unreachable: events dropped (its streams fill gaps from the store)", metadata: [
+            logger.warning("events for a gateway dropped: it is not a live member, or could not be reached for a long time", metadata: [
                 "gateway": "\(gateway)", "events.count": "\(items.count)",
             ])
         case .send(let gateway, let batch):
@@ -192,7 +192,8 @@ final class ConversationFanOut: Sendable {
                     perform(state.withLock { $0.machine.delivered(to: gateway) })
                 } else {
                     try? await Task.sleep(for: .milliseconds(100))
-                    perform(state.withLock { $0.machine.failed(to: gateway) })
+                    let live = courier.isLive(gateway)
+                    perform(state.withLock { $0.machine.failed(to: gateway, destinationLive: live, now: .now) })
                 }
             }
         }

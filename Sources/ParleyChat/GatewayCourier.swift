@@ -70,19 +70,25 @@ final class GatewayCourier: Sendable {
 
     private let send: Send
     private let loopExecutor: @Sendable () -> (any TaskExecutor)?
+    /// Whether a gateway is a live member (a failed delivery to it is retried).
+    let isLive: @Sendable (String) -> Bool
     private let machine: Mutex<CoalescingStateMachine<String, Parcel>>
 
     /// - Parameters:
     ///   - sendMax: deliveries per call, unless one conversation's batch alone is larger.
     ///   - loopExecutor: the event loop the calling thread runs, if any (see ``preferredExecutor``).
-    init(sendMax: Int = 1_024, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil }, send: @escaping Send) {
+    init(
+        sendMax: Int = 1_024, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil },
+        isLive: @escaping @Sendable (String) -> Bool = { _ in true }, send: @escaping Send
+    ) {
         self.send = send
         self.loopExecutor = loopExecutor
+        self.isLive = isLive
         self.machine = Mutex(CoalescingStateMachine(sendMax: sendMax))
     }
 
     convenience init(system: ClusterSystem) {
-        self.init(loopExecutor: { system.currentLoopExecutor }) { gateway, deliveries in
+        self.init(loopExecutor: { system.currentLoopExecutor }, isLive: { system.isLiveMember($0) }) { gateway, deliveries in
             try await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system).deliver(deliveries)
         }
     }

@@ -4,31 +4,40 @@
 ///
 /// Remote calls issued from concurrent tasks are not ordered, so events that must arrive in order
 /// (a conversation's messages, by seq) go through here.
+///
+/// A failed batch is sent again for as long as its destination is a live member, up to
+/// `retryMax` from its first failure. Dropping events for a gateway that is still up would leave
+/// its streams silent about them until the conversation's next message shows the gap; a gateway
+/// that cannot be reached for longer is declared down by failure detection well within
+/// `retryMax`, and ends its streams itself (their clients resume by cursor).
 public struct OrderedDeliveryStateMachine<Destination: Hashable & Sendable, Item: Sendable>: Sendable {
+    public typealias Instant = ContinuousClock.Instant
+
     public enum Action {
         /// Nothing to do now.
         case none
-        /// Send these items to the destination, then report ``delivered(to:)`` or ``failed(to:)``.
+        /// Send these items to the destination, then report ``delivered(to:)`` or ``failed(to:destinationLive:now:)``.
         case send(Destination, [Item])
-        /// The destination failed `attemptsMax` times in a row: these items are dropped (the
-        /// receiver fills gaps from the store).
+        /// The destination is no longer a live member, or failed for `retryMax`: these items are
+        /// dropped.
         case drop(Destination, [Item])
     }
 
     private struct Queue {
         var pending: [Item] = []
         var inFlight: [Item]?
-        var failures = 0
+        /// When the failures in a row began.
+        var failingSince: Instant?
     }
 
     public let batchMax: Int
-    public let attemptsMax: Int
+    public let retryMax: Duration
     private var queues: [Destination: Queue] = [:]
 
-    public init(batchMax: Int = 256, attemptsMax: Int = 3) {
-        precondition(batchMax > 0 && attemptsMax > 0, "batchMax \(batchMax) and attemptsMax \(attemptsMax) must be positive")
+    public init(batchMax: Int = 256, retryMax: Duration = .seconds(30)) {
+        precondition(batchMax > 0 && retryMax >= .zero, "batchMax \(batchMax) must be positive and retryMax \(retryMax) not negative")
         self.batchMax = batchMax
-        self.attemptsMax = attemptsMax
+        self.retryMax = retryMax
     }
 
     /// Items waiting or in flight for `destination`.
@@ -45,20 +54,21 @@ public struct OrderedDeliveryStateMachine<Destination: Hashable & Sendable, Item
     /// The batch in flight arrived.
     public mutating func delivered(to destination: Destination) -> Action {
         queues[destination]?.inFlight = nil
-        queues[destination]?.failures = 0
+        queues[destination]?.failingSince = nil
         return next(for: destination)
     }
 
     /// The batch in flight failed: it is sent again (first in line), or dropped with everything
-    /// queued behind it after `attemptsMax` failures in a row.
-    public mutating func failed(to destination: Destination) -> Action {
+    /// queued behind it when the destination is not a live member or has failed for `retryMax`.
+    public mutating func failed(to destination: Destination, destinationLive: Bool, now: Instant) -> Action {
         guard var queue = queues[destination], let batch = queue.inFlight else { return .none }
-        queue.failures += 1
         queue.inFlight = nil
-        if queue.failures >= attemptsMax {
+        let since = queue.failingSince ?? now
+        if !destinationLive || since.duration(to: now) >= retryMax {
             queues[destination] = nil
             return .drop(destination, batch + queue.pending)
         }
+        queue.failingSince = since
         queue.pending.insert(contentsOf: batch, at: 0)
         queues[destination] = queue
         return next(for: destination)

@@ -180,7 +180,7 @@ extension ClusterSystem {
     }
 
     /// True if `name` is a member that is neither down nor gone.
-    func isLiveMember(_ name: String) -> Bool {
+    public func isLiveMember(_ name: String) -> Bool {
         guard let member = state.withLock({ $0.membership.member(named: name) }) else { return false }
         return !member.status.isTerminal
     }

@@ -55,7 +55,7 @@ extension Gateway {
             _ = try await PresenceShard.resolve(for: caller.id, using: system).openSession(session, gateway: system.settings.name)
             if let cursor {
                 firstPage = try await UserActor.resolve(caller.id, using: system)
-                    .replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: Self.replayMessagesMax)
+                    .replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: configuration.replayMessagesMax)
             } else {
                 firstPage = nil
             }
@@ -75,9 +75,6 @@ extension Gateway {
             body: body)
     }
 
-    /// A resume is refused (`410 cursor_expired`) past this many messages committed after its
-    /// cursor; the client reloads instead.
-    static let replayMessagesMax = 5_000
     /// How long a replay waits for its client to take the page it was sent before it ends the
     /// stream (a client that reads nothing is not buffered for).
     static let replayRoomWait: Duration = .seconds(30)

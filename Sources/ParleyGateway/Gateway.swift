@@ -32,6 +32,9 @@ public struct GatewayConfiguration: Sendable {
     /// Login attempts per handle and per client address.
     public var loginRatePerHandle = RateLimiter.Rule(perSecond: 0.2, burst: 5)
     public var loginRatePerAddress = RateLimiter.Rule(perSecond: 2, burst: 30)
+    /// A resume is refused (`410 cursor_expired`; the client reloads) past this many messages
+    /// committed after its cursor.
+    public var replayMessagesMax = 5_000
     /// bcrypt cost (2^cost rounds); 10 takes ~60 ms here.
     public var bcryptCost: UInt8 = 10
     /// Replies of the operations routes also served on the client port (`/healthz`, `/readyz`,

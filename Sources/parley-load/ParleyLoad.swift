@@ -319,6 +319,11 @@ final class Workload: Sendable {
                             connected = true
                         case .message(let message):
                             shared.delivered(message, to: ids[index])
+                        case .cursorExpired:
+                            // The client reconnects without a cursor; what it missed meanwhile is
+                            // not on its stream (an app pages it from history), so the verifier
+                            // reports it.
+                            shared.cursorsExpired.withLock { $0 += 1 }
                         default:
                             break
                         }
@@ -547,6 +552,7 @@ final class Workload: Sendable {
             achievedRate: Double(shared.phaseAcks.withLock { $0 }) / phase.seconds,
             deliveriesPerSecond: Double(deliveries.all) / phase.seconds,
             sendErrors: shared.sendErrors.withLock { $0 }, reconnects: shared.reconnects.withLock { $0 },
+            cursorsExpired: shared.cursorsExpired.withLock { $0 },
             ack: .init(shared.ack.withLock { $0 }), delivery: .init(shared.delivery.withLock { $0.phase }), scheduleLag: .init(phase.lag),
             worstSecond: shared.worstSecond.withLock { $0 },
             nodeCores: phase.nodeCores, loadGeneratorCores: phase.loadGeneratorCores,
@@ -602,6 +608,8 @@ final class Shared: Sendable {
     let streamErrors = Mutex<[String]>([])
     let ready = Mutex(0)
     let reconnects = Mutex(0)
+    /// Resumes refused with `410 cursor_expired`.
+    let cursorsExpired = Mutex(0)
     /// This phase's acknowledgements and deliveries: to every member's stream (the sender's own
     /// included), and of those to members other than the sender.
     let phaseAcks = Mutex(0)
@@ -682,6 +690,7 @@ struct Summary: Codable {
     var deliveriesPerSecond: Double
     var sendErrors: [String: Int]
     var reconnects: Int
+    var cursorsExpired: Int
     /// Microseconds from each send's scheduled time.
     var ack: Percentiles
     var delivery: Percentiles
@@ -737,7 +746,7 @@ struct Summary: Codable {
               acknowledged    \(ack.row)
               delivered       \(delivery.row)
               schedule lag    \(scheduleLag.row)
-              send errors \(sendErrors.isEmpty ? "none" : sendErrors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")), stream reconnects \(reconnects)
+              send errors \(sendErrors.isEmpty ? "none" : sendErrors.map { "\($0.key): \($0.value)" }.sorted().joined(separator: ", ")), stream reconnects \(reconnects)\(cursorsExpired > 0 ? ", resumes refused as cursor_expired \(cursorsExpired)" : "")
             """)
         if let cpu = serverCPUMicrosPerDelivery, let perRecipient = serverCPUMicrosPerRecipientDelivery {
             Swift.print(String(format: "  server CPU per delivered message: %.0f µs (per delivery to a member other than the sender: %.0f µs)", cpu, perRecipient))

@@ -125,6 +125,7 @@ struct NodeConfiguration {
             gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
             let loginRate = try number(run.loginRate, "PARLEY_LOGIN_RATE", default: 2, range: 0.1...1_000_000)
             gateway.loginRatePerAddress = .init(perSecond: loginRate, burst: max(1, loginRate * 15))
+            gateway.replayMessagesMax = Int(try number(run.replayMax.map(Double.init), "PARLEY_REPLAY_MAX", default: 5_000, range: 1...10_000_000))
             gateway.bcryptCost = UInt8(try number(run.bcryptCost.map(Double.init), "PARLEY_BCRYPT_COST", default: 10, range: 4...31))
             let idle = try number(run.clientIdleTimeout, "PARLEY_CLIENT_IDLE_TIMEOUT", default: 300, range: 0...86_400)
             gateway.clientIdleTimeout = idle > 0 ? .milliseconds(Int(idle * 1000)) : nil

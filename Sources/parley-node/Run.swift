@@ -93,6 +93,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: logins one client address may make per second (bursts of 15× are allowed); each handle also has its own limit of one per 5 s. (env PARLEY_LOGIN_RATE; default 2)")
     var loginRate: Double?
 
+    @Option(help: "Gateway: a resume is refused with 410 cursor_expired (the client reloads instead) when more than this many messages were committed after its cursor in the user's conversations. (env PARLEY_REPLAY_MAX; default 5000)")
+    var replayMax: Int?
+
     @Option(help: "Gateway: bcrypt cost of stored passwords, 4–31. (env PARLEY_BCRYPT_COST; default 10)")
     var bcryptCost: Int?
 
