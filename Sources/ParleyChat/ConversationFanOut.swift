@@ -28,8 +28,10 @@ final class ConversationFanOut: Sendable {
         /// happened), and whether a consumer is running.
         var queued: [(ChatEvent, [UserID])] = []
         var consuming = false
-        /// A read of held-back seqs from the store is scheduled or running.
+        /// A read of held-back seqs from the store is scheduled or running, and how many in a row
+        /// left a gap.
         var repairing = false
+        var repairsShort = 0
     }
 
     /// Reads committed messages of this conversation after a seq (at most `limit`, ascending).
@@ -126,14 +128,38 @@ final class ConversationFanOut: Sendable {
             logger.warning("cannot read held-back seqs from the store; trying again", metadata: ["error": "\(error)"])
             state.withLock { $0.repairing = false }
         }
-        // Still a gap (and nobody else scheduled a repair): look again later.
-        let again = state.withLock { state -> Bool in
-            guard !state.held.isEmpty, !state.repairing else { return false }
-            state.repairing = true
-            return true
+        // Still a gap (and nobody else scheduled a repair): look again later — up to
+        // `repairsMax` times, then release what is held past the gap (the streams read it
+        // themselves, or end and resume) rather than hold it, and keep this fan-out, for good.
+        let (again, skipped) = state.withLock { state -> (Bool, [(Message, [UserID])]) in
+            guard !state.held.isEmpty, !state.repairing else {
+                state.repairsShort = 0
+                return (false, [])
+            }
+            state.repairsShort += 1
+            guard state.repairsShort >= Self.repairsMax, let first = state.held.keys.min() else {
+                state.repairing = true
+                return (true, [])
+            }
+            state.repairsShort = 0
+            state.nextSeq = first
+            var released: [(Message, [UserID])] = []
+            while let next = state.held.removeValue(forKey: state.nextSeq) {
+                released.append(next)
+                state.nextSeq += 1
+            }
+            state.repairing = !state.held.isEmpty
+            return (state.repairing, released)
+        }
+        if !skipped.isEmpty {
+            logger.error("held-back seqs released past a gap the store did not fill", metadata: ["from.seq": "\(skipped[0].0.seq)"])
+            enqueue(skipped.map { (.message($0.0), $0.1) })
         }
         if again { scheduleRepair() }
     }
+
+    /// Reads of the store that leave a gap before the held seqs are given up after this many.
+    static let repairsMax = 10
 
     /// Publishes an event that needs no seq order of its own (a receipt, typing), after what came
     /// before it.

@@ -1,5 +1,5 @@
 import Foundation
-import ParleyChat
+@testable import ParleyChat
 import ParleyCluster
 import ParleyModel
 import ParleyStore
@@ -180,5 +180,59 @@ import Testing
     ])
     func whoseConversationsANodeTakesOver(previous: [String], ring: [String], expected: [String]) {
         #expect(ConversationRecovery.takenOver(ring: ring, previous: previous) == Set(expected))
+    }
+}
+
+@Suite(.serialized) struct HeldSeqFanOutTests {
+    static let ann: UserID = "u_ann", ben: UserID = "u_ben"
+    static let conversation = ConversationActor.directID(ann, ben)
+
+    static func message(_ seq: Int64) -> Message {
+        Message(conversationId: conversation, seq: seq, senderId: ben, clientMessageId: "m\(seq)", text: "t\(seq)", sentAt: Date())
+    }
+
+    /// A fan-out on node-a delivering to node-g1's inbox, where ann streams; the store holds seqs
+    /// 1…`stored`.
+    static func start(stored: Int64, holdMax: Duration) async throws -> (LoopbackCluster, ConversationFanOut, RecordedDeliveries, GatewayInbox) {
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g1"])
+        let received = RecordedDeliveries()
+        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
+        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
+        let system = cluster["node-a"]
+        let fanOut = ConversationFanOut(
+            directory: GatewayDirectory(system: system), courier: GatewayCourier(system: system), lastSeq: 0, holdMax: holdMax,
+            logger: system.logger
+        ) { after, limit in
+            (1...stored).filter { $0 > after }.prefix(limit).map(Self.message)
+        }
+        return (cluster, fanOut, received, inbox)
+    }
+
+    /// A seq whose commit's answer never reached its owner (a PostgreSQL connection that broke
+    /// after `COMMIT`) would hold every later message back for good; after `holdMax` it is read
+    /// from the store, and everything goes out in seq order.
+    @Test func aSeqTheOwnerWasNotToldOfIsReadFromTheStoreAfterHoldMax() async throws {
+        let (cluster, fanOut, received, inbox) = try await Self.start(stored: 3, holdMax: .milliseconds(300))
+        defer { Task { await cluster.stopAll() } }
+        defer { _ = inbox }
+        fanOut.committed(Self.message(2), members: [Self.ann, Self.ben])
+        fanOut.committed(Self.message(3), members: [Self.ann, Self.ben])
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(received.messages.isEmpty, "held while seq 1 may still be on its way")
+        try await eventually(timeout: .seconds(10), "seqs 1…3 go out") { received.messages.count >= 3 }
+        #expect(received.messages.map(\.seq) == [1, 2, 3])
+        #expect(fanOut.heldCount == 0)
+    }
+
+    /// The same lost answer, then the sender's retry finds the message stored: it is released as
+    /// the commit it was, and what waited behind it goes out at once.
+    @Test func aRetryThatFindsTheNextSeqStoredReleasesIt() async throws {
+        let (cluster, fanOut, received, inbox) = try await Self.start(stored: 0, holdMax: .seconds(60))
+        defer { Task { await cluster.stopAll() } }
+        defer { _ = inbox }
+        fanOut.committed(Self.message(2), members: [Self.ann, Self.ben])
+        fanOut.republish(Self.message(1), members: [Self.ann, Self.ben])
+        try await eventually(timeout: .seconds(10), "seqs 1 and 2 go out") { received.messages.count >= 2 }
+        #expect(received.messages.map(\.seq) == [1, 2])
     }
 }
