@@ -595,6 +595,41 @@ def main():
             client.token, token = None, None
         status, reply, _ = client.call(method, path, body, token=token, raw=raw)
         check(error_of(status, reply) == expected and error_shape_ok(reply), f"{what} → {expected[0]} {expected[1]}", f"got {status} {reply}")
+    # Hostile input that once took a worker down or changed a message: each is refused with 400
+    # naming what is wrong, and afterwards every worker is up and others are served.
+    hostile = [
+        ("a conversation-list cursor past Int64's milliseconds", ("GET", "/v1/conversations?cursor=9223372036854775807.x", None, None), "cursor"),
+        ("a conversation-list cursor before 1970", ("GET", "/v1/conversations?cursor=-5.x", None, None), "cursor"),
+        ("an event-stream cursor past year 9999", ("GET", "/v1/events?cursor=pc1.9223372036854775807", None, None), "cursor"),
+        ("history after Int64.max + 1", ("GET", f"/v1/conversations/{conv}/messages?after=9223372036854775808", None, None), "after"),
+        ("history before a huge number", ("GET", f"/v1/conversations/{conv}/messages?before=99999999999999999999999", None, None), "before"),
+        ("a receipt of 2^63", ("POST", f"/v1/conversations/{conv}/receipts", None, b'{"readSeq": 9223372036854775808}'), "readSeq"),
+        ("a text holding U+0000", ("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "before\u0000after"}, None), "U+0000"),
+        ("a group name holding U+001B", ("POST", "/v1/conversations", {"memberIds": [bob_id, carol["user"]["id"]], "name": "esc\u001b[31m"}, None), "U+001B"),
+        ("a rename holding U+0000", ("PATCH", f"/v1/conversations/{group_id}", {"name": "a\u0000b"}, None), "U+0000"),
+        ("a display name holding U+0007", ("PATCH", "/v1/users/me", {"displayName": "bell\u0007"}, None), "U+0007"),
+        ("an avatarURL that is not https", ("PATCH", "/v1/users/me", {"avatarURL": "javascript:alert(1)"}, None), "https"),
+        ("a registration whose display name holds U+0000", ("POST", "/v1/users", {"handle": "nulname", "password": "whatever1", "displayName": "x\u0000"}, None, "-"), "U+0000"),
+    ]
+    hostile += [(f"a text holding U+{c:04X}", ("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": f"x{chr(c)}y"}, None), f"U+{c:04X}")
+                for c in range(1, 0x20) if c not in (0x09, 0x0A, 0x0D)]
+    refused = []
+    for what, request, named in hostile:
+        method, path, body, raw = request[:4]
+        token = request[4] if len(request) > 4 else None
+        client = Client("gateway-1", alice["token"])
+        if token == "-":
+            client.token, token = None, None
+        status, reply, _ = client.call(method, path, body, token=token, raw=raw)
+        if not (error_of(status, reply) == (400, "invalid_request") and error_shape_ok(reply) and named in reply["error"]["message"]):
+            refused.append(f"{what}: {status} {reply}")
+    check(not refused, f"{len(hostile)} hostile requests are each refused with 400 invalid_request naming what is wrong", "; ".join(refused))
+    check(all(ready(n) for n in ["worker-1", "worker-2"]), "every worker is still up after them")
+    kept = "tab\tnewline\ncarriage return\r\nemoji 👩‍👩‍👧‍👦 RTL שלום combining e\u0301"
+    status, sent_kept, _ = send(b1, conv, kept)
+    status_hist, hist, _ = b1.call("GET", f"/v1/conversations/{conv}/messages?after={sent_kept['message']['seq'] - 1}&limit=1") if status == 201 else (0, {}, {})
+    check(status == 201 and sent_kept["message"]["text"] == kept and hist.get("messages", [{}])[0].get("text") == kept,
+          "another user's send is served, and tab, newline, CR, ZWJ, RTL and combining marks come back exactly", f"{status} {status_hist}")
     # gateway-1 remembers a token it found valid (for a lease): the logout on gateway-2 must reach it.
     check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 200, "the second token works on gateway-1")
     logout_client = Client("gateway-2", login["token"])

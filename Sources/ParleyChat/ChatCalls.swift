@@ -49,6 +49,7 @@ public struct CreateConversation: Codable, Sendable, Hashable {
         guard !others.isEmpty else { throw ChatError(.invalidRequest, "memberIds must name at least one other user") }
         if let name {
             guard (1...64).contains(name.count) else { throw ChatError(.invalidRequest, "name must be 1–64 characters") }
+            try StoredText.require(name, field: "name")
         }
         guard others.count + 1 <= limits.groupSizeMax else {
             throw ChatError(.invalidRequest, "a group has at most \(limits.groupSizeMax) members")
@@ -105,5 +106,6 @@ extension SendMessage {
         guard text.unicodeScalars.contains(where: { !$0.properties.isWhitespace }) else {
             throw ChatError(.invalidRequest, "text must not be only whitespace")
         }
+        try StoredText.require(text, field: "text")
     }
 }

@@ -125,6 +125,7 @@ public struct ConversationState: Sendable {
         guard (1...64).contains(name.count), name.contains(where: { !$0.isWhitespace }) else {
             throw ChatError(.invalidRequest, "name must be 1–64 characters, not only whitespace")
         }
+        try StoredText.require(name, field: "name")
     }
 
     public mutating func renamed(_ name: String) {

@@ -71,11 +71,17 @@ public distributed actor UserActor {
     /// `PATCH /v1/users/me`: changes what is given.
     public distributed func updateProfile(displayName: String?, avatarURL: String?) async throws -> User {
         guard profile != nil else { throw ChatError(.notFound, "user not found") }
-        if let displayName, !(1...64).contains(displayName.count) {
-            throw ChatError(.invalidRequest, "displayName must be 1–64 characters")
+        if let displayName {
+            guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
+        try StoredText.require(displayName, field: "displayName")
+            try StoredText.require(displayName, field: "displayName")
         }
-        if let avatarURL, avatarURL.count > 2048 || URL(string: avatarURL)?.scheme == nil {
-            throw ChatError(.invalidRequest, "avatarURL must be an absolute URL of at most 2,048 characters")
+        if let avatarURL {
+            // https only: apps load it, and a `javascript:`, `file:` or plain `http:` URL is not
+            // something another user's app should be handed.
+            guard avatarURL.utf8.count <= 2048, let url = URL(string: avatarURL), url.scheme?.lowercased() == "https", url.host?.isEmpty == false
+            else { throw ChatError(.invalidRequest, "avatarURL must be an https URL of at most 2,048 bytes") }
+            try StoredText.require(avatarURL, field: "avatarURL")
         }
         let updated: User?
         do {
@@ -182,6 +188,7 @@ public struct NewUser: Codable, Sendable, Hashable {
             throw ChatError(.invalidRequest, "handle must be 3–32 characters of a-z 0-9 _ . -")
         }
         guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
+        try StoredText.require(displayName, field: "displayName")
         guard !passwordHash.isEmpty else { throw ChatError(.invalidRequest, "passwordHash is required") }
     }
 }

@@ -222,7 +222,8 @@ extension Gateway {
     }
 
     static func pageCursor(_ token: String) -> ConversationPageCursor? {
-        guard token.count <= 200, let dot = token.firstIndex(of: "."), let millis = Int64(token[..<dot]) else { return nil }
+        guard token.count <= 200, let dot = token.firstIndex(of: "."), let millis = Int64(token[..<dot]),
+              StreamCursor.millisRange.contains(millis) else { return nil }
         let id = String(token[token.index(after: dot)...])
         guard !id.isEmpty else { return nil }
         return ConversationPageCursor(lastActivityAt: Date(millisecondsSince1970: millis), id: ConversationID(rawValue: id))
@@ -365,10 +366,26 @@ extension Gateway {
         do {
             return try Self.decoder.decode(T.self, from: Data(buffer.readableBytesView))
         } catch let error as DecodingError {
+            if case .dataCorrupted(let context) = error, context.codingPath.isEmpty, let field = Self.fieldWithUnrepresentableNumber(buffer.readableBytesView) {
+                throw APIError.invalid("\(field) must be a whole number from \(Int64.min) to \(Int64.max)")
+            }
             throw APIError.invalid(Self.describe(error))
         } catch {
             throw APIError.invalid("malformed JSON")
         }
+    }
+
+    /// A top-level field of a JSON object body whose number no `Int64` holds (too large, or not
+    /// whole): Foundation's decoder reports such a number only as "not valid JSON", without the
+    /// field's name.
+    static func fieldWithUnrepresentableNumber(_ body: ByteBufferView) -> String? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
+        for (key, value) in object.sorted(by: { $0.key < $1.key }) {
+            guard !(value is Bool), let number = value as? NSNumber else { continue }
+            let double = number.doubleValue
+            if double.rounded() != double || double >= 9.223372036854775807e18 || double < -9.223372036854775808e18 { return key }
+        }
+        return nil
     }
 
     static func describe(_ error: DecodingError) -> String {

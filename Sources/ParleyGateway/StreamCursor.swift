@@ -35,9 +35,13 @@ public struct StreamCursor: Hashable, Sendable, Comparable {
     public init(_ date: Date) { self.millis = date.millisecondsSince1970 }
 
     public init?(token: String) {
-        guard token.hasPrefix("pc1."), token.count <= 32, let millis = Int64(token.dropFirst(4)), millis >= 0 else { return nil }
+        guard token.hasPrefix("pc1."), token.count <= 32, let millis = Int64(token.dropFirst(4)), Self.millisRange.contains(millis) else { return nil }
         self.millis = millis
     }
+
+    /// The instants a client's cursor may name: 1970 to the end of year 9999 (what the JSON
+    /// timestamps can say). Anything else is refused before it reaches date arithmetic.
+    public static let millisRange: ClosedRange<Int64> = 0...253_402_300_799_999
 
     public var token: String { "pc1.\(millis)" }
     public var date: Date { Date(millisecondsSince1970: millis) }

@@ -32,8 +32,12 @@ extension Date {
         Date(timeIntervalSince1970: (timeIntervalSince1970 * 1000).rounded(.down) / 1000)
     }
 
+    /// Whole milliseconds since 1970, saturating: a date too far from 1970 for an `Int64` of
+    /// milliseconds (only a client's input can be) reads as the nearest one that fits, never a trap.
     public var millisecondsSince1970: Int64 {
-        let estimate = Int64((timeIntervalSince1970 * 1000).rounded(.down))
+        let product = (timeIntervalSince1970 * 1000).rounded(.down)
+        guard product > -9.2e18, product < 9.2e18 else { return product.isNaN ? 0 : product < 0 ? -9_200_000_000_000_000_000 : 9_200_000_000_000_000_000 }
+        let estimate = Int64(product)
         // The product can fall just below a whole millisecond the date is exactly at (seen for
         // 0.7 % of the milliseconds up to year 9999, none of 2023–2030's): read such a date as it.
         return Date(millisecondsSince1970: estimate + 1) <= self ? estimate + 1 : estimate

@@ -40,7 +40,59 @@ public enum ChatStoreContract {
         return (record.id, try await store.acquireOwnership(of: record.id))
     }
 
+    /// One of every class of character the API accepts in a text: what a store gives back must be
+    /// these bytes exactly.
+    public static let acceptedTexts: [String] = [
+        "plain ASCII",
+        "tab\tnewline\ncarriage return\r\nend",
+        "emoji 👍🏽 and flags 🇫🇷🇯🇵",
+        "ZWJ sequences 👩‍👩‍👧‍👦 👨🏿‍🚀 🏳️‍🌈",
+        "right to left: שלום עולם · مرحبا بالعالم",
+        "combining marks: e\u{301} Z\u{324}\u{354}\u{367}\u{311}\u{343} ᄀ\u{1161}\u{11A8}",
+        "invisible: \u{FEFF} \u{200B} \u{2028} \u{2029} \u{7F} \u{85} end",
+        "private use \u{E000} \u{10FFFD}, noncharacters \u{FFFE} \u{FFFF}, astral 𝄞𓀀",
+        String(repeating: "𝄞", count: 4_000),  // 4,000 scalars of 4 bytes each
+        String(repeating: "é", count: 4_000),
+    ]
+
     public static let cases: [Case] = [
+        Case(name: "every class of accepted text reads back byte for byte, as messages, names and display names") { store in
+            let users = (0..<acceptedTexts.count).map { UserID(rawValue: "u_text\($0)") }
+            for (index, (user, text)) in zip(users, acceptedTexts).enumerated() {
+                let displayName = String(text.prefix(64))
+                try await store.createUser(StoredUser(
+                    user: User(id: user, handle: "text\(index)", displayName: displayName, createdAt: t0), passwordHash: "h"))
+                let stored = try await store.user(id: user)?.user.displayName
+                try check(stored.map { Array($0.utf8) } == Array(displayName.utf8), "display name \(index) changed")
+            }
+            var record = conversation(members: [alice, bob, carol])
+            record.name = String(acceptedTexts[5].prefix(64))
+            try await store.createConversation(record)
+            let epoch = try await store.acquireOwnership(of: record.id)
+            let storedName = try await store.conversation(record.id)?.name
+            try check(storedName.map { Array($0.utf8) } == record.name.map { Array($0.utf8) }, "the conversation's name changed")
+            let appends = acceptedTexts.enumerated().map { append(record.id, epoch: epoch, $1, at: Int64($0)) }
+            let outcomes = try await store.commit(appends)
+            var acknowledged: [Message] = []
+            for outcome in outcomes {
+                guard case .appended(let message) = outcome else { throw ContractViolation(description: "not appended: \(outcome)") }
+                acknowledged.append(message)
+            }
+            for (message, text) in zip(acknowledged, acceptedTexts) {
+                try check(Array(message.text.utf8) == Array(text.utf8), "acknowledged text of seq \(message.seq) changed")
+            }
+            let after = try await store.messages(in: record.id, after: 0, limit: 100)
+            let before = try await store.messages(in: record.id, before: Int64(acceptedTexts.count) + 1, limit: 100)
+            for read in [after, before] {
+                try check(read.map { Array($0.text.utf8) } == acceptedTexts.map { Array($0.utf8) }, "a read-back text differs from what was acknowledged")
+            }
+            for (message, text) in zip(acknowledged, acceptedTexts) {
+                let found = try await store.message(in: record.id, clientMessageId: message.clientMessageId)
+                try check(found.map { Array($0.text.utf8) } == Array(text.utf8), "seq \(message.seq) found by clientMessageId differs")
+            }
+            let last = try await store.lastMessages(in: [record.id])[record.id]
+            try check(last.map { Array($0.text.utf8) } == acceptedTexts.last.map { Array($0.utf8) }, "the last message differs")
+        },
         Case(name: "a conversation reads back as created; a second create conflicts") { store in
             let record = conversation(members: [alice, bob, carol])
             try await store.createConversation(record)

@@ -9,8 +9,18 @@ extension Statement {
     /// SQLite copies the bytes before `sqlite3_bind_text` returns (`SQLITE_TRANSIENT`).
     private static let transient = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
 
+    /// By length, never as a C string: a text is stored byte for byte as it was acknowledged.
     func bind(_ value: String, at index: Int32) {
-        sqlite3_bind_text(sqliteStatement, index, value, -1, Self.transient)
+        var value = value
+        value.withUTF8 { bytes in
+            guard let base = bytes.baseAddress, !bytes.isEmpty else {
+                sqlite3_bind_text(sqliteStatement, index, "", 0, Self.transient)  // not a null pointer: that binds NULL
+                return
+            }
+            base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                sqlite3_bind_text(sqliteStatement, index, $0, Int32(bytes.count), Self.transient)
+            }
+        }
     }
 
     func bind(_ value: Int64, at index: Int32) {
@@ -63,8 +73,11 @@ extension Statement {
 enum SQLiteColumn {
     static func int64(_ statement: OpaquePointer, _ index: Int32) -> Int64 { sqlite3_column_int64(statement, index) }
 
+    /// By length, as it was bound (not up to a zero byte).
     static func string(_ statement: OpaquePointer, _ index: Int32) -> String {
-        sqlite3_column_text(statement, index).map { String(cString: $0) } ?? ""
+        guard let text = sqlite3_column_text(statement, index) else { return "" }
+        let count = Int(sqlite3_column_bytes(statement, index))
+        return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
     }
 
     static func optionalInt64(_ statement: OpaquePointer, _ index: Int32) -> Int64? {
