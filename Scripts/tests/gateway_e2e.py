@@ -630,6 +630,36 @@ def main():
     status_hist, hist, _ = b1.call("GET", f"/v1/conversations/{conv}/messages?after={sent_kept['message']['seq'] - 1}&limit=1") if status == 201 else (0, {}, {})
     check(status == 201 and sent_kept["message"]["text"] == kept and hist.get("messages", [{}])[0].get("text") == kept,
           "another user's send is served, and tab, newline, CR, ZWJ, RTL and combining marks come back exactly", f"{status} {status_hist}")
+    # HTTP at the edges, with independent clients: HEAD wherever GET is served (no body), and a body
+    # over the limit answered 413 whatever its size, on both protocols, the connection going on.
+    url = f"https://localhost:{CLIENT['gateway-1']}"
+    auth = ["-H", f"Authorization: Bearer {alice['token']}"]
+    for proto in ["--http2", "--http1.1"]:
+        head = subprocess.run(["curl", "-sS", "--max-time", "30", "-I", proto, "--cacert", CA, *auth, f"{url}/v1/users/me"], capture_output=True, text=True, timeout=20)
+        check(head.returncode == 0 and head.stdout.split(" ")[1:2] == ["200"] and "content-length" in head.stdout.lower(),
+              f"curl -I {proto}: HEAD of a GET route answers 200 with its headers and no body", head.stdout + head.stderr)
+    sizes = {"64 KiB + 1 byte": 65_537, "120 KB": 120_000, "10 MB": 10_000_000}
+    for proto in ["--http2", "--http1.1"]:
+        for label, size in sizes.items():
+            body_path = os.path.join(WORK, f"body-{size}")
+            if not os.path.exists(body_path):
+                with open(body_path, "wb") as f:
+                    f.write(b"x" * size)
+            big = subprocess.run(["curl", "-sS", "--max-time", "30", proto, "--cacert", CA, *auth, "-H", "Content-Type: application/json", "-X", "POST",
+                                  "--data-binary", f"@{body_path}", "-w", "\n%{http_code}", f"{url}/v1/conversations"], capture_output=True, text=True, timeout=60)
+            lines = big.stdout.strip().split("\n")
+            check(big.returncode == 0 and lines[-1] == "413" and '"payload_too_large"' in lines[0],
+                  f"curl {proto}: a body of {label} gets 413 payload_too_large", f"exit {big.returncode}: {big.stdout[-200:]} {big.stderr[-200:]}")
+    if shutil.which("nghttp") and shutil.which("h2load"):
+        ng = subprocess.run(["timeout", "30", "nghttp", "-v", "-d", os.path.join(WORK, "body-10000000"), "-H", f"authorization: Bearer {alice['token']}",
+                             f"{url}/v1/conversations"], capture_output=True, text=True, timeout=60)
+        check(":status: 413" in ng.stdout and "error_code=NO_ERROR" in ng.stdout,
+              "nghttp: a 10 MB body gets 413, then RST_STREAM NO_ERROR so that it stops sending", ng.stdout[-400:])
+        # Eight over-limit bodies one after another on one connection: the flow-control window the
+        # discarded parts used is given back, so the connection never stalls.
+        h2 = subprocess.run(["timeout", "30", "h2load", "-n", "8", "-c", "1", "-m", "1", "-d", os.path.join(WORK, "body-120000"), "-H", f"authorization: Bearer {alice['token']}",
+                             f"{url}/v1/conversations"], capture_output=True, text=True, timeout=60)
+        check("8 done" in h2.stdout and "8 4xx" in h2.stdout, "h2load: eight 120 KB bodies on one connection each get their 413", h2.stdout[-300:])
     # gateway-1 remembers a token it found valid (for a lease): the logout on gateway-2 must reach it.
     check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 200, "the second token works on gateway-1")
     logout_client = Client("gateway-2", login["token"])

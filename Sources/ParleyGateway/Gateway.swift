@@ -121,7 +121,8 @@ public final class Gateway: Sendable {
     /// gets the bound port (useful with port 0).
     public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
         let tls = try Self.tlsConfiguration(certificatePath: configuration.certificatePath, keyPath: configuration.keyPath)
-        let router = Router(context: GatewayContext.self)
+        // HEAD wherever GET is served, without the body (RFC 9110 section 9.3.2).
+        let router = Router(context: GatewayContext.self, options: .autoGenerateHeadEndpoints)
         router.add(middleware: APIErrorMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware())
         addRoutes(to: router)

@@ -102,7 +102,10 @@ struct HTTP2Responder: Sendable {
         let headers = HTTP2Connection.headers(of: response.head)
         let body = response.body
         do {
-            if body.contentLength != nil {
+            if request.method == .head {
+                // Whatever the route answered (an error's JSON too), a HEAD response has no content.
+                sink.send(headers: headers, data: [], end: true)
+            } else if body.contentLength != nil {
                 // Head, body and end in one flush.
                 try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: headers, collects: true))
             } else {
@@ -155,8 +158,13 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     private var incoming: [HTTP2StreamID: Incoming] = [:]
     /// Requests being answered, each with the sink its event stream would write into.
     private var responding: [HTTP2StreamID: HTTP2StreamSink] = [:]
-    /// Body bytes received and not yet credited back to the connection's flow-control window.
-    private var uncredited = 0
+    /// The connection's inbound flow-control window as NIOHTTP2 last reported it: topped up to
+    /// ``connectionWindow`` once it is 16 KiB below. Counted from NIOHTTP2's reports, not from the
+    /// DATA frames this handler sees: the frames of a stream already answered and reset (a body
+    /// over the limit) never reach it, yet consume the window, and left uncredited they stalled
+    /// the connection's later requests for good.
+    private var connectionWindowLeft = HTTP2Connection.connectionWindow
+    static let connectionWindow = 65_535
     private var highestStreamID = HTTP2StreamID.rootStream
     /// The server is shutting down, or the connection was idle: GOAWAY was sent; the connection
     /// closes when its last response has ended.
@@ -219,7 +227,6 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             if headers.endStream { requestComplete(id, context: context) }
         case .data(let payload):
             guard case .byteBuffer(var bytes) = payload.data else { return }
-            uncredited += bytes.readableBytes + (payload.paddingBytes ?? 0)
             guard var request = incoming[id] else { return }
             if request.answered {
                 if payload.endStream { incoming[id] = nil }
@@ -251,9 +258,10 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        let uncredited = Self.connectionWindow - connectionWindowLeft
         if uncredited >= 16 * 1024 {
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: uncredited))), promise: nil)
-            uncredited = 0
+            connectionWindowLeft = Self.connectionWindow
             context.flush()
         }
         context.fireChannelReadComplete()
@@ -266,6 +274,9 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             incoming[closed.streamID] = nil
             closeIfDrained(context: context)
             updateIdleTimer(context: context)
+        case let window as NIOHTTP2WindowUpdatedEvent where window.streamID == .rootStream:
+            if let left = window.inboundWindowSize { connectionWindowLeft = left }
+            context.fireUserInboundEventTriggered(event)
         case let event as ChannelEvent where event == .inputClosed:
             // The client closed its side (TLS close_notify); Hummingbird's server lets a
             // connection half-close, and there is nothing left to answer.
@@ -322,8 +333,12 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         guard end else { return }
         streamEnded(id)
         if incoming[id] != nil {
-            // Answered before the whole body came (too large): ask the client to stop sending.
+            // Answered before the whole body came (too large): ask the client to stop sending
+            // (RFC 9113 section 8.1) — after the response is on its way: a RST_STREAM written
+            // first would drop the response's DATA still held for the stream, and the client
+            // would get no answer.
             incoming[id] = nil
+            context.flush()
             reset(id, .noError, context: context)
         }
         closeIfDrained(context: context)
