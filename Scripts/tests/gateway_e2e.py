@@ -711,6 +711,30 @@ def main():
     check(bad.returncode != 0 and "404 not_found" in bad.stderr, "a CLI error is one clear line and a non-zero exit", bad.stderr)
     start("gateway-2")
 
+    # Bounded per client: at most 10 event streams per user on a gateway (the 11th is 429, and one
+    # closed makes room), and registrations from one address are rate-limited.
+    carol_streams = [Stream("gateway-1", carol["token"]) for _ in range(10)]
+    all_ready = all(s.wait_for(15, lambda ev: any(e == "ready" for e, _, _ in ev)) for s in carol_streams)
+    status, reply, headers = Client("gateway-1", carol["token"]).call("GET", "/v1/events")
+    check(all_ready and status == 429 and reply["error"]["code"] == "too_many_streams" and error_shape_ok(reply) and headers.get("Retry-After"),
+          "a user's 11th event stream on a gateway is 429 too_many_streams with Retry-After", f"ready={all_ready} {status} {reply}")
+    carol_streams[0].close()
+    # Over HTTP/1.1 the gateway sees a client gone at its next write (a ping within 3 s).
+    opened = []
+
+    def another_opens():
+        attempt = Stream("gateway-1", carol["token"])
+        opened.append(attempt)
+        return attempt.wait_for(3, lambda ev: any(e == "ready" for e, _, _ in ev))
+    check(wait_until(20, another_opens), "once one of them closed, another opens", f"{len(opened)} attempts")
+    for s in carol_streams[1:] + opened:
+        s.close()
+    flood = [Client("gateway-1").call("POST", "/v1/users", {"handle": f"flood{i}", "password": "whatever1", "displayName": "F"}) for i in range(25)]
+    limited = [(reply, headers) for status, reply, headers in flood if status == 429]
+    check(limited and all(r["error"]["code"] == "rate_limited" and h.get("Retry-After") for r, h in limited)
+          and sum(1 for status, _, _ in flood if status == 201) >= 5,
+          "registrations from one address past the limit get 429 rate_limited with Retry-After", f"{len(limited)} of 25 limited")
+
     # An idle connection is closed: a gateway with a 2 s idle timeout.
     start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2")
     if wait_until(30, lambda: ready("gateway-3")):

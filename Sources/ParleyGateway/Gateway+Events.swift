@@ -36,9 +36,16 @@ extension Gateway {
         // Register first, so nothing committed from now on is missed; then tell the presence
         // shard, so owners deliver here; then read what happened before (replay). The stream
         // writes nothing before `start`: its replay, `ready`, then what arrived meanwhile.
-        guard let sessionID = hub.register(stream) else {
+        let sessionID: String
+        switch hub.register(stream, streamsPerUserMax: configuration.streamsPerUserMax) {
+        case .registered(let id):
+            sessionID = id
+        case .shuttingDown:
             stream.finish()
             throw APIError.unavailable("this gateway is shutting down; connect to another")
+        case .tooManyStreams:
+            stream.finish()
+            throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) event streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
         }
         let session = PresenceShard.SessionRef(userId: caller.id, sessionID: sessionID)
         // However the stream ends — its client gone, the hub closing it, this request failing, or

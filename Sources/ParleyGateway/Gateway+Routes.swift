@@ -118,6 +118,9 @@ extension Gateway {
     // MARK: Accounts
 
     private func register(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        if let wait = registrationByAddress.acquire(context.clientAddress) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many registrations from this address; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
+        }
         let body = try await decode(API.NewUser.self, from: request)
         guard (8...256).contains(body.password.count) else { throw APIError.invalid("password must be 8–256 characters") }
         let unhashed = NewUser(handle: body.handle, displayName: body.displayName, passwordHash: "-")

@@ -32,6 +32,10 @@ public struct GatewayConfiguration: Sendable {
     /// Login attempts per handle and per client address.
     public var loginRatePerHandle = RateLimiter.Rule(perSecond: 0.2, burst: 5)
     public var loginRatePerAddress = RateLimiter.Rule(perSecond: 2, burst: 30)
+    /// Registrations per client address (each costs a bcrypt).
+    public var registrationRatePerAddress = RateLimiter.Rule(perSecond: 0.5, burst: 10)
+    /// Event streams one user may have open on this gateway; one more is `429`.
+    public var streamsPerUserMax = 10
     /// A resume is refused (`410 cursor_expired`; the client reloads) past this many messages
     /// committed after its cursor.
     public var replayMessagesMax = 5_000
@@ -91,6 +95,7 @@ public final class Gateway: Sendable {
     let sendLimiter: RateLimiter
     let loginByHandle: RateLimiter
     let loginByAddress: RateLimiter
+    let registrationByAddress: RateLimiter
     let logger: Logger
     /// A bcrypt hash checked when a handle is unknown, so both failures take as long.
     let decoyHash: String
@@ -108,6 +113,7 @@ public final class Gateway: Sendable {
         self.sendLimiter = RateLimiter(configuration.sendRate)
         self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
         self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
+        self.registrationByAddress = RateLimiter(configuration.registrationRatePerAddress)
         self.logger = logger
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
         let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease)

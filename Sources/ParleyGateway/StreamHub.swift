@@ -37,20 +37,27 @@ public final class StreamHub: Sendable {
 
     public var openStreams: Int { state.withLock { $0.streams.count } }
 
-    /// Registers a stream and returns its session ID. Events for its user reach it from now on
-    /// (the caller then opens the presence session, so owners learn of this gateway); it writes
-    /// them once started. Nil when the gateway is shutting down.
-    func register(_ stream: LiveEventStream) -> String? {
+    enum Registration: Equatable {
+        case registered(sessionID: String)
+        case shuttingDown
+        /// The user has `streamsPerUserMax` open here already.
+        case tooManyStreams
+    }
+
+    /// Registers a stream, unless its user has `streamsPerUserMax` open on this gateway already.
+    /// Events for its user reach it from now on (the caller then opens the presence session, so
+    /// owners learn of this gateway); it writes them once started.
+    func register(_ stream: LiveEventStream, streamsPerUserMax: Int = .max) -> Registration {
         let sessionID = UUID().uuidString.lowercased()
-        let registered = state.withLock { state -> Bool in
-            guard !state.closed else { return false }
+        let registration = state.withLock { state -> Registration in
+            guard !state.closed else { return .shuttingDown }
+            guard state.byUser[stream.user, default: []].count < streamsPerUserMax else { return .tooManyStreams }
             state.streams[sessionID] = stream
             state.byUser[stream.user, default: []].append(stream)
-            return true
+            return .registered(sessionID: sessionID)
         }
-        guard registered else { return nil }
-        Self.streamsGauge.record(openStreams)
-        return sessionID
+        if case .registered = registration { Self.streamsGauge.record(openStreams) }
+        return registration
     }
 
     func unregister(_ sessionID: String) {

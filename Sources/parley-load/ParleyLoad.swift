@@ -272,7 +272,7 @@ final class Workload: Sendable {
                             return (index, client)
                         } catch let error as ParleyError where error.retryable {
                             guard attempt < 5 else {
-                                let hint = error.status == 429 ? " (a gateway's login limit: start it with a higher --login-rate, or use a new --prefix)" : ""
+                                let hint = error.status == 429 ? " (a gateway's login or registration limit: start it with a higher --login-rate or --registration-rate, or use a new --prefix)" : ""
                                 throw ParleyError(status: error.status, code: "setup_failed", message: "\(handle) could not sign up: \(error.message)\(hint)", retryable: false)
                             }
                             try await Task.sleep(for: max(.milliseconds(200 * attempt), error.retryAfter ?? .zero))

@@ -96,6 +96,12 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: a resume is refused with 410 cursor_expired (the client reloads instead) when more than this many messages were committed after its cursor in the user's conversations. (env PARLEY_REPLAY_MAX; default 5000)")
     var replayMax: Int?
 
+    @Option(help: "Gateway: registrations one client address may make per second (bursts of 20× are allowed). (env PARLEY_REGISTRATION_RATE; default 0.5)")
+    var registrationRate: Double?
+
+    @Option(help: "Gateway: event streams one user may have open at once on this gateway; one more is 429 too_many_streams. (env PARLEY_STREAMS_PER_USER; default 10)")
+    var streamsPerUser: Int?
+
     @Option(help: "Gateway: bcrypt cost of stored passwords, 4–31. (env PARLEY_BCRYPT_COST; default 10)")
     var bcryptCost: Int?
 
