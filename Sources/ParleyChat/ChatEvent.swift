@@ -64,4 +64,16 @@ public typealias TypingEvent = API.TypingEvent
 public struct EventDelivery: Codable, Sendable, Hashable {
     public var event: ChatEvent
     public var recipients: [UserID]
+
+    /// About how many bytes this takes on the cluster wire (never less): what batches of deliveries
+    /// are bounded by, so that none is over the frame limit however long the texts are.
+    var estimatedBytes: Int {
+        let text: Int
+        switch event {
+        case .message(let message): text = message.text.utf8.count
+        case .conversation(let change): text = change.conversation.members.count * 64 + (change.conversation.name?.utf8.count ?? 0)
+        default: text = 0
+        }
+        return 256 + text + recipients.reduce(0) { $0 + $1.rawValue.utf8.count + 8 }
+    }
 }

@@ -20,7 +20,8 @@ import Synchronization
 /// serves every event queued meanwhile.
 final class ConversationFanOut: Sendable {
     private struct State {
-        var machine = OrderedDeliveryStateMachine<String, EventDelivery>()
+        // A batch is one delivery call, under the cluster's frame limit (4 MiB by default) with room to spare.
+        var machine = OrderedDeliveryStateMachine<String, EventDelivery>(batchCostMax: 1 << 20, cost: { $0.estimatedBytes })
         /// The next seq to release, and committed messages waiting for the ones before them.
         var nextSeq: Int64
         var held: [Int64: (Message, [UserID])] = [:]

@@ -96,10 +96,12 @@ public struct ConversationState: Sendable {
 
     // MARK: Members
 
-    /// Who may add: any member of a group; nobody to a direct conversation.
+    /// Who may add: the owner of a group (any member could otherwise pull strangers into it, each
+    /// of whom then receives every message); nobody to a direct conversation.
     public func validateAdd(_ users: [UserID], by actor: UserID, groupSizeMax: Int) throws(ChatError) -> [ConversationMember] {
-        _ = try requireMember(actor)
+        let acting = try requireMember(actor)
         guard record.kind == .group else { throw ChatError(.forbidden, "members cannot be added to a direct conversation") }
+        guard acting.role == .owner else { throw ChatError(.forbidden, "only the owner may add members") }
         guard !users.isEmpty else { throw ChatError(.invalidRequest, "userIds must not be empty") }
         let new = Array(Set(users.filter { record.member($0) == nil })).sorted()
         guard record.members.count + new.count <= groupSizeMax else {

@@ -75,10 +75,11 @@ final class GatewayCourier: Sendable {
     private let machine: Mutex<CoalescingStateMachine<String, Parcel>>
 
     /// - Parameters:
-    ///   - sendMax: deliveries per call, unless one conversation's batch alone is larger.
+    ///   - sendMax: bytes (estimated, ``EventDelivery/estimatedBytes``) per call, unless one
+    ///     conversation's batch alone is larger: a call is one frame, under the frame limit.
     ///   - loopExecutor: the event loop the calling thread runs, if any (see ``preferredExecutor``).
     init(
-        sendMax: Int = 1_024, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil },
+        sendMax: Int = 1 << 20, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil },
         isLive: @escaping @Sendable (String) -> Bool = { _ in true }, send: @escaping Send
     ) {
         self.send = send
@@ -103,7 +104,8 @@ final class GatewayCourier: Sendable {
     func deliver(_ deliveries: [EventDelivery], to gateway: String) async -> Bool {
         let parcel = Parcel(deliveries: deliveries, delivered: OneShot())
         // Nothing on its way to this gateway: the call is made from this task, without a hop.
-        if case .send(let gateway, let parcels) = machine.withLock({ $0.enqueue(parcel, size: deliveries.count, to: gateway) }) {
+        let size = deliveries.reduce(0) { $0 + $1.estimatedBytes }
+        if case .send(let gateway, let parcels) = machine.withLock({ $0.enqueue(parcel, size: size, to: gateway) }) {
             await carry(parcels, to: gateway)
         }
         return await parcel.delivered.wait()

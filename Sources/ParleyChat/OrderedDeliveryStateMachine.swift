@@ -31,12 +31,19 @@ public struct OrderedDeliveryStateMachine<Destination: Hashable & Sendable, Item
     }
 
     public let batchMax: Int
+    /// The most a batch may cost (``cost``), unless its first item alone costs more.
+    public let batchCostMax: Int
+    private let cost: @Sendable (Item) -> Int
     public let retryMax: Duration
     private var queues: [Destination: Queue] = [:]
 
-    public init(batchMax: Int = 256, retryMax: Duration = .seconds(30)) {
-        precondition(batchMax > 0 && retryMax >= .zero, "batchMax \(batchMax) must be positive and retryMax \(retryMax) not negative")
+    public init(
+        batchMax: Int = 256, batchCostMax: Int = .max, cost: @escaping @Sendable (Item) -> Int = { _ in 1 }, retryMax: Duration = .seconds(30)
+    ) {
+        precondition(batchMax > 0 && batchCostMax > 0 && retryMax >= .zero, "batchMax \(batchMax) and batchCostMax \(batchCostMax) must be positive and retryMax \(retryMax) not negative")
         self.batchMax = batchMax
+        self.batchCostMax = batchCostMax
+        self.cost = cost
         self.retryMax = retryMax
     }
 
@@ -80,8 +87,16 @@ public struct OrderedDeliveryStateMachine<Destination: Hashable & Sendable, Item
             queues[destination] = nil
             return .none
         }
-        let batch = Array(queue.pending.prefix(batchMax))
-        queue.pending.removeFirst(batch.count)
+        var taken = 0
+        var total = 0
+        while taken < min(batchMax, queue.pending.count) {
+            let next = cost(queue.pending[taken])
+            guard taken == 0 || total + next <= batchCostMax else { break }
+            total += next
+            taken += 1
+        }
+        let batch = Array(queue.pending.prefix(taken))
+        queue.pending.removeFirst(taken)
         queue.inFlight = batch
         queues[destination] = queue
         return .send(destination, batch)

@@ -70,6 +70,10 @@ extension ClusterSystem {
         let envelope = CallEnvelope(callID: callID, recipient: id, target: target, arguments: arguments, timeout: remaining)
         do {
             try await transport.send(.call(envelope), to: owner, deadline: deadline)
+        } catch ClusterTransportError.frameTooLarge(_, let bytes) {
+            // No retry can make it smaller.
+            _ = state.withLock { $0.calls.complete(callID) }
+            return .sent(.error(ClusterCallError(code: .serialization, message: "the call to \(id) encodes to \(bytes) bytes, over the cluster's frame limit")))
         } catch {
             _ = state.withLock { $0.calls.complete(callID) }
             if let address = state.withLock({ $0.membership.member(named: owner)?.address }) {

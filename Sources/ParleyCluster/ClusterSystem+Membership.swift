@@ -155,7 +155,15 @@ extension ClusterSystem {
 
     private func receiveCall(_ envelope: CallEnvelope, from peer: PeerIdentity) {
         let respond: @Sendable (ReplyEnvelope.Outcome) -> Void = { [transport] outcome in
-            try? transport.sendWithoutWaiting(.reply(ReplyEnvelope(callID: envelope.callID, outcome: outcome)), to: peer.id.name)
+            do {
+                try transport.sendWithoutWaiting(.reply(ReplyEnvelope(callID: envelope.callID, outcome: outcome)), to: peer.id.name)
+            } catch ClusterTransportError.frameTooLarge(_, let bytes) {
+                // The caller hears why, instead of waiting out its deadline.
+                let error = ClusterCallError(code: .serialization, message: "the reply of \(envelope.recipient) encodes to \(bytes) bytes, over the cluster's frame limit")
+                try? transport.sendWithoutWaiting(.reply(ReplyEnvelope(callID: envelope.callID, outcome: .error(error))), to: peer.id.name)
+            } catch {
+                // Not connected: the caller's connection-closed handling or deadline answers it.
+            }
         }
         if envelope.recipient.isVirtual {
             let owner = state.withLock { $0.ring.owner(of: envelope.recipient.placementKey) }

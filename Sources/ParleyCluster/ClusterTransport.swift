@@ -68,4 +68,7 @@ public enum ClusterTransportError: Error, Hashable, Sendable {
     case notConnected(String)
     /// The peer's outbound queue stayed full until the deadline: nothing was sent.
     case backpressureTimeout(String)
+    /// The message encodes to a frame over the frame limit (`bytes`), which the peer would refuse
+    /// by closing the connection: nothing was sent.
+    case frameTooLarge(String, bytes: Int)
 }

@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import HTTPTypes
 import Hummingbird
-import HummingbirdBcrypt
 import Metrics
 import NIOCore
 import NIOPosix
@@ -147,12 +146,11 @@ extension Gateway {
     }
 
     private func hashPassword(_ password: String) async throws -> String {
-        let cost = configuration.bcryptCost
-        return try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+        try await passwords.hash(password)
     }
 
     private func verifyPassword(_ password: String, hash: String) async throws -> Bool {
-        try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+        try await passwords.verify(password, hash: hash)
     }
 
     /// The caller of a request with `Authorization: Bearer <token>`: a valid signature, not

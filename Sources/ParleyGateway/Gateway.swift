@@ -39,6 +39,8 @@ public struct GatewayConfiguration: Sendable {
     /// A resume is refused (`410 cursor_expired`; the client reloads) past this many messages
     /// committed after its cursor.
     public var replayMessagesMax = 5_000
+    /// bcrypt hashes (registrations, logins) running or waiting at most; past it `503`.
+    public var passwordHashesOutstandingMax = 32
     /// bcrypt cost (2^cost rounds); 10 takes ~60 ms here.
     public var bcryptCost: UInt8 = 10
     /// Replies of the operations routes also served on the client port (`/healthz`, `/readyz`,
@@ -96,6 +98,7 @@ public final class Gateway: Sendable {
     let loginByHandle: RateLimiter
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
+    let passwords: PasswordHashing
     let logger: Logger
     /// A bcrypt hash checked when a handle is unknown, so both failures take as long.
     let decoyHash: String
@@ -114,6 +117,7 @@ public final class Gateway: Sendable {
         self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
         self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
         self.registrationByAddress = RateLimiter(configuration.registrationRatePerAddress)
+        self.passwords = PasswordHashing(cost: configuration.bcryptCost, outstandingMax: configuration.passwordHashesOutstandingMax)
         self.logger = logger
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
         let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease)

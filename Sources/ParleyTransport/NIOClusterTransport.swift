@@ -91,10 +91,11 @@ public final class NIOClusterTransport: ClusterTransport {
     }
 
     public func send(_ message: ClusterMessage, to node: String, deadline: ContinuousClock.Instant) async throws {
+        let frame = try encoded(message, for: node)
         while true {
             guard let connection = connection(to: node) else { throw ClusterTransportError.notConnected(node) }
             if connection.hasRoom(outboundBytesMax: settings.outboundBytesMax) {
-                connection.write(Frame.message(message).encoded(allocator: connection.channel.allocator))
+                connection.write(frame)
                 return
             }
             // Back-pressure: the peer (or the network) is slower than we write. Wait for room.
@@ -105,18 +106,34 @@ public final class NIOClusterTransport: ClusterTransport {
     }
 
     public func sendWithoutWaiting(_ message: ClusterMessage, to node: String) throws {
+        let frame = try encoded(message, for: node)
         guard let connection = connection(to: node) else { throw ClusterTransportError.notConnected(node) }
-        connection.write(Frame.message(message).encoded(allocator: connection.channel.allocator))
+        connection.write(frame)
     }
 
     public func broadcast(_ message: ClusterMessage) {
         let connections = state.withLock { state in state.table.established.values.compactMap { state.connections[$0.handle] } }
-        guard let first = connections.first else { return }
-        let frame = Frame.message(message).encoded(allocator: first.channel.allocator)
+        guard !connections.isEmpty, let frame = try? encoded(message, for: "every peer") else { return }
         for connection in connections where connection.hasRoom(outboundBytesMax: settings.outboundBytesMax) {
             connection.write(frame)
         }
     }
+
+    /// The frame of `message`, unless it is over the frame limit: the peer would refuse it by
+    /// closing the connection, failing every call in flight on it.
+    private func encoded(_ message: ClusterMessage, for node: String) throws -> ByteBuffer {
+        let frame = Frame.message(message).encoded(allocator: Self.allocator)
+        let bytes = frame.readableBytes - 4  // the length prefix is not counted
+        guard bytes <= settings.frameBytesMax else {
+            Self.oversizedFrames.increment()
+            logger.warning("a message over the frame limit was not sent", metadata: ["peer": "\(node)", "frame.bytes": "\(bytes)"])
+            throw ClusterTransportError.frameTooLarge(node, bytes: bytes)
+        }
+        return frame
+    }
+
+    private static let allocator = ByteBufferAllocator()
+    static let oversizedFrames = Counter(label: "parley.transport.oversized_frames")
 
     public var connectedPeers: [String] {
         state.withLock { Array($0.table.established.keys) }

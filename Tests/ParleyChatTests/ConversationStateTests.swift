@@ -83,8 +83,9 @@ import Testing
 
     @Test func whoMayAddAndRemoveMembers() throws {
         let group = Self.state()
-        #expect(try group.validateAdd([Self.mallory, Self.bob, Self.mallory], by: Self.carol, groupSizeMax: 10).map(\.userId) == [Self.mallory], "any member adds; existing and repeated ids are skipped")
-        #expect(throws: ChatError(.invalidRequest, "a group has at most 3 members")) { try group.validateAdd([Self.mallory], by: Self.bob, groupSizeMax: 3) }
+        #expect(try group.validateAdd([Self.mallory, Self.bob, Self.mallory], by: Self.alice, groupSizeMax: 10).map(\.userId) == [Self.mallory], "the owner adds; existing and repeated ids are skipped")
+        #expect(throws: ChatError(.forbidden, "only the owner may add members")) { try group.validateAdd([Self.mallory], by: Self.carol, groupSizeMax: 10) }
+        #expect(throws: ChatError(.invalidRequest, "a group has at most 3 members")) { try group.validateAdd([Self.mallory], by: Self.alice, groupSizeMax: 3) }
         try group.validateRemove(Self.bob, by: Self.bob)
         try group.validateRemove(Self.bob, by: Self.alice)
         #expect(throws: ChatError(.forbidden, "only the owner may remove other members")) { try group.validateRemove(Self.carol, by: Self.bob) }
