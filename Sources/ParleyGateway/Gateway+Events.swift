@@ -35,7 +35,8 @@ extension Gateway {
             fetch: { [self] conversation, after, before in await fetchGap(conversation, for: caller.id, after: after, before: before) })
         // Register first, so nothing committed from now on is missed; then tell the presence
         // shard, so owners deliver here; then read what happened before (replay). The stream
-        // writes nothing before `start`: its replay, `ready`, then what arrived meanwhile.
+        // holds the live events back until `start()`: its replay's pages, `ready`, then what
+        // arrived meanwhile.
         let sessionID: String
         switch hub.register(stream, streamsPerUserMax: configuration.streamsPerUserMax) {
         case .registered(let id):

@@ -41,7 +41,8 @@ final class ChannelEventSink: EventStreamSink {
 /// and event), and it writes each as a server-sent event straight into the response
 /// (``EventStreamSink``), flushing once per batch. Per conversation, messages go out in seq order
 /// without duplicates; a gap is filled from the conversation (``fetch``) before the message after
-/// it, while later events wait in order. The response's task only starts it (`start(replay:)`)
+/// it, while later events wait in order; a gap that cannot be read ends the stream. The
+/// response's task hands it a resume's replay page by page (`replay(_:)`), starts it (`start()`)
 /// and waits for its end (`ended`).
 ///
 /// Everything but the constants is touched only on `loop`.
