@@ -210,28 +210,32 @@ enum HashRingOwner {
     /// flight there.
     @Test func aCallOrReplyOverTheFrameLimitFailsAloneWithATypedError() async throws {
         let cluster = try makeTestCluster()
-        for name in ["node-a", "node-b"] { try await cluster.start(name) }
+        // A small limit, so that the test's messages are small too (a 5 MiB string is seconds of a
+        // debug build's CPU, taken from the suites running beside it).
+        var small = TransportSettings()
+        small.frameBytesMax = 64 * 1024
+        for name in ["node-a", "node-b"] { try await cluster.start(name, transportSettings: small) }
         defer { Task { await cluster.stopAll() } }
         try await cluster.waitForUp(["node-a", "node-b"])
         let key = try #require((0..<100).map { "big-\($0)" }.first { cluster["node-a"].owner(of: ClusterActorID(kind: "probe", key: $0)) == "node-b" })
         let probe = try ClusterSystemTests.probe(key, on: cluster["node-a"])
         #expect(try await probe.whereAreYou() == "node-b")
         do {
-            _ = try await probe.echo(String(repeating: "x", count: 5 << 20), times: 1)
-            Issue.record("a call of 5 MiB must fail")
+            _ = try await probe.echo(String(repeating: "x", count: 80 * 1024), times: 1)
+            Issue.record("a call of 80 KiB must fail")
         } catch let error as ClusterCallError {
             // Not connection_lost (the peer closed on it) nor deadline_exceeded (nobody answered).
             #expect(error.code == .serialization, "\(error)")
         }
         do {
-            _ = try await probe.echo(String(repeating: "y", count: 1 << 20), times: 5)
-            Issue.record("a reply of 5 MiB must fail")
+            _ = try await probe.echo(String(repeating: "y", count: 20 * 1024), times: 5)
+            Issue.record("a reply of 100 KiB must fail")
         } catch let error as ClusterCallError {
             #expect(error.code == .serialization && error.message.contains("reply"), "\(error)")
         }
         // The connection stayed up: calls in flight meanwhile and after go through.
         async let during = probe.echo("small", times: 3)
-        _ = try? await probe.echo(String(repeating: "x", count: 5 << 20), times: 1)
+        _ = try? await probe.echo(String(repeating: "x", count: 80 * 1024), times: 1)
         #expect(try await during == ["small", "small", "small"])
         #expect(try await probe.count() >= 1)
     }
