@@ -29,7 +29,8 @@ final class PasswordHashing: Sendable {
     /// Hashes running or waiting (for tests).
     var count: Int { outstanding.withLock { $0 } }
 
-    private func run<T: Sendable>(_ work: @escaping @Sendable () -> T) async throws -> T {
+    /// Runs `work` on the thread pool if fewer than `outstandingMax` are running or waiting.
+    func run<T: Sendable>(_ work: @escaping @Sendable () -> T) async throws -> T {
         let admitted = outstanding.withLock { count -> Bool in
             guard count < outstandingMax else { return false }
             count += 1

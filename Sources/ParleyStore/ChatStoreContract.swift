@@ -57,11 +57,13 @@ public enum ChatStoreContract {
 
     public static let cases: [Case] = [
         Case(name: "every class of accepted text reads back byte for byte, as messages, names and display names") { store in
-            let users = (0..<acceptedTexts.count).map { UserID(rawValue: "u_text\($0)") }
+            // Fresh IDs and handles: a shared store (the PostgreSQL suite's) keeps earlier runs' users.
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let users = (0..<acceptedTexts.count).map { _ in UserID.make() }
             for (index, (user, text)) in zip(users, acceptedTexts).enumerated() {
                 let displayName = String(text.prefix(64))
                 try await store.createUser(StoredUser(
-                    user: User(id: user, handle: "text\(index)", displayName: displayName, createdAt: t0), passwordHash: "h"))
+                    user: User(id: user, handle: "text\(index)-\(run)", displayName: displayName, createdAt: t0), passwordHash: "h"))
                 let stored = try await store.user(id: user)?.user.displayName
                 try check(stored.map { Array($0.utf8) } == Array(displayName.utf8), "display name \(index) changed")
             }
