@@ -587,13 +587,17 @@ def main():
     check(forge_token(alice_id, expires_ms=int(time.time() * 1000) + 60_000) is not None
           and a1.call("GET", "/v1/users/me", token=forge_token(alice_id, expires_ms=int(time.time() * 1000) + 60_000))[0] == 200,
           "a token made with the shared secret by hand is accepted (so the expired case tests expiry, not the format)")
-    for what, request, expected in cases:
+    def run_case(request):
+        """(method, path, body, raw[, token]) as alice on gateway-1; token "-" sends none."""
         method, path, body, raw = request[:4]
         token = request[4] if len(request) > 4 else None
         client = Client("gateway-1", alice["token"])
         if token == "-":
             client.token, token = None, None
         status, reply, _ = client.call(method, path, body, token=token, raw=raw)
+        return status, reply
+    for what, request, expected in cases:
+        status, reply = run_case(request)
         check(error_of(status, reply) == expected and error_shape_ok(reply), f"{what} → {expected[0]} {expected[1]}", f"got {status} {reply}")
     # Hostile input that once took a worker down or changed a message: each is refused with 400
     # naming what is wrong, and afterwards every worker is up and others are served.
@@ -615,12 +619,7 @@ def main():
                 for c in range(1, 0x20) if c not in (0x09, 0x0A, 0x0D)]
     refused = []
     for what, request, named in hostile:
-        method, path, body, raw = request[:4]
-        token = request[4] if len(request) > 4 else None
-        client = Client("gateway-1", alice["token"])
-        if token == "-":
-            client.token, token = None, None
-        status, reply, _ = client.call(method, path, body, token=token, raw=raw)
+        status, reply = run_case(request)
         if not (error_of(status, reply) == (400, "invalid_request") and error_shape_ok(reply) and named in reply["error"]["message"]):
             refused.append(f"{what}: {status} {reply}")
     check(not refused, f"{len(hostile)} hostile requests are each refused with 400 invalid_request naming what is wrong", "; ".join(refused))
