@@ -60,6 +60,7 @@ let package = Package(
                 "ParleyModel",
                 "ParleyStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: upcoming

@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 NODE="${1:-.build/debug/parley-node}"
 [ -x "$NODE" ] || { echo "no parley-node binary at $NODE (build first)"; exit 2; }
 NODE="$(cd "$(dirname "$NODE")" && pwd)/$(basename "$NODE")"
-TOKEN="test-admin-token"
+TOKEN="test-admin-token-0123456789"
 NAMES=(node-1 node-2 node-3)
 read -r -a PORTS <<<"$(free_ports 6)"
 declare -A CLUSTER_PORT OPS_PORT NODE_PID

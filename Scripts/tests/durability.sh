@@ -34,7 +34,7 @@ scenario() {
     local store="$1" kind="${1%%:*}"
     read -r WORKER_PORT DRIVER_PORT OPS_PORT <<<"$(free_ports 3)"
     start_worker() {
-        "$NODE" run --name worker-1 --tls-dir "$WORK/tls" --cluster-port "$WORKER_PORT" --ops-port "$OPS_PORT" \
+        PARLEY_ADMIN_TOKEN="$(openssl rand -hex 16)" "$NODE" run --name worker-1 --tls-dir "$WORK/tls" --cluster-port "$WORKER_PORT" --ops-port "$OPS_PORT" \
             --store "$store" --data-dir "$WORK/data" >>"$WORK/worker-1-$kind.log" 2>&1 &
         WORKER_PID=$!
         PIDS+=("$WORKER_PID")

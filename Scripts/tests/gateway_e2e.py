@@ -31,7 +31,7 @@ import uuid
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-gateway.")
 SECRET = "e2e-token-secret-0123456789abcdef0123"
-ADMIN = "e2e-admin"
+ADMIN = "e2e-admin-token-0123456789"
 PROCS = {}
 PASSED = 0
 FAILED = 0

@@ -138,8 +138,16 @@ public struct ConversationState: Sendable {
         for member in members where record.member(member.userId) == nil { record.members.append(member) }
     }
 
+    /// A member leaves or is removed. When the owner leaves a group, the longest-standing member
+    /// left becomes its owner (members are kept in the order they joined; the stores do the same
+    /// in the same transaction), so a group is never left without someone who may add members.
     public mutating func memberRemoved(_ user: UserID) {
+        let wasOwner = record.member(user)?.role == .owner
         record.members.removeAll { $0.userId == user }
         typing[user] = nil
+        if wasOwner, !record.members.isEmpty {
+            record.members[0].role = .owner
+            record.ownerId = record.members[0].userId
+        }
     }
 }

@@ -42,7 +42,8 @@ struct APIError: Error, HTTPResponseError, CustomStringConvertible {
         case ChatError.Code.conflict.rawValue: self.init(.conflict, "conflict", error.message)
         case ChatError.Code.cursorExpired.rawValue: self.init(.gone, "cursor_expired", error.message)
         case "unauthorized": self = .unauthorized(error.message)
-        default: self = .unavailable("the cluster cannot serve this now (\(error.code)): \(error.message)")
+        // The message may name nodes, stores or their errors: logged (APIErrorMiddleware), not sent.
+        default: self = .unavailable("the cluster cannot serve this now (\(error.code)); retry")
         }
     }
 
@@ -57,10 +58,13 @@ struct APIError: Error, HTTPResponseError, CustomStringConvertible {
             case .contentTooLarge: return APIError(.contentTooLarge, "payload_too_large", "the body is over the limit")
             case .notFound: return .notFound(error.body ?? "no such route")
             case .methodNotAllowed: return APIError(.methodNotAllowed, "invalid_request", "method not allowed on this route")
-            default: return APIError(error.status, error.status.code < 500 ? "invalid_request" : "unavailable", error.body ?? error.status.reasonPhrase)
+            default:
+                if error.status.code >= 500 { return .unavailable(error.status.reasonPhrase) }
+                return APIError(error.status, "invalid_request", error.body ?? error.status.reasonPhrase)
             }
         default:
-            return .unavailable("internal error: \(error)")
+            // What went wrong is logged; the client learns only that it was the server.
+            return .unavailable("internal error; retry")
         }
     }
 

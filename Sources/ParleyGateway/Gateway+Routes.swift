@@ -23,13 +23,13 @@ extension Gateway {
         v1.post("users") { request, context in try await self.register(request, context) }
         v1.post("sessions") { request, context in try await self.login(request, context) }
         v1.delete("sessions/current") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             try await UserActor.resolve(caller.id, using: self.system).revoke(tokenId: caller.claims.tokenId, expiresAt: caller.claims.expiresAt)
             return Response(status: .noContent)
         }
         v1.get("users/me") { request, context in try Self.json(try await self.authenticate(request, fresh: true).user) }
         v1.patch("users/me") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let change = try await self.decode(API.ProfileChange.self, from: request)
             return try Self.json(try await UserActor.resolve(caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL))
         }
@@ -54,14 +54,14 @@ extension Gateway {
             return try Self.json(try await self.conversation(try Self.conversationID(context), for: caller.id))
         }
         v1.patch("conversations/:id") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)
             let rename = try await self.decode(API.Rename.self, from: request)
             let record = try await ConversationActor.resolve(id, using: self.system).rename(rename.name, by: caller.id)
             return try Self.json(API.Conversation(record, for: caller.id))
         }
         v1.post("conversations/:id/members") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)
             let body = try await self.decode(API.NewMembers.self, from: request)
             guard body.userIds.count <= 1000 else { throw APIError.invalid("userIds: at most 1,000") }
@@ -69,7 +69,7 @@ extension Gateway {
             return try Self.json(API.Conversation(record, for: caller.id))
         }
         v1.delete("conversations/:id/members/:userId") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)
             let member = try Self.userID(context.parameters.require("userId"))
             try await ConversationActor.resolve(id, using: self.system).removeMember(member, by: caller.id)
@@ -80,14 +80,14 @@ extension Gateway {
         v1.post("conversations/:id/messages") { request, context in try await self.send(request, context) }
         v1.get("conversations/:id/messages") { request, context in try await self.history(request, context) }
         v1.post("conversations/:id/receipts") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)
             let body = try await self.decode(API.Receipts.self, from: request)
             _ = try await ConversationActor.resolve(id, using: self.system).markReceipts(for: caller.id, deliveredSeq: body.deliveredSeq, readSeq: body.readSeq)
             return Response(status: .noContent)
         }
         v1.post("conversations/:id/typing") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)
             let body = try await self.decode(API.Typing.self, from: request)
             _ = try await ConversationActor.resolve(id, using: self.system).setTyping(for: caller.id, body.typing)
@@ -96,7 +96,7 @@ extension Gateway {
 
         // Presence
         v1.put("presence") { request, context in
-            let caller = try await self.authenticate(request)
+            let caller = try await self.authenticateWriter(request)
             let body = try await self.decode(API.PresencePreference.self, from: request)
             guard body.status != .offline else { throw APIError.invalid("status must be online or away") }
             _ = try await PresenceShard.resolve(for: caller.id, using: self.system).setPreference(caller.id, body.status)
@@ -107,11 +107,13 @@ extension Gateway {
         // The event stream
         v1.get("events") { request, context in try await self.events(request, context) }
 
-        // Operations, also on the client port
-        for path in ["healthz", "readyz", "metrics"] {
-            router.get(RouterPath(path)) { request, context in try self.operations(request) }
+        // Health, for load balancers in front of the client port. The cluster view and metrics
+        // are served on the operations port only: the client port faces the Internet.
+        router.get("healthz") { request, context in Self.text("ok") }
+        router.get("readyz") { request, context in
+            if self.system.isReady { return Self.text("ready") }
+            return Self.text("not ready", status: .serviceUnavailable)
         }
-        v1.get("cluster") { request, context in try self.operations(request) }
     }
 
     // MARK: Accounts
@@ -121,7 +123,7 @@ extension Gateway {
             throw APIError(.tooManyRequests, "rate_limited", "too many registrations from this address; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
         let body = try await decode(API.NewUser.self, from: request)
-        guard (8...256).contains(body.password.count) else { throw APIError.invalid("password must be 8–256 characters") }
+        if let problem = Self.passwordProblem(body.password) { throw APIError.invalid(problem) }
         let unhashed = NewUser(handle: body.handle, displayName: body.displayName, passwordHash: "-")
         try unhashed.validate()  // before spending a bcrypt on it
         let hash = try await hashPassword(body.password)
@@ -138,11 +140,24 @@ extension Gateway {
                 throw APIError(.tooManyRequests, "rate_limited", "too many login attempts; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
             }
         }
+        // A password registration would refuse matches no account: bcrypt would compare only
+        // its first 72 bytes, or the bytes before a U+0000.
+        guard Self.passwordProblem(body.password) == nil else { throw APIError.unauthorized("wrong handle or password") }
         let login = body.handle.count <= 64 ? try await AccountDirectory.resolve(handle: body.handle, using: system).login(handle: body.handle) : nil
         // An unknown handle costs the same bcrypt as a wrong password, and answers the same.
-        let matches = try await verifyPassword(String(body.password.prefix(256)), hash: login?.passwordHash ?? decoyHash)
+        let matches = try await verifyPassword(body.password, hash: login?.passwordHash ?? decoyHash)
         guard let login, matches else { throw APIError.unauthorized("wrong handle or password") }
         return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id).token))
+    }
+
+    /// Why a password cannot be registered, or nil. bcrypt reads at most 72 bytes and stops at a
+    /// zero byte, so a longer password, or one holding U+0000, would be accepted by any other
+    /// password that shares what bcrypt reads: both are refused rather than cut silently.
+    static func passwordProblem(_ password: String) -> String? {
+        if password.count < 8 { return "password must be at least 8 characters" }
+        if password.utf8.count > 72 { return "password must be at most 72 bytes of UTF-8 (bcrypt reads no more)" }
+        if password.utf8.contains(0) { return "password must not contain U+0000" }
+        return nil
     }
 
     private func hashPassword(_ password: String) async throws -> String {
@@ -183,10 +198,21 @@ extension Gateway {
         return Caller(user: user, claims: claims)
     }
 
+    /// ``authenticate(_:fresh:)`` for a route that changes something other than by sending a
+    /// message (sends have their own limit): each user's such writes are limited
+    /// (`GatewayConfiguration.writeRate`), else `429` with `Retry-After`.
+    func authenticateWriter(_ request: Request) async throws -> Caller {
+        let caller = try await authenticate(request)
+        if let wait = writeLimiter.acquire(caller.id.rawValue) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many changes; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
+        }
+        return caller
+    }
+
     // MARK: Conversations
 
     private func createConversation(_ request: Request) async throws -> Response {
-        let caller = try await authenticate(request)
+        let caller = try await authenticateWriter(request)
         let body = try await decode(API.NewConversation.self, from: request)
         guard body.memberIds.count <= 1000 else { throw APIError.invalid("memberIds: a group has at most 1,000 members") }
         let create = CreateConversation(creatorId: caller.id, memberIds: body.memberIds, name: body.name)
@@ -317,33 +343,32 @@ extension Gateway {
 
     // MARK: Presence
 
+    /// The presence of users who share a conversation with the caller (and the caller's own).
+    /// Anyone else is shown as a user never seen is — offline, no last seen — so the route tells
+    /// a stranger nothing about who is online, or that an ID exists.
     private func presence(_ request: Request) async throws -> Response {
-        _ = try await authenticate(request)
+        let caller = try await authenticate(request)
         let text = request.uri.queryParameters["userIds"].map(String.init) ?? ""
         let ids = try text.split(separator: ",").map { try Self.userID(String($0)) }
         guard !ids.isEmpty else { throw APIError.invalid("userIds is required (comma-separated)") }
         guard ids.count <= 100 else { throw APIError.invalid("userIds: at most 100") }
         let system = self.system
+        var visible = Set(try await UserActor.resolve(caller.id, using: system).contacts())
+        visible.insert(caller.id)
+        let asked = Set(ids).intersection(visible)
         let found = try await withThrowingTaskGroup(of: [Presence].self) { group in
-            for users in Dictionary(grouping: Array(Set(ids)), by: PresenceShard.shard(of:)).values {
+            for users in Dictionary(grouping: Array(asked), by: PresenceShard.shard(of:)).values {
                 group.addTask { try await PresenceShard.resolve(for: users[0], using: system).presence(of: users) }
             }
             return try await group.reduce(into: [UserID: Presence]()) { all, part in
                 for presence in part { all[presence.userId] = presence }
             }
         }
-        return try Self.json(API.Presences(presence: ids.compactMap { found[$0] }))
+        return try Self.json(API.Presences(presence: ids.map { found[$0] ?? Presence(userId: $0, status: .offline) }))
     }
 
-    // MARK: Operations
-
-    private func operations(_ request: Request) throws -> Response {
-        guard let reply = configuration.operations?(request.uri.path, request.headers[.authorization]) else {
-            throw APIError.notFound("no route \(request.uri.path)")
-        }
-        return Response(
-            status: HTTPResponse.Status(code: reply.status), headers: [.contentType: reply.contentType],
-            body: .init(byteBuffer: ByteBuffer(bytes: reply.body)))
+    static func text(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
     }
 
     // MARK: Helpers

@@ -29,6 +29,9 @@ public struct GatewayConfiguration: Sendable {
     public var sendRetryWindow: Duration = .seconds(5)
     /// Messages per user.
     public var sendRate = RateLimiter.Rule(perSecond: 20, burst: 50)
+    /// Other writes per user: creating conversations, renames, members, receipts, typing,
+    /// presence, profile, logout.
+    public var writeRate = RateLimiter.Rule(perSecond: 20, burst: 100)
     /// Login attempts per handle and per client address.
     public var loginRatePerHandle = RateLimiter.Rule(perSecond: 0.2, burst: 5)
     public var loginRatePerAddress = RateLimiter.Rule(perSecond: 2, burst: 30)
@@ -43,27 +46,10 @@ public struct GatewayConfiguration: Sendable {
     public var passwordHashesOutstandingMax = 32
     /// bcrypt cost (2^cost rounds); 10 takes ~60 ms here.
     public var bcryptCost: UInt8 = 10
-    /// Replies of the operations routes also served on the client port (`/healthz`, `/readyz`,
-    /// `/metrics`, `/v1/cluster`): given the path and the Authorization header.
-    public var operations: (@Sendable (_ path: String, _ authorization: String?) -> OperationsReply?)?
-
     public init(certificatePath: String, keyPath: String, tokenSecret: String) {
         self.certificatePath = certificatePath
         self.keyPath = keyPath
         self.tokenSecret = tokenSecret
-    }
-}
-
-/// A reply of an operations route.
-public struct OperationsReply: Sendable {
-    public var status: Int
-    public var contentType: String
-    public var body: [UInt8]
-
-    public init(status: Int, contentType: String, body: [UInt8]) {
-        self.status = status
-        self.contentType = contentType
-        self.body = body
     }
 }
 
@@ -95,6 +81,7 @@ public final class Gateway: Sendable {
     let tokens: TokenAuthority
     let hub: StreamHub
     let sendLimiter: RateLimiter
+    let writeLimiter: RateLimiter
     let loginByHandle: RateLimiter
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
@@ -114,6 +101,7 @@ public final class Gateway: Sendable {
         self.hub = hub
         system.onRejoin { member in hub.endAll(because: "this gateway was declared down and rejoined as \(member.id)") }
         self.sendLimiter = RateLimiter(configuration.sendRate)
+        self.writeLimiter = RateLimiter(configuration.writeRate)
         self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
         self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
         self.registrationByAddress = RateLimiter(configuration.registrationRatePerAddress)

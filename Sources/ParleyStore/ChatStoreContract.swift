@@ -273,6 +273,22 @@ public enum ChatStoreContract {
             members = try await store.conversation(id)?.members ?? []
             try check(members.map(\.userId).sorted() == [alice, bob, dave].sorted(), "\(members)")
         },
+        Case(name: "when the owner leaves, the longest-standing member left owns the group (ConversationState's rule)") { store in
+            let dave: UserID = "u_dave"
+            let (id, epoch) = try await owned(store, members: [alice, bob, carol])
+            try await store.addMembers([ConversationMember(userId: dave, role: .member)], to: id, epoch: epoch, at: t0)
+            // Bob joined before Carol and Dave: he inherits. A member leaving changes no owner.
+            try await store.removeMember(carol, from: id, epoch: epoch, at: t0)
+            try check(try await store.conversation(id)?.ownerId == alice, "a member leaving changes no owner")
+            try await store.removeMember(alice, from: id, epoch: epoch, at: t0)
+            var read = try require2(try await store.conversation(id))
+            try check(read.ownerId == bob && read.member(bob)?.role == .owner, "owner after alice left: \(read.ownerId), \(read.members)")
+            try check(read.members.filter { $0.role == .owner }.count == 1, "one owner: \(read.members)")
+            try check(read.members.map(\.userId) == [bob, dave], "members in the order they joined: \(read.members)")
+            try await store.removeMember(bob, from: id, epoch: epoch, at: t0)
+            read = try require2(try await store.conversation(id))
+            try check(read.ownerId == dave && read.members.map(\.role) == [.owner], "the last member owns it: \(read.members)")
+        },
         Case(name: "concurrent commits never share or skip a seq") { store in
             let (id, epoch) = try await owned(store)
             let seqs = try await withThrowingTaskGroup(of: [Int64].self) { group in

@@ -134,8 +134,13 @@ public final class InMemoryChatStore: ChatStore {
 
     public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws {
         try fencedChange(of: id, epoch: epoch) { stored in
-            guard stored.record.member(user) != nil else { return }
+            guard let removed = stored.record.member(user) else { return }
             stored.record.members.removeAll { $0.userId == user }
+            if removed.role == .owner, !stored.record.members.isEmpty {
+                // The longest-standing member left is the owner now (ConversationState.memberRemoved).
+                stored.record.members[0].role = .owner
+                stored.record.ownerId = stored.record.members[0].userId
+            }
             stored.receiptAt[user] = nil
             stored.removals.append((user, at.millisecondPrecision))
             stored.changed(.memberRemoved, at: at)

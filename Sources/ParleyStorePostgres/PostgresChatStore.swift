@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOSSL
 import ParleyModel
 import ParleyStore
 import PostgresNIO
@@ -30,8 +31,10 @@ public final class PostgresChatStore: ChatStore {
         var isSet: Bool { value.load(ordering: .acquiring) }
     }
 
-    /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (no TLS: a private network or
-    /// loopback). The pool runs until ``shutdown()``. Up to `concurrentCommits` of its
+    /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=MODE]`: `disable` (the
+    /// default: a private network or loopback), `require` (TLS, the server's certificate not
+    /// checked) or `verify-full` (TLS, the certificate checked against the system's roots or
+    /// `sslrootcert=PATH`, and its name against the host). The pool runs until ``shutdown()``. Up to `concurrentCommits` of its
     /// `maxConnections` take group commits at once: two since a commit is one round trip (at
     /// 10,000 appends/s into 1,000 conversations, open loop, eight runs against six with four at
     /// once: p50 1.9–2.9 against 2.9–4.8 ms, p99 5.8–17.1 against 14.1–81.2 ms; one at once was
@@ -43,11 +46,13 @@ public final class PostgresChatStore: ChatStore {
         guard let components = URLComponents(string: url), components.scheme == "postgres" || components.scheme == "postgresql",
             let host = components.host, let user = components.user, !components.path.dropFirst().isEmpty
         else {
-            throw ChatStoreError(.unavailable, "'\(url)' is not postgres://USER@HOST:PORT/DATABASE")
+            // Never the URL itself: it may hold the password.
+            throw ChatStoreError(.unavailable, "the PostgreSQL URL is not postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|require|verify-full]")
         }
+        let tls = try Self.tls(components.queryItems ?? [])
         var configuration = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: user, password: components.password,
-            database: String(components.path.dropFirst()), tls: .disable)
+            database: String(components.path.dropFirst()), tls: tls)
         configuration.options.maximumConnections = maxConnections
         // Prepared statements are planned for their arguments every time, never with a generic
         // plan: one made while the tables were small (seq scans) stays cached on the connection as
@@ -69,6 +74,33 @@ public final class PostgresChatStore: ChatStore {
             await client.run()
         }
         self.description = "postgres://\(user)@\(host):\(components.port ?? 5432)\(components.path)"
+    }
+
+    /// The connection's TLS from the URL's `sslmode` and `sslrootcert`.
+    static func tls(_ query: [URLQueryItem]) throws -> PostgresClient.Configuration.TLS {
+        let known: Set<String> = ["sslmode", "sslrootcert"]
+        if let unknown = query.first(where: { !known.contains($0.name) }) {
+            throw ChatStoreError(.unavailable, "the PostgreSQL URL's parameter '\(unknown.name)' is not one Parley reads (sslmode, sslrootcert)")
+        }
+        let mode = query.last(where: { $0.name == "sslmode" })?.value ?? "disable"
+        let rootCertificate = query.last(where: { $0.name == "sslrootcert" })?.value
+        switch mode {
+        case "disable":
+            return .disable
+        case "require":
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = .none
+            return .require(configuration)
+        case "verify-full":
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = .fullVerification
+            if let rootCertificate {
+                configuration.trustRoots = .file(rootCertificate)
+            }
+            return .require(configuration)
+        default:
+            throw ChatStoreError(.unavailable, "sslmode '\(mode)' must be disable, require or verify-full")
+        }
     }
 
     /// Closes the pool.
@@ -446,11 +478,22 @@ public final class PostgresChatStore: ChatStore {
     public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws {
         try await transaction { connection in
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
-            var removed = false
-            for try await _ in try await connection.query(
-                "DELETE FROM members WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING user_id", logger: logger
-            ) { removed = true }
-            guard removed else { return }
+            var role: String?
+            for try await removedRole in try await connection.query(
+                "DELETE FROM members WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING role", logger: logger
+            ).decode(String.self) { role = removedRole }
+            guard let role else { return }
+            if role == MemberRole.owner.rawValue {
+                // The longest-standing member left is the owner now (ConversationState.memberRemoved).
+                try await connection.query(
+                    """
+                    WITH heir AS (SELECT user_id FROM members WHERE conversation_id = \(id.rawValue) ORDER BY position LIMIT 1),
+                    promoted AS (
+                        UPDATE members SET role = \(MemberRole.owner.rawValue)
+                        WHERE conversation_id = \(id.rawValue) AND user_id IN (SELECT user_id FROM heir) RETURNING user_id)
+                    UPDATE conversations SET owner_id = promoted.user_id FROM promoted WHERE conversations.id = \(id.rawValue)
+                    """, logger: logger)
+            }
             try await connection.query(
                 """
                 INSERT INTO removals (user_id, removed_at, conversation_id) VALUES (\(user.rawValue), \(at.millisecondsSince1970), \(id.rawValue))

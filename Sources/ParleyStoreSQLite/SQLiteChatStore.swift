@@ -634,8 +634,20 @@ public final class SQLiteChatStore: ChatStore {
     public func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws {
         try await write { db in
             try Self.checkEpoch(epoch, of: id, db: db)
-            try db.execute(sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?", arguments: [id.rawValue, user.rawValue])
-            guard db.changesCount > 0 else { return }
+            let role = try String.fetchOne(
+                db, sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ? RETURNING role", arguments: [id.rawValue, user.rawValue])
+            guard let role else { return }
+            if role == MemberRole.owner.rawValue {
+                // The longest-standing member left is the owner now (ConversationState.memberRemoved).
+                if let heir = try String.fetchOne(
+                    db, sql: "SELECT user_id FROM members WHERE conversation_id = ? ORDER BY position LIMIT 1", arguments: [id.rawValue])
+                {
+                    try db.execute(
+                        sql: "UPDATE members SET role = ? WHERE conversation_id = ? AND user_id = ?",
+                        arguments: [MemberRole.owner.rawValue, id.rawValue, heir])
+                    try db.execute(sql: "UPDATE conversations SET owner_id = ? WHERE id = ?", arguments: [heir, id.rawValue])
+                }
+            }
             try db.execute(
                 sql: "INSERT OR IGNORE INTO removals (user_id, removed_at, conversation_id) VALUES (?, ?, ?)",
                 arguments: [user.rawValue, at.millisecondsSince1970, id.rawValue])

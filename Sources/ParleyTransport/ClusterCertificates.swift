@@ -26,7 +26,8 @@ public enum ClusterCertificates {
         guard !FileManager.default.fileExists(atPath: certificatePath.path) else {
             throw Failure(description: "\(certificatePath.path) already exists; delete it to make a new CA (every node certificate must then be issued again)")
         }
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        // 0700: the directory holds the CA's key.
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let key = Certificate.PrivateKey(P256.Signing.PrivateKey())
         let name = try DistinguishedName {
             OrganizationName("Parley")
@@ -115,9 +116,36 @@ public enum ClusterCertificates {
         }
     }
 
+    /// Writes `text` to a new file beside `url` and renames it into place, so that a reader sees
+    /// the old file or the whole new one. The file is created with its final permissions (0600 for
+    /// a key), never readable by others for a moment in between.
     private static func write(_ text: String, to url: URL, private isPrivate: Bool) throws {
-        try Data(text.utf8).write(to: url, options: .atomic)
-        try FileManager.default.setAttributes([.posixPermissions: isPrivate ? 0o600 : 0o644], ofItemAtPath: url.path)
+        let temporary = url.path + ".\(getpid()).tmp"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, isPrivate ? 0o600 : 0o644)
+        guard descriptor >= 0 else {
+            throw Failure(description: "cannot create \(temporary): \(String(cString: strerror(errno)))")
+        }
+        // The mode given to open(2) is narrowed by the umask, never widened: set it exactly.
+        let bytes = Array(text.utf8)
+        var written = 0
+        var failure: String?
+        if fchmod(descriptor, isPrivate ? 0o600 : 0o644) != 0 { failure = String(cString: strerror(errno)) }
+        while failure == nil, written < bytes.count {
+            let result = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress?.advanced(by: written), bytes.count - written) }
+            if result < 0 {
+                if errno == EINTR { continue }
+                failure = String(cString: strerror(errno))
+            } else {
+                written += result
+            }
+        }
+        if failure == nil, fsync(descriptor) != 0 { failure = String(cString: strerror(errno)) }
+        close(descriptor)
+        if failure == nil, rename(temporary, url.path) != 0 { failure = String(cString: strerror(errno)) }
+        if let failure {
+            unlink(temporary)
+            throw Failure(description: "cannot write \(url.path): \(failure)")
+        }
     }
 
     static func ipAddressBytes(_ text: String) -> [UInt8]? {

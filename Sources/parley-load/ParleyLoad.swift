@@ -171,14 +171,19 @@ struct Idle: AsyncParsableCommand {
 
     @OptionGroup var options: WorkloadOptions
     @Option(help: "Seconds to hold the streams open before measuring.") var hold = 5.0
+    @Option(help: "The first gateway's /metrics URL, on its operations port (env PARLEY_GATEWAY_METRICS; `Scripts/cluster env` sets it).")
+    var gatewayMetrics: String?
 
     func run() async throws {
         options.configureEventLoops()
         let urls = try options.gatewayURLs()
-        let before = try await Self.residentBytes(urls[0], ca: options.caPath)
+        guard let text = gatewayMetrics ?? ProcessInfo.processInfo.environment["PARLEY_GATEWAY_METRICS"], let metrics = URL(string: text), metrics.host != nil else {
+            throw ValidationError("the first gateway's /metrics URL is needed: --gateway-metrics URL (or eval \"$(Scripts/cluster env)\")")
+        }
+        let before = try await Self.residentBytes(metrics)
         let workload = try await Workload.prepare(options, conversations: false)
         try await Task.sleep(for: .seconds(hold))
-        let after = try await Self.residentBytes(urls[0], ca: options.caPath)
+        let after = try await Self.residentBytes(metrics)
         let perGateway = Double(workload.clients.count) / Double(urls.count)
         _ = await workload.finish(drain: 0)
         Swift.print(String(format: "%d idle streams over %d gateway(s); %@ resident: %.1f MiB before, %.1f MiB after → %.1f KiB per stream",
@@ -186,9 +191,9 @@ struct Idle: AsyncParsableCommand {
                            (Double(after) - Double(before)) / perGateway / 1024))
     }
 
-    /// `process_resident_memory_bytes` from the gateway's /metrics (on its client port).
-    static func residentBytes(_ gateway: URL, ca: String?) async throws -> Int {
-        let text = try await ParleyClient.fetchText(gateway.appendingPathComponent("metrics"), caCertificatePath: ca)
+    /// `process_resident_memory_bytes` from the gateway's /metrics.
+    static func residentBytes(_ metrics: URL) async throws -> Int {
+        let text = try await ParleyClient.fetchText(metrics, caCertificatePath: nil)
         for line in text.split(separator: "\n") where line.hasPrefix("process_resident_memory_bytes ") {
             if let value = Int(line.split(separator: " ")[1]) { return value }
         }

@@ -123,6 +123,8 @@ struct NodeConfiguration {
             gateway.sendRetryWindow = .milliseconds(Int(try number(run.sendRetrySeconds, "PARLEY_SEND_RETRY_SECONDS", default: 5, range: 0...120) * 1000))
             let rate = try number(run.sendRate, "PARLEY_SEND_RATE", default: 20, range: 0.1...1_000_000)
             gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
+            let writeRate = try number(run.writeRate, "PARLEY_WRITE_RATE", default: 20, range: 0.1...1_000_000)
+            gateway.writeRate = .init(perSecond: writeRate, burst: max(1, writeRate * 5))
             let loginRate = try number(run.loginRate, "PARLEY_LOGIN_RATE", default: 2, range: 0.1...1_000_000)
             gateway.loginRatePerAddress = .init(perSecond: loginRate, burst: max(1, loginRate * 15))
             let registrationRate = try number(run.registrationRate, "PARLEY_REGISTRATION_RATE", default: 0.5, range: 0.01...1_000_000)
@@ -133,6 +135,14 @@ struct NodeConfiguration {
             let idle = try number(run.clientIdleTimeout, "PARLEY_CLIENT_IDLE_TIMEOUT", default: 300, range: 0...86_400)
             gateway.clientIdleTimeout = idle > 0 ? .milliseconds(Int(idle * 1000)) : nil
             self.gateway = gateway
+        }
+        if let adminToken {
+            guard adminToken.utf8.count >= 16 else { throw ValidationError("the admin token must be at least 16 bytes (e.g. `openssl rand -hex 16`)") }
+        } else if !(run.insecureNoAdminToken || environment["PARLEY_INSECURE_NO_ADMIN_TOKEN"] == "1") {
+            throw ValidationError("""
+                an admin token is required: --admin-token or PARLEY_ADMIN_TOKEN (at least 16 bytes; e.g. `openssl rand -hex 16`). \
+                Without one GET /v1/cluster is open to whoever reaches the operations port: say so with --insecure-no-admin-token.
+                """)
         }
     }
 }

@@ -92,4 +92,15 @@ import Testing
         let direct = Self.state(kind: .direct)
         #expect(throws: ChatError(.forbidden, "members cannot be added to a direct conversation")) { try direct.validateAdd([Self.mallory], by: Self.alice, groupSizeMax: 10) }
     }
+
+    @Test func anOwnerWhoLeavesHandsTheGroupToTheLongestStandingMember() throws {
+        var group = Self.state()
+        group.memberRemoved(Self.carol)
+        #expect(group.record.ownerId == Self.alice, "a member leaving changes no owner")
+        group.memberRemoved(Self.alice)
+        let record = group.record
+        #expect(record.ownerId == Self.bob && record.members.map(\.role) == [.owner])
+        try group.validateAdd([Self.mallory], by: Self.bob, groupSizeMax: 10)  // the new owner may add
+        #expect(throws: ChatError(.notFound, "conversation not found")) { try group.validateAdd([Self.carol], by: Self.alice, groupSizeMax: 10) }
+    }
 }
