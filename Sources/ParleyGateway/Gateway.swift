@@ -25,6 +25,13 @@ public struct GatewayConfiguration: Sendable {
     /// A client connection with nothing in progress this long is closed (HTTP/2: no open stream,
     /// with a GOAWAY first; HTTP/1.1: between requests); nil: never. An open event stream is never idle.
     public var clientIdleTimeout: Duration? = .seconds(300)
+    /// Client connections open at once; past it a new one is closed at once.
+    public var clientConnectionsMax = 10_000
+    /// A client connection must finish its TLS handshake this soon after it is accepted.
+    public var handshakeTimeout: Duration = .seconds(10)
+    /// A request must arrive whole (headers and body) this soon after its first byte (HTTP/1.1) or
+    /// its headers (HTTP/2), else `408`.
+    public var requestTimeout: Duration = .seconds(30)
     /// How long a send whose owner died is retried (same `clientMessageId`) before `503`.
     public var sendRetryWindow: Duration = .seconds(5)
     /// Messages per user.
@@ -131,10 +138,13 @@ public final class Gateway: Sendable {
         let idleTimeout = configuration.clientIdleTimeout.map { TimeAmount.nanoseconds($0.nanoseconds) }
         let http2 = HTTP2Responder(
             respond: { try await routes.respond(to: $0, context: $1) }, bodyLimit: configuration.bodyLimitBytes, serverName: "parley",
-            idleTimeout: idleTimeout, logger: logger)
+            idleTimeout: idleTimeout, requestTimeout: .nanoseconds(configuration.requestTimeout.nanoseconds), logger: logger)
+        let connections = ConnectionCount(max: configuration.clientConnectionsMax)
+        let handshakeTimeout = TimeAmount.nanoseconds(configuration.handshakeTimeout.nanoseconds)
         let server = HTTPServerBuilder { responder in
             GatewayChildChannel(
-                sslContext: sslContext, http1: HTTP1Channel(responder: responder, configuration: .init(idleTimeout: idleTimeout)), http2: http2)
+                sslContext: sslContext, http1: HTTP1Channel(responder: responder, configuration: .init(idleTimeout: idleTimeout)), http2: http2,
+                connections: connections, handshakeTimeout: handshakeTimeout)
         }
         return Application(
             router: router,

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdCore
 import Logging
+import Metrics
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
@@ -32,10 +33,23 @@ struct GatewayChildChannel: ServerChildChannel {
     let sslContext: NIOSSLContext
     let http1: HTTP1Channel
     let http2: HTTP2Responder
+    /// Open client connections, against their limit.
+    let connections: ConnectionCount
+    /// A connection that has not finished its TLS handshake (and ALPN) this long after it was
+    /// accepted is closed.
+    let handshakeTimeout: TimeAmount
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        channel.eventLoop.makeCompletedFuture {
+        guard connections.open() else {
+            // Past the limit: closed before any TLS work is spent on it.
+            ConnectionCount.refused.increment()
+            logger.debug("client connection refused: at the connection limit", metadata: ["connections.max": "\(connections.max)"])
+            return channel.close().flatMap { channel.eventLoop.makeFailedFuture(ConnectionCount.AtLimit()) }
+        }
+        channel.closeFuture.whenComplete { [connections] _ in connections.closed() }
+        return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+            let requestTimeout = http2.requestTimeout
             let negotiation = NIOTypedApplicationProtocolNegotiationHandler<Negotiated> { [http1, http2] result in
                 switch result {
                 case .negotiated("h2"):
@@ -44,12 +58,30 @@ struct GatewayChildChannel: ServerChildChannel {
                         return .http2
                     }
                 case .negotiated("http/1.1"), .fallback:
-                    return http1.setup(channel: channel, logger: logger).map { .http1($0) }
+                    // Its own HTTP1Channel: the request deadline's handlers belong to this connection.
+                    let deadline = HTTP1RequestDeadline(timeout: requestTimeout, logger: logger)
+                    var configuration = http1.configuration
+                    let parts = NIOLoopBound(deadline.parts, eventLoop: channel.eventLoop)
+                    configuration.additionalChannelHandlers = { [parts.value] }
+                    do {
+                        // Before the HTTP decoder, which the setup below adds: it sees a request's
+                        // first bytes, before there are headers.
+                        try channel.pipeline.syncOperations.addHandler(deadline.bytes)
+                    } catch {
+                        return channel.eventLoop.makeFailedFuture(error)
+                    }
+                    return HTTP1Channel(responder: http1.responder, configuration: configuration).setup(channel: channel, logger: logger).map { .http1($0) }
                 case .negotiated:
                     return channel.close().flatMap { channel.eventLoop.makeFailedFuture(NIOHTTP2Errors.invalidALPNToken()) }
                 }
             }
             try channel.pipeline.syncOperations.addHandler(negotiation)
+            let handshake = channel.eventLoop.assumeIsolated().scheduleTask(in: handshakeTimeout) {
+                logger.debug("client connection closed: no TLS handshake within the timeout", metadata: ["timeout": "\(handshakeTimeout)"])
+                ConnectionCount.handshakesTimedOut.increment()
+                channel.close(promise: nil)
+            }
+            negotiation.protocolNegotiationResult.whenComplete { _ in handshake.cancel() }
             return Value(negotiated: negotiation.protocolNegotiationResult, channel: channel)
         }
     }
@@ -79,6 +111,9 @@ struct HTTP2Responder: Sendable {
     let serverName: String
     /// A connection without an open stream this long gets a GOAWAY and is closed; nil: never.
     var idleTimeout: TimeAmount? = nil
+    /// A request whose body has not all come this long after its headers is answered `408` and
+    /// its stream reset.
+    var requestTimeout: TimeAmount = .seconds(30)
     let logger: Logger
 
     func response(to request: Request, context: GatewayContext) async -> Response {
@@ -150,6 +185,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         var body = ByteBuffer()
         /// Answered already (the body passed the limit): the rest of the body is dropped.
         var answered = false
+        /// When its headers came (``HTTP2Responder/requestTimeout``).
+        var since: NIODeadline
     }
 
     private let responder: HTTP2Responder
@@ -171,6 +208,13 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     private var draining = false
     /// Runs while the connection has no open stream (``HTTP2Responder/idleTimeout``).
     private var idleTimer: Scheduled<Void>?
+    /// Armed while a request's body is still arriving after a read: most requests come whole in
+    /// one read, and need no timer.
+    private var requestTimer: Scheduled<Void>?
+    /// Each event stream's send window, as NIOHTTP2 last reported it: what the client lets the
+    /// server send before it reads. At 0 the stream is not writable, though the connection may be
+    /// (NIOHTTP2 would buffer its DATA frames without bound).
+    private var sendWindows: [HTTP2StreamID: Int] = [:]
     /// Where this connection's requests are answered: its own event loop.
     private var taskExecutor: EventLoopTaskExecutor?
     /// Flushes three turns of the loop's task queue after a write: a send's response and the
@@ -193,12 +237,14 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     func handlerRemoved(context: ChannelHandlerContext) {
         endAll()
         idleTimer?.cancel()
+        requestTimer?.cancel()
         self.context = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         endAll()
         idleTimer?.cancel()
+        requestTimer?.cancel()
         context.fireChannelInactive()
     }
 
@@ -222,7 +268,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
                 reset(id, .protocolError, context: context)
                 return
             }
-            incoming[id] = Incoming(head: head)
+            incoming[id] = Incoming(head: head, since: context.eventLoop.now)
             updateIdleTimer(context: context)
             if headers.endStream { requestComplete(id, context: context) }
         case .data(let payload):
@@ -258,6 +304,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        if !incoming.isEmpty && requestTimer == nil { armRequestTimer(context: context) }
         let uncredited = Self.connectionWindow - connectionWindowLeft
         if uncredited >= 16 * 1024 {
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: uncredited))), promise: nil)
@@ -274,8 +321,15 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             incoming[closed.streamID] = nil
             closeIfDrained(context: context)
             updateIdleTimer(context: context)
-        case let window as NIOHTTP2WindowUpdatedEvent where window.streamID == .rootStream:
-            if let left = window.inboundWindowSize { connectionWindowLeft = left }
+        case let window as NIOHTTP2WindowUpdatedEvent:
+            if window.streamID == .rootStream {
+                if let left = window.inboundWindowSize { connectionWindowLeft = left }
+            } else if let send = window.outboundWindowSize, responding[window.streamID] != nil || incoming[window.streamID] != nil {
+                sendWindows[window.streamID] = send
+            }
+            context.fireUserInboundEventTriggered(event)
+        case let created as NIOHTTP2StreamCreatedEvent:
+            if let send = created.localInitialWindowSize { sendWindows[created.streamID] = Int(send) }
             context.fireUserInboundEventTriggered(event)
         case let event as ChannelEvent where event == .inputClosed:
             // The client closed its side (TLS close_notify); Hummingbird's server lets a
@@ -359,7 +413,9 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
 
     fileprivate func isOpen(_ id: HTTP2StreamID) -> Bool { context?.channel.isActive == true && responding[id] != nil }
 
-    fileprivate var isWritable: Bool { context?.channel.isWritable ?? false }
+    fileprivate func isWritable(_ id: HTTP2StreamID) -> Bool {
+        (context?.channel.isWritable ?? false) && (sendWindows[id] ?? 1) > 0
+    }
 
     fileprivate func reset(_ id: HTTP2StreamID) {
         guard let context else { return }
@@ -372,6 +428,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     private func streamEnded(_ id: HTTP2StreamID) {
+        sendWindows[id] = nil
         responding.removeValue(forKey: id)?.ended()
     }
 
@@ -379,7 +436,36 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         let sinks = responding.values
         responding = [:]
         incoming = [:]
+        sendWindows = [:]
         for sink in sinks { sink.ended() }
+    }
+
+    /// Answers `408` to each request whose body has not all come within the request timeout
+    /// (a client that sends headers, then trickles or withholds the body), and resets its stream;
+    /// runs again while bodies are still arriving.
+    private func armRequestTimer(context: ChannelHandlerContext) {
+        let timeout = responder.requestTimeout
+        requestTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+            requestTimer = nil
+            guard let context = self.context else { return }
+            let now = context.eventLoop.now
+            for (id, request) in incoming where !request.answered && request.since + timeout <= now {
+                responder.logger.info("request timed out before its body came", metadata: [
+                    "http.path": "\(request.head.path ?? "")", "timeout": "\(timeout)",
+                ])
+                incoming[id] = nil
+                var headers = HPACKHeaders([(":status", "408"), ("content-type", "application/json")])
+                let body = ByteBuffer(string: #"{"error":{"code":"request_timeout","message":"the request's body did not all arrive in time","retryable":true}}"#)
+                headers.add(name: "content-length", value: "\(body.readableBytes)")
+                context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers)))), promise: nil)
+                context.write(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
+                context.flush()
+                reset(id, .noError, context: context)
+            }
+            if !incoming.isEmpty { armRequestTimer(context: context) }
+            closeIfDrained(context: context)
+            updateIdleTimer(context: context)
+        }
     }
 
     private func closeIfDrained(context: ChannelHandlerContext) {
@@ -484,7 +570,7 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     }
 
     var isActive: Bool { onLoop.isOpen(id) }
-    var isWritable: Bool { onLoop.isWritable }
+    var isWritable: Bool { onLoop.isWritable(id) }
     func write(_ buffer: ByteBuffer) { onLoop.write(id, buffer) }
     func flush() { onLoop.flush() }
     func close() { onLoop.reset(id) }

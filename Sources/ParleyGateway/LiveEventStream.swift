@@ -12,7 +12,8 @@ protocol EventStreamSink: AnyObject, Sendable {
     var loop: any EventLoop { get }
     /// The client is still there (the connection is open, the HTTP/2 stream not reset).
     var isActive: Bool { get }
-    /// The connection takes more without buffering.
+    /// The connection takes more without buffering (on HTTP/2: and the stream's flow-control
+    /// window is open).
     var isWritable: Bool { get }
     func write(_ buffer: ByteBuffer)
     func flush()
@@ -64,7 +65,7 @@ final class LiveEventStream: @unchecked Sendable {
     private let pingTicks: Int
     /// Where in the `pingTicks` cycle this stream pings (see ``init``).
     private let pingOffset: Int
-    private let writesWhileUnwritableLimit: Int
+    private let unwritableBytesMax: Int
     private let endedPromise: EventLoopPromise<Void>
 
     private var cursor: StreamCursor
@@ -81,19 +82,21 @@ final class LiveEventStream: @unchecked Sendable {
     private var isEnded = false
     private var needsFlush = false
     private var ticks = 0
-    /// Writes made while the connection was not writable, since it last was.
-    private var writesWhileUnwritable = 0
+    /// Bytes written while the stream could not take them, since it last could.
+    private var bytesWhileUnwritable = 0
 
-    /// A client that reads nothing: after this many events written while its stream could not take
-    /// them, the stream ends (its client resumes by cursor) rather than buffering without bound.
-    static let unwritableLimit = 10_000
+    /// A client that reads nothing (or holds its HTTP/2 window at 0): once this many bytes were
+    /// written while its stream could not take them, the stream ends (its client resumes by
+    /// cursor) rather than buffering without bound. Above a replay page's ~512 KiB of text with
+    /// its JSON, so that a page written into a full window does not end a stream that is reading.
+    static let unwritableBytesMax = 2 << 20
     static let gapFills = Counter(label: "parley.gateway.gap_filled_messages")
     static let slowStreamsEnded = Counter(label: "parley.gateway.slow_streams_ended")
     static let unfilledGapsEnded = Counter(label: "parley.gateway.unfilled_gap_streams_ended")
 
     init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
-        unwritableLimit: Int = LiveEventStream.unwritableLimit, logger: Logger, fetch: @escaping Fetch
+        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, logger: Logger, fetch: @escaping Fetch
     ) {
         self.user = user
         self.sink = sink
@@ -101,7 +104,7 @@ final class LiveEventStream: @unchecked Sendable {
         self.cursor = cursor
         self.pingTicks = pingTicks
         self.pingOffset = pingOffset
-        self.writesWhileUnwritableLimit = unwritableLimit
+        self.unwritableBytesMax = unwritableBytesMax
         self.logger = logger
         self.fetch = fetch
         self.endedPromise = sink.loop.makePromise()
@@ -322,13 +325,13 @@ final class LiveEventStream: @unchecked Sendable {
 
     private func write(_ buffer: ByteBuffer) {
         if sink.isWritable {
-            writesWhileUnwritable = 0
+            bytesWhileUnwritable = 0
         } else {
-            writesWhileUnwritable += 1
-            if writesWhileUnwritable > writesWhileUnwritableLimit {
+            bytesWhileUnwritable += buffer.readableBytes
+            if bytesWhileUnwritable > unwritableBytesMax {
                 Self.slowStreamsEnded.increment()
                 logger.warning("event stream ended: its client reads too slowly; it resumes by cursor", metadata: [
-                    "user.id": "\(user)", "unwritten.count": "\(writesWhileUnwritable)",
+                    "user.id": "\(user)", "unwritten.bytes": "\(bytesWhileUnwritable)",
                 ])
                 sink.close()
                 end()

@@ -134,6 +134,11 @@ struct NodeConfiguration {
             gateway.bcryptCost = UInt8(try number(run.bcryptCost.map(Double.init), "PARLEY_BCRYPT_COST", default: 10, range: 4...31))
             let idle = try number(run.clientIdleTimeout, "PARLEY_CLIENT_IDLE_TIMEOUT", default: 300, range: 0...86_400)
             gateway.clientIdleTimeout = idle > 0 ? .milliseconds(Int(idle * 1000)) : nil
+            gateway.clientConnectionsMax = Int(try number(run.clientConnectionsMax.map(Double.init), "PARLEY_CLIENT_CONNECTIONS_MAX", default: 10_000, range: 1...1_000_000))
+            let handshake = try number(run.clientHandshakeTimeout, "PARLEY_CLIENT_HANDSHAKE_TIMEOUT", default: 10, range: 0.1...600)
+            gateway.handshakeTimeout = .milliseconds(Int(handshake * 1000))
+            let request = try number(run.clientRequestTimeout, "PARLEY_CLIENT_REQUEST_TIMEOUT", default: 30, range: 0.1...3_600)
+            gateway.requestTimeout = .milliseconds(Int(request * 1000))
             self.gateway = gateway
         }
         if let adminToken {

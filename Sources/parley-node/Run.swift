@@ -114,6 +114,15 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: seconds a client connection may sit with nothing in progress before it is closed (HTTP/2: no open stream — an open event stream is never idle; HTTP/1.1: between requests); 0: never. (env PARLEY_CLIENT_IDLE_TIMEOUT; default 300)")
     var clientIdleTimeout: Double?
 
+    @Option(help: "Gateway: client connections open at once; past it a new one is closed at once, before TLS. (env PARLEY_CLIENT_CONNECTIONS_MAX; default 10000)")
+    var clientConnectionsMax: Int?
+
+    @Option(help: "Gateway: seconds a new client connection has to finish its TLS handshake. (env PARLEY_CLIENT_HANDSHAKE_TIMEOUT; default 10)")
+    var clientHandshakeTimeout: Double?
+
+    @Option(help: "Gateway: seconds a request has to arrive whole — from its first byte (HTTP/1.1) or its headers (HTTP/2) to the end of its body — else 408. (env PARLEY_CLIENT_REQUEST_TIMEOUT; default 30)")
+    var clientRequestTimeout: Double?
+
     func run() async throws {
         let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
         // Before anything uses NIO's shared event-loop group (it is made on first use).

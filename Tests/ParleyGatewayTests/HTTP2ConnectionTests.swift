@@ -18,7 +18,7 @@ import Testing
     /// An echo of the request (method, path, body) with 201, 413 past the body limit; `/stream`
     /// answers with a streamed body written through the stream's event sink until the client
     /// resets it.
-    static func responder(sinks: SinkBox, idleTimeout: TimeAmount? = nil) -> HTTP2Responder {
+    static func responder(sinks: SinkBox, idleTimeout: TimeAmount? = nil, requestTimeout: TimeAmount = .seconds(30)) -> HTTP2Responder {
         HTTP2Responder(
             respond: { request, context in
                 if request.uri.path == "/stream" {
@@ -41,7 +41,7 @@ import Testing
                 let text = "\(request.method) \(request.uri.path) \(String(buffer: body))"
                 return Response(status: .created, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
             },
-            bodyLimit: bodyLimit, serverName: "test", idleTimeout: idleTimeout, logger: Logger(label: "test"))
+            bodyLimit: bodyLimit, serverName: "test", idleTimeout: idleTimeout, requestTimeout: requestTimeout, logger: Logger(label: "test"))
     }
 
     final class SinkBox: Sendable {
@@ -55,9 +55,9 @@ import Testing
         let channel = NIOAsyncTestingChannel()
         let sinks = SinkBox()
 
-        init(idleTimeout: TimeAmount? = nil) async throws {
+        init(idleTimeout: TimeAmount? = nil, requestTimeout: TimeAmount = .seconds(30)) async throws {
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
-            let responder = HTTP2ConnectionTests.responder(sinks: sinks, idleTimeout: idleTimeout)
+            let responder = HTTP2ConnectionTests.responder(sinks: sinks, idleTimeout: idleTimeout, requestTimeout: requestTimeout)
             let channel = self.channel
             try await channel.testingEventLoop.executeInContext {
                 try channel.pipeline.syncOperations.addHandler(HTTP2Connection(responder: responder))
@@ -205,6 +205,46 @@ import Testing
             try await Task.sleep(for: .milliseconds(1))
         }
         #expect(!harness.channel.isActive, "the connection outlived the idle timeout after its stream ended")
+    }
+
+    /// A client that sends headers and then withholds the body (or trickles it) gets `408` when
+    /// the request timeout has passed since the headers, and its stream is reset; a request that
+    /// came whole in time is not touched.
+    @Test func aBodyThatDoesNotComeInTimeIsAnswered408() async throws {
+        let harness = try await Harness(requestTimeout: .seconds(30))
+        let loop = harness.channel.testingEventLoop
+        try await harness.headers(1, path: "/v1/slow", end: false)
+        try await harness.data(1, "a", end: false)
+        try await harness.headers(3, path: "/v1/quick", end: false)
+        await loop.advanceTime(by: .seconds(20))
+        try await harness.data(3, "b", end: true)
+        let quick = try await harness.frames(count: 2)
+        #expect(quick.first.flatMap(Self.status) == "201" && quick.first?.streamID == 3)
+        await loop.advanceTime(by: .seconds(9))
+        #expect(try await harness.frames(count: 1, triesMax: 20).isEmpty, "answered before the timeout")
+        await loop.advanceTime(by: .seconds(1))
+        let frames = try await harness.frames(count: 3)
+        #expect(frames.map(\.streamID) == [1, 1, 1])
+        #expect(frames.first.flatMap(Self.status) == "408")
+        #expect(frames.dropFirst().first.flatMap(Self.text)?.contains("request_timeout") == true)
+        #expect(Self.resetCode(frames.last) == .noError)
+        #expect(harness.channel.isActive, "the connection goes on")
+    }
+
+    /// An event stream whose client keeps its HTTP/2 window at 0 is not writable, though the
+    /// connection is: the stream's writer then bounds what it buffers (``LiveEventStream``).
+    @Test func anEventStreamWithAClosedWindowIsNotWritable() async throws {
+        let harness = try await Harness()
+        let loop = harness.channel.testingEventLoop
+        try await harness.headers(1, method: "GET", path: "/stream", end: true)
+        #expect(try await harness.frames(count: 2).last.flatMap(Self.text) == "data: hello\n\n")
+        let sink = try #require(harness.sinks.sink)
+        #expect(try await loop.submit { sink.isWritable }.get())
+        harness.channel.pipeline.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(streamID: 1, inboundWindowSize: 65_535, outboundWindowSize: 0))
+        #expect(try await loop.submit { sink.isWritable }.get() == false)
+        #expect(harness.channel.isWritable)
+        harness.channel.pipeline.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(streamID: 1, inboundWindowSize: 65_535, outboundWindowSize: 4_096))
+        #expect(try await loop.submit { sink.isWritable }.get())
     }
 
     @Test func withoutAnIdleTimeoutAnIdleConnectionStays() async throws {

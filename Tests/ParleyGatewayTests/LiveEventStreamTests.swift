@@ -41,13 +41,13 @@ import Testing
         let stream: LiveEventStream
         let gapReads = GapReads()
 
-        init(pingTicks: Int = 15, pingOffset: Int = 0, unwritableLimit: Int = 10_000, store: [Message] = []) async throws {
+        init(pingTicks: Int = 15, pingOffset: Int = 0, unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, store: [Message] = []) async throws {
             // Active, as a client's stream is.
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).get()
             let reads = gapReads
             stream = LiveEventStream(
                 user: "u_b", sink: ChannelEventSink(channel), cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
-                pingOffset: pingOffset, unwritableLimit: unwritableLimit, logger: Logger(label: "test"),
+                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, logger: Logger(label: "test"),
                 fetch: { conversation, after, before in
                     reads.record(after: after, before: before)
                     return store.filter { $0.conversationId == conversation && $0.seq > after && $0.seq < before }
@@ -268,15 +268,22 @@ import Testing
     }
 
     @Test func aClientThatReadsNothingLosesItsStreamInsteadOfBufferingWithoutBound() async throws {
-        let harness = try await Harness(unwritableLimit: 3)
+        // Each event is 3,000 bytes of text and a few hundred of JSON and SSE: three fit in the
+        // bound, a fourth does not.
+        let harness = try await Harness(unwritableBytesMax: 10_500)
         let ended = Flag()
         harness.stream.ended.whenSuccess { ended.set() }
         harness.stream.start(replay: [])
         await harness.run()
         harness.channel.isWritable = false
-        await harness.deliver(.message(Self.message(1)), .message(Self.message(2)), .message(Self.message(3)))
+        func large(_ seq: Int64) -> ChatEvent {
+            var message = Self.message(seq)
+            message.text = String(repeating: "x", count: 3_000)
+            return .message(message)
+        }
+        await harness.deliver(large(1), large(2), large(3))
         #expect(!ended.isSet)
-        await harness.deliver(.message(Self.message(4)))
+        await harness.deliver(large(4))
         #expect(ended.isSet)
         #expect(!harness.channel.isActive)
     }

@@ -1,0 +1,153 @@
+import Logging
+import Metrics
+import NIOCore
+import NIOHTTPTypes
+import Synchronization
+
+/// The client connections a gateway has open, against `--client-connections-max`: each costs
+/// memory (TLS state, buffers; an event stream ~150 KiB), so their number is what bounds a
+/// gateway's memory against clients that open connections and keep them.
+final class ConnectionCount: Sendable {
+    let max: Int
+    private let count = Atomic(0)
+
+    static let refused = Counter(label: "parley.gateway.connections_refused")
+    static let handshakesTimedOut = Counter(label: "parley.gateway.handshakes_timed_out")
+
+    struct AtLimit: Error, CustomStringConvertible {
+        var description: String { "the gateway is at its client connection limit" }
+    }
+
+    init(max: Int) {
+        self.max = max
+    }
+
+    /// Counts a new connection in; false (and not counted) at the limit.
+    func open() -> Bool {
+        var current = count.load(ordering: .relaxed)
+        while current < max {
+            let (exchanged, original) = count.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func closed() {
+        count.subtract(1, ordering: .relaxed)
+    }
+
+    var current: Int { count.load(ordering: .relaxed) }
+}
+
+/// The time an HTTP/1.1 request may take to arrive, from its first byte to the end of its body
+/// (a client that sends headers or a body a byte at a time holds a connection and the memory of a
+/// request for as long as it likes otherwise). Past it the client gets `408` and the connection
+/// is closed. Two handlers share the clock: ``bytes`` before the HTTP decoder sees a request
+/// begin, ``parts`` after it sees the request end and its response end.
+final class HTTP1RequestDeadline {
+    let bytes: Bytes
+    let parts: Parts
+
+    init(timeout: TimeAmount, logger: Logger) {
+        let clock = Clock(timeout: timeout, logger: logger)
+        self.bytes = Bytes(clock)
+        self.parts = Parts(clock)
+    }
+
+    final class Clock {
+        enum State {
+            /// Between requests: the next bytes start one.
+            case waiting
+            /// A request is arriving; the timer ends the connection unless it has all come.
+            case receiving(Scheduled<Void>)
+            /// The request has come; its response is being written.
+            case answering
+        }
+
+        let timeout: TimeAmount
+        let logger: Logger
+        var state = State.waiting
+        /// The handler before the decoder: the 408 is written from there, under the decoder and
+        /// whatever the application was doing.
+        var context: ChannelHandlerContext?
+
+        init(timeout: TimeAmount, logger: Logger) {
+            self.timeout = timeout
+            self.logger = logger
+        }
+
+        func bytesArrived(on loop: any EventLoop) {
+            guard case .waiting = state else { return }
+            state = .receiving(loop.assumeIsolated().scheduleTask(in: timeout) { [self] in expired() })
+        }
+
+        func requestEnded() {
+            if case .receiving(let timer) = state { timer.cancel() }
+            state = .answering
+        }
+
+        func responseEnded() {
+            if case .receiving(let timer) = state { timer.cancel() }
+            state = .waiting
+        }
+
+        func stop() {
+            if case .receiving(let timer) = state { timer.cancel() }
+            state = .answering
+        }
+
+        private func expired() {
+            state = .answering
+            guard let context else { return }
+            logger.info("HTTP/1.1 request timed out before it all came", metadata: ["timeout": "\(timeout)"])
+            let body = #"{"error":{"code":"request_timeout","message":"the request did not all arrive in time","retryable":true}}"#
+            let response = "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: \(body.utf8.count)\r\nconnection: close\r\n\r\n\(body)"
+            context.writeAndFlush(NIOAny(ByteBuffer(string: response))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        }
+    }
+
+    /// Between TLS and the HTTP decoder.
+    final class Bytes: ChannelInboundHandler, RemovableChannelHandler {
+        typealias InboundIn = ByteBuffer
+        let clock: Clock
+
+        init(_ clock: Clock) { self.clock = clock }
+
+        func handlerAdded(context: ChannelHandlerContext) { clock.context = context }
+
+        func handlerRemoved(context: ChannelHandlerContext) {
+            clock.stop()
+            clock.context = nil
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            clock.bytesArrived(on: context.eventLoop)
+            context.fireChannelRead(data)
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            clock.stop()
+            context.fireChannelInactive()
+        }
+    }
+
+    /// After the HTTP codec, before the application.
+    final class Parts: ChannelDuplexHandler, RemovableChannelHandler {
+        typealias InboundIn = HTTPRequestPart
+        typealias OutboundIn = HTTPResponsePart
+        let clock: Clock
+
+        init(_ clock: Clock) { self.clock = clock }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            if case .end = unwrapInboundIn(data) { clock.requestEnded() }
+            context.fireChannelRead(data)
+        }
+
+        func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+            if case .end = unwrapOutboundIn(data) { clock.responseEnded() }
+            context.write(data, promise: promise)
+        }
+    }
+}
