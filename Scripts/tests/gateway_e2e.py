@@ -262,8 +262,60 @@ def h2_raw(port, after_preface=b"", wait=8.0):
         return code, None
 
 
-def h2_frame(ftype, stream, payload=b""):
-    return len(payload).to_bytes(3, "big") + bytes([ftype, 0]) + stream.to_bytes(4, "big") + payload
+def h2_frame(ftype, stream, payload=b"", flags=0):
+    return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(headers):
+    """A header block of literal fields without indexing, names and values not Huffman-coded
+    (RFC 7541 section 6.2.2): enough to send any request without an HPACK library."""
+    def integer(n, prefix_bits=7):
+        limit = (1 << prefix_bits) - 1
+        if n < limit:
+            return bytes([n])
+        out, n = [limit], n - limit
+        while n >= 128:
+            out.append(n % 128 + 128)
+            n //= 128
+        return bytes(out + [n])
+    block = b""
+    for name, value in headers:
+        name, value = name.encode(), value.encode()
+        block += b"\x00" + integer(len(name)) + name + integer(len(value)) + value
+    return block
+
+
+def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False):
+    """Raw HTTP/2 over TLS: the preface, SETTINGS (with `settings`), then `frames`; reads for up to
+    `wait` seconds, until the server closes, or until `until(frame)`. Returns the frames received
+    as (type, flags, stream, payload) and whether the server closed the connection."""
+    context = ssl.create_default_context(cafile=CA)
+    context.set_alpn_protocols(["h2"])
+    received, out, closed = b"", [], False
+    with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost") as tls:
+        tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0, settings) + b"".join(frames))
+        tls.settimeout(0.5)
+        opened = time.time()
+        while time.time() < opened + wait:
+            try:
+                chunk = tls.recv(65536)
+            except socket.timeout:
+                continue
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                closed = True
+                break
+            received += chunk
+            while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
+                length = int.from_bytes(received[:3], "big")
+                out.append((received[3], received[4], int.from_bytes(received[5:9], "big") & 0x7FFFFFFF, received[9:9 + length]))
+                if received[3] == 0x4 and not received[4] & 0x1:
+                    tls.sendall(h2_frame(0x4, 0, flags=0x1))  # SETTINGS ACK
+                received = received[9 + length:]
+                if until(out[-1]):
+                    return out, closed
+    return out, closed
 
 
 def seqs(messages):
@@ -629,6 +681,47 @@ def main():
     status_hist, hist, _ = b1.call("GET", f"/v1/conversations/{conv}/messages?after={sent_kept['message']['seq'] - 1}&limit=1") if status == 201 else (0, {}, {})
     check(status == 201 and sent_kept["message"]["text"] == kept and hist.get("messages", [{}])[0].get("text") == kept,
           "another user's send is served, and tab, newline, CR, ZWJ, RTL and combining marks come back exactly", f"{status} {status_hist}")
+    # Secrets: passwords bcrypt would cut are refused; the cluster view and metrics are not on the
+    # client port; a stranger learns nothing of a user's presence.
+    for what, password, named in [("holding U+0000", "correct\u0000horse", "U+0000"), ("of 73 bytes", "x" * 73, "72 bytes")]:
+        status, reply, _ = Client("gateway-1").call("POST", "/v1/users", {"handle": f"pw{uuid.uuid4().hex[:8]}", "password": password, "displayName": "P"})
+        check(status == 400 and named in reply["error"]["message"], f"a password {what} is refused at registration (400 naming it)", f"{status} {reply}")
+    status, reply, _ = Client("gateway-1").call("POST", "/v1/sessions", {"handle": "alice", "password": "correct horse\u0000anything"})
+    check(status == 401, "a login whose password holds U+0000 does not match the password before it", f"{status} {reply}")
+    for path in ["/v1/cluster", "/metrics"]:
+        status, _, _ = Client("gateway-1").call("GET", path, token=alice["token"])
+        check(status == 404, f"GET {path} is not served on the client port (only on the operations port)", f"{status}")
+    status, eve, _ = Client("gateway-1").call("POST", "/v1/users", {"handle": f"eve{uuid.uuid4().hex[:6]}", "password": "whatever1", "displayName": "Eve"})
+    eve_stream = Stream("gateway-1", eve["token"])
+    eve_stream.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    status, seen, _ = Client("gateway-2", eve["token"]).call("GET", f"/v1/presence?userIds={bob_id},{eve['user']['id']}")
+    stranger, own = seen["presence"][0], seen["presence"][1]
+    status_b, seen_b, _ = b1.call("GET", f"/v1/presence?userIds={alice_id}")
+    check(status == 200 and stranger == {"userId": bob_id, "status": "offline"} and own["status"] == "online"
+          and status_b == 200 and seen_b["presence"][0]["status"] in ("online", "offline"),
+          "a user who shares no conversation sees another's presence only as a user never seen (offline, no lastSeen)", f"{seen} / {seen_b}")
+    eve_stream.close()
+    # A GET of an unknown conversation writes nothing to the store.
+    import sqlite3
+    def conversation_rows():
+        db = sqlite3.connect(f"file:{os.path.join(WORK, 'data', 'parley.sqlite')}?mode=ro", uri=True, timeout=10)
+        try:
+            return db.execute("SELECT count(*), coalesce(sum(epoch), 0) FROM conversations").fetchone()
+        finally:
+            db.close()
+    before = conversation_rows()
+    unknown = [a1.call("GET", f"/v1/conversations/c_{uuid.uuid4().hex}")[0] for _ in range(5)]
+    check(unknown == [404] * 5 and conversation_rows() == before, "a GET of an unknown conversation is 404 and writes nothing to the store", f"{unknown} {before} {conversation_rows()}")
+    # The owner who leaves hands the group to the longest-standing member, who may then add members.
+    status, team, _ = a1.call("POST", "/v1/conversations", {"memberIds": [bob_id, carol["user"]["id"]], "name": "handover"})
+    team_id = team["conversation"]["id"]
+    left = a1.call("DELETE", f"/v1/conversations/{team_id}/members/{alice_id}")[0]
+    status, after, _ = b1.call("GET", f"/v1/conversations/{team_id}")
+    roles = {m["userId"]: m["role"] for m in after.get("members", [])}
+    added = b1.call("POST", f"/v1/conversations/{team_id}/members", {"userIds": [alice_id]})[0]
+    check(left == 204 and roles == {bob_id: "owner", carol["user"]["id"]: "member"} and added == 200,
+          "a group's owner who leaves hands it to the longest-standing member, who may add members", f"{left} {roles} {added}")
+
     # HTTP at the edges, with independent clients: HEAD wherever GET is served (no body), and a body
     # over the limit answered 413 whatever its size, on both protocols, the connection going on.
     url = f"https://localhost:{CLIENT['gateway-1']}"
@@ -734,15 +827,95 @@ def main():
           and sum(1 for status, _, _ in flood if status == 201) >= 5,
           "registrations from one address past the limit get 429 rate_limited with Retry-After", f"{len(limited)} of 25 limited")
 
-    # An idle connection is closed: a gateway with a 2 s idle timeout.
-    start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2")
+    # Connections that hold a gateway: a gateway with short timeouts and small limits.
+    start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",
+          PARLEY_CLIENT_REQUEST_TIMEOUT="1", PARLEY_WRITE_RATE="1", PARLEY_SEND_RATE="100000")
     if wait_until(30, lambda: ready("gateway-3")):
-        code, closed_after = h2_raw(CLIENT["gateway-3"])
+        port = CLIENT["gateway-3"]
+        code, closed_after = h2_raw(port)
         check(code == 0 and closed_after is not None and 1.5 <= closed_after <= 6,
               "an h2 connection with no stream is sent GOAWAY NO_ERROR and closed after the idle timeout (--client-idle-timeout 2)",
               f"GOAWAY {code}, closed after {closed_after}")
+        # Six TCP connections that never start TLS fill the gateway (--client-connections-max 6):
+        # a seventh is closed at once; once one of the six goes, a new one is served.
+        holders = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(6)]
+        time.sleep(0.3)
+        try:
+            Client("gateway-3").call("GET", "/healthz")
+            seventh = "served"
+        except Exception as error:
+            seventh = f"refused ({type(error).__name__})"
+        holders.pop().close()
+        # The gateway sees the close at its next read: on a busy machine, not at once.
+        after_one = wait_until(5, lambda: Client("gateway-3").call("GET", "/healthz")[0] == 200)
+        check(seventh.startswith("refused") and after_one,
+              "at --client-connections-max, a new connection is closed at once, and served once one has gone", f"seventh {seventh}, then {after_one}")
+        # A connection that never starts its TLS handshake is closed after --client-handshake-timeout.
+        opened = time.time()
+        holders[0].settimeout(10)
+        try:
+            eof = holders[0].recv(1) == b""
+        except OSError:
+            eof = True
+        waited = time.time() - opened
+        check(eof and 1.5 <= waited <= 8, "a connection that sends nothing is closed after the TLS handshake timeout (3 s)", f"closed={eof} after {waited:.1f}s")
+        for h in holders:
+            h.close()
+        # Slowloris on HTTP/1.1: headers that never end get 408 and a closed connection.
+        context = ssl.create_default_context(cafile=CA)
+        context.set_alpn_protocols(["http/1.1"])
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost") as tls:
+            tls.sendall(b"GET /v1/users/me HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+            opened, answer = time.time(), b""
+            try:
+                while True:
+                    chunk = tls.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+            except OSError:
+                pass
+            waited = time.time() - opened
+        check(answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer and 0.5 <= waited <= 8,
+              "HTTP/1.1 headers that never end get 408 request_timeout and a closed connection (--client-request-timeout 1)", f"{answer[:120]!r} after {waited:.1f}s")
+        # The same on HTTP/2: headers of a POST, then no body.
+        block = hpack_literal([(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/v1/conversations"),
+                               ("authorization", f"Bearer {alice['token']}"), ("content-type", "application/json")])
+        frames, _ = h2_exchange(port, [h2_frame(0x1, 1, block, flags=0x4)], wait=8, until=lambda f: f[0] == 0x3 and f[2] == 1)
+        on_stream = [(t, p) for t, f, sid, p in frames if sid == 1]
+        check([t for t, _ in on_stream] == [0x1, 0x0, 0x3] and b"request_timeout" in on_stream[1][1] and on_stream[2][1] == b"\x00\x00\x00\x00",
+              "an HTTP/2 request whose body never comes gets 408 request_timeout, then RST_STREAM NO_ERROR", f"{[(t, p[:60]) for t, p in on_stream]}")
+        # Writes other than sends are limited per user (--write-rate 1: a burst of 5).
+        typing = [Client("gateway-3", alice["token"]).call("POST", f"/v1/conversations/{conv}/typing", {"typing": True}) for _ in range(8)]
+        limited = [(r, h) for st, r, h in typing if st == 429]
+        check(limited and all(r["error"]["code"] == "rate_limited" and h.get("Retry-After") for r, h in limited) and typing[0][0] == 204,
+              "typing faster than the per-user write rate gets 429 rate_limited with Retry-After", f"{[st for st, _, _ in typing]}")
+        # An event stream whose client holds its HTTP/2 window at 0 is ended once what the gateway
+        # holds for it passes the bound (2 MiB), not buffered without end.
+        block = hpack_literal([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/v1/events"),
+                               ("authorization", f"Bearer {bob['token']}")])
+        zero_window = (0x4).to_bytes(2, "big") + (0).to_bytes(4, "big")  # SETTINGS_INITIAL_WINDOW_SIZE = 0
+        result = {}
+        reader = threading.Thread(target=lambda: result.update(frames=h2_exchange(
+            port, [h2_frame(0x1, 1, block, flags=0x5)], wait=60, settings=zero_window, until=lambda f: f[0] == 0x3 and f[2] == 1)))
+        reader.start()
+        time.sleep(1.5)
+        sender = Client("gateway-3", alice["token"])
+        sent_ok = 0
+        for i in range(800):
+            if send(sender, conv, f"{i} " + "w" * 3990)[0] == 201:
+                sent_ok += 1
+            if i % 20 == 0 and not reader.is_alive():
+                break
+        reader.join(60)
+        frames, _ = result.get("frames", ([], False))
+        resets = [p for t, f, sid, p in frames if sid == 1 and t == 0x3]
+        check(resets and sent_ok >= 300, "an event stream whose client keeps its window at 0 is reset once 2 MiB wait for it, and sends go on",
+              f"{sent_ok} sent, frames on the stream: {[t for t, f, sid, p in frames if sid == 1][:10]}")
+        check(all(ready(n) for n in ["worker-1", "worker-2", "gateway-3"]) and send(a1, conv, "after the slow clients")[0] == 201,
+              "every node is still up after them, and another send is served")
     else:
-        check(False, "gateway-3 (idle timeout 2 s) became ready", log_tail("gateway-3"))
+        check(False, "gateway-3 (short timeouts, small limits) became ready", log_tail("gateway-3"))
     kill("gateway-3", signal.SIGTERM)
     wait_until(8, lambda: PROCS["gateway-3"].poll() is not None)
 

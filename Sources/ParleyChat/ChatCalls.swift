@@ -45,7 +45,10 @@ public struct CreateConversation: Codable, Sendable, Hashable {
 
     /// The record to store, checked against API.md's rules.
     func record(id: ConversationID, limits: ChatLimits, now: Date) throws(ChatError) -> ConversationRecord {
-        let others = Array(Set(memberIds).subtracting([creatorId])).sorted()
+        // In the order the creator named them, once each: the order members joined in, which
+        // decides who owns the group when its owner leaves.
+        var named: Set<UserID> = [creatorId]
+        let others = memberIds.filter { named.insert($0).inserted }
         guard !others.isEmpty else { throw ChatError(.invalidRequest, "memberIds must name at least one other user") }
         if let name {
             guard (1...64).contains(name.count) else { throw ChatError(.invalidRequest, "name must be 1–64 characters") }

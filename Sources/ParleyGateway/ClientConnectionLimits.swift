@@ -60,7 +60,9 @@ final class HTTP1RequestDeadline {
             /// Between requests: the next bytes start one.
             case waiting
             /// A request is arriving; the timer ends the connection unless it has all come.
-            case receiving(Scheduled<Void>)
+            /// `answered`: its response was written already (a body over the limit is answered
+            /// before it has all come); the rest must still come in time.
+            case receiving(Scheduled<Void>, answered: Bool)
             /// The request has come; its response is being written.
             case answering
         }
@@ -79,28 +81,39 @@ final class HTTP1RequestDeadline {
 
         func bytesArrived(on loop: any EventLoop) {
             guard case .waiting = state else { return }
-            state = .receiving(loop.assumeIsolated().scheduleTask(in: timeout) { [self] in expired() })
+            state = .receiving(loop.assumeIsolated().scheduleTask(in: timeout) { [self] in expired() }, answered: false)
         }
 
         func requestEnded() {
-            if case .receiving(let timer) = state { timer.cancel() }
-            state = .answering
+            switch state {
+            case .receiving(let timer, let answered):
+                timer.cancel()
+                state = answered ? .waiting : .answering
+            case .waiting, .answering:
+                state = .answering
+            }
         }
 
         func responseEnded() {
-            if case .receiving(let timer) = state { timer.cancel() }
-            state = .waiting
+            switch state {
+            case .receiving(let timer, _): state = .receiving(timer, answered: true)
+            case .waiting, .answering: state = .waiting
+            }
         }
 
         func stop() {
-            if case .receiving(let timer) = state { timer.cancel() }
+            if case .receiving(let timer, _) = state { timer.cancel() }
             state = .answering
         }
 
         private func expired() {
+            guard case .receiving(_, let answered) = state, let context else { return }
             state = .answering
-            guard let context else { return }
             logger.info("HTTP/1.1 request timed out before it all came", metadata: ["timeout": "\(timeout)"])
+            guard !answered else {
+                context.close(promise: nil)
+                return
+            }
             let body = #"{"error":{"code":"request_timeout","message":"the request did not all arrive in time","retryable":true}}"#
             let response = "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: \(body.utf8.count)\r\nconnection: close\r\n\r\n\(body)"
             context.writeAndFlush(NIOAny(ByteBuffer(string: response))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }

@@ -46,7 +46,10 @@ struct GatewayChildChannel: ServerChildChannel {
             logger.debug("client connection refused: at the connection limit", metadata: ["connections.max": "\(connections.max)"])
             return channel.close().flatMap { channel.eventLoop.makeFailedFuture(ConnectionCount.AtLimit()) }
         }
-        channel.closeFuture.whenComplete { [connections] _ in connections.closed() }
+        channel.closeFuture.whenComplete { [connections] _ in
+            connections.closed()
+            logger.debug("client connection closed", metadata: ["connections.open": "\(connections.current)"])
+        }
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
             let requestTimeout = http2.requestTimeout
