@@ -122,9 +122,15 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .target(
+            name: "ParleyWire",
+            dependencies: ["ParleyCluster", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: upcoming
+        ),
+        .target(
             name: "ParleyTransport",
             dependencies: [
                 "ParleyCluster",
+                "ParleyWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -134,6 +140,17 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
+            swiftSettings: upcoming
+        ),
+        .target(
+            name: "ParleyFuzzTargets",
+            dependencies: ["ParleyModel", "ParleyCluster", "ParleyChat", "ParleyWire", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: upcoming
+        ),
+        .target(name: "CLibFuzzer"),
+        .executableTarget(
+            name: "parley-fuzz",
+            dependencies: ["ParleyFuzzTargets", "CLibFuzzer"],
             swiftSettings: upcoming
         ),
         .target(
@@ -266,10 +283,16 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .testTarget(
+            name: "ParleyFuzzTests",
+            dependencies: ["ParleyFuzzTargets", "ParleyModel"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
             name: "ParleyTransportTests",
             dependencies: [
                 "ParleyCluster",
                 "ParleyTransport",
+                "ParleyWire",
                 "ParleyTestKit",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -361,6 +361,8 @@ def main():
     subprocess.run([NODE, "certs", "init", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
     for name in ALL:
         subprocess.run([NODE, "certs", "issue", name, "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+        if name.startswith("gateway"):
+            subprocess.run([NODE, "certs", "issue", name, "--client", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
     CONTEXT = ssl.create_default_context(cafile=CA)
     for name in NAMES:
         start(name)

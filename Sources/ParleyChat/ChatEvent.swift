@@ -65,6 +65,11 @@ public struct EventDelivery: Codable, Sendable, Hashable {
     public var event: ChatEvent
     public var recipients: [UserID]
 
+    public init(event: ChatEvent, recipients: [UserID]) {
+        self.event = event
+        self.recipients = recipients
+    }
+
     /// About how many bytes this takes on the cluster wire (never less): what batches of deliveries
     /// are bounded by, so that none is over the frame limit however long the texts are.
     var estimatedBytes: Int {

@@ -80,7 +80,7 @@ extension WireReader {
         var message = Message(
             conversationId: ConversationID(rawValue: try read(String.self)), seq: try read(Int64.self),
             senderId: UserID(rawValue: try read(String.self)), clientMessageId: try read(String.self), text: try read(String.self),
-            sentAt: Date(timeIntervalSinceReferenceDate: Double(bitPattern: try read(UInt64.self))))
+            sentAt: try read(Date.self))
         message.id = id
         return message
     }

@@ -1,3 +1,4 @@
+import Foundation
 import ParleyModel
 
 /// A compact binary form of `Codable` values for the cluster wire: no text, no number formatting,
@@ -29,6 +30,16 @@ public struct BinaryClusterSerialization: ClusterSerialization {
             return value
         }
         return try Self.decodeCodable(type, from: bytes)
+    }
+
+    /// The instant `seconds` after 2001 if it is one the cluster sends — 1970 to the end of the
+    /// year 9999, the instants of its messages and conversations — else nil. Foundation traps
+    /// describing a date far outside (a log line would end the node), so a peer's or a row's
+    /// other value is corrupt data.
+    public static func checkedDate(sinceReferenceDate seconds: Double) -> Date? {
+        let date = Date(timeIntervalSinceReferenceDate: seconds)
+        guard seconds.isFinite, (0...253_402_300_799.999).contains(date.timeIntervalSince1970) else { return nil }
+        return date
     }
 
     /// The `Codable` form, whatever the type.
@@ -302,6 +313,13 @@ struct BinaryValueDecoder: Decoder {
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
         guard !range.isEmpty else { throw corrupt("empty value for \(T.self)") }
         guard bytes[range.lowerBound] <= 1 else { throw corrupt("bad value tag \(bytes[range.lowerBound])") }
+        if T.self == Date.self, bytes[range.lowerBound] == 1 {
+            let seconds = try BinarySingleValueDecoder(decoder: self).decode(Double.self)
+            guard let date = BinaryClusterSerialization.checkedDate(sinceReferenceDate: seconds), let value = date as? T else {
+                throw corrupt("a date outside 1970…9999")
+            }
+            return value
+        }
         return try T(from: self)
     }
 
@@ -510,8 +528,19 @@ struct BinarySingleValueDecoder: SingleValueDecodingContainer {
         return string
     }
 
-    func decode(_ type: Double.Type) throws -> Double { Double(bitPattern: try integer(UInt64.self)) }
-    func decode(_ type: Float.Type) throws -> Float { Float(bitPattern: try integer(UInt32.self)) }
+    // Nothing the cluster sends is NaN or infinite; a Date of NaN traps when it is described
+    // (Foundation's Date.description), so such a value is corrupt data, refused here.
+    func decode(_ type: Double.Type) throws -> Double {
+        let value = Double(bitPattern: try integer(UInt64.self))
+        guard value.isFinite else { throw decoder.corrupt("a number that is not finite") }
+        return value
+    }
+
+    func decode(_ type: Float.Type) throws -> Float {
+        let value = Float(bitPattern: try integer(UInt32.self))
+        guard value.isFinite else { throw decoder.corrupt("a number that is not finite") }
+        return value
+    }
     func decode(_ type: Int.Type) throws -> Int { try narrowed(try integer(Int64.self), as: Int.self) }
     func decode(_ type: Int8.Type) throws -> Int8 { try integer(Int8.self) }
     func decode(_ type: Int16.Type) throws -> Int16 { try integer(Int16.self) }

@@ -1,3 +1,4 @@
+import Foundation
 import ParleyModel
 
 /// A type with a wire form written by hand, which ``BinaryClusterSerialization`` uses instead of
@@ -101,6 +102,15 @@ public struct WireReader {
         case 1: return true
         case let other: throw corrupt("bad Bool \(other)")
         }
+    }
+
+    /// An instant, written as its seconds since 2001 (a `Double`'s bits): refused outside
+    /// 1970…9999 (``BinaryClusterSerialization/checkedDate(sinceReferenceDate:)``).
+    public mutating func read(_ type: Date.Type) throws -> Date {
+        guard let date = BinaryClusterSerialization.checkedDate(sinceReferenceDate: Double(bitPattern: try read(UInt64.self))) else {
+            throw corrupt("a date outside 1970…9999")
+        }
+        return date
     }
 
     @inlinable

@@ -227,13 +227,13 @@ extension Gateway {
         let limit = try Self.intParameter(request, "limit", default: 50, range: 1...100)
         var cursor: ConversationPageCursor?
         if let text = request.uri.queryParameters["cursor"] {
-            guard let parsed = Self.pageCursor(String(text)) else { throw APIError.invalid("cursor is not one this server gave") }
+            guard let parsed = ClientInput.pageCursor(text) else { throw APIError.invalid("cursor is not one this server gave") }
             cursor = parsed
         }
         let page = try await UserActor.resolve(caller.id, using: system).conversations(after: cursor, limit: limit)
         return try Self.json(API.ConversationList(
             conversations: page.conversations.map { API.Conversation($0.conversation, for: caller.id, lastMessage: $0.lastMessage) },
-            next: page.next.map(Self.pageCursorToken)))
+            next: page.next.map(ClientInput.pageCursorToken)))
     }
 
     /// A conversation as the member sees it, with its last message.
@@ -242,18 +242,6 @@ extension Gateway {
         let record = try await actor.snapshot(for: user)
         let last = record.lastSeq > 0 ? try await actor.messages(for: user, before: record.lastSeq + 1, limit: 1).last : nil
         return API.Conversation(record, for: user, lastMessage: last)
-    }
-
-    static func pageCursorToken(_ cursor: ConversationPageCursor) -> String {
-        "\(cursor.lastActivityAt.millisecondsSince1970).\(cursor.id.rawValue)"
-    }
-
-    static func pageCursor(_ token: String) -> ConversationPageCursor? {
-        guard token.count <= 200, let dot = token.firstIndex(of: "."), let millis = Int64(token[..<dot]),
-              StreamCursor.millisRange.contains(millis) else { return nil }
-        let id = String(token[token.index(after: dot)...])
-        guard !id.isEmpty else { return nil }
-        return ConversationPageCursor(lastActivityAt: Date(millisecondsSince1970: millis), id: ConversationID(rawValue: id))
     }
 
     // MARK: Messages
@@ -348,10 +336,12 @@ extension Gateway {
     /// a stranger nothing about who is online, or that an ID exists.
     private func presence(_ request: Request) async throws -> Response {
         let caller = try await authenticate(request)
-        let text = request.uri.queryParameters["userIds"].map(String.init) ?? ""
-        let ids = try text.split(separator: ",").map { try Self.userID(String($0)) }
-        guard !ids.isEmpty else { throw APIError.invalid("userIds is required (comma-separated)") }
-        guard ids.count <= 100 else { throw APIError.invalid("userIds: at most 100") }
+        let ids: [UserID]
+        do {
+            ids = try ClientInput.userIDs(request.uri.queryParameters["userIds"], max: 100)
+        } catch {
+            throw APIError.invalid(error.message)
+        }
         let system = self.system
         var visible = Set(try await UserActor.resolve(caller.id, using: system).contacts())
         visible.insert(caller.id)
@@ -454,27 +444,22 @@ extension Gateway {
     }
 
     static func intParameter(_ request: Request, _ name: String, default fallback: Int, range: ClosedRange<Int>) throws -> Int {
-        guard let text = request.uri.queryParameters[Substring(name)] else { return fallback }
-        guard let value = Int(text), range.contains(value) else {
-            throw APIError.invalid(range.upperBound == Int.max ? "\(name) must be an integer ≥ \(range.lowerBound)" : "\(name) must be an integer in \(range.lowerBound)–\(range.upperBound)")
+        do {
+            return try ClientInput.integer(request.uri.queryParameters[Substring(name)], name: name, default: fallback, range: range)
+        } catch {
+            throw APIError.invalid(error.message)
         }
-        return value
     }
 
-    /// IDs are opaque, but bounded: at most 128 printable ASCII characters without `/`.
     static func userID(_ text: String) throws -> UserID {
-        guard isPlausibleID(text) else { throw APIError.notFound("user not found") }
+        guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("user not found") }
         return UserID(rawValue: text)
     }
 
     static func conversationID(_ context: GatewayContext) throws -> ConversationID {
         let text = try context.parameters.require("id")
-        guard isPlausibleID(text) else { throw APIError.notFound("conversation not found") }
+        guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("conversation not found") }
         return ConversationID(rawValue: text)
-    }
-
-    private static func isPlausibleID(_ text: String) -> Bool {
-        (1...128).contains(text.utf8.count) && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") }
     }
 
     static func seconds(_ duration: Duration) -> Int {

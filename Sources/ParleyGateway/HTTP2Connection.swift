@@ -296,7 +296,10 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
                 if payload.endStream { requestComplete(id, context: context) }
             }
         case .rstStream:
+            // The client gave up on the request: its work stops (a send may still have committed;
+            // the client's retry with the same clientMessageId finds it).
             incoming[id] = nil
+            responding[id]?.task?.cancel()
             streamEnded(id)
             closeIfDrained(context: context)
             updateIdleTimer(context: context)
@@ -370,7 +373,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         let responder = self.responder
         let channel = context.channel
         let request = Request(head: incoming.head, body: RequestBody(buffer: incoming.body))
-        Task(executorPreference: taskExecutor) { await responder.answer(request, on: sink, channel: channel) }
+        sink.task = Task(executorPreference: taskExecutor) { await responder.answer(request, on: sink, channel: channel) }
     }
 
     /// Writes a response's frames (on the loop) and flushes; the end of a response ends its stream
@@ -435,12 +438,16 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         responding.removeValue(forKey: id)?.ended()
     }
 
+    /// The connection is gone: every request's work stops.
     private func endAll() {
         let sinks = responding.values
         responding = [:]
         incoming = [:]
         sendWindows = [:]
-        for sink in sinks { sink.ended() }
+        for sink in sinks {
+            sink.task?.cancel()
+            sink.ended()
+        }
     }
 
     /// Answers `408` to each request whose body has not all come within the request timeout
@@ -553,6 +560,9 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     private let connection: HTTP2Connection
     let loop: any EventLoop
     private let closedPromise: EventLoopPromise<Void>
+    /// The task answering the request: cancelled when the client resets the stream or the
+    /// connection goes. Set and read on `loop`.
+    fileprivate var task: Task<Void, Never>?
 
     fileprivate init(_ id: HTTP2StreamID, connection: HTTP2Connection, loop: any EventLoop) {
         self.id = id

@@ -13,6 +13,9 @@ public enum ClusterCertificates {
     public static let caKeyFile = "ca-key.pem"
     public static func certificateFile(node: String) -> String { "\(node).pem" }
     public static func keyFile(node: String) -> String { "\(node)-key.pem" }
+    /// A gateway's client-port certificate and key: `NAME-client.pem`, `NAME-client-key.pem`.
+    public static func clientPortCertificateFile(node: String) -> String { "\(node)-client.pem" }
+    public static func clientPortKeyFile(node: String) -> String { "\(node)-client-key.pem" }
 
     /// Why certificates could not be made or read.
     public struct Failure: Error, CustomStringConvertible {
@@ -52,8 +55,15 @@ public enum ClusterCertificates {
     /// Issues a certificate for node `name`, signed by the CA in `directory`, valid for the DNS
     /// names and IP addresses given (always `name`, `localhost` and `127.0.0.1` as well), for both
     /// server and client authentication (valid 2 years).
+    ///
+    /// With `clientPort`, the certificate of gateway `name`'s client port instead (`NAME-client.pem`):
+    /// for server authentication only, and named `client port of NAME` — not a node name, so a
+    /// node refuses it in a hello (its name must be the certificate's), and its key, which sits
+    /// on the machine that faces the Internet, cannot join the cluster.
     @discardableResult
-    public static func issue(node name: String, in directory: URL, dnsNames: [String] = [], ipAddresses: [String] = []) throws -> Certificate {
+    public static func issue(
+        node name: String, in directory: URL, dnsNames: [String] = [], ipAddresses: [String] = [], clientPort: Bool = false
+    ) throws -> Certificate {
         guard isValidNodeName(name) else {
             throw Failure(description: "'\(name)' is not a valid node name (1–64 characters of a-z A-Z 0-9 . _ -)")
         }
@@ -75,21 +85,23 @@ public enum ClusterCertificates {
             issuer: caCertificate.subject,
             subject: try DistinguishedName {
                 OrganizationName("Parley")
-                CommonName(name)
+                CommonName(clientPort ? "client port of \(name)" : name)
             },
             signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true, keyEncipherment: true))
-                try ExtendedKeyUsage([.serverAuth, .clientAuth])
+                try ExtendedKeyUsage(clientPort ? [.serverAuth] : [.serverAuth, .clientAuth])
                 SubjectAlternativeNames(names)
                 if let authorityKeyID = try? caCertificate.extensions.subjectKeyIdentifier {
                     AuthorityKeyIdentifier(keyIdentifier: authorityKeyID.keyIdentifier)
                 }
             },
             issuerPrivateKey: caKey)
-        try write(key.serializeAsPEM().pemString, to: directory.appendingPathComponent(keyFile(node: name)), private: true)
-        try write(certificate.serializeAsPEM().pemString, to: directory.appendingPathComponent(certificateFile(node: name)), private: false)
+        let (certificateName, keyName) = clientPort
+            ? (clientPortCertificateFile(node: name), clientPortKeyFile(node: name)) : (certificateFile(node: name), keyFile(node: name))
+        try write(key.serializeAsPEM().pemString, to: directory.appendingPathComponent(keyName), private: true)
+        try write(certificate.serializeAsPEM().pemString, to: directory.appendingPathComponent(certificateName), private: false)
         return certificate
     }
 

@@ -1,5 +1,6 @@
 import NIOCore
 import ParleyCluster
+import ParleyWire
 import Synchronization
 
 /// One TLS connection to a peer: what callers write to. Writes are encoded on the caller's

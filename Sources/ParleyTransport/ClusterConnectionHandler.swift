@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOSSL
 import ParleyCluster
+import ParleyWire
 import SwiftASN1
 import X509
 
@@ -140,6 +141,12 @@ final class ClusterConnectionHandler: ChannelInboundHandler, LoopTurnFlushable {
     private func verified(_ hello: Hello, context: ChannelHandlerContext) -> PeerIdentity? {
         guard hello.protocolVersion == Frame.protocolVersion else {
             fail("protocol version \(hello.protocolVersion), this node speaks \(Frame.protocolVersion)")
+            return nil
+        }
+        // A gateway's client-port certificate is named `client port of NAME`, no node name: its key
+        // (on the machine that faces the Internet) must not make a node.
+        guard ClusterCertificates.isValidNodeName(hello.identity.id.name) else {
+            fail("peer says it is '\(hello.identity.id.name)', which is not a node name")
             return nil
         }
         if let handler = try? context.pipeline.syncOperations.handler(type: NIOSSLHandler.self) {

@@ -4,6 +4,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import ParleyCluster
+import ParleyWire
 import Synchronization
 
 /// ``ClusterTransport`` on SwiftNIO: mutual TLS 1.3, length-prefixed frames, one connection per

@@ -31,7 +31,12 @@ struct Certs: ParsableCommand {
     struct Issue: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Issue a certificate for node NAME, signed by the CA in DIR: DIR/NAME.pem and DIR/NAME-key.pem.",
-            discussion: "The certificate is valid for NAME, localhost and 127.0.0.1, plus any --dns and --ip given, for both server and client authentication.")
+            discussion: """
+                The certificate is valid for NAME, localhost and 127.0.0.1, plus any --dns and --ip given, for both server and \
+                client authentication. With --client: gateway NAME's client-port certificate instead, DIR/NAME-client.pem and \
+                DIR/NAME-client-key.pem, for server authentication only and not usable as a node's identity (so the key on the \
+                machine that faces the Internet cannot join the cluster). A gateway serves it by default.
+                """)
 
         @Argument(help: "The node's name, as given to `parley-node run --name`.")
         var name: String
@@ -45,14 +50,18 @@ struct Certs: ParsableCommand {
         @Option(help: "An extra IP address for the certificate (repeatable).")
         var ip: [String] = []
 
+        @Flag(help: "Issue gateway NAME's client-port certificate (NAME-client.pem) instead of its node certificate.")
+        var client = false
+
         func run() throws {
             let directory = URL(fileURLWithPath: dir)
             do {
-                try ClusterCertificates.issue(node: name, in: directory, dnsNames: dns, ipAddresses: ip)
+                try ClusterCertificates.issue(node: name, in: directory, dnsNames: dns, ipAddresses: ip, clientPort: client)
             } catch let failure as ClusterCertificates.Failure {
                 throw ValidationError(failure.description)
             }
-            print("issued \(directory.appendingPathComponent(ClusterCertificates.certificateFile(node: name)).path)")
+            let file = client ? ClusterCertificates.clientPortCertificateFile(node: name) : ClusterCertificates.certificateFile(node: name)
+            print("issued \(directory.appendingPathComponent(file).path)")
         }
     }
 }

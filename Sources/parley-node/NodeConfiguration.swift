@@ -104,8 +104,17 @@ struct NodeConfiguration {
                 throw ValidationError("a gateway needs a token secret: --token-secret or PARLEY_TOKEN_SECRET (at least 32 bytes, the same on every gateway; e.g. `openssl rand -hex 32`)")
             }
             guard secret.utf8.count >= 32 else { throw ValidationError("the token secret must be at least 32 bytes") }
-            let cert = value(run.clientTlsCert, "PARLEY_CLIENT_TLS_CERT") ?? tlsDirectory.appendingPathComponent("\(name).pem").path
-            let key = value(run.clientTlsKey, "PARLEY_CLIENT_TLS_KEY") ?? tlsDirectory.appendingPathComponent("\(name)-key.pem").path
+            let cert = value(run.clientTlsCert, "PARLEY_CLIENT_TLS_CERT")
+                ?? tlsDirectory.appendingPathComponent(ClusterCertificates.clientPortCertificateFile(node: name)).path
+            let key = value(run.clientTlsKey, "PARLEY_CLIENT_TLS_KEY")
+                ?? tlsDirectory.appendingPathComponent(ClusterCertificates.clientPortKeyFile(node: name)).path
+            guard FileManager.default.fileExists(atPath: cert), FileManager.default.fileExists(atPath: key) else {
+                throw ValidationError("""
+                    the client port's certificate \(cert) or key \(key) is missing: make them with \
+                    `parley-node certs issue \(name) --client --dir \(tlsDir)` (add --dns/--ip for the names clients use), \
+                    or give --client-tls-cert and --client-tls-key (e.g. a certificate from a public CA)
+                    """)
+            }
             var gateway = GatewayConfiguration(certificatePath: cert, keyPath: key, tokenSecret: secret)
             gateway.host = value(run.clientHost, "PARLEY_CLIENT_HOST") ?? "127.0.0.1"
             gateway.port = try port(run.clientPort, "--client-port", "PARLEY_CLIENT_PORT", default: 8443)

@@ -78,10 +78,10 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: the client port. (env PARLEY_CLIENT_PORT; default 8443)")
     var clientPort: Int?
 
-    @Option(help: "Gateway: PEM certificate chain of the client port. (env PARLEY_CLIENT_TLS_CERT; default TLS-DIR/NAME.pem, valid for NAME, localhost and 127.0.0.1)")
+    @Option(help: "Gateway: PEM certificate chain of the client port. (env PARLEY_CLIENT_TLS_CERT; default TLS-DIR/NAME-client.pem, from `parley-node certs issue NAME --client`)")
     var clientTlsCert: String?
 
-    @Option(help: "Gateway: PEM private key of the client port. (env PARLEY_CLIENT_TLS_KEY; default TLS-DIR/NAME-key.pem)")
+    @Option(help: "Gateway: PEM private key of the client port. (env PARLEY_CLIENT_TLS_KEY; default TLS-DIR/NAME-client-key.pem)")
     var clientTlsKey: String?
 
     @Option(help: "Gateway: the secret that signs access tokens, at least 32 bytes, the same on every gateway. (env PARLEY_TOKEN_SECRET; required for gateways)")

@@ -144,4 +144,24 @@ private struct Shapes: Codable, Equatable {
         #expect(throws: (any Error).self) { try binary.decode(String.self, from: [1, 0xC3]) }
         #expect(throws: (any Error).self) { try binary.decode(Bool.self, from: [1, 2]) }
     }
+
+    /// A number that is not finite is corrupt data (nothing the cluster sends is): a Date of NaN
+    /// read from a peer would trap wherever it is described (found by Scripts/fuzz).
+    @Test func numbersThatAreNotFiniteAreRefused() throws {
+        for value in [Double.nan, .infinity, -.infinity, Double(bitPattern: 0x7FF0_0000_0000_0001)] {
+            let bytes = try binary.encode(value)
+            #expect(throws: (any Error).self, "\(value)") { try binary.decode(Double.self, from: bytes) }
+            let date = try binary.encode(Date(timeIntervalSinceReferenceDate: value))
+            #expect(throws: (any Error).self, "a Date of \(value)") { try binary.decode(Date.self, from: date) }
+        }
+        #expect(throws: (any Error).self) { try binary.decode(Float.self, from: try binary.encode(Float.nan)) }
+        #expect(try binary.decode(Double.self, from: try binary.encode(-1.5e300)) == -1.5e300)
+        // A date far from 1970…9999 is refused too (its description traps as well).
+        for seconds in [Double.greatestFiniteMagnitude, -1e300, -978_307_201, 252_423_993_600] {
+            let date = try binary.encode(Date(timeIntervalSinceReferenceDate: seconds))
+            #expect(throws: (any Error).self, "a Date \(seconds) s after 2001") { try binary.decode(Date.self, from: date) }
+        }
+        let now = Date(millisecondsSince1970: 1_795_000_000_123)
+        #expect(try binary.decode(Date.self, from: try binary.encode(now)) == now)
+    }
 }

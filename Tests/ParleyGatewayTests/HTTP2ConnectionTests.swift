@@ -33,6 +33,14 @@ import Testing
                         try await writer.finish(nil)
                     })
                 }
+                if request.uri.path == "/slow" {
+                    do {
+                        try await Task.sleep(for: .seconds(3600))
+                    } catch {
+                        sinks.cancelled()
+                    }
+                    return Response(status: .ok)
+                }
                 if request.uri.path == "/fails" {
                     return Response(status: .ok, body: ResponseBody { _ in throw CancellationError() })
                 }
@@ -46,8 +54,11 @@ import Testing
 
     final class SinkBox: Sendable {
         private let value = Mutex<(any EventStreamSink)?>(nil)
+        private let cancellations = Mutex(0)
         func set(_ sink: any EventStreamSink) { value.withLock { $0 = sink } }
         var sink: (any EventStreamSink)? { value.withLock { $0 } }
+        func cancelled() { cancellations.withLock { $0 += 1 } }
+        var cancelledCount: Int { cancellations.withLock { $0 } }
     }
 
     final class Harness {
@@ -245,6 +256,27 @@ import Testing
         #expect(harness.channel.isWritable)
         harness.channel.pipeline.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(streamID: 1, inboundWindowSize: 65_535, outboundWindowSize: 4_096))
         #expect(try await loop.submit { sink.isWritable }.get())
+    }
+
+    /// A client that resets its stream (or whose connection goes) stops the request's work.
+    @Test func aResetStreamCancelsItsRequestsWork() async throws {
+        let harness = try await Harness()
+        try await harness.headers(1, method: "GET", path: "/slow", end: true)
+        try await harness.headers(3, method: "GET", path: "/slow", end: true)
+        for _ in 0..<200 { await harness.channel.testingEventLoop.run() }
+        #expect(harness.sinks.cancelledCount == 0)
+        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.cancel)))
+        for _ in 0..<2_000 where harness.sinks.cancelledCount < 1 {
+            await harness.channel.testingEventLoop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(harness.sinks.cancelledCount == 1, "the reset stream's work went on")
+        try await harness.channel.close()
+        for _ in 0..<2_000 where harness.sinks.cancelledCount < 2 {
+            await harness.channel.testingEventLoop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(harness.sinks.cancelledCount == 2, "the closed connection's request went on")
     }
 
     @Test func withoutAnIdleTimeoutAnIdleConnectionStays() async throws {

@@ -5,6 +5,7 @@ import ParleyTestKit
 import Testing
 
 @testable import ParleyTransport
+@testable import ParleyWire
 
 @Suite struct FrameTests {
     static let identity = PeerIdentity(id: NodeID(name: "worker-1", incarnation: 1_700_000_000_123), roles: [.worker, .gateway], address: NodeAddress(host: "127.0.0.1", port: 7001))

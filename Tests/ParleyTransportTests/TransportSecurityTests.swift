@@ -9,6 +9,7 @@ import ParleyTestKit
 import Testing
 
 @testable import ParleyTransport
+@testable import ParleyWire
 
 /// Connects to a node's cluster port as an outsider: records what comes back and whether the
 /// node closed the connection.
@@ -96,12 +97,18 @@ final class OutsiderHandler: ChannelInboundHandler, Sendable {
         try ClusterCertificates.issue(node: "node-b", in: rogue)
         // A real certificate whose holder claims to be someone else.
         try ClusterCertificates.issue(node: "intruder", in: cluster.directory)
+        // A gateway's client-port certificate (its key sits on the machine facing the Internet).
+        try ClusterCertificates.issue(node: "gateway-x", in: cluster.directory, clientPort: true)
 
         let attempts: [(String, Credentials, ByteBuffer, URL)] = [
             ("plain TCP garbage", .plainTCP, ByteBuffer(bytes: (0..<512).map { UInt8(truncatingIfNeeded: $0 &* 37) }), cluster.directory),
             ("TLS without a certificate", .tlsWithoutCertificate, Self.hello(claiming: "node-b"), cluster.directory),
             ("a certificate from another CA", .tls(directory: rogue, node: "node-b"), Self.hello(claiming: "node-b"), rogue),
             ("a real certificate claiming another name", .tls(directory: cluster.directory, node: "intruder"), Self.hello(claiming: "node-b"), cluster.directory),
+            ("a client-port certificate claiming its own name", .tls(directory: cluster.directory, node: "gateway-x-client"),
+             Self.hello(claiming: "client port of gateway-x"), cluster.directory),
+            ("a client-port certificate claiming its gateway's name", .tls(directory: cluster.directory, node: "gateway-x-client"),
+             Self.hello(claiming: "gateway-x"), cluster.directory),
             ("a real certificate with an oversized frame", .tls(directory: cluster.directory, node: "intruder"), ByteBuffer(bytes: [0x7f, 0xff, 0xff, 0xff, 1]), cluster.directory),
         ]
         for (what, credentials, payload, trust) in attempts {
