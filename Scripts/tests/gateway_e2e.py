@@ -829,6 +829,51 @@ def main():
           and sum(1 for status, _, _ in flood if status == 201) >= 5,
           "registrations from one address past the limit get 429 rate_limited with Retry-After", f"{len(limited)} of 25 limited")
 
+    # Every method on every route, over HTTP/1.1 and h2 (curl): never a 5xx, an error always in
+    # API.md's shape, and the connection still serves the next request. A throwaway user, whose
+    # session is revoked last.
+    # (Registered on gateway-2: gateway-1's registrations from this address were used up above.)
+    status, thrown, _ = Client("gateway-2").call("POST", "/v1/users", {"handle": f"m{uuid.uuid4().hex[:8]}", "password": "whatever1", "displayName": "M"})
+    if status == 201:
+        t_id, t_token = thrown["user"]["id"], thrown["token"]
+        status, t_conv, _ = Client("gateway-1", t_token).call("POST", "/v1/conversations", {"memberIds": [alice_id, bob_id], "name": "methods"})
+        t_conv = t_conv["conversation"]["id"] if status == 201 else "c_none"
+        paths = ["/v1/users", "/v1/sessions", "/v1/users/me", f"/v1/users/{alice_id}", "/v1/conversations", f"/v1/conversations/{t_conv}",
+                 f"/v1/conversations/{t_conv}/members", f"/v1/conversations/{t_conv}/members/{bob_id}", f"/v1/conversations/{t_conv}/messages",
+                 f"/v1/conversations/{t_conv}/receipts", f"/v1/conversations/{t_conv}/typing", "/v1/presence", "/v1/events", "/healthz", "/readyz",
+                 "/v1/sessions/current"]
+        methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+        bad = []
+        h1 = Client("gateway-1", t_token)
+        for path in paths:
+            for method in methods:
+                if path == "/v1/events" and method in ("GET", "HEAD"):
+                    continue  # the event stream, tested above
+                if path == "/v1/sessions/current" and method == "DELETE":
+                    continue  # last: it ends the session
+                body = b"{}" if method in ("POST", "PUT", "PATCH") else None
+                try:
+                    status, reply, _ = h1.call(method, path, raw=body)
+                except Exception as error:
+                    bad.append(f"h1 {method} {path}: {type(error).__name__}")
+                    continue
+                if status >= 500 or (method != "HEAD" and status >= 400 and not error_shape_ok(reply)):
+                    bad.append(f"h1 {method} {path}: {status} {reply}")
+                curl = ["curl", "-sS", "--http2", "--max-time", "10", "--cacert", CA, "-H", f"Authorization: Bearer {t_token}",
+                        "-o", "/dev/null", "-w", "%{http_code}"]
+                curl += ["-I"] if method == "HEAD" else ["-X", method]
+                if body:
+                    curl += ["-H", "Content-Type: application/json", "--data-binary", "{}"]
+                h2 = subprocess.run(curl + [f"https://localhost:{CLIENT['gateway-1']}{path}"], capture_output=True, text=True, timeout=20)
+                if h2.returncode != 0 or not h2.stdout.isdigit() or int(h2.stdout) >= 500:
+                    bad.append(f"h2 {method} {path}: exit {h2.returncode} {h2.stdout} {h2.stderr[-120:]}")
+        last = h1.call("DELETE", "/v1/sessions/current")[0]
+        check(not bad and last == 204 and h1.call("GET", "/v1/users/me")[0] == 401,
+              f"every method on every route ({len(paths)} routes × {len(methods)} methods, HTTP/1.1 and h2): no 5xx, errors in API.md's shape, the connection kept",
+              "; ".join(bad[:8]))
+    else:
+        check(False, "a throwaway user for the method matrix registers", f"{status} {thrown}")
+
     # Connections that hold a gateway: a gateway with short timeouts and small limits.
     start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",
           PARLEY_CLIENT_REQUEST_TIMEOUT="1", PARLEY_WRITE_RATE="1", PARLEY_SEND_RATE="100000")
