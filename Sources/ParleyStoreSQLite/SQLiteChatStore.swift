@@ -354,11 +354,11 @@ public final class SQLiteChatStore: ChatStore {
             }
             let members = try Row.fetchAll(
                 db, sql: "SELECT * FROM members WHERE conversation_id = ? ORDER BY position", arguments: [id.rawValue]
-            ).map(Self.member(from:))
+            ).map { try Self.member(from: $0) }
             return ConversationRecord(
-                id: id, kind: ConversationKind(rawValue: row["kind"]) ?? .group, name: row["name"], ownerId: UserID(rawValue: row["owner_id"]),
-                lastSeq: row["last_seq"], createdAt: Date(millisecondsSince1970: row["created_at"]),
-                lastActivityAt: Date(millisecondsSince1970: row["last_activity_at"]), members: members)
+                id: id, kind: ConversationKind(rawValue: try row.decode(forColumn: "kind")) ?? .group, name: try row.decode(forColumn: "name"), ownerId: UserID(rawValue: try row.decode(forColumn: "owner_id")),
+                lastSeq: try row.decode(forColumn: "last_seq"), createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")),
+                lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members)
         }
     }
 
@@ -377,11 +377,11 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     public func user(id: UserID) async throws -> StoredUser? {
-        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ?", arguments: [id.rawValue]).map(Self.storedUser(from:)) }
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ?", arguments: [id.rawValue]).map { try Self.storedUser(from: $0) } }
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ?", arguments: [handle]).map(Self.storedUser(from:)) }
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ?", arguments: [handle]).map { try Self.storedUser(from: $0) } }
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
@@ -393,7 +393,7 @@ public final class SQLiteChatStore: ChatStore {
                     WHERE id = ? RETURNING *
                     """,
                 arguments: [displayName, avatarURL, id.rawValue]
-            ).map(Self.storedUser(from:))?.user
+            ).map { try Self.storedUser(from: $0) }?.user
         }
     }
 
@@ -403,7 +403,7 @@ public final class SQLiteChatStore: ChatStore {
             try Row.fetchAll(
                 db, sql: "SELECT * FROM users WHERE handle >= ? AND handle < ? ORDER BY handle LIMIT ?",
                 arguments: [prefix, prefix + "\u{7F}", max(0, limit)]
-            ).map { Self.storedUser(from: $0).user }
+            ).map { try Self.storedUser(from: $0).user }
         }
     }
 
@@ -442,12 +442,13 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
-    static func storedUser(from row: Row) -> StoredUser {
+    static func storedUser(from row: Row) throws -> StoredUser {
         StoredUser(
             user: User(
-                id: UserID(rawValue: row["id"]), handle: row["handle"], displayName: row["display_name"], avatarURL: row["avatar_url"],
-                createdAt: Date(millisecondsSince1970: row["created_at"])),
-            passwordHash: row["password_hash"])
+                id: UserID(rawValue: try row.decode(forColumn: "id")), handle: try row.decode(forColumn: "handle"),
+                displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
+                createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at"))),
+            passwordHash: try row.decode(forColumn: "password_hash"))
     }
 
     public func acquireOwnership(of id: ConversationID) async throws -> Int64 {
@@ -523,7 +524,7 @@ public final class SQLiteChatStore: ChatStore {
                 guard let original = try Row.fetchOne(existing, arguments: [append.clientMessageId, conversation]) else {
                     throw ChatStoreError(.unavailable, "insert of \(append.clientMessageId) changed nothing and found nothing")
                 }
-                outcomes.append(.duplicate(Self.message(from: original)))
+                outcomes.append(.duplicate(try Self.message(from: original)))
                 continue
             }
             heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
@@ -598,7 +599,7 @@ public final class SQLiteChatStore: ChatStore {
                     WHERE c.id IN (\(placeholders))
                     """,
                 arguments: StatementArguments(ids.map(\.rawValue))
-            ).map(Self.message(from:))
+            ).map { try Self.message(from: $0) }
             return Dictionary(messages.map { ($0.conversationId, $0) }, uniquingKeysWith: { first, _ in first })
         }
     }
@@ -617,7 +618,7 @@ public final class SQLiteChatStore: ChatStore {
             try Row.fetchOne(
                 db, sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?",
                 arguments: [clientMessageId, id.rawValue]
-            ).map(Self.message(from:))
+            ).map { try Self.message(from: $0) }
         }
     }
 
@@ -680,7 +681,7 @@ public final class SQLiteChatStore: ChatStore {
                     RETURNING *
                     """,
                 arguments: [readSeq, deliveredSeq, id.rawValue, user.rawValue, at.millisecondsSince1970]
-            ).map(Self.member(from:))
+            ).map { try Self.member(from: $0) }
         }
     }
 
@@ -696,9 +697,9 @@ public final class SQLiteChatStore: ChatStore {
                     """,
                 arguments: [user.rawValue, since])
             for row in changed {
-                guard let record = try Self.conversation(ConversationID(rawValue: row["id"]), db: db) else { continue }
-                let change = ConversationChangeKind(rawValue: row["last_change"]) ?? .updated
-                changes.conversations.append(.init(conversation: record, change: change, at: Date(millisecondsSince1970: row["changed_at"])))
+                guard let record = try Self.conversation(ConversationID(rawValue: try row.decode(forColumn: "id")), db: db) else { continue }
+                let change = ConversationChangeKind(rawValue: try row.decode(forColumn: "last_change")) ?? .updated
+                changes.conversations.append(.init(conversation: record, change: change, at: Date(millisecondsSince1970: try row.decode(forColumn: "changed_at"))))
             }
             changes.receipts = try Row.fetchAll(
                 db,
@@ -709,15 +710,15 @@ public final class SQLiteChatStore: ChatStore {
                 arguments: [user.rawValue, since]
             ).map { row in
                 DurableChanges.Receipt(
-                    conversationId: ConversationID(rawValue: row["conversation_id"]), member: Self.member(from: row),
-                    at: Date(millisecondsSince1970: row["receipt_at"]))
+                    conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), member: try Self.member(from: row),
+                    at: Date(millisecondsSince1970: try row.decode(forColumn: "receipt_at")))
             }
             let removed = try Row.fetchAll(
                 db, sql: "SELECT conversation_id, removed_at FROM removals WHERE user_id = ? AND removed_at > ? ORDER BY removed_at",
                 arguments: [user.rawValue, since])
             for row in removed {
-                guard let record = try Self.conversation(ConversationID(rawValue: row["conversation_id"]), db: db) else { continue }
-                changes.removals.append(.init(conversation: record, change: .memberRemoved, at: Date(millisecondsSince1970: row["removed_at"])))
+                guard let record = try Self.conversation(ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), db: db) else { continue }
+                changes.removals.append(.init(conversation: record, change: .memberRemoved, at: Date(millisecondsSince1970: try row.decode(forColumn: "removed_at"))))
             }
             return changes
         }
@@ -745,16 +746,19 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
-    static func member(from row: Row) -> ConversationMember {
+    // Rows are read with GRDB's throwing `decode`: a value of the wrong type (a row written by
+    // another tool, a damaged file) is an error, where its subscripts would trap.
+    static func member(from row: Row) throws -> ConversationMember {
         ConversationMember(
-            userId: UserID(rawValue: row["user_id"]), role: MemberRole(rawValue: row["role"]) ?? .member,
-            deliveredSeq: row["delivered_seq"], readSeq: row["read_seq"])
+            userId: UserID(rawValue: try row.decode(forColumn: "user_id")), role: MemberRole(rawValue: try row.decode(forColumn: "role")) ?? .member,
+            deliveredSeq: try row.decode(forColumn: "delivered_seq"), readSeq: try row.decode(forColumn: "read_seq"))
     }
 
-    static func message(from row: Row) -> Message {
+    static func message(from row: Row) throws -> Message {
         Message(
-            conversationId: ConversationID(rawValue: row["conversation_id"]), seq: row["seq"], senderId: UserID(rawValue: row["sender_id"]),
-            clientMessageId: row["client_message_id"], text: row["text"], sentAt: Date(millisecondsSince1970: row["sent_at"]))
+            conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), seq: try row.decode(forColumn: "seq"),
+            senderId: UserID(rawValue: try row.decode(forColumn: "sender_id")), clientMessageId: try row.decode(forColumn: "client_message_id"),
+            text: try row.decode(forColumn: "text"), sentAt: Date(millisecondsSince1970: try row.decode(forColumn: "sent_at")))
     }
 
     /// A write transaction; database failures become `unavailable`, store errors pass through.

@@ -204,6 +204,20 @@ import Testing
         try database.close()
     }
 
+    /// A row whose value is not of its column's type (written by another tool, a damaged file)
+    /// is an error of the read, not a crash of the node.
+    @Test func aRowOfTheWrongTypeIsAnErrorNotACrash() async throws {
+        let store = try await makeSQLiteStore()
+        let record = Self.conversation()
+        try await store.createConversation(record)
+        let database = try DatabaseQueue(path: store.path)
+        try await database.write { db in
+            try db.execute(sql: "UPDATE members SET delivered_seq = 'many' WHERE conversation_id = ?", arguments: [record.id.rawValue])
+        }
+        try database.close()
+        await #expect(throws: ChatStoreError.self) { try await store.conversation(record.id) }
+    }
+
     /// Two connections pools on one file stand for two node processes sharing the database.
     @Test func twoOpenersOfOneFileShareItSafely() async throws {
         let path = Scratch.path("parley-shared", suffix: ".sqlite")
