@@ -130,7 +130,7 @@ struct Register: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Create an account and sign in.")
     @Argument(help: "3–32 characters of a-z 0-9 _ . -") var handle: String
     @Option(help: "The name others see (default: the handle).") var displayName: String?
-    @Option(help: "8–256 characters (or PARLEY_PASSWORD, or typed at the prompt).") var password: String?
+    @Option(help: "8 characters to 72 bytes, no U+0000 (or PARLEY_PASSWORD, or typed at the prompt).") var password: String?
     @OptionGroup var connection: Connection
 
     func run() async throws {
