@@ -21,7 +21,7 @@ for path in docs:
         if not (node_run or table_row):
             continue
         for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line):
-            if flag in ("--dir", "--dns", "--ip", "--common-name") and "certs" in line:
+            if flag in ("--dir", "--dns", "--ip", "--common-name", "--client") and "certs" in line:
                 continue
             if flag == "--help":
                 continue

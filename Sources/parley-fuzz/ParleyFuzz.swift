@@ -23,7 +23,10 @@ public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePoi
     if argc == 3, let flag = argv?[1], String(cString: flag) == "--write-seeds", let directory = argv?[2] {
         let path = String(cString: directory)
         for (index, seed) in target.seeds.enumerated() {
-            FileManager.default.createFile(atPath: "\(path)/seed-\(index)", contents: Data(seed))
+            guard FileManager.default.createFile(atPath: "\(path)/seed-\(index)", contents: Data(seed)) else {
+                FileHandle.standardError.write(Data("cannot write \(path)/seed-\(index)\n".utf8))
+                return 1
+            }
         }
         return 0
     }
