@@ -131,4 +131,24 @@ final class OutsiderHandler: ChannelInboundHandler, Sendable {
         #expect(try await Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: cluster["node-b"]).whereAreYou() == "node-a")
         #expect(cluster["node-a"].members.filter { $0.status == .up }.map(\.name) == ["node-a", "node-b"])
     }
+
+    /// Keys are readable by their owner only, whatever the umask, and the folder holding the CA's
+    /// key is the owner's alone. (That a key is never readable by others for a moment is by
+    /// construction: it is created with its mode, `ClusterCertificates.write`.)
+    @Test func keysAreCreatedReadableByTheirOwnerOnly() throws {
+        let directory = URL(fileURLWithPath: Scratch.path("parley-keys")).appendingPathComponent("tls")
+        defer { try? FileManager.default.removeItem(at: directory.deletingLastPathComponent()) }
+        let previous = umask(0)  // the widest: the files' modes must not depend on it
+        defer { umask(previous) }
+        try ClusterCertificates.initAuthority(in: directory)
+        try ClusterCertificates.issue(node: "worker-1", in: directory)
+        try ClusterCertificates.issue(node: "gateway-1", in: directory, clientPort: true)
+        func mode(_ name: String) throws -> Int {
+            let path = name.isEmpty ? directory.path : directory.appendingPathComponent(name).path
+            return try #require(FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
+        }
+        #expect(try mode("") == 0o700)
+        for key in ["ca-key.pem", "worker-1-key.pem", "gateway-1-client-key.pem"] { #expect(try mode(key) == 0o600, "\(key)") }
+        for certificate in ["ca.pem", "worker-1.pem", "gateway-1-client.pem"] { #expect(try mode(certificate) == 0o644, "\(certificate)") }
+    }
 }
