@@ -237,29 +237,9 @@ def h2_raw(port, after_preface=b"", wait=8.0):
     """Speaks raw HTTP/2 over TLS (ALPN h2): the preface and SETTINGS, then `after_preface`, then
     nothing. Returns the error code of the last GOAWAY the server sent (None if none) and the
     seconds until it closed the connection (None if it stayed open for `wait` seconds)."""
-    context = ssl.create_default_context(cafile=CA)
-    context.set_alpn_protocols(["h2"])
-    with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost") as tls:
-        if tls.selected_alpn_protocol() != "h2":
-            return None, None
-        tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0) + after_preface)
-        tls.settimeout(0.5)
-        received, code, opened = b"", None, time.time()
-        while time.time() < opened + wait:
-            try:
-                chunk = tls.recv(65536)
-            except socket.timeout:
-                continue
-            except (ssl.SSLError, OSError):
-                chunk = b""
-            if not chunk:
-                return code, time.time() - opened
-            received += chunk
-            while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
-                if received[3] == 0x7:
-                    code = int.from_bytes(received[13:17], "big")
-                received = received[9 + int.from_bytes(received[:3], "big"):]
-        return code, None
+    frames, closed_after = h2_exchange(port, [after_preface], wait)
+    goaways = [int.from_bytes(payload[4:8], "big") for ftype, _, _, payload in frames if ftype == 0x7]
+    return (goaways[-1] if goaways else None), closed_after
 
 
 def h2_frame(ftype, stream, payload=b"", flags=0):
@@ -288,11 +268,14 @@ def hpack_literal(headers):
 def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False):
     """Raw HTTP/2 over TLS: the preface, SETTINGS (with `settings`), then `frames`; reads for up to
     `wait` seconds, until the server closes, or until `until(frame)`. Returns the frames received
-    as (type, flags, stream, payload) and whether the server closed the connection."""
+    as (type, flags, stream, payload) and the seconds until the server closed the connection (None
+    if it did not)."""
     context = ssl.create_default_context(cafile=CA)
     context.set_alpn_protocols(["h2"])
-    received, out, closed = b"", [], False
+    received, out, closed_after = b"", [], None
     with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost") as tls:
+        if tls.selected_alpn_protocol() != "h2":
+            return out, closed_after
         tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0, settings) + b"".join(frames))
         tls.settimeout(0.5)
         opened = time.time()
@@ -304,18 +287,21 @@ def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False):
             except (ssl.SSLError, OSError):
                 chunk = b""
             if not chunk:
-                closed = True
+                closed_after = time.time() - opened
                 break
             received += chunk
             while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
                 length = int.from_bytes(received[:3], "big")
                 out.append((received[3], received[4], int.from_bytes(received[5:9], "big") & 0x7FFFFFFF, received[9:9 + length]))
                 if received[3] == 0x4 and not received[4] & 0x1:
-                    tls.sendall(h2_frame(0x4, 0, flags=0x1))  # SETTINGS ACK
+                    try:
+                        tls.sendall(h2_frame(0x4, 0, flags=0x1))  # SETTINGS ACK
+                    except OSError:
+                        pass  # the server has closed; what it sent is still read
                 received = received[9 + length:]
                 if until(out[-1]):
-                    return out, closed
-    return out, closed
+                    return out, closed_after
+    return out, closed_after
 
 
 def seqs(messages):
