@@ -10,7 +10,10 @@ let upcoming: [SwiftSetting] = [
 
 let package = Package(
     name: "Parley",
-    platforms: [.macOS(.v15)],
+    // ParleyClient is for iOS and macOS apps: it uses only what these platforms have (Foundation,
+    // SwiftNIO, swift-nio-ssl, AsyncHTTPClient and the standard library's Synchronization, which
+    // sets the floor). The server runs on Linux.
+    platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "parley-node", targets: ["parley-node"]),
         .executable(name: "parley", targets: ["parley"]),
@@ -162,6 +165,7 @@ let package = Package(
             name: "parley-node",
             dependencies: [
                 "ParleyChat",
+                "ParleyModel",
                 "ParleyGateway",
                 "ParleyStore",
                 "ParleyStoreSQLite",

@@ -5,7 +5,7 @@
 # initdb runs as the unprivileged `postgres` user in a temporary folder it owns (root cannot run
 # postgres). `postgresql` is installed with apt when missing. `wal_init_zero=off`: a fresh server
 # has no old WAL segments to reuse and zero-fills each new 16 MB one while every commit waits
-# (Deploy/CONFIG.md, "PostgreSQL").
+# (docs/OPERATIONS.md, "PostgreSQL").
 
 PG_DIR=""
 PG_PID=""

@@ -766,7 +766,7 @@ def main():
     dave_conv = json.loads(new.stdout)["id"] if new.returncode == 0 else None
     check(dave_conv is not None, "parley new starts a direct conversation by handle", new.stdout + new.stderr)
     wait_until(30, lambda: ready("gateway-2"))
-    tail = subprocess.Popen([parley, "tail", "--json", "--count", "6", "--seconds", "60"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail = subprocess.Popen([parley, "tail", "--json", "--count", "6", "--for", "60s"], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2)
     for i in range(1, 4):
         send(a1, dave_conv, f"to dave {i}")

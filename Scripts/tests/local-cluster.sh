@@ -59,10 +59,16 @@ fi
 bad="$("$BIN_DIR/parley-node" run --name x --tls-dir "$WORK" --event-loops 0 2>&1 || true)"
 echo "$bad" | grep -q "event-loops 0 must be in 1…256" && pass "--event-loops 0 is refused with a clear error" || fail "--event-loops 0: $bad"
 ready_line="$(grep -h "store ready" "$WORK/clone/.parley/worker-1.log" | head -n 1)"
-echo "$ready_line" | grep -q "commit_interval_us=5000 " && pass "a worker on SQLite starts its commits at least 5 ms apart (its log says)" \
+echo "$ready_line" | grep -q "commit_interval=5ms " && pass "a worker on SQLite starts its commits at least 5 ms apart (its log says)" \
     || fail "commit interval: $ready_line"
+bad="$("$BIN_DIR/parley-node" run --name x --tls-dir "$WORK" --commit-interval 101ms 2>&1 || true)"
+echo "$bad" | grep -q "commit-interval 101ms must be from 0s to 100ms" && pass "--commit-interval 101ms is refused with a clear error" \
+    || fail "--commit-interval 101ms: $bad"
+bad="$("$BIN_DIR/parley-node" run --name x --tls-dir "$WORK" --commit-interval 5x 2>&1 || true)"
+echo "$bad" | grep -q "commit-interval '5x' is not a duration" && pass "a duration without a known unit is refused, naming the flag" \
+    || fail "--commit-interval 5x: $bad"
 bad="$("$BIN_DIR/parley-node" run --name x --tls-dir "$WORK" --commit-interval-us 100001 2>&1 || true)"
-echo "$bad" | grep -q "commit-interval-us 100001 must be in 0…100000" && pass "--commit-interval-us 100001 is refused with a clear error" \
+echo "$bad" | grep -q "commit-interval-us 100001 must be in 0…100000" && pass "the older --commit-interval-us is still read and checked" \
     || fail "--commit-interval-us 100001: $bad"
 second="$("$CLUSTER" up 2>&1 || true)"
 if echo "$second" | grep -q "already running"; then pass "up twice does not start a second cluster"; else fail "a second up was not refused: $second"; fi

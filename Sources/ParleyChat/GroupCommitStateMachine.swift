@@ -35,8 +35,9 @@ public struct GroupCommitStateMachine<Item: Sendable, Key: Hashable & Sendable>:
     /// Items waiting, per key, in the order they came.
     private var waiting: [Key: [Item]] = [:]
     /// Keys with waiting items and no running commit, in the order they became so: the next
-    /// batch's. Every step is proportional to the items it moves, never to all that wait (with
-    /// thousands waiting behind one busy key, scanning them all on each append melted down).
+    /// batch's. Every step is proportional to the items it moves, never to all that wait: with
+    /// thousands waiting behind one busy key, a scan of them all on each append took PostgreSQL's
+    /// open loop down to 323 appends/s.
     private var ready: [Key] = []
     private var readyHead = 0
     /// The keys of each running commit, by batch id, and the batch holding each key.

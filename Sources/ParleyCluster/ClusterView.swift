@@ -1,4 +1,4 @@
-/// The cluster as one node sees it, in the shape of `GET /v1/cluster` (API.md, "Operations").
+/// The cluster as one node sees it, in the shape of `GET /v1/cluster` (docs/OPERATIONS.md, "The admin token").
 public struct ClusterView: Codable, Sendable, Equatable {
     public struct MemberView: Codable, Sendable, Equatable {
         public var name: String

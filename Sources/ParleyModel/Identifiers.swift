@@ -68,7 +68,8 @@ public enum ClientMessageID {
     /// A new time-ordered UUID (version 7, RFC 9562): 48 bits of Unix milliseconds, then 74 random
     /// bits. Any UUID is accepted as a `clientMessageId`; Parley's own clients make these because
     /// consecutive sends then land next to each other in the store's idempotency index instead of
-    /// on a random page each (see the README's store measurements). The clock and the randomness
+    /// on a random page each (raw commits of 256 appends: 31,000/s with random UUIDs, 74,000/s with
+    /// these, on the same SQLite store). The clock and the randomness
     /// are the caller's (`ParleyClient` passes the system's).
     public static func make(now: Date, using generator: inout some RandomNumberGenerator) -> String {
         let milliseconds = UInt64(max(0, now.timeIntervalSince1970 * 1000)) & 0xFFFF_FFFF_FFFF

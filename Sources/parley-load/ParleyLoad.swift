@@ -27,7 +27,7 @@ struct WorkloadOptions: ParsableArguments {
     @Option(help: "Seed of the random choices (who sends where).") var seed: UInt64 = 1
     @Option(help: "Handle prefix of the users (reused when they exist).") var prefix = "load"
     @Option(help: "Write the JSON report here.") var report: String?
-    @Option(help: "Seconds to wait for the last deliveries after the last send.") var drain = 10.0
+    @Option(help: "How long to wait for the last deliveries after the last send (e.g. 10s; a plain number is seconds).") var drain = DurationOption(.seconds(10))
     @Option(help: "Every node's /metrics URL, comma-separated: reports server CPU per delivered message (process_cpu_seconds_total).")
     var serverMetrics: String?
     @Option(help: "Write every acknowledged send here, one JSON object per line: conversation, scheduled and acknowledged wall-clock milliseconds.")
@@ -83,19 +83,19 @@ struct Run: AsyncParsableCommand {
 
     @OptionGroup var options: WorkloadOptions
     @Option(help: "Offered sends per second, all users together.") var rate = 100.0
-    @Option(help: "Measured seconds.") var duration = 10.0
-    @Option(help: "Seconds of sending before measuring.") var warmup = 2.0
+    @Option(help: "How long to measure (e.g. 20s; a plain number is seconds).") var duration = DurationOption(.seconds(10))
+    @Option(help: "How long to send before measuring (e.g. 3s).") var warmup = DurationOption(.seconds(2))
 
     func validate() throws {
-        guard rate > 0, duration > 0, warmup >= 0 else { throw ValidationError("--rate and --duration must be positive") }
+        guard rate > 0, duration.duration > .zero else { throw ValidationError("--rate and --duration must be positive") }
     }
 
     func run() async throws {
         options.configureEventLoops()
         let workload = try await Workload.prepare(options)
-        print("parley-load: \(workload.clients.count) users, \(workload.conversations.count) conversations, \(rate) msg/s offered for \(warmup) s + \(duration) s, seed \(options.seed)")
-        let phase = await workload.phase(rate: rate, duration: duration, warmup: warmup)
-        let faults = await workload.finish(drain: options.drain, readBack: options.readBack, timeline: options.timeline)
+        print("parley-load: \(workload.clients.count) users, \(workload.conversations.count) conversations, \(rate) msg/s offered for \(warmup) + \(duration), seed \(options.seed)")
+        let phase = await workload.phase(rate: rate, duration: duration.seconds, warmup: warmup.seconds)
+        let faults = await workload.finish(drain: options.drain.seconds, readBack: options.readBack, timeline: options.timeline)
         let summary = workload.summary(phase, faults: faults)
         summary.print()
         try summary.write(to: options.report)
@@ -110,20 +110,21 @@ struct Ramp: AsyncParsableCommand {
     @OptionGroup var options: WorkloadOptions
     @Option(help: "The first rate (sends per second).") var from = 100.0
     @Option(help: "Added at each step.") var step = 100.0
-    @Option(help: "Seconds per step (the first 2 s of each are not measured).") var stepSeconds = 20.0
-    @Option(help: "The bound on delivery p99, e.g. 50ms or 1s.") var untilP99 = "50ms"
+    @Option(name: [.customLong("step-duration"), .customLong("step-seconds")], help: "How long each step lasts, e.g. 20s (the first 2 s of each are not measured).") var stepDuration = DurationOption(.seconds(20))
+    @Option(help: "The bound on delivery p99, e.g. 50ms or 1s.") var untilP99 = DurationOption(.milliseconds(50))
     @Option(help: "Stop after this rate even if it held.") var max = 100_000.0
 
     func run() async throws {
         options.configureEventLoops()
-        guard let bound = Self.micros(untilP99) else { throw ValidationError("--until-p99 must look like 50ms or 1s") }
+        guard stepDuration.seconds > 2 else { throw ValidationError("--step-duration must be longer than the 2 s each step is not measured") }
+        let bound = UInt64(untilP99.seconds * 1_000_000)
         let workload = try await Workload.prepare(options)
-        print("parley-load ramp: \(workload.clients.count) users, from \(from)/s by \(step)/s, \(stepSeconds) s per step, until delivery p99 > \(untilP99)")
+        print("parley-load ramp: \(workload.clients.count) users, from \(from)/s by \(step)/s, \(stepDuration) per step, until delivery p99 > \(untilP99)")
         var held: Double?
         var steps: [Summary] = []
         var rate = from
         while rate <= max {
-            let phase = await workload.phase(rate: rate, duration: Swift.max(1, stepSeconds - 2), warmup: 2, quiet: true)
+            let phase = await workload.phase(rate: rate, duration: stepDuration.seconds - 2, warmup: 2, quiet: true)
             let summary = workload.summary(phase, faults: [])
             steps.append(summary)
             let p99 = summary.delivery.p99
@@ -143,7 +144,7 @@ struct Ramp: AsyncParsableCommand {
             held = rate
             rate += step
         }
-        let faults = await workload.finish(drain: options.drain, readBack: options.readBack, timeline: options.timeline)
+        let faults = await workload.finish(drain: options.drain.seconds, readBack: options.readBack, timeline: options.timeline)
         Swift.print(held.map { "highest rate that held: \($0) msg/s (delivery p99 ≤ \(untilP99), no errors)" } ?? "not even \(from) msg/s held")
         Swift.print(faults.isEmpty ? "verified: every acknowledged message of every step was delivered" : "VERIFICATION FAILED: \(faults.count) fault(s)")
         for fault in faults.prefix(50) { Swift.print("  \(fault)") }
@@ -157,11 +158,6 @@ struct Ramp: AsyncParsableCommand {
         if !faults.isEmpty { throw ExitCode(1) }
     }
 
-    static func micros(_ text: String) -> UInt64? {
-        if text.hasSuffix("ms"), let value = Double(text.dropLast(2)) { return UInt64(value * 1000) }
-        if text.hasSuffix("s"), let value = Double(text.dropLast(1)) { return UInt64(value * 1_000_000) }
-        return nil
-    }
 }
 
 /// `parley-load idle`: authenticated users with open streams and no traffic, to measure what an
@@ -170,7 +166,7 @@ struct Idle: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Open N idle streams and report the gateway's memory per stream.")
 
     @OptionGroup var options: WorkloadOptions
-    @Option(help: "Seconds to hold the streams open before measuring.") var hold = 5.0
+    @Option(help: "How long to hold the streams open before measuring (e.g. 5s).") var hold = DurationOption(.seconds(5))
     @Option(help: "The first gateway's /metrics URL, on its operations port (env PARLEY_GATEWAY_METRICS; `Scripts/cluster env` sets it).")
     var gatewayMetrics: String?
 
@@ -182,7 +178,7 @@ struct Idle: AsyncParsableCommand {
         }
         let before = try await Self.residentBytes(metrics)
         let workload = try await Workload.prepare(options, conversations: false)
-        try await Task.sleep(for: .seconds(hold))
+        try await Task.sleep(for: hold.duration)
         let after = try await Self.residentBytes(metrics)
         let perGateway = Double(workload.clients.count) / Double(urls.count)
         _ = await workload.finish(drain: 0)
@@ -765,4 +761,20 @@ struct Summary: Codable {
             for fault in faults.prefix(50) { Swift.print("  \(fault)") }
         }
     }
+}
+
+/// A duration option: a number and a unit (`20s`, `500ms`, `2m`), or a plain number of seconds.
+struct DurationOption: ExpressibleByArgument, CustomStringConvertible {
+    var duration: Duration
+    var seconds: Double { Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
+
+    init(_ duration: Duration) { self.duration = duration }
+
+    init?(argument: String) {
+        guard let duration = DurationText.parse(argument) else { return nil }
+        self.duration = duration
+    }
+
+    var description: String { DurationText.format(duration) }
+    var defaultValueDescription: String { description }
 }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import ParleyCluster
 import ParleyGateway
+import ParleyModel
 import ParleyTransport
 
 /// `parley-node run`'s options resolved: flag, else environment variable, else default; checked.
@@ -28,6 +29,19 @@ struct NodeConfiguration {
             if let flag { return flag }
             guard let text = environment[variable], !text.isEmpty else { return nil }
             return text
+        }
+        /// A duration (``DurationText``: a unit, or plain seconds) from the first of `sources` given —
+        /// flags then variables — checked against `range`; nil if none is given.
+        func duration(_ sources: [(text: String?, name: String)], in range: ClosedRange<Duration>) throws -> Duration? {
+            for (text, name) in sources {
+                guard let text, !text.isEmpty else { continue }
+                guard let parsed = DurationText.parse(text) else { throw ValidationError(DurationText.problem(text, source: name)) }
+                guard range.contains(parsed) else {
+                    throw ValidationError("\(name) \(text) must be from \(DurationText.format(range.lowerBound)) to \(DurationText.format(range.upperBound))")
+                }
+                return parsed
+            }
+            return nil
         }
         /// A whole number from the flag, else the variable, checked against `range`; nil if neither is given.
         func wholeNumber(_ flag: Int?, _ flagName: String, _ variable: String, in range: ClosedRange<Int>) throws -> Int? {
@@ -97,7 +111,11 @@ struct NodeConfiguration {
         }
         self.store = store
         self.eventLoops = try wholeNumber(run.eventLoops, "--event-loops", "PARLEY_EVENT_LOOPS", in: 1...256)
-        self.commitInterval = try wholeNumber(run.commitIntervalUs, "--commit-interval-us", "PARLEY_COMMIT_INTERVAL_US", in: 0...100_000).map { .microseconds($0) }
+        // --commit-interval-us (whole microseconds) is the older spelling, still read.
+        let olderCommitInterval = try wholeNumber(run.commitIntervalUs, "--commit-interval-us", "PARLEY_COMMIT_INTERVAL_US", in: 0...100_000).map { "\($0)us" }
+        self.commitInterval = try duration(
+            [(run.commitInterval, "--commit-interval"), (olderCommitInterval, "--commit-interval-us"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")],
+            in: .zero ... .milliseconds(100))
 
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {
@@ -129,7 +147,11 @@ struct NodeConfiguration {
                 guard range.contains(result) else { throw ValidationError("\(variable) \(result) must be in \(range.lowerBound)…\(range.upperBound)") }
                 return result
             }
-            gateway.sendRetryWindow = .milliseconds(Int(try number(run.sendRetrySeconds, "PARLEY_SEND_RETRY_SECONDS", default: 5, range: 0...120) * 1000))
+            // --send-retry-seconds and PARLEY_SEND_RETRY_SECONDS are the older spellings, still read.
+            gateway.sendRetryWindow = try duration(
+                [(run.sendRetry, "--send-retry"), (run.sendRetrySeconds, "--send-retry-seconds"),
+                 (environment["PARLEY_SEND_RETRY"], "PARLEY_SEND_RETRY"), (environment["PARLEY_SEND_RETRY_SECONDS"], "PARLEY_SEND_RETRY_SECONDS")],
+                in: .zero ... .seconds(120)) ?? .seconds(5)
             let rate = try number(run.sendRate, "PARLEY_SEND_RATE", default: 20, range: 0.1...1_000_000)
             gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
             let writeRate = try number(run.writeRate, "PARLEY_WRITE_RATE", default: 20, range: 0.1...1_000_000)
@@ -141,13 +163,15 @@ struct NodeConfiguration {
             gateway.streamsPerUserMax = Int(try number(run.streamsPerUser.map(Double.init), "PARLEY_STREAMS_PER_USER", default: 10, range: 1...10_000))
             gateway.replayMessagesMax = Int(try number(run.replayMax.map(Double.init), "PARLEY_REPLAY_MAX", default: 5_000, range: 1...10_000_000))
             gateway.bcryptCost = UInt8(try number(run.bcryptCost.map(Double.init), "PARLEY_BCRYPT_COST", default: 10, range: 4...31))
-            let idle = try number(run.clientIdleTimeout, "PARLEY_CLIENT_IDLE_TIMEOUT", default: 300, range: 0...86_400)
-            gateway.clientIdleTimeout = idle > 0 ? .milliseconds(Int(idle * 1000)) : nil
+            let idle = try duration([(run.clientIdleTimeout, "--client-idle-timeout"), (environment["PARLEY_CLIENT_IDLE_TIMEOUT"], "PARLEY_CLIENT_IDLE_TIMEOUT")], in: .zero ... .seconds(86_400)) ?? .seconds(300)
+            gateway.clientIdleTimeout = idle > .zero ? idle : nil
             gateway.clientConnectionsMax = Int(try number(run.clientConnectionsMax.map(Double.init), "PARLEY_CLIENT_CONNECTIONS_MAX", default: 10_000, range: 1...1_000_000))
-            let handshake = try number(run.clientHandshakeTimeout, "PARLEY_CLIENT_HANDSHAKE_TIMEOUT", default: 10, range: 0.1...600)
-            gateway.handshakeTimeout = .milliseconds(Int(handshake * 1000))
-            let request = try number(run.clientRequestTimeout, "PARLEY_CLIENT_REQUEST_TIMEOUT", default: 30, range: 0.1...3_600)
-            gateway.requestTimeout = .milliseconds(Int(request * 1000))
+            gateway.handshakeTimeout = try duration(
+                [(run.clientHandshakeTimeout, "--client-handshake-timeout"), (environment["PARLEY_CLIENT_HANDSHAKE_TIMEOUT"], "PARLEY_CLIENT_HANDSHAKE_TIMEOUT")],
+                in: .milliseconds(100) ... .seconds(600)) ?? .seconds(10)
+            gateway.requestTimeout = try duration(
+                [(run.clientRequestTimeout, "--client-request-timeout"), (environment["PARLEY_CLIENT_REQUEST_TIMEOUT"], "PARLEY_CLIENT_REQUEST_TIMEOUT")],
+                in: .milliseconds(100) ... .seconds(3_600)) ?? .seconds(30)
             self.gateway = gateway
         }
         if let adminToken {

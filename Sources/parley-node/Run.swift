@@ -6,6 +6,7 @@ import NIOCore
 import NIOHTTP1
 import ParleyChat
 import ParleyGateway
+import ParleyModel
 import ParleyCluster
 import ParleyStore
 import ParleyTransport
@@ -69,8 +70,10 @@ struct Run: AsyncParsableCommand {
     @Option(help: "sqlite:PATH (one file every node of a local cluster may share) or postgres://USER@HOST:PORT/DB. (env PARLEY_STORE; default sqlite:DATA-DIR/parley.sqlite)")
     var store: String?
 
-    @Option(help: "Worker: the least time between the starts of two commits, in microseconds (0–100000). An append that comes sooner after the last commit began waits until then and shares the commit with whatever else came; one that comes later commits at once. 0: commits follow each other as fast as they can. (env PARLEY_COMMIT_INTERVAL_US; default 5000 with SQLite, 0 with PostgreSQL)")
-    var commitIntervalUs: Int?
+    @Option(help: "Worker: the least time between the starts of two commits, 0–100ms. An append that comes sooner after the last commit began waits until then and shares the commit with whatever else came; one that comes later commits at once. 0: commits follow each other as fast as they can. (env PARLEY_COMMIT_INTERVAL; default 5ms with SQLite, 0 with PostgreSQL)")
+    var commitInterval: String?
+
+    @Option(help: .hidden) var commitIntervalUs: Int?
 
     @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
     var clientHost: String?
@@ -87,8 +90,10 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: the secret that signs access tokens, at least 32 bytes, the same on every gateway. (env PARLEY_TOKEN_SECRET; required for gateways)")
     var tokenSecret: String?
 
-    @Option(help: "Gateway: how long a send whose conversation owner died is retried before 503, in seconds. (env PARLEY_SEND_RETRY_SECONDS; default 5)")
-    var sendRetrySeconds: Double?
+    @Option(help: "Gateway: how long a send whose conversation owner died is retried before 503, 0–120s. (env PARLEY_SEND_RETRY; default 5s)")
+    var sendRetry: String?
+
+    @Option(help: .hidden) var sendRetrySeconds: String?
 
     @Option(help: "Gateway: messages a user may send per second (bursts of 2.5× are allowed). (env PARLEY_SEND_RATE; default 20)")
     var sendRate: Double?
@@ -111,17 +116,17 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: bcrypt cost of stored passwords, 4–31. (env PARLEY_BCRYPT_COST; default 10)")
     var bcryptCost: Int?
 
-    @Option(help: "Gateway: seconds a client connection may sit with nothing in progress before it is closed (HTTP/2: no open stream — an open event stream is never idle; HTTP/1.1: between requests); 0: never. (env PARLEY_CLIENT_IDLE_TIMEOUT; default 300)")
-    var clientIdleTimeout: Double?
+    @Option(help: "Gateway: how long a client connection may sit with nothing in progress before it is closed (HTTP/2: no open stream — an open event stream is never idle; HTTP/1.1: between requests); 0: never. (env PARLEY_CLIENT_IDLE_TIMEOUT; default 300s)")
+    var clientIdleTimeout: String?
 
     @Option(help: "Gateway: client connections open at once; past it a new one is closed at once, before TLS. (env PARLEY_CLIENT_CONNECTIONS_MAX; default 10000)")
     var clientConnectionsMax: Int?
 
-    @Option(help: "Gateway: seconds a new client connection has to finish its TLS handshake. (env PARLEY_CLIENT_HANDSHAKE_TIMEOUT; default 10)")
-    var clientHandshakeTimeout: Double?
+    @Option(help: "Gateway: how long a new client connection has to finish its TLS handshake. (env PARLEY_CLIENT_HANDSHAKE_TIMEOUT; default 10s)")
+    var clientHandshakeTimeout: String?
 
-    @Option(help: "Gateway: seconds a request has to arrive whole — from its first byte (HTTP/1.1) or its headers (HTTP/2) to the end of its body — else 408. (env PARLEY_CLIENT_REQUEST_TIMEOUT; default 30)")
-    var clientRequestTimeout: Double?
+    @Option(help: "Gateway: how long a request has to arrive whole — from its first byte (HTTP/1.1) or its headers (HTTP/2) to the end of its body — else 408. (env PARLEY_CLIENT_REQUEST_TIMEOUT; default 30s)")
+    var clientRequestTimeout: String?
 
     func run() async throws {
         let config = try NodeConfiguration(self, environment: ProcessInfo.processInfo.environment)
@@ -154,7 +159,7 @@ struct Run: AsyncParsableCommand {
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
-            logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval_us": "\(commitInterval.nanoseconds / 1000)"])
+            logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval": "\(DurationText.format(commitInterval))"])
         }
         let respond: @Sendable (HTTPMethod, String, HTTPHeaders) -> OpsServer.Response = { method, path, headers in
             OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)

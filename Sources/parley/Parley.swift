@@ -290,10 +290,10 @@ struct Read: AsyncParsableCommand {
 struct Tail: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Follow your events live (reconnects across gateways and resumes by cursor).",
-        discussion: "Runs until interrupted, or until --count events or --seconds have passed.")
+        discussion: "Runs until interrupted, or until --count events have come or --for has passed.")
     @Option(help: "Resume after this cursor.") var cursor: String?
     @Option(help: "Stop after this many message events.") var count: Int?
-    @Option(help: "Stop after this many seconds.") var seconds: Double?
+    @Option(name: [.customLong("for"), .customLong("seconds")], help: "Stop after this long, e.g. 30s or 2m (a plain number is seconds).") var stopAfter: String?
     @OptionGroup var connection: Connection
 
     static func line(_ message: Message) -> String {
@@ -302,7 +302,10 @@ struct Tail: AsyncParsableCommand {
 
     func run() async throws {
         let (client, _) = try connection.client()
-        let deadline = seconds.map { ContinuousClock.now.advanced(by: .milliseconds(Int($0 * 1000))) }
+        let deadline = try stopAfter.map { text in
+            guard let duration = DurationText.parse(text) else { throw ValidationError(DurationText.problem(text, source: "--for")) }
+            return ContinuousClock.now.advanced(by: duration)
+        }
         let consumer = Task {
             var messages = 0
             for try await event in client.events(cursor: cursor) {

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The API against its description: Schemathesis (from PyPI, in .build/python) generates requests
+# from docs/openapi.yaml — valid ones and ones that break the schema — and sends them over real TLS
+# to a live local cluster (1 worker, 1 gateway); every answer must not be a 5xx, must have a status
+# the description lists for that route, and must match the content type, headers and schema it
+# names. The event stream (an endless response) and logout (it would revoke the token the run
+# uses) are left to the gateway's end-to-end test. Then a copy of the description that demands a
+# field the server never sends must fail, so the check is known to bite.
+#
+#   Scripts/tests/schemathesis.sh [PATH-TO-parley-node]   (PARLEY_SCHEMATHESIS_EXAMPLES=N: examples per route, default 25)
+source "$(dirname "$0")/lib.sh"
+NODE="${1:-.build/debug/parley-node}"
+[ -x "$NODE" ] || { echo "no parley-node binary at $NODE (build first)"; exit 2; }
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/Scripts/lib/prerequisites.sh"
+TOOLS="$(parley_python_tools)" || { echo "could not install Schemathesis into .build/python"; exit 2; }
+echo "schemathesis $("$TOOLS/st" --version 2>/dev/null | awk '{print $NF}') against docs/openapi.yaml (work dir $WORK)"
+
+read -r CB OB GB <<<"$(free_ports 3)"
+export PARLEY_BIN="$(cd "$(dirname "$NODE")" && pwd)" PARLEY_STATE="$WORK/cluster"
+export PARLEY_CLUSTER_BASE="$CB" PARLEY_OPS_BASE="$OB" PARLEY_CLIENT_BASE="$GB"
+# Generated requests come fast and from one address: the limits would answer most of them 429.
+export PARLEY_SEND_RATE=100000 PARLEY_WRITE_RATE=100000 PARLEY_LOGIN_RATE=100000 PARLEY_REGISTRATION_RATE=100000 PARLEY_BCRYPT_COST=4
+stop_recorded() { for f in "$WORK"/cluster/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; true; }
+trap 'stop_recorded; cleanup' EXIT
+"$ROOT/Scripts/cluster" up --workers 1 --gateways 1 >"$WORK/up.log" 2>&1 || { fail "the cluster did not start: $(tail -n 5 "$WORK/up.log")"; summary; exit 1; }
+eval "$("$ROOT/Scripts/cluster" env)"
+
+register() {
+    curl -s --cacert "$PARLEY_CA" -H 'Content-Type: application/json' "$PARLEY_URL/v1/users" \
+        -d "{\"handle\":\"$1\",\"password\":\"correct horse\",\"displayName\":\"$1\"}"
+}
+TOKEN="$(register schemathesis | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])')"
+# Someone to talk to, so that creating a direct conversation can succeed.
+register other >/dev/null
+
+run_schemathesis() {
+    local schema="$1"; shift
+    "$TOOLS/st" run "$schema" --url "$PARLEY_URL" --tls-verify "$PARLEY_CA" \
+        --header "Authorization: Bearer $TOKEN" \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+        --exclude-operation-id events --exclude-operation-id logout \
+        --seed 1 --workers 1 --request-timeout 10 --phases examples,coverage,fuzzing --no-color "$@"
+}
+
+examples="${PARLEY_SCHEMATHESIS_EXAMPLES:-25}"
+if run_schemathesis "$ROOT/docs/openapi.yaml" --max-examples "$examples" >"$WORK/run.txt" 2>&1; then
+    pass "every answer to $(grep -oE '[0-9]+ generated' "$WORK/run.txt" | tail -n 1 || echo 'the generated') requests matches docs/openapi.yaml: no 5xx, listed statuses, content types, headers and schemas"
+else
+    fail "Schemathesis found answers that do not match docs/openapi.yaml:"
+    sed -n '/FAILURES/,$p' "$WORK/run.txt" | head -n 120
+fi
+
+# The check must be able to fail: a description whose user demands a field no answer carries.
+python3 - "$ROOT/docs/openapi.yaml" "$WORK/mutant.yaml" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+needle = "      required: [id, handle, displayName, createdAt]"
+assert needle in text, "the User schema's required line moved; update the mutant"
+open(sys.argv[2], "w").write(text.replace(needle, "      required: [id, handle, displayName, createdAt, email]"))
+PY
+if run_schemathesis "$WORK/mutant.yaml" --include-operation-id me --max-examples 3 >"$WORK/mutant.txt" 2>&1; then
+    fail "a description demanding a field the server never sends passed: the check cannot fail"
+else
+    grep -qi "email" "$WORK/mutant.txt" && pass "a description demanding a field the server never sends (user.email) is caught" \
+        || fail "the mutant failed, but not on user.email: $(tail -n 20 "$WORK/mutant.txt")"
+fi
+"$ROOT/Scripts/cluster" down >/dev/null 2>&1 || true
+summary
