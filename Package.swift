@@ -158,7 +158,12 @@ let package = Package(
         ),
         .target(
             name: "ParleyTestKit",
-            dependencies: ["ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["ParleyChat", "ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: upcoming
+        ),
+        .executableTarget(
+            name: "parley-simulate",
+            dependencies: ["ParleyChat", "ParleyTestKit", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: upcoming
         ),
         .executableTarget(

@@ -1,0 +1,223 @@
+/// A conversation's committed events on their way from its owner to the gateways that hold its
+/// members' streams, as one pure state machine: what to send to which gateway, what to send again,
+/// when to read the store. The shell does the IO it is told and reports what happened; every
+/// timer is a ``tick(now:)``.
+///
+/// - **Order.** Commits may be reported out of seq order, or not at all (a commit's answer lost
+///   after it reached the store). Events are released in seq order; a seq missing for
+///   ``Policy/holdMax`` is read from the store (``Directive/readStore(after:before:)``), so a
+///   lost answer holds the later events back for a bounded time, never for good.
+/// - **One path per gateway.** Each gateway gets the released events in seq order, one batch in
+///   flight at a time, and acknowledges the last seq of each batch it received. A batch not
+///   acknowledged within the retry delay is sent again from the first unacknowledged seq; the
+///   delay doubles up to ``Policy/retryDelayMax``. So a lost batch, a lost acknowledgement or a
+///   gateway that was cut off for a while costs a resend, and the gateway drops what it already
+///   has by seq.
+/// - **Bounded memory.** Released events are kept until every gateway acknowledged them, at most
+///   ``Policy/retainedMax``; a gateway that falls further behind is sent what is kept, and its
+///   streams, seeing the gap, end so that their clients resume from the store.
+///
+/// Which gateways hold streams of the members is the shell's to say (``gateways(_:now:)``): a
+/// gateway named for the first time gets the events released from then on. Events before that
+/// are in the replay of the streams that opened there, which read the store after the owner was
+/// told.
+public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Event: Sendable>: Sendable {
+    public typealias Instant = ContinuousClock.Instant
+
+    public enum Directive: Sendable {
+        /// Send these events — seqs `from`, `from + 1`, … — to the gateway; report its
+        /// ``acknowledged(_:through:now:)``.
+        case send(Gateway, from: Int64, events: [Event])
+        /// Read the committed events with seqs in `after + 1 ..< before` and report them with
+        /// ``storeRead(_:now:)`` (or ``storeReadFailed(now:)``).
+        case readStore(after: Int64, before: Int64)
+    }
+
+    public struct Policy: Sendable {
+        /// How long a released seq's successor waits for it before the store is read.
+        public var holdMax: Duration = .seconds(1)
+        /// Reads of the store that leave the gap before the held seqs are given up after this many:
+        /// the held events are then released past it (streams that miss them end and resume).
+        public var storeReadsMax = 10
+        /// The wait for a batch's acknowledgement before it is sent again, doubling to `retryDelayMax`.
+        public var retryDelay: Duration = .milliseconds(200)
+        public var retryDelayMax: Duration = .seconds(2)
+        public var batchMax = 256
+        /// Released events kept for gateways that have not acknowledged them.
+        public var retainedMax = 10_000
+
+        public init() {}
+    }
+
+    private struct Path {
+        /// The last seq the gateway acknowledged, and the last sent to it.
+        var acknowledged: Int64
+        var sent: Int64
+        /// When the batch in flight was sent, and how long to wait for it this time.
+        var sentAt: Instant?
+        var retryDelay: Duration
+    }
+
+    public let policy: Policy
+    /// The next seq to release.
+    public private(set) var nextSeq: Int64
+    /// Committed events waiting for the seqs before them, since when, and how many reads of the
+    /// store left the gap.
+    private var held: [Int64: Event] = [:]
+    private var heldSince: Instant?
+    private var storeReadRunning = false
+    private var storeReadsShort = 0
+    /// Since when an append's outcome is unknown: its commit may have reached the store with the
+    /// answer lost, and with no later commit nothing would show the seq missing.
+    private var uncertainSince: Instant?
+    /// Released events not yet acknowledged by every gateway: seqs `retainedFrom`, … .
+    private var retained: [Event] = []
+    private var retainedFrom: Int64
+    private var paths: [Gateway: Path] = [:]
+
+    /// - Parameter releasedThrough: the last seq already released before this owner (at
+    ///   activation: the store's last seq, or less to publish recent events again).
+    public init(releasedThrough: Int64, policy: Policy = Policy()) {
+        self.policy = policy
+        self.nextSeq = releasedThrough + 1
+        self.retainedFrom = releasedThrough + 1
+    }
+
+    /// The gateways events go to.
+    public var gateways: Set<Gateway> { Set(paths.keys) }
+    /// Seqs held back waiting for the ones before them.
+    public var heldCount: Int { held.count }
+    /// Nothing held and every gateway acknowledged everything released: an owner handing the
+    /// conversation over may stop.
+    public var isIdle: Bool { held.isEmpty && paths.values.allSatisfy { $0.acknowledged >= nextSeq - 1 } }
+
+    /// A commit of `seq` ended (or a send's retry found it stored): release it in order.
+    public mutating func committed(_ seq: Int64, _ event: Event, now: Instant) -> [Directive] {
+        guard seq >= nextSeq else { return [] }
+        held[seq] = event
+        release(now: now)
+        return pump(now: now)
+    }
+
+    /// An append failed without saying whether it committed (a lost answer, a timeout): after
+    /// ``Policy/holdMax`` the store is read past the last released seq, so that a message that did
+    /// commit is handed on even when nothing is committed after it.
+    public mutating func commitUncertain(now: Instant) {
+        uncertainSince = uncertainSince ?? now
+    }
+
+    /// A message committed before, found stored by a send's retry: released in order if it is
+    /// still to be; else sent once more to every gateway, since a stream that lacks it (its owner
+    /// was told of it by nobody, or died before handing it on) holds the seqs after it.
+    public mutating func republished(_ seq: Int64, _ event: Event, now: Instant) -> [Directive] {
+        guard seq < nextSeq else { return committed(seq, event, now: now) }
+        return paths.keys.sorted().map { .send($0, from: seq, events: [event]) }
+    }
+
+    /// What the store answered to ``Directive/readStore(after:before:)``.
+    public mutating func storeRead(_ events: [(seq: Int64, event: Event)], now: Instant) -> [Directive] {
+        storeReadRunning = false
+        if let since = uncertainSince, since.advanced(by: policy.holdMax) <= now { uncertainSince = nil }
+        for (seq, event) in events where seq >= nextSeq && held[seq] == nil { held[seq] = event }
+        release(now: now)
+        if !held.isEmpty {
+            storeReadsShort += 1
+            if storeReadsShort >= policy.storeReadsMax, let first = held.keys.min() {
+                nextSeq = first
+                release(now: now)
+            }
+        }
+        return pump(now: now)
+    }
+
+    public mutating func storeReadFailed(now: Instant) {
+        storeReadRunning = false
+        heldSince = now
+    }
+
+    /// The gateways that hold streams of the members now.
+    public mutating func gateways(_ current: Set<Gateway>, now: Instant) -> [Directive] {
+        for gateway in paths.keys where !current.contains(gateway) { paths[gateway] = nil }
+        for gateway in current where paths[gateway] == nil {
+            paths[gateway] = Path(acknowledged: nextSeq - 1, sent: nextSeq - 1, retryDelay: policy.retryDelay)
+        }
+        trim()
+        return pump(now: now)
+    }
+
+    /// The gateway received the events through `seq`.
+    public mutating func acknowledged(_ gateway: Gateway, through seq: Int64, now: Instant) -> [Directive] {
+        guard var path = paths[gateway], seq > path.acknowledged else { return [] }
+        path.acknowledged = min(seq, path.sent)
+        if path.acknowledged == path.sent {
+            path.sentAt = nil
+            path.retryDelay = policy.retryDelay
+        }
+        paths[gateway] = path
+        trim()
+        return pump(now: now)
+    }
+
+    /// Timers: a gap held too long is read from the store; a batch not acknowledged in time is
+    /// sent again.
+    public mutating func tick(now: Instant) -> [Directive] {
+        var directives: [Directive] = []
+        if let first = held.keys.min(), !storeReadRunning, let since = heldSince, since.advanced(by: policy.holdMax) <= now {
+            storeReadRunning = true
+            heldSince = now
+            directives.append(.readStore(after: nextSeq - 1, before: first))
+        } else if !storeReadRunning, let since = uncertainSince, since.advanced(by: policy.holdMax) <= now {
+            storeReadRunning = true
+            directives.append(.readStore(after: nextSeq - 1, before: .max))
+        }
+        for gateway in paths.keys.sorted() {
+            guard var path = paths[gateway], let sentAt = path.sentAt, sentAt.advanced(by: path.retryDelay) <= now else { continue }
+            path.sent = path.acknowledged
+            path.sentAt = nil
+            path.retryDelay = min(path.retryDelay * 2, policy.retryDelayMax)
+            paths[gateway] = path
+        }
+        return directives + pump(now: now)
+    }
+
+    private mutating func release(now: Instant) {
+        while let event = held.removeValue(forKey: nextSeq) {
+            retained.append(event)
+            nextSeq += 1
+            storeReadsShort = 0
+        }
+        heldSince = held.isEmpty ? nil : (heldSince ?? now)
+        if retained.count > policy.retainedMax {
+            let excess = retained.count - policy.retainedMax
+            retained.removeFirst(excess)
+            retainedFrom += Int64(excess)
+        }
+    }
+
+    /// Forgets the events every gateway acknowledged.
+    private mutating func trim() {
+        let done = paths.values.map(\.acknowledged).min() ?? (nextSeq - 1)
+        let count = Int(min(max(0, done - retainedFrom + 1), Int64(retained.count)))
+        guard count > 0 else { return }
+        retained.removeFirst(count)
+        retainedFrom += Int64(count)
+    }
+
+    /// A batch to every gateway with nothing in flight and events it has not been sent.
+    private mutating func pump(now: Instant) -> [Directive] {
+        var directives: [Directive] = []
+        for gateway in paths.keys.sorted() {
+            guard var path = paths[gateway], path.sentAt == nil, path.sent < nextSeq - 1 else { continue }
+            // A gateway behind what is kept gets what is kept: its streams see the gap and end.
+            let from = max(path.sent + 1, retainedFrom)
+            let through = min(nextSeq - 1, from + Int64(policy.batchMax) - 1)
+            let events = Array(retained[Int(from - retainedFrom)...Int(through - retainedFrom)])
+            path.sent = through
+            path.acknowledged = max(path.acknowledged, from - 1)
+            path.sentAt = now
+            paths[gateway] = path
+            directives.append(.send(gateway, from: from, events: events))
+        }
+        return directives
+    }
+}

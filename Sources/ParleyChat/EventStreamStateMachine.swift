@@ -1,0 +1,65 @@
+/// One client's event stream, as a pure state machine: per conversation it writes messages in seq
+/// order, each once, and a stream that cannot do so in time ends — so that its client resumes by
+/// cursor and reads what it missed from the store — rather than stay open and silent while it owes
+/// its client events.
+///
+/// A message past a gap waits for the seqs before it (the owner sends them again until this
+/// gateway acknowledges them); after ``gapMax`` it ends the stream (``Directive/end(_:)``).
+public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Sendable, Event: Sendable>: Sendable {
+    public typealias Instant = ContinuousClock.Instant
+
+    public enum Directive: Sendable {
+        /// Write these events to the client, in this order.
+        case write([(conversation: Conversation, seq: Int64, event: Event)])
+        /// End the stream: a gap in `Conversation` was not filled in time.
+        case end(Conversation)
+    }
+
+    private struct Order {
+        var lastWritten: Int64
+        var waiting: [Int64: Event] = [:]
+        var gapSince: Instant?
+    }
+
+    public let gapMax: Duration
+    private var orders: [Conversation: Order] = [:]
+    public private(set) var ended = false
+
+    /// - Parameter written: per conversation, the last seq the client has (what its replay wrote);
+    ///   a conversation not named starts at seq 1.
+    public init(written: [Conversation: Int64], gapMax: Duration = .seconds(5)) {
+        self.gapMax = gapMax
+        self.orders = written.mapValues { Order(lastWritten: $0) }
+    }
+
+    /// The last seq written of `conversation`.
+    public func lastWritten(_ conversation: Conversation) -> Int64 { orders[conversation]?.lastWritten ?? 0 }
+
+    /// A message of `conversation` reached this stream.
+    public mutating func received(_ conversation: Conversation, seq: Int64, _ event: Event, now: Instant) -> [Directive] {
+        guard !ended else { return [] }
+        var order = orders[conversation] ?? Order(lastWritten: 0)
+        guard seq > order.lastWritten else { return [] }
+        order.waiting[seq] = event
+        var written: [(conversation: Conversation, seq: Int64, event: Event)] = []
+        while let next = order.waiting.removeValue(forKey: order.lastWritten + 1) {
+            order.lastWritten += 1
+            written.append((conversation, order.lastWritten, next))
+        }
+        order.gapSince = order.waiting.isEmpty ? nil : (order.gapSince ?? now)
+        orders[conversation] = order
+        return written.isEmpty ? [] : [.write(written)]
+    }
+
+    /// Ends the stream once a gap is older than ``gapMax``.
+    public mutating func tick(now: Instant) -> [Directive] {
+        guard !ended else { return [] }
+        for conversation in orders.keys.sorted() {
+            if let since = orders[conversation]?.gapSince, since.advanced(by: gapMax) <= now {
+                ended = true
+                return [.end(conversation)]
+            }
+        }
+        return []
+    }
+}

@@ -1,0 +1,75 @@
+import ArgumentParser
+import ParleyChat
+import ParleyTestKit
+
+/// Runs the delivery simulation (``DeliverySimulation``) for one seed or many, and prints what
+/// failed with its seed and the trace that concerns it.
+@main
+struct ParleySimulate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "parley-simulate",
+        abstract: "Seeded simulation of message delivery under node kills, lost packets and broken streams.",
+        discussion: """
+            Each seed is one deterministic run: workers owning conversations, gateways holding every member's \
+            event stream, clients sending and resuming, a network that delays, drops, duplicates and reorders, \
+            and faults (kills, restarts, cut links, broken streams, a burst that kills every worker in turn). \
+            A run fails when a stream writes out of order, twice or past a gap, or when a connected client \
+            lacks a committed message at the end. The same seed reproduces the same run.
+            """)
+
+    @Option(help: "Run this one seed and print its trace on failure.") var seed: UInt64?
+    @Option(help: "Run seeds 1…N (or from --first) and print a summary.") var seeds: UInt64 = 100
+    @Option(help: "The first seed of --seeds.") var first: UInt64 = 1
+    @Option(help: "Remove one guard, to see the simulation catch it: \(Mutant.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var mutant: Mutant?
+    @Flag(help: "Print the whole trace of --seed, not only the lines that concern a failure.") var trace = false
+
+    enum Mutant: String, CaseIterable, ExpressibleByArgument {
+        case noStoreRead = "no-store-read", noResend = "no-resend", noStreamEnd = "no-stream-end"
+        case noRecovery = "no-recovery", noDrain = "no-drain"
+
+        func apply(to options: inout DeliverySimulation.Options) {
+            switch self {
+            case .noStoreRead: options.delivery.holdMax = .seconds(3_600)
+            case .noResend: options.delivery.retryDelay = .seconds(3_600); options.delivery.retryDelayMax = .seconds(3_600)
+            case .noStreamEnd: options.streamGapMax = .seconds(3_600)
+            case .noRecovery: options.recoveryWindow = .zero
+            case .noDrain: options.drainOnHandOver = false
+            }
+        }
+    }
+
+    func run() throws {
+        var options = DeliverySimulation.Options()
+        mutant?.apply(to: &options)
+        if let seed {
+            var simulation = DeliverySimulation(seed: seed, options: options)
+            simulation.run()
+            print("seed \(seed): \(simulation.summary)")
+            guard !simulation.failures.isEmpty else { return }
+            for line in trace ? simulation.trace : simulation.failureTrace { print("  " + line) }
+            throw ExitCode(1)
+        }
+        var failed: [UInt64] = []
+        var totals = (committed: 0, written: 0, ended: 0, reads: 0)
+        for seed in first..<(first + seeds) {
+            var simulation = DeliverySimulation(seed: seed, options: options)
+            simulation.run()
+            totals.committed += simulation.committed
+            totals.written += simulation.written
+            totals.ended += simulation.streamsEnded
+            totals.reads += simulation.storeReads
+            if !simulation.failures.isEmpty {
+                failed.append(seed)
+                print("seed \(seed) FAILED: \(simulation.failures[0])\(simulation.failures.count > 1 ? " (and \(simulation.failures.count - 1) more)" : "")")
+            }
+        }
+        print("\(seeds) seeds from \(first)\(mutant.map { " with \($0.rawValue)" } ?? ""): \(failed.count) failed; "
+            + "\(totals.committed) messages committed, \(totals.written) written to streams, \(totals.ended) streams ended on a gap, "
+            + "\(totals.reads) store reads of held-back seqs")
+        if !failed.isEmpty {
+            print("reproduce one: parley-simulate --seed \(failed[0])\(mutant.map { " --mutant \($0.rawValue)" } ?? "")")
+            throw ExitCode(1)
+        }
+    }
+}
