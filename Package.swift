@@ -158,12 +158,19 @@ let package = Package(
         ),
         .target(
             name: "ParleyTestKit",
-            dependencies: ["ParleyChat", "ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: upcoming
+        ),
+        // Seeded simulations of pure state machines on a manual timeline: no NIO, so that the
+        // simulator builds in release quickly enough for CI to run a thousand seeds.
+        .target(
+            name: "ParleySimulation",
+            dependencies: ["ParleyChat", "ParleyCluster", "ParleyModel"],
             swiftSettings: upcoming
         ),
         .executableTarget(
             name: "parley-simulate",
-            dependencies: ["ParleyChat", "ParleyTestKit", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["ParleyChat", "ParleySimulation", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: upcoming
         ),
         .executableTarget(
@@ -249,13 +256,13 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyChatTests",
-            dependencies: ["ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyChat", "ParleyCluster", "ParleyTestKit"],
+            dependencies: ["ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyChat", "ParleyCluster", "ParleyTestKit", "ParleySimulation"],
             swiftSettings: upcoming
         ),
         .testTarget(
             name: "ParleyGatewayTests",
             dependencies: [
-                "ParleyGateway", "ParleyChat", "ParleyModel", "ParleyTestKit",
+                "ParleyGateway", "ParleyChat", "ParleyModel", "ParleyTestKit", "ParleySimulation",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
@@ -288,7 +295,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyClusterTests",
-            dependencies: ["ParleyCluster", "ParleyTestKit"],
+            dependencies: ["ParleyCluster", "ParleyTestKit", "ParleySimulation"],
             swiftSettings: upcoming
         ),
         .testTarget(
@@ -302,7 +309,7 @@ let package = Package(
                 "ParleyCluster",
                 "ParleyTransport",
                 "ParleyWire",
-                "ParleyTestKit",
+                "ParleyTestKit", "ParleySimulation",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

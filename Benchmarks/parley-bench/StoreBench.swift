@@ -91,7 +91,7 @@ struct StoreBench: AsyncParsableCommand {
                 let scheduled = start + interval * i
                 let (id, epoch) = owned[i % owned.count]
                 Task {
-                    var random = SplitMix64(seed: seed &+ UInt64(i))
+                    var random = SeededRandom(seed: seed &+ UInt64(i))
                     do {
                         let outcome = try await committer.append(AppendRequest(
                             conversationId: id, epoch: epoch, senderId: "u_a",
@@ -124,7 +124,7 @@ struct StoreBench: AsyncParsableCommand {
             for worker in 0..<inFlight {
                 group.addTask {
                     var latencies = Latencies()
-                    var random = SplitMix64(seed: seed &+ UInt64(worker))
+                    var random = SeededRandom(seed: seed &+ UInt64(worker))
                     var i = worker
                     while i < count {
                         let (id, epoch) = owned[i % owned.count]
@@ -262,7 +262,7 @@ struct StoreReads: AsyncParsableCommand {
         defer { removeSQLiteFiles(path) }
         try await chatStore.migrate()
         guard let (id, epoch) = try await ownedConversations(1, in: chatStore).first else { return }
-        var random = SplitMix64(seed: 1)
+        var random = SeededRandom(seed: 1)
         for start in stride(from: 0, to: messages, by: 500) {
             _ = try await chatStore.commit((start..<min(start + 500, messages)).map { i in
                 AppendRequest(

@@ -74,6 +74,11 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     private var retained: [Event] = []
     private var retainedFrom: Int64
     private var paths: [Gateway: Path] = [:]
+    /// The gateways of `paths` in order: every pass over them goes this way, so that what the
+    /// machine does never depends on a dictionary's order.
+    private var order: [Gateway] = []
+    /// Paths with a batch in flight.
+    private var inFlight = 0
 
     /// - Parameter releasedThrough: the last seq already released before this owner (at
     ///   activation: the store's last seq, or less to publish recent events again).
@@ -89,7 +94,9 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     public var heldCount: Int { held.count }
     /// Nothing held and every gateway acknowledged everything released: an owner handing the
     /// conversation over may stop.
-    public var isIdle: Bool { held.isEmpty && paths.values.allSatisfy { $0.acknowledged >= nextSeq - 1 } }
+    public var isIdle: Bool {
+        held.isEmpty && uncertainSince == nil && !storeReadRunning && paths.values.allSatisfy { $0.acknowledged >= nextSeq - 1 }
+    }
 
     /// A commit of `seq` ended (or a send's retry found it stored): release it in order.
     public mutating func committed(_ seq: Int64, _ event: Event, now: Instant) -> [Directive] {
@@ -111,7 +118,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// was told of it by nobody, or died before handing it on) holds the seqs after it.
     public mutating func republished(_ seq: Int64, _ event: Event, now: Instant) -> [Directive] {
         guard seq < nextSeq else { return committed(seq, event, now: now) }
-        return paths.keys.sorted().map { .send($0, from: seq, events: [event]) }
+        return order.map { .send($0, from: seq, events: [event]) }
     }
 
     /// What the store answered to ``Directive/readStore(after:before:)``.
@@ -137,10 +144,15 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
 
     /// The gateways that hold streams of the members now.
     public mutating func gateways(_ current: Set<Gateway>, now: Instant) -> [Directive] {
-        for gateway in paths.keys where !current.contains(gateway) { paths[gateway] = nil }
+        guard current.count != order.count || !current.allSatisfy({ paths[$0] != nil }) else { return [] }
+        for gateway in order where !current.contains(gateway) {
+            if paths[gateway]?.sentAt != nil { inFlight -= 1 }
+            paths[gateway] = nil
+        }
         for gateway in current where paths[gateway] == nil {
             paths[gateway] = Path(acknowledged: nextSeq - 1, sent: nextSeq - 1, retryDelay: policy.retryDelay)
         }
+        order = paths.keys.sorted()
         trim()
         return pump(now: now)
     }
@@ -149,8 +161,9 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     public mutating func acknowledged(_ gateway: Gateway, through seq: Int64, now: Instant) -> [Directive] {
         guard var path = paths[gateway], seq > path.acknowledged else { return [] }
         path.acknowledged = min(seq, path.sent)
-        if path.acknowledged == path.sent {
+        if path.acknowledged == path.sent, path.sentAt != nil {
             path.sentAt = nil
+            inFlight -= 1
             path.retryDelay = policy.retryDelay
         }
         paths[gateway] = path
@@ -161,6 +174,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// Timers: a gap held too long is read from the store; a batch not acknowledged in time is
     /// sent again.
     public mutating func tick(now: Instant) -> [Directive] {
+        guard !held.isEmpty || uncertainSince != nil || inFlight > 0 else { return [] }
         var directives: [Directive] = []
         if let first = held.keys.min(), !storeReadRunning, let since = heldSince, since.advanced(by: policy.holdMax) <= now {
             storeReadRunning = true
@@ -170,14 +184,19 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
             storeReadRunning = true
             directives.append(.readStore(after: nextSeq - 1, before: .max))
         }
-        for gateway in paths.keys.sorted() {
-            guard var path = paths[gateway], let sentAt = path.sentAt, sentAt.advanced(by: path.retryDelay) <= now else { continue }
-            path.sent = path.acknowledged
-            path.sentAt = nil
-            path.retryDelay = min(path.retryDelay * 2, policy.retryDelayMax)
-            paths[gateway] = path
+        var resend = false
+        if inFlight > 0 {
+            for gateway in order {
+                guard var path = paths[gateway], let sentAt = path.sentAt, sentAt.advanced(by: path.retryDelay) <= now else { continue }
+                path.sent = path.acknowledged
+                path.sentAt = nil
+                path.retryDelay = min(path.retryDelay * 2, policy.retryDelayMax)
+                paths[gateway] = path
+                inFlight -= 1
+                resend = true
+            }
         }
-        return directives + pump(now: now)
+        return resend ? directives + pump(now: now) : directives
     }
 
     private mutating func release(now: Instant) {
@@ -206,7 +225,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// A batch to every gateway with nothing in flight and events it has not been sent.
     private mutating func pump(now: Instant) -> [Directive] {
         var directives: [Directive] = []
-        for gateway in paths.keys.sorted() {
+        for gateway in order {
             guard var path = paths[gateway], path.sentAt == nil, path.sent < nextSeq - 1 else { continue }
             // A gateway behind what is kept gets what is kept: its streams see the gap and end.
             let from = max(path.sent + 1, retainedFrom)
@@ -216,6 +235,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
             path.acknowledged = max(path.acknowledged, from - 1)
             path.sentAt = now
             paths[gateway] = path
+            inFlight += 1
             directives.append(.send(gateway, from: from, events: events))
         }
         return directives

@@ -23,6 +23,8 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
 
     public let gapMax: Duration
     private var orders: [Conversation: Order] = [:]
+    /// Conversations with a message waiting past a gap.
+    private var gapped: Set<Conversation> = []
     public private(set) var ended = false
 
     /// - Parameter written: per conversation, the last seq the client has (what its replay wrote);
@@ -31,6 +33,9 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
         self.gapMax = gapMax
         self.orders = written.mapValues { Order(lastWritten: $0) }
     }
+
+    /// Whether a message waits past a gap (only then can ``tick(now:)`` end the stream).
+    public var isWaiting: Bool { !gapped.isEmpty }
 
     /// The last seq written of `conversation`.
     public func lastWritten(_ conversation: Conversation) -> Int64 { orders[conversation]?.lastWritten ?? 0 }
@@ -47,14 +52,15 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
             written.append((conversation, order.lastWritten, next))
         }
         order.gapSince = order.waiting.isEmpty ? nil : (order.gapSince ?? now)
+        if order.gapSince == nil { gapped.remove(conversation) } else { gapped.insert(conversation) }
         orders[conversation] = order
         return written.isEmpty ? [] : [.write(written)]
     }
 
     /// Ends the stream once a gap is older than ``gapMax``.
     public mutating func tick(now: Instant) -> [Directive] {
-        guard !ended else { return [] }
-        for conversation in orders.keys.sorted() {
+        guard !ended, !gapped.isEmpty else { return [] }
+        for conversation in gapped.sorted() {
             if let since = orders[conversation]?.gapSince, since.advanced(by: gapMax) <= now {
                 ended = true
                 return [.end(conversation)]

@@ -249,7 +249,7 @@ final class Workload: Sendable {
     static func prepare(_ options: WorkloadOptions, conversations makeConversations: Bool = true) async throws -> Workload {
         let urls = try options.gatewayURLs()
         let caPath = options.caPath
-        var random = SplitMix64(seed: options.seed)
+        var random = SeededRandom(seed: options.seed)
         let userCount = options.users / 2 * 2
         let prefix = options.prefix
         // Users: one client each, its requests and stream on "its" gateway first.
@@ -403,7 +403,7 @@ final class Workload: Sendable {
     /// Sends at `rate` for `warmup + duration` seconds; the histograms cover the measured part.
     func phase(rate: Double, duration: Double, warmup: Double, quiet: Bool = false) async -> Phase {
         let number = phases.withLock { $0 += 1; return $0 }
-        var random = SplitMix64(seed: seed &+ UInt64(number) &* 0x9E37_79B9)
+        var random = SeededRandom(seed: seed &+ UInt64(number) &* 0x9E37_79B9)
         shared.resetPhase()
         let cpuBefore = await serverCPUSeconds()
         let (wallBefore, ownBefore) = (ContinuousClock.now, Self.ownCPUSeconds())

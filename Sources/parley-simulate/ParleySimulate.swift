@@ -1,6 +1,6 @@
 import ArgumentParser
 import ParleyChat
-import ParleyTestKit
+import ParleySimulation
 
 /// Runs the delivery simulation (``DeliverySimulation``) for one seed or many, and prints what
 /// failed with its seed and the trace that concerns it.
@@ -20,28 +20,16 @@ struct ParleySimulate: ParsableCommand {
     @Option(help: "Run this one seed and print its trace on failure.") var seed: UInt64?
     @Option(help: "Run seeds 1…N (or from --first) and print a summary.") var seeds: UInt64 = 100
     @Option(help: "The first seed of --seeds.") var first: UInt64 = 1
-    @Option(help: "Remove one guard, to see the simulation catch it: \(Mutant.allCases.map(\.rawValue).joined(separator: ", ")).")
-    var mutant: Mutant?
+    @Option(help: "Remove one guard, to see the simulation catch it: \(DeliverySimulation.Guard.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var without: DeliverySimulation.Guard?
     @Flag(help: "Print the whole trace of --seed, not only the lines that concern a failure.") var trace = false
-
-    enum Mutant: String, CaseIterable, ExpressibleByArgument {
-        case noStoreRead = "no-store-read", noResend = "no-resend", noStreamEnd = "no-stream-end"
-        case noRecovery = "no-recovery", noDrain = "no-drain"
-
-        func apply(to options: inout DeliverySimulation.Options) {
-            switch self {
-            case .noStoreRead: options.delivery.holdMax = .seconds(3_600)
-            case .noResend: options.delivery.retryDelay = .seconds(3_600); options.delivery.retryDelayMax = .seconds(3_600)
-            case .noStreamEnd: options.streamGapMax = .seconds(3_600)
-            case .noRecovery: options.recoveryWindow = .zero
-            case .noDrain: options.drainOnHandOver = false
-            }
-        }
-    }
+    @Flag(help: "For each guard, run without it from seed --first until a seed fails (at most --seeds): every guard must be caught.")
+    var checkGuards = false
 
     func run() throws {
+        if checkGuards { return try checkEveryGuard() }
         var options = DeliverySimulation.Options()
-        mutant?.apply(to: &options)
+        without?.remove(from: &options)
         if let seed {
             var simulation = DeliverySimulation(seed: seed, options: options)
             simulation.run()
@@ -64,12 +52,40 @@ struct ParleySimulate: ParsableCommand {
                 print("seed \(seed) FAILED: \(simulation.failures[0])\(simulation.failures.count > 1 ? " (and \(simulation.failures.count - 1) more)" : "")")
             }
         }
-        print("\(seeds) seeds from \(first)\(mutant.map { " with \($0.rawValue)" } ?? ""): \(failed.count) failed; "
+        print("\(seeds) seeds from \(first)\(without.map { " without \($0.rawValue)" } ?? ""): \(failed.count) failed; "
             + "\(totals.committed) messages committed, \(totals.written) written to streams, \(totals.ended) streams ended on a gap, "
             + "\(totals.reads) store reads of held-back seqs")
         if !failed.isEmpty {
-            print("reproduce one: parley-simulate --seed \(failed[0])\(mutant.map { " --mutant \($0.rawValue)" } ?? "")")
+            print("reproduce one: parley-simulate --seed \(failed[0])\(without.map { " --without \($0.rawValue)" } ?? "")")
             throw ExitCode(1)
         }
     }
+
+    /// Each guard removed must make some seed fail within the budget: otherwise the simulation
+    /// could not tell the contract from its breach.
+    func checkEveryGuard() throws {
+        var missed: [String] = []
+        for removed in DeliverySimulation.Guard.allCases {
+            var options = DeliverySimulation.Options()
+            removed.remove(from: &options)
+            var caught: (seed: UInt64, failure: String)?
+            for seed in first..<(first + seeds) {
+                var simulation = DeliverySimulation(seed: seed, options: options)
+                simulation.run()
+                if let failure = simulation.failures.first {
+                    caught = (seed, failure)
+                    break
+                }
+            }
+            if let caught {
+                print("without \(removed.rawValue): caught by seed \(caught.seed): \(caught.failure)")
+            } else {
+                print("without \(removed.rawValue): NOT caught in seeds \(first)…\(first + seeds - 1)")
+                missed.append(removed.rawValue)
+            }
+        }
+        if !missed.isEmpty { throw ExitCode(1) }
+    }
 }
+
+extension DeliverySimulation.Guard: ExpressibleByArgument {}

@@ -1,3 +1,4 @@
+import ParleySimulation
 import Foundation
 @testable import ParleyChat
 import ParleyCluster

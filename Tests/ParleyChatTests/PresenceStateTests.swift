@@ -1,3 +1,4 @@
+import ParleySimulation
 import Foundation
 import ParleyChat
 import ParleyModel

@@ -1,3 +1,4 @@
+import ParleyModel
 import ParleyCluster
 import ParleyTestKit
 import Testing

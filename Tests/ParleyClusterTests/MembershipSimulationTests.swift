@@ -1,3 +1,5 @@
+import ParleySimulation
+import ParleyModel
 import ParleyCluster
 import ParleyTestKit
 import Testing

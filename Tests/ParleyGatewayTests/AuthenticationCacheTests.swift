@@ -1,3 +1,4 @@
+import ParleySimulation
 import Foundation
 import ParleyModel
 @testable import ParleyGateway

@@ -144,7 +144,7 @@ import Testing
     }
 
     @Test func aSeedGivesTheSameSequence() {
-        var a = SplitMix64(seed: 42), b = SplitMix64(seed: 42), c = SplitMix64(seed: 43)
+        var a = SeededRandom(seed: 42), b = SeededRandom(seed: 42), c = SeededRandom(seed: 43)
         let first = (0..<5).map { _ in a.next() }
         #expect(first == (0..<5).map { _ in b.next() })
         #expect(first != (0..<5).map { _ in c.next() })

@@ -1,3 +1,4 @@
+import ParleySimulation
 import ParleyCluster
 import ParleyTestKit
 import Testing

@@ -1,3 +1,4 @@
+import ParleyModel
 import NIOCore
 import NIOEmbedded
 import ParleyCluster

@@ -1,4 +1,5 @@
 import ParleyCluster
+import ParleyModel
 
 /// A seeded, deterministic simulation of a cluster's membership: N pure
 /// ``MembershipStateMachine``s exchanging gossip over a simulated network with delay, loss,

@@ -1,4 +1,5 @@
 import ParleyChat
+import ParleyModel
 
 /// A seeded, deterministic simulation of how committed messages reach their readers' streams:
 /// workers owning conversations (``DeliveryStateMachine``), gateways holding event streams
@@ -43,9 +44,34 @@ public struct DeliverySimulation {
         public var drainOnHandOver = true
         public var delivery = DeliveryStateMachine<Int, Int64>.Policy()
         public var streamGapMax: Duration = .seconds(5)
-        public var tick: Duration = .milliseconds(10)
+        public var tick: Duration = .milliseconds(20)
 
         public init() {}
+    }
+
+    /// The guards of the contract, each of which a run can be made without, to see that some
+    /// seed fails then.
+    public enum Guard: String, CaseIterable, Sendable {
+        /// An owner reads the store for seqs it holds back past ``DeliveryStateMachine/Policy/holdMax``.
+        case storeRead = "store-read"
+        /// A batch not acknowledged is sent again.
+        case resend
+        /// A stream whose gap is not filled in time ends.
+        case streamEnd = "stream-end"
+        /// A new owner publishes the recent messages again.
+        case recovery
+        /// An owner that loses a conversation hands on what it released.
+        case drain
+
+        public func remove(from options: inout Options) {
+            switch self {
+            case .storeRead: options.delivery.holdMax = .seconds(3_600)
+            case .resend: options.delivery.retryDelay = .seconds(3_600); options.delivery.retryDelayMax = .seconds(3_600)
+            case .streamEnd: options.streamGapMax = .seconds(3_600)
+            case .recovery: options.recoveryWindow = .zero
+            case .drain: options.drainOnHandOver = false
+            }
+        }
     }
 
     typealias Delivery = DeliveryStateMachine<Int, Int64>
@@ -211,6 +237,7 @@ public struct DeliverySimulation {
             tickMachines()
             reconnectClients()
             if active { sendMessages() }
+            retrySends()
         }
         checkEnd()
     }
@@ -367,10 +394,10 @@ public struct DeliverySimulation {
 
     /// Gives owner `id`'s machine an input and performs the directives it returns.
     mutating func update(_ id: Int, _ input: (inout Delivery, ContinuousClock.Instant) -> [Delivery.Directive]) {
-        guard var owner = owners[id] else { return }
-        let directives = input(&owner.machine, time.now)
-        owners[id] = owner
-        perform(directives, owner: id)
+        guard owners[id] != nil else { return }
+        let now = time.now
+        let directives = input(&owners[id]!.machine, now)
+        if !directives.isEmpty { perform(directives, owner: id) }
     }
 
     /// An owner learns where the members' streams are now; a draining one only forgets gateways.
@@ -405,6 +432,11 @@ public struct DeliverySimulation {
             }
             if let id = ownerID(conversation, on: owner) { update(id) { $0.committed(seq, seq, now: $1) } }
         }
+    }
+
+    /// Clients whose send's answer was lost send it again with its clientMessageId until it is
+    /// acknowledged: the owner then finds it stored and publishes it again.
+    mutating func retrySends() {
         let due = retries.filter { $0.at <= time.now }
         retries.removeAll { $0.at <= time.now }
         for retry in due {
@@ -480,10 +512,9 @@ public struct DeliverySimulation {
                 note("worker-\(owner.worker) drained conversation \(owner.conversation)")
             }
         }
-        for user in clients.indices {
-            guard var stream = clients[user].stream else { continue }
-            let directives = stream.machine.tick(now: time.now)
-            clients[user].stream = stream
+        let now = time.now
+        for user in clients.indices where clients[user].stream?.machine.isWaiting == true {
+            let directives = clients[user].stream!.machine.tick(now: now)
             applyStream(directives, user: user)
         }
     }
@@ -529,9 +560,9 @@ public struct DeliverySimulation {
     }
 
     mutating func streamReceived(_ user: Int, conversation: Int, seq: Int64) {
-        guard var stream = clients[user].stream else { return }
-        let directives = stream.machine.received(conversation, seq: seq, seq, now: time.now)
-        clients[user].stream = stream
+        guard clients[user].stream != nil else { return }
+        let now = time.now
+        let directives = clients[user].stream!.machine.received(conversation, seq: seq, seq, now: now)
         applyStream(directives, user: user)
     }
 
