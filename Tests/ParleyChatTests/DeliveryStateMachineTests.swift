@@ -1,0 +1,159 @@
+import ParleyChat
+import ParleySimulation
+import Testing
+
+/// The delivery core, input by input: what an owner sends where and when, and what a stream
+/// writes or when it ends.
+@Suite struct DeliveryStateMachineTests {
+    typealias Machine = DeliveryStateMachine<String, Int64>
+    typealias Directive = Machine.Directive
+
+    /// The sends among `directives`, as (gateway, seqs).
+    func sends(_ directives: [Directive]) -> [String] {
+        directives.compactMap {
+            guard case .send(let gateway, let from, let events) = $0 else { return nil }
+            return "\(gateway):\(from)…\(from + Int64(events.count) - 1)"
+        }
+    }
+
+    func reads(_ directives: [Directive]) -> [String] {
+        directives.compactMap {
+            guard case .readStore(let after, let before) = $0 else { return nil }
+            return before == .max ? "after \(after)" : "\(after + 1)..<\(before)"
+        }
+    }
+
+    @Test func eventsLeaveInSeqOrderOneBatchInFlightPerGateway() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 0)
+        #expect(sends(machine.gateways(["g1", "g2"], now: time.now)).isEmpty)
+        #expect(sends(machine.committed(2, 2, now: time.now)).isEmpty, "seq 2 waits for seq 1")
+        #expect(sends(machine.committed(1, 1, now: time.now)) == ["g1:1…2", "g2:1…2"])
+        #expect(sends(machine.committed(3, 3, now: time.now)).isEmpty, "a batch is in flight to each gateway")
+        #expect(sends(machine.acknowledged("g1", through: 2, now: time.now)) == ["g1:3…3"])
+        #expect(sends(machine.acknowledged("g2", through: 2, now: time.now)) == ["g2:3…3"])
+        #expect(!machine.isIdle)
+        _ = machine.acknowledged("g1", through: 3, now: time.now)
+        _ = machine.acknowledged("g2", through: 3, now: time.now)
+        #expect(machine.isIdle)
+    }
+
+    @Test func aBatchNotAcknowledgedIsSentAgainWithABackoff() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 0)
+        _ = machine.gateways(["g1"], now: time.now)
+        #expect(sends(machine.committed(1, 1, now: time.now)) == ["g1:1…1"])
+        #expect(sends(machine.tick(now: time.advance(by: .milliseconds(199)))).isEmpty)
+        #expect(sends(machine.tick(now: time.advance(by: .milliseconds(1)))) == ["g1:1…1"], "after the retry delay")
+        #expect(sends(machine.tick(now: time.advance(by: .milliseconds(399)))).isEmpty, "the delay doubled")
+        #expect(sends(machine.tick(now: time.advance(by: .milliseconds(1)))) == ["g1:1…1"])
+        #expect(sends(machine.acknowledged("g1", through: 1, now: time.now)).isEmpty)
+        #expect(sends(machine.tick(now: time.advance(by: .seconds(10)))).isEmpty, "nothing left to resend")
+    }
+
+    @Test func aSeqMissingPastTheHoldIsReadFromTheStore() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 4)
+        _ = machine.gateways(["g1"], now: time.now)
+        #expect(sends(machine.committed(7, 7, now: time.now)).isEmpty)
+        #expect(reads(machine.tick(now: time.advance(by: .milliseconds(999)))).isEmpty)
+        let read = machine.tick(now: time.advance(by: .milliseconds(1)))
+        #expect(reads(read) == ["5..<7"])
+        #expect(machine.heldCount == 1)
+        #expect(sends(machine.storeRead([(5, 5), (6, 6)], now: time.now)) == ["g1:5…7"])
+        #expect(machine.heldCount == 0)
+    }
+
+    @Test func anUncertainCommitHasTheStoreReadPastTheLastReleasedSeq() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 9)
+        _ = machine.gateways(["g1"], now: time.now)
+        machine.commitUncertain(now: time.now)
+        #expect(reads(machine.tick(now: time.advance(by: .seconds(1)))) == ["after 9"])
+        #expect(!machine.isIdle, "a read is running")
+        #expect(sends(machine.storeRead([(10, 10)], now: time.now)) == ["g1:10…10"])
+        _ = machine.acknowledged("g1", through: 10, now: time.now)
+        #expect(machine.isIdle)
+        #expect(reads(machine.tick(now: time.advance(by: .seconds(5)))).isEmpty)
+    }
+
+    @Test func aGatewayNamedLaterGetsWhatIsReleasedFromThenOn() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 0)
+        _ = machine.gateways(["g1"], now: time.now)
+        _ = machine.committed(1, 1, now: time.now)
+        _ = machine.acknowledged("g1", through: 1, now: time.now)
+        #expect(sends(machine.gateways(["g1", "g2"], now: time.now)).isEmpty, "seq 1 is in the replay of g2's streams")
+        #expect(sends(machine.committed(2, 2, now: time.now)) == ["g1:2…2", "g2:2…2"])
+    }
+
+    @Test func aRepublishedSeqGoesOnceMoreToEveryGateway() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 5)
+        _ = machine.gateways(["g1", "g2"], now: time.now)
+        #expect(sends(machine.republished(3, 3, now: time.now)) == ["g1:3…3", "g2:3…3"])
+        #expect(sends(machine.republished(6, 6, now: time.now)) == ["g1:6…6", "g2:6…6"], "a seq still to release is released")
+    }
+
+    @Test func aStreamWritesInOrderOnceAndEndsOnAGapNotFilledInTime() {
+        var time = ManualTime()
+        var stream = EventStreamStateMachine<Int, String>(written: [1: 3], gapMax: .seconds(5))
+        func written(_ directives: [EventStreamStateMachine<Int, String>.Directive]) -> [Int64] {
+            directives.flatMap { directive -> [Int64] in
+                guard case .write(let events) = directive else { return [] }
+                return events.map(\.seq)
+            }
+        }
+        #expect(written(stream.received(1, seq: 3, "c", now: time.now)).isEmpty, "the replay wrote seq 3")
+        #expect(written(stream.received(1, seq: 5, "e", now: time.now)).isEmpty)
+        #expect(stream.isWaiting)
+        #expect(written(stream.received(1, seq: 4, "d", now: time.now)) == [4, 5])
+        #expect(!stream.isWaiting)
+        #expect(written(stream.received(2, seq: 1, "a", now: time.now)) == [1], "a conversation new to the stream starts at seq 1")
+        _ = stream.received(2, seq: 3, "c", now: time.now)
+        #expect(stream.tick(now: time.advance(by: .milliseconds(4_999))).isEmpty)
+        let ended = stream.tick(now: time.advance(by: .milliseconds(1)))
+        guard case .end(2) = ended.first else {
+            Issue.record("the stream did not end on its gap: \(ended)")
+            return
+        }
+        #expect(stream.ended)
+        #expect(stream.received(1, seq: 6, "f", now: time.now).isEmpty, "an ended stream writes nothing")
+    }
+}
+
+/// The simulation of delivery under faults: seeds pass, the same seed is the same run, and each
+/// guard removed is caught by the seed that catches it in `Scripts/simulate --check-guards`.
+@Suite struct DeliverySimulationTests {
+    @Test func seedsPass() {
+        for seed: UInt64 in 1...10 {
+            var simulation = DeliverySimulation(seed: seed)
+            simulation.run()
+            #expect(simulation.failures.isEmpty, "seed \(seed): \(simulation.failures.first ?? "")\n\(simulation.failureTrace.suffix(30).joined(separator: "\n"))")
+            #expect(simulation.committed > 500 && simulation.written > simulation.committed, "seed \(seed) did work: \(simulation.summary)")
+        }
+    }
+
+    @Test func theSameSeedIsTheSameRun() {
+        var first = DeliverySimulation(seed: 7)
+        first.run()
+        var second = DeliverySimulation(seed: 7)
+        second.run()
+        #expect(first.trace == second.trace)
+        #expect(first.summary == second.summary)
+    }
+
+    @Test(arguments: [
+        (DeliverySimulation.Guard.storeRead, UInt64(1)), (.resend, 1), (.streamEnd, 12), (.recovery, 5), (.drain, 2),
+    ])
+    func aGuardRemovedIsCaught(_ removed: DeliverySimulation.Guard, seed: UInt64) {
+        var options = DeliverySimulation.Options()
+        removed.remove(from: &options)
+        var without = DeliverySimulation(seed: seed, options: options)
+        without.run()
+        #expect(!without.failures.isEmpty, "seed \(seed) without \(removed.rawValue) passed")
+        var with = DeliverySimulation(seed: seed)
+        with.run()
+        #expect(with.failures.isEmpty, "seed \(seed) with every guard: \(with.failures.first ?? "")")
+    }
+}
