@@ -1,5 +1,6 @@
 import ArgumentParser
 import ParleyChat
+import ParleyCluster
 import ParleySimulation
 
 /// Runs the delivery simulation (``DeliverySimulation``) for one seed or many, and prints what
@@ -23,11 +24,17 @@ struct ParleySimulate: ParsableCommand {
     @Option(help: "Remove one guard, to see the simulation catch it: \(DeliverySimulation.Guard.allCases.map(\.rawValue).joined(separator: ", ")).")
     var without: DeliverySimulation.Guard?
     @Flag(help: "Print the whole trace of --seed, not only the lines that concern a failure.") var trace = false
+    @Flag(help: "Print the ring's balance and key movement and the membership protocol's convergence at scale, instead of the delivery simulation.")
+    var scale = false
+    @Option(help: "--scale: keys placed on the ring.") var keys = 10_000_000
+    @Option(help: "--scale: workers on the ring, comma-separated.") var ringWorkers = "10,100,1000"
+    @Option(help: "--scale: nodes gossiping, comma-separated.") var gossipNodes = "10,30,100"
     @Flag(help: "For each guard, run without it from seed --first until a seed fails (at most --seeds): every guard must be caught.")
     var checkGuards = false
 
     func run() throws {
         if checkGuards { return try checkEveryGuard() }
+        if scale { return printScale() }
         var options = DeliverySimulation.Options()
         without?.remove(from: &options)
         if let seed {
@@ -85,6 +92,28 @@ struct ParleySimulate: ParsableCommand {
             }
         }
         if !missed.isEmpty { throw ExitCode(1) }
+    }
+
+    func printScale() {
+        print("ring: \(keys) keys, \(HashRing.Settings.default.virtualNodes) points per worker, \(HashRing.Settings.default.probes) probes per key")
+        for workers in ringWorkers.split(separator: ",").compactMap({ Int($0) }) {
+            let figures = ScaleSimulation.ring(workers: workers, keys: keys)
+            print("  \(workers) workers: busiest \(percent(figures.maxOverMean)) of the mean, idlest \(percent(figures.minOverMean)); "
+                + "a join moves \(percent(figures.joinMoved)) of the keys (ideal \(percent(figures.joinIdeal)))\(figures.joinOnlyToNew ? ", all to the new worker" : ", SOME BETWEEN OLD WORKERS"); "
+                + "a leave moves \(percent(figures.leaveMoved)) (ideal \(percent(figures.leaveIdeal)))\(figures.leaveOnlyFromDeparted ? ", all the departed worker's" : ", SOME NOT THE DEPARTED WORKER'S")")
+        }
+        print("gossip: every node to every peer each heartbeat (\(MembershipSettings().heartbeatInterval)); down after \(MembershipSettings().downAfter) of silence")
+        for nodes in gossipNodes.split(separator: ",").compactMap({ Int($0) }) {
+            let figures = ScaleSimulation.gossip(nodes: nodes)
+            func text(_ duration: Duration?) -> String { duration.map { "\($0)" } ?? "not within 30 s" }
+            print("  \(nodes) nodes: a join seen by all after \(text(figures.join)), a crash after \(text(figures.crash)), "
+                + "a 5 s partition healed after \(text(figures.partitionHeal)); each node sends \(Int(figures.messagesPerNodePerSecond)) messages/s of \(figures.membersPerMessage) members")
+        }
+    }
+
+    func percent(_ value: Double) -> String {
+        let tenths = Int((value * 1000).rounded())
+        return "\(tenths / 10).\(tenths % 10) %"
     }
 }
 
