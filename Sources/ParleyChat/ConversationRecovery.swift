@@ -12,6 +12,12 @@ import ParleyStore
 /// workers, each node takes the conversations it now owns that one of them owned and that were
 /// active within ``window``, activates them, and has them publish their recent messages again;
 /// streams drop a seq they already sent.
+///
+/// A worker that comes onto the ring — started, restarted, or back as a new incarnation after it
+/// was declared down — does the same for every recently active conversation it owns: a worker
+/// killed and started again before failure detection noticed keeps its name on the ring, so no
+/// other node sees an owner depart, and its new process holds none of what the old one had not
+/// handed on.
 public enum ConversationRecovery {
     /// How far back a departed owner's commits may still be unpublished: failure detection (~2 s)
     /// and the ring change, with room to spare.
@@ -22,9 +28,13 @@ public enum ConversationRecovery {
     static func register(on system: ClusterSystem, store: any ChatStore) {
         system.onRingChange { ring, previous in
             let departed = takenOver(ring: ring.workers, previous: previous.workers)
-            guard !departed.isEmpty else { return }
+            let me = system.settings.name
+            let joined = ring.workers.contains(me) && !previous.workers.contains(me)
+            guard joined || !departed.isEmpty else { return }
             let now = Date()
-            Task { await republishTakenOver(from: departed, ring: ring, previous: previous, system: system, store: store, now: now) }
+            Task {
+                await republishTakenOver(from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now)
+            }
         }
     }
 
@@ -40,11 +50,12 @@ public enum ConversationRecovery {
     }
 
     /// Has the conversations this node took over from `departed` (owned by one of them on
-    /// `previous`, by this node on `ring`) publish their messages of the last ``window`` again;
-    /// returns how many messages went out again.
+    /// `previous`, by this node on `ring`) — or, when this node has just `joined` the ring, every
+    /// conversation it owns — publish their messages of the last ``window`` again; returns how
+    /// many messages went out again.
     @discardableResult
     static func republishTakenOver(
-        from departed: Set<String>, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date
+        from departed: Set<String>, joined: Bool = false, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date
     ) async -> Int {
         let since = now.addingTimeInterval(-Double(window.components.seconds))
         let candidates: [ConversationID]
@@ -58,7 +69,8 @@ public enum ConversationRecovery {
         var messages = 0
         for conversation in candidates {
             let key = ConversationActor.id(conversation).placementKey
-            guard ring.owner(of: key) == system.settings.name, let before = previous.owner(of: key), departed.contains(before) else { continue }
+            guard ring.owner(of: key) == system.settings.name else { continue }
+            guard joined || previous.owner(of: key).map(departed.contains) == true else { continue }
             do {
                 messages += try await ConversationActor.resolve(conversation, using: system).republishRecent(since: since)
                 conversations += 1
@@ -68,7 +80,7 @@ public enum ConversationRecovery {
         }
         if conversations > 0 {
             system.logger.info("republished recent messages of conversations taken over", metadata: [
-                "ring.departed": "\(departed.sorted())", "conversations": "\(conversations)", "messages": "\(messages)",
+                "ring.departed": "\(departed.sorted())", "joined": "\(joined)", "conversations": "\(conversations)", "messages": "\(messages)",
             ])
         }
         return messages

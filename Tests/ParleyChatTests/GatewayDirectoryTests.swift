@@ -170,6 +170,40 @@ import Testing
     }
 }
 
+@Suite(.serialized) struct RestartedOwnerTests {
+    /// The owner committed a message and died before handing it on, and came back — as happens
+    /// when a worker is restarted before failure detection notices — under the same name: no other
+    /// node saw an owner depart, and nobody writes to the conversation again. The worker, coming
+    /// onto the ring, publishes the recent messages of the conversations it owns again.
+    @Test func aWorkerThatComesBackPublishesTheRecentMessagesOfItsConversations() async throws {
+        let ann: UserID = "u_ann", ben: UserID = "u_ben"
+        let store = InMemoryChatStore()
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g1"], store: store)
+        defer { Task { await cluster.stopAll() } }
+        let received = RecordedDeliveries()
+        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
+        defer { _ = inbox }
+
+        let conversation = ConversationActor.directID(ann, ben)
+        _ = try await ConversationActor.resolve(conversation, using: cluster["node-a"]).create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        // What the old process committed and acknowledged, and never handed to the gateways.
+        let epoch = try await store.acquireOwnership(of: conversation)
+        let committed = try await store.commit([
+            AppendRequest(conversationId: conversation, epoch: epoch, senderId: ben, clientMessageId: UUID().uuidString.lowercased(), text: "hi", sentAt: Date())
+        ])
+        guard case .appended(let message) = committed.first else { Issue.record("not appended: \(committed)"); return }
+        let old = cluster["node-a"]
+        cluster.remove("node-a")
+        await old.stop()
+        try await cluster.start("node-a", seed: cluster["node-g1"].address)
+        try await cluster.waitForUp(["node-a", "node-g1"])
+
+        try await eventually(timeout: .seconds(15), "ann's gateway gets the message the old process never published") {
+            received.messages.map(\.seq) == [message.seq]
+        }
+    }
+}
+
 @Suite struct ConversationRecoveryRuleTests {
     @Test(arguments: [
         (["a", "b", "c"], ["a", "b"], ["c"]),  // one of three died: take its conversations
