@@ -111,9 +111,10 @@ struct ParleySimulate: ParsableCommand {
         }
     }
 
+    /// `value` as a percentage with two decimals.
     func percent(_ value: Double) -> String {
-        let tenths = Int((value * 1000).rounded())
-        return "\(tenths / 10).\(tenths % 10) %"
+        let hundredths = Int((value * 10_000).rounded())
+        return "\(hundredths / 100).\(String(100 + hundredths % 100).dropFirst()) %"
     }
 }
 
