@@ -210,6 +210,8 @@ public distributed actor ConversationActor {
         do {
             outcome = try await services.committer.append(append)
         } catch {
+            // The message may have committed all the same.
+            fanOut?.appendUncertain(members: memberIDs)
             throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
         }
         switch outcome {

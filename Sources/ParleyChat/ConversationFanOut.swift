@@ -33,6 +33,9 @@ final class ConversationFanOut: Sendable {
         /// left a gap.
         var repairing = false
         var repairsShort = 0
+        /// A read of the store past the last released seq is scheduled (after an append whose
+        /// outcome is unknown).
+        var checkingTail = false
     }
 
     /// Reads committed messages of this conversation after a seq (at most `limit`, ascending).
@@ -94,6 +97,38 @@ final class ConversationFanOut: Sendable {
             return
         }
         enqueue([(.message(message), members)])
+    }
+
+    /// An append failed without saying whether it committed (the store's answer lost after its
+    /// `COMMIT`, a timeout). When it did commit and nothing is committed after it, no later seq
+    /// shows the gap, and only a retry of its send would publish it — one that may never come if
+    /// the sender is gone. So after ``holdMax`` the store is read past the last released seq, and
+    /// what is found is released as commits are.
+    func appendUncertain(members: [UserID]) {
+        let schedule = state.withLock { state -> Bool in
+            defer { state.checkingTail = true }
+            return !state.checkingTail
+        }
+        guard schedule else { return }
+        Task { [self] in
+            try? await Task.sleep(for: holdMax)
+            let after = state.withLock { state -> Int64 in
+                state.checkingTail = false
+                return state.nextSeq - 1
+            }
+            do {
+                let found = try await readCommitted(after, 500)
+                if !found.isEmpty {
+                    Self.repairedMessages.increment(by: found.count)
+                    logger.warning("messages whose appends failed without an answer were found committed", metadata: [
+                        "after.seq": "\(after)", "read.count": "\(found.count)",
+                    ])
+                }
+                for message in found { committed(message, members: members) }
+            } catch {
+                logger.warning("cannot read the store after an append of unknown outcome", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     /// Seqs held back waiting for the ones before them (for tests).

@@ -243,6 +243,22 @@ import Testing
         return (cluster, fanOut, received, inbox)
     }
 
+    /// The last message of a conversation committed, but its append failed without an answer and
+    /// no retry came: no later seq shows it missing. After `holdMax` the store is read past the
+    /// last released seq, and it goes out.
+    @Test func aMessageWhoseAppendFailedWithoutAnAnswerIsReadFromTheStore() async throws {
+        let (cluster, fanOut, received, inbox) = try await Self.start(stored: 2, holdMax: .milliseconds(300))
+        defer { Task { await cluster.stopAll() } }
+        defer { _ = inbox }
+        fanOut.committed(Self.message(1), members: [Self.ann, Self.ben])
+        try await eventually(timeout: .seconds(10), "seq 1 goes out") { received.messages.count >= 1 }
+        fanOut.appendUncertain(members: [Self.ann, Self.ben])
+        fanOut.appendUncertain(members: [Self.ann, Self.ben])
+        try await eventually(timeout: .seconds(10), "seq 2, committed without an answer, goes out") { received.messages.count >= 2 }
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(received.messages.map(\.seq) == [1, 2], "once, in order")
+    }
+
     /// A seq whose commit's answer never reached its owner (a PostgreSQL connection that broke
     /// after `COMMIT`) would hold every later message back for good; after `holdMax` it is read
     /// from the store, and everything goes out in seq order.
