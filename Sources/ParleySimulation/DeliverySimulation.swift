@@ -249,7 +249,8 @@ public struct DeliverySimulation {
         for (index, worker) in workers.enumerated() where worker.alive || !worker.declaredDown {
             var mix = SeededRandom(seed: UInt64(conversation) &* 0x9E37_79B9 &+ UInt64(index) &* 0x85EB_CA6B)
             let score = mix.next()
-            if best == nil || score > best!.score { best = (index, score) }
+            if let current = best, current.score >= score { continue }
+            best = (index, score)
         }
         return best?.worker
     }
