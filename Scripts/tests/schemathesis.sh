@@ -59,11 +59,12 @@ EOF
 
 run_schemathesis() {
     local schema="$1"; shift
-    "$TOOLS/st" --config-file "$WORK/schemathesis.toml" run "$schema" --url "$PARLEY_URL" --tls-verify "$PARLEY_CA" \
+    # From the work folder: Schemathesis and Hypothesis keep their caches in the current one.
+    (cd "$WORK" && "$TOOLS/st" --config-file "$WORK/schemathesis.toml" run "$schema" --url "$PARLEY_URL" --tls-verify "$PARLEY_CA" \
         --header "Authorization: Bearer $TOKEN" \
         --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
         --exclude-operation-id events --exclude-operation-id logout \
-        --seed 1 --workers 1 --request-timeout 10 --no-color "$@"
+        --seed 1 --workers 1 --request-timeout 10 --no-color "$@")
 }
 
 examples="${PARLEY_SCHEMATHESIS_EXAMPLES:-50}"
