@@ -118,11 +118,7 @@ import Testing
         _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
         // The owner that committed it (a new epoch, which fences the actor off) and never fanned it out.
         let clientMessageId = UUID().uuidString.lowercased()
-        let epoch = try await store.acquireOwnership(of: conversation)
-        let committed = try await store.commit([
-            AppendRequest(conversationId: conversation, epoch: epoch, senderId: ben, clientMessageId: clientMessageId, text: "hi", sentAt: Date())
-        ])
-        guard case .appended(let original) = committed.first else { Issue.record("not appended: \(committed)"); return }
+        let original = try await commitAsAnotherOwner(store, conversation, sender: ben, clientMessageId: clientMessageId)
 
         // The sender's retry: the fenced actor deactivates, the call goes to its new activation.
         let retried = try await actor.send(SendMessage(senderId: ben, clientMessageId: clientMessageId, text: "hi"))
@@ -152,11 +148,7 @@ import Testing
         _ = try await ConversationActor.resolve(conversation, using: cluster[survivor]).create(CreateConversation(creatorId: ann, memberIds: [ben]))
         _ = try await PresenceShard.resolve(for: ann, using: cluster[survivor]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
         // What the owner committed and acknowledged, then died before handing to the gateways.
-        let epoch = try await store.acquireOwnership(of: conversation)
-        let committed = try await store.commit([
-            AppendRequest(conversationId: conversation, epoch: epoch, senderId: ben, clientMessageId: UUID().uuidString.lowercased(), text: "hi", sentAt: Date())
-        ])
-        guard case .appended(let message) = committed.first else { Issue.record("not appended: \(committed)"); return }
+        let message = try await commitAsAnotherOwner(store, conversation, sender: ben, clientMessageId: UUID().uuidString.lowercased())
         let victim = cluster[owner]
         cluster.remove(owner)
         await victim.stop()
@@ -187,11 +179,7 @@ import Testing
         let conversation = ConversationActor.directID(ann, ben)
         _ = try await ConversationActor.resolve(conversation, using: cluster["node-a"]).create(CreateConversation(creatorId: ann, memberIds: [ben]))
         // What the old process committed and acknowledged, and never handed to the gateways.
-        let epoch = try await store.acquireOwnership(of: conversation)
-        let committed = try await store.commit([
-            AppendRequest(conversationId: conversation, epoch: epoch, senderId: ben, clientMessageId: UUID().uuidString.lowercased(), text: "hi", sentAt: Date())
-        ])
-        guard case .appended(let message) = committed.first else { Issue.record("not appended: \(committed)"); return }
+        let message = try await commitAsAnotherOwner(store, conversation, sender: ben, clientMessageId: UUID().uuidString.lowercased())
         let old = cluster["node-a"]
         cluster.remove("node-a")
         await old.stop()
@@ -287,3 +275,19 @@ import Testing
         #expect(received.messages.map(\.seq) == [1, 2])
     }
 }
+
+/// Commits `text` to `conversation` as an owner other than the running one would — under an epoch
+/// of its own, which fences the running actor off — and never hands it to the fan-out: what an
+/// owner that died, was cut off or restarted leaves behind.
+func commitAsAnotherOwner(
+    _ store: InMemoryChatStore, _ conversation: ConversationID, sender: UserID, clientMessageId: String = UUID().uuidString.lowercased()
+) async throws -> Message {
+    let epoch = try await store.acquireOwnership(of: conversation)
+    let committed = try await store.commit([
+        AppendRequest(conversationId: conversation, epoch: epoch, senderId: sender, clientMessageId: clientMessageId, text: "hi", sentAt: Date())
+    ])
+    guard case .appended(let message) = committed.first else { throw NotAppended(outcomes: committed) }
+    return message
+}
+
+struct NotAppended: Error { var outcomes: [AppendOutcome] }
