@@ -66,7 +66,10 @@ public struct DeliverySimulation {
         public func remove(from options: inout Options) {
             switch self {
             case .storeRead: options.delivery.holdMax = .seconds(3_600)
-            case .resend: options.delivery.retryDelay = .seconds(3_600); options.delivery.retryDelayMax = .seconds(3_600)
+            case .resend:
+                options.delivery.retryDelay = .seconds(3_600)
+                options.delivery.retryDelayMax = .seconds(3_600)
+                options.delivery.ackTimeout = .seconds(3_600)
             case .streamEnd: options.streamGapMax = .seconds(3_600)
             case .recovery: options.recoveryWindow = .zero
             case .drain: options.drainOnHandOver = false
@@ -489,9 +492,7 @@ public struct DeliverySimulation {
             switch item.packet {
             case .batch(let owner, let worker, let gateway, let gatewayIncarnation, let conversation, let from, let events):
                 guard gateways[gateway].alive, gateways[gateway].incarnation == gatewayIncarnation, !isCut(worker: worker, gateway: gateway) else { continue }
-                for (offset, event) in events.enumerated() {
-                    let seq = from + Int64(offset)
-                    if event != seq { fail("conversation \(conversation): gateway-\(gateway) got event \(event) as seq \(seq)") }
+                for seq in events {
                     for user in members[conversation] where clients[user].stream?.gateway == gateway {
                         streamReceived(user, conversation: conversation, seq: seq)
                     }
