@@ -211,7 +211,7 @@ public distributed actor ConversationActor {
             outcome = try await services.committer.append(append)
         } catch {
             // The message may have committed all the same.
-            fanOut?.appendUncertain(members: memberIDs)
+            fanOut?.appendUncertain()
             throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
         }
         switch outcome {
@@ -300,7 +300,7 @@ public distributed actor ConversationActor {
         }
         if changed, let conversation = loaded?.id {
             // Typing is for the others only.
-            fanOut?.publish(.typing(TypingEvent(conversationId: conversation, userId: user, typing: isTyping)), members: memberIDs.filter { $0 != user })
+            fanOut?.publish(.typing(TypingEvent(conversationId: conversation, userId: user, typing: isTyping)), members: memberIDs, except: user)
         }
         return changed
     }

@@ -54,7 +54,7 @@ public struct CoalescingStateMachine<Destination: Hashable & Sendable, Parcel: S
 }
 
 /// The node's deliveries to each gateway's inbox. Every conversation of the node hands its batches
-/// here (one batch in flight per conversation and gateway, see ``ConversationFanOut``); while a
+/// here (one batch in flight per conversation and gateway, see ``DeliveryStateMachine``); while a
 /// call to a gateway is on its way, what other conversations hand over for it waits and then goes
 /// in one call. Under load that is one call per gateway per round trip instead of one per
 /// conversation batch. A conversation never has two batches in one call (its next batch waits for
@@ -72,6 +72,8 @@ final class GatewayCourier: Sendable {
     private let loopExecutor: @Sendable () -> (any TaskExecutor)?
     /// Whether a gateway is a live member (a failed delivery to it is retried).
     let isLive: @Sendable (String) -> Bool
+    /// How long a call may take before it fails: every delivery's outcome is known by then.
+    let callTimeout: Duration
     private let machine: Mutex<CoalescingStateMachine<String, Parcel>>
 
     /// - Parameters:
@@ -80,16 +82,17 @@ final class GatewayCourier: Sendable {
     ///   - loopExecutor: the event loop the calling thread runs, if any (see ``preferredExecutor``).
     init(
         sendMax: Int = 1 << 20, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil },
-        isLive: @escaping @Sendable (String) -> Bool = { _ in true }, send: @escaping Send
+        isLive: @escaping @Sendable (String) -> Bool = { _ in true }, callTimeout: Duration = .seconds(5), send: @escaping Send
     ) {
         self.send = send
         self.loopExecutor = loopExecutor
         self.isLive = isLive
+        self.callTimeout = callTimeout
         self.machine = Mutex(CoalescingStateMachine(sendMax: sendMax))
     }
 
     convenience init(system: ClusterSystem) {
-        self.init(loopExecutor: { system.currentLoopExecutor }, isLive: { system.isLiveMember($0) }) { gateway, deliveries in
+        self.init(loopExecutor: { system.currentLoopExecutor }, isLive: { system.isLiveMember($0) }, callTimeout: system.settings.callTimeout) { gateway, deliveries in
             try await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system).deliver(deliveries)
         }
     }
