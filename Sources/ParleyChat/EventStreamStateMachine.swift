@@ -27,8 +27,10 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
     private var gapped: Set<Conversation> = []
     public private(set) var ended = false
 
-    /// - Parameter written: per conversation, the last seq the client has (what its replay wrote);
-    ///   a conversation not named starts at seq 1.
+    /// - Parameter written: per conversation, the last seq the client has (what its replay wrote).
+    ///   A conversation not named starts at the first of its messages to arrive: a stream opened
+    ///   without a cursor, or whose replay did not reach back to a quiet conversation, has nothing
+    ///   to compare it with (its client loaded the history itself).
     public init(written: [Conversation: Int64], gapMax: Duration = .seconds(5)) {
         self.gapMax = gapMax
         self.orders = written.mapValues { Order(lastWritten: $0) }
@@ -37,13 +39,13 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
     /// Whether a message waits past a gap (only then can ``tick(now:)`` end the stream).
     public var isWaiting: Bool { !gapped.isEmpty }
 
-    /// The last seq written of `conversation`.
-    public func lastWritten(_ conversation: Conversation) -> Int64 { orders[conversation]?.lastWritten ?? 0 }
+    /// The last seq written of `conversation`; nil before its first message.
+    public func lastWritten(_ conversation: Conversation) -> Int64? { orders[conversation]?.lastWritten }
 
     /// A message of `conversation` reached this stream.
     public mutating func received(_ conversation: Conversation, seq: Int64, _ event: Event, now: Instant) -> [Directive] {
         guard !ended else { return [] }
-        var order = orders[conversation] ?? Order(lastWritten: 0)
+        var order = orders[conversation] ?? Order(lastWritten: seq - 1)
         guard seq > order.lastWritten else { return [] }
         order.waiting[seq] = event
         var written: [(conversation: Conversation, seq: Int64, event: Event)] = []

@@ -12,7 +12,8 @@ extension Gateway {
     /// `GET /v1/events`: the caller's server-sent events. With a cursor (`?cursor=` or
     /// `Last-Event-ID`): the durable events since it (``StreamCursor``), then `ready`, then live
     /// events; without one, `ready` first. Per conversation, messages go out in seq order without
-    /// duplicates, and a gap is filled from the conversation before the message after it.
+    /// duplicates; a gap the conversation's owner does not fill in time ends the stream
+    /// (``LiveEventStream``).
     func events(_ request: Request, _ context: GatewayContext) async throws -> Response {
         let caller = try await authenticate(request)
         let cursorText = request.uri.queryParameters["cursor"].map(String.init) ?? request.headers[HTTPField.Name("Last-Event-ID")!]
@@ -31,8 +32,7 @@ extension Gateway {
         let stream = LiveEventStream(
             user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(Date()),
             // A phase of its own, so that streams opened together do not all ping in one second.
-            pingTicks: pingTicks, pingOffset: Int.random(in: 0..<pingTicks), logger: logger,
-            fetch: { [self] conversation, after, before in await fetchGap(conversation, for: caller.id, after: after, before: before) })
+            pingTicks: pingTicks, pingOffset: Int.random(in: 0..<pingTicks), logger: logger)
         // Register first, so nothing committed from now on is missed; then tell the presence
         // shard, so owners deliver here; then read what happened before (replay). The stream
         // holds the live events back until `start()`: its replay's pages, `ready`, then what
@@ -125,34 +125,6 @@ extension Gateway {
         }
         return true
     }
-
-    /// Messages `after+1 ..< before` of a conversation, read through its owner for `user`, within
-    /// ``gapReadTime``; short when that fails or takes longer (the stream then ends, and its
-    /// client's resume replays them).
-    func fetchGap(_ conversation: ConversationID, for user: UserID, after: Int64, before: Int64) async -> [Message] {
-        var messages: [Message] = []
-        var next = after
-        let deadline = ContinuousClock.now.advanced(by: Self.gapReadTime)
-        do {
-            let actor = try ConversationActor.resolve(conversation, using: system)
-            while next + 1 < before, ContinuousClock.now < deadline {
-                let chunk = try await actor.messages(for: user, after: next, limit: Int(min(200, before - next - 1)))
-                guard let last = chunk.last else { break }
-                messages += chunk.filter { $0.seq < before }
-                next = last.seq
-            }
-            logger.info("filled a gap in a stream from the store", metadata: [
-                "conversation.id": "\(conversation)", "after.seq": "\(after)", "before.seq": "\(before)", "filled.count": "\(messages.count)",
-            ])
-        } catch {
-            logger.warning("could not fill a gap in a stream", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
-        }
-        return messages
-    }
-
-    /// How long a stream waits for a gap to be read before it gives up and ends (a stream that
-    /// waits writes nothing else meanwhile).
-    static let gapReadTime: Duration = .seconds(5)
 
     func closeSession(_ session: PresenceShard.SessionRef) async {
         do {

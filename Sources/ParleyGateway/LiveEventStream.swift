@@ -40,11 +40,13 @@ final class ChannelEventSink: EventStreamSink {
 ///
 /// The hub hands it events on that loop (one hop per loop and delivery, not one task per stream
 /// and event), and it writes each as a server-sent event straight into the response
-/// (``EventStreamSink``), flushing once per batch. Per conversation, messages go out in seq order
-/// without duplicates; a gap is filled from the conversation (``fetch``) before the message after
-/// it, while later events wait in order; a gap that cannot be read ends the stream. The
-/// response's task hands it a resume's replay page by page (`replay(_:)`), starts it (`start()`)
-/// and waits for its end (`ended`).
+/// (``EventStreamSink``), flushing once per batch. What it writes when is its
+/// ``EventStreamStateMachine``'s to say: per conversation, messages go out in seq order without
+/// duplicates; a message past a gap waits for the seqs before it, which the conversation's owner
+/// sends again until this gateway has them; a gap not filled within ``gapMax`` ends the stream,
+/// and its client's resume by cursor replays what it missed. The response's task hands it a
+/// resume's replay page by page (`replay(_:)`), starts it (`start()`) and waits for its end
+/// (`ended`).
 ///
 /// Everything but the constants is touched only on `loop`.
 final class LiveEventStream: @unchecked Sendable {
@@ -54,13 +56,17 @@ final class LiveEventStream: @unchecked Sendable {
         case ready
     }
 
-    /// Messages `after+1 ..< before` of a conversation; empty when they cannot be read.
-    typealias Fetch = @Sendable (_ conversation: ConversationID, _ after: Int64, _ before: Int64) async -> [Message]
+    /// An event as it is written: with its JSON when the hub encoded it once for every stream.
+    struct Outgoing {
+        var event: ChatEvent
+        var sharedData: [UInt8]?
+    }
+
+    typealias Order = EventStreamStateMachine<ConversationID, Outgoing>
 
     let user: UserID
     let sink: any EventStreamSink
     let loop: any EventLoop
-    private let fetch: Fetch
     private let logger: Logger
     private let pingTicks: Int
     /// Where in the `pingTicks` cycle this stream pings (see ``init``).
@@ -74,11 +80,13 @@ final class LiveEventStream: @unchecked Sendable {
     /// of an earlier one's oldest by more than the replay window, and a resume from the middle of
     /// the replay must start it again. `ready` then carries the newest instant replayed.
     private var replayedThrough: StreamCursor?
-    private var sequencer = StreamSequencer()
-    /// What is still to be written, in order.
+    private var order: Order
+    /// The cursor of what was written while a message waited past a gap: events carry the cursor
+    /// from before the gap until it is filled, so that a resume from any of them replays the gap.
+    private var cursorPastGap: StreamCursor?
+    /// What arrived before ``start()``, in order.
     private var queue = Deque<Item>()
     private var started = false
-    private var filling = false
     private var isEnded = false
     private var needsFlush = false
     private var ticks = 0
@@ -90,13 +98,16 @@ final class LiveEventStream: @unchecked Sendable {
     /// cursor) rather than buffering without bound. Above a replay page's ~512 KiB of text with
     /// its JSON, so that a page written into a full window does not end a stream that is reading.
     static let unwritableBytesMax = 2 << 20
-    static let gapFills = Counter(label: "parley.gateway.gap_filled_messages")
     static let slowStreamsEnded = Counter(label: "parley.gateway.slow_streams_ended")
     static let unfilledGapsEnded = Counter(label: "parley.gateway.unfilled_gap_streams_ended")
 
+    /// How long a message waits past a gap for the seqs before it (the owner resends a batch
+    /// after 0.2–2 s) before the stream ends.
+    static let gapMax: Duration = .seconds(5)
+
     init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
-        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, logger: Logger, fetch: @escaping Fetch
+        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, gapMax: Duration = LiveEventStream.gapMax, logger: Logger
     ) {
         self.user = user
         self.sink = sink
@@ -106,7 +117,7 @@ final class LiveEventStream: @unchecked Sendable {
         self.pingOffset = pingOffset
         self.unwritableBytesMax = unwritableBytesMax
         self.logger = logger
-        self.fetch = fetch
+        self.order = Order(written: [:], gapMax: gapMax)
         self.endedPromise = sink.loop.makePromise()
         // Weak: an HTTP/1.1 connection may carry many streams, one after another, and its close
         // should not keep the ended ones. A live stream is held by the hub and its response.
@@ -162,14 +173,13 @@ final class LiveEventStream: @unchecked Sendable {
     private func writeReplay(_ events: [ChatEvent]) {
         guard !isEnded, !started else { return }
         var through = replayedThrough ?? cursor
+        let now = ContinuousClock.now
         for event in events {
-            if case .message(let message) = event {
-                // One range per conversation, in seq order: only a repeat is left out.
-                guard sequencer.decide(message) != .duplicate else { continue }
-                sequencer.sent(message)
-            }
             through = through.advanced(by: event)
-            write(ServerSentEvent.frame(for: event, user: user, cursor: cursor))
+            // One range per conversation, in seq order: only a repeat is left out.
+            for out in ordered(Outgoing(event: event, sharedData: nil), now: now) {
+                write(ServerSentEvent.frame(for: out.event, user: user, cursor: cursor))
+            }
         }
         replayedThrough = through
         flushIfNeeded()
@@ -195,29 +205,32 @@ final class LiveEventStream: @unchecked Sendable {
     func receive(_ event: ChatEvent, sharedData: [UInt8]?) {
         loop.preconditionInEventLoop()
         guard !isEnded else { return }
-        queue.append(.event(event, sharedData: sharedData))
-        if started && !filling { drain() }
+        guard started else {
+            queue.append(.event(event, sharedData: sharedData))
+            return
+        }
+        for out in ordered(Outgoing(event: event, sharedData: sharedData), now: .now) { emit(out) }
     }
 
     /// A message its sender's request just got back from the conversation's owner, written now
     /// rather than when the conversation's delivery of it comes (that one is then a duplicate):
     /// the send's response and the sender's own event go out in one flush. Only when it cannot
-    /// change what the stream sends: the stream is live with nothing waiting, and the message is
-    /// the conversation's next — the one after the last this stream sent, or its first (seq 1).
+    /// change what the stream sends: the stream is live (its replay written), and the message is
+    /// the conversation's next — the one after the last this stream wrote, or its first (seq 1).
     /// A message whose predecessor has not reached this stream is left to the delivery: written
     /// now, it would make that predecessor a duplicate when it came. Returns whether it was
     /// written; the caller flushes.
     @discardableResult
     func receiveAhead(_ message: Message, sharedData: [UInt8]?) -> Bool {
         loop.preconditionInEventLoop()
-        guard started, !filling, !isEnded, queue.isEmpty else { return false }
-        guard sequencer.last(message.conversationId).map({ $0 + 1 }) ?? 1 == message.seq else { return false }
-        sequencer.sent(message)
-        emit(.message(message), sharedData: sharedData)
+        guard started, !isEnded else { return false }
+        guard order.lastWritten(message.conversationId).map({ $0 + 1 }) ?? 1 == message.seq else { return false }
+        for out in ordered(Outgoing(event: .message(message), sharedData: sharedData), now: .now) { emit(out) }
         return true
     }
 
-    /// Once a second: end the stream if its client went away; every `pingTicks`, a `: ping` — on
+    /// Once a second: end the stream if its client went away, or if a message waited past a gap
+    /// for longer than ``gapMax``; every `pingTicks`, a `: ping` — on
     /// the ticks where `ticks + pingOffset` is a multiple of `pingTicks`, so streams given different
     /// offsets ping in different seconds. The hub ticks every stream in the same second; streams
     /// opened together (a load run, every client of a restarted gateway) with one phase all pinged
@@ -229,6 +242,14 @@ final class LiveEventStream: @unchecked Sendable {
         guard sink.isActive else {
             logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
             end()
+            return
+        }
+        if order.isWaiting, case .end(let conversation) = order.tick(now: .now).first {
+            Self.unfilledGapsEnded.increment()
+            logger.warning("event stream ended: a gap was not filled in time; its client resumes by cursor", metadata: [
+                "user.id": "\(user)", "conversation.id": "\(conversation)", "last.seq": "\(order.lastWritten(conversation) ?? 0)",
+            ])
+            close()
             return
         }
         ticks += 1
@@ -255,60 +276,30 @@ final class LiveEventStream: @unchecked Sendable {
         endedPromise.succeed(())
     }
 
-    /// Writes what is queued, until the queue is empty or a gap has to be read first.
+    /// Writes what arrived before the stream started.
     private func drain() {
-        while !filling, !isEnded, let item = queue.popFirst() {
+        let now = ContinuousClock.now
+        while !isEnded, let item = queue.popFirst() {
             switch item {
             case .ready:
                 let token = cursor.token
                 write(ServerSentEvent.frame(event: "ready", id: token, data: API.ReadyEvent(cursor: token)))
             case .event(let event, let sharedData):
-                if case .message(let message) = event {
-                    switch sequencer.decide(message) {
-                    case .duplicate:
-                        continue
-                    case .send:
-                        sequencer.sent(message)
-                    case .fillGap(let after, let before):
-                        filling = true
-                        let fetch = self.fetch
-                        Task { [self] in
-                            let missing = await fetch(message.conversationId, after, before)
-                            loop.execute { [self] in filled(missing, then: message, sharedData: sharedData) }
-                        }
-                        return
-                    }
-                }
-                emit(event, sharedData: sharedData)
+                for out in ordered(Outgoing(event: event, sharedData: sharedData), now: now) { emit(out) }
             }
         }
     }
 
-    /// The gap before `message` was read: its messages go out, then `message`, then the rest. A
-    /// read that came back short ends the stream instead: `message` written past the gap would
-    /// hide the missing ones for good (clients keep a conversation's last seq and drop anything
-    /// at or below it), while the client's resume by cursor replays them.
-    private func filled(_ missing: [Message], then message: Message, sharedData: [UInt8]?) {
-        filling = false
-        guard !isEnded else { return }
-        Self.gapFills.increment(by: missing.count)
-        for gap in missing where sequencer.decide(gap) == .send {
-            sequencer.sent(gap)
-            emit(.message(gap), sharedData: nil)
+    /// What to write now that `out` arrived: a message as its conversation's order says (itself
+    /// and the ones that waited for it, nothing if it is a repeat or waits past a gap); any other
+    /// event as it is.
+    private func ordered(_ out: Outgoing, now: ContinuousClock.Instant) -> [Outgoing] {
+        guard case .message(let message) = out.event else { return [out] }
+        var written: [Outgoing] = []
+        for directive in order.received(message.conversationId, seq: message.seq, out, now: now) {
+            if case .write(let events) = directive { written += events.map(\.event) }
         }
-        guard sequencer.decide(message) == .send else {
-            Self.unfilledGapsEnded.increment()
-            logger.warning("event stream ended: a gap could not be read; its client resumes by cursor", metadata: [
-                "user.id": "\(user)", "conversation.id": "\(message.conversationId)",
-                "last.seq": "\(sequencer.last(message.conversationId) ?? 0)", "next.seq": "\(message.seq)",
-            ])
-            close()
-            return
-        }
-        sequencer.sent(message)
-        emit(.message(message), sharedData: sharedData)
-        drain()
-        flushIfNeeded()
+        return written
     }
 
     /// Ends the response abruptly, after what was written so far: its client resumes by cursor.
@@ -318,9 +309,14 @@ final class LiveEventStream: @unchecked Sendable {
         end()
     }
 
-    private func emit(_ event: ChatEvent, sharedData: [UInt8]?) {
-        cursor = cursor.advanced(by: event)
-        write(ServerSentEvent.frame(for: event, user: user, cursor: cursor, sharedData: sharedData))
+    private func emit(_ out: Outgoing) {
+        if order.isWaiting {
+            cursorPastGap = (cursorPastGap ?? cursor).advanced(by: out.event)
+        } else {
+            cursor = max(cursor, cursorPastGap ?? cursor).advanced(by: out.event)
+            cursorPastGap = nil
+        }
+        write(ServerSentEvent.frame(for: out.event, user: user, cursor: cursor, sharedData: out.sharedData))
     }
 
     private func write(_ buffer: ByteBuffer) {

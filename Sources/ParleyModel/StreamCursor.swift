@@ -13,9 +13,10 @@ import Foundation
 /// the cursor **minus a window** (``replayWindow``, 60 s) — longer than any delay between a commit
 /// and its fan-out (retries give up after a few seconds) — and the client drops what it already
 /// has by `(conversationId, seq)`; receipts and conversation events are states, harmless to repeat.
-/// A message whose fan-out was lost outright (its owner died between commit and fan-out) is filled
-/// from the store by the stream when the conversation's next message shows the gap
-/// (the gateway's `StreamSequencer`), and by a resume within the window.
+/// A message whose fan-out was lost outright (its owner died between commit and fan-out) is sent
+/// again by the conversation's next owner, which publishes its recent messages again; a stream
+/// that waits past a gap for longer than a few seconds ends, and its client's resume within the
+/// window replays what it lacks.
 ///
 /// Nothing here counts on IDs being allocated in commit order (the pitfall of autoincrement IDs in
 /// PostgreSQL): per conversation, `seq` is the order; across conversations only time is used, with

@@ -159,8 +159,10 @@ import Testing
         #expect(stream.isWaiting)
         #expect(written(stream.received(1, seq: 4, "d", now: time.now)) == [4, 5])
         #expect(!stream.isWaiting)
-        #expect(written(stream.received(2, seq: 1, "a", now: time.now)) == [1], "a conversation new to the stream starts at seq 1")
-        _ = stream.received(2, seq: 3, "c", now: time.now)
+        #expect(stream.lastWritten(2) == nil)
+        #expect(written(stream.received(2, seq: 7, "g", now: time.now)) == [7], "a conversation new to the stream starts at its first message")
+        #expect(written(stream.received(2, seq: 6, "f", now: time.now)).isEmpty, "and what is before it is a repeat")
+        _ = stream.received(2, seq: 9, "i", now: time.now)
         #expect(stream.tick(now: time.advance(by: .milliseconds(4_999))).isEmpty)
         let ended = stream.tick(now: time.advance(by: .milliseconds(1)))
         guard case .end(2) = ended.first else {

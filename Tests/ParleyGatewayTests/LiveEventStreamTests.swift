@@ -27,31 +27,20 @@ import Testing
         var isSet: Bool { value.withLock { $0 } }
     }
 
-    /// The gap reads a stream asked for: [after, before] each.
-    final class GapReads: Sendable {
-        private let reads = Mutex<[[Int64]]>([])
-        func record(after: Int64, before: Int64) { reads.withLock { $0.append([after, before]) } }
-        var all: [[Int64]] { reads.withLock { $0 } }
-    }
-
-    /// A stream on a testing channel, with the gap reads it was asked for.
+    /// A stream on a testing channel.
     final class Harness: Sendable {
-        // A testing channel whose loop may be handed work from other threads (the gap reads).
         let channel = NIOAsyncTestingChannel()
         let stream: LiveEventStream
-        let gapReads = GapReads()
 
-        init(pingTicks: Int = 15, pingOffset: Int = 0, unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, store: [Message] = []) async throws {
+        init(
+            pingTicks: Int = 15, pingOffset: Int = 0, unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax,
+            gapMax: Duration = LiveEventStream.gapMax
+        ) async throws {
             // Active, as a client's stream is.
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).get()
-            let reads = gapReads
             stream = LiveEventStream(
                 user: "u_b", sink: ChannelEventSink(channel), cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
-                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, logger: Logger(label: "test"),
-                fetch: { conversation, after, before in
-                    reads.record(after: after, before: before)
-                    return store.filter { $0.conversationId == conversation && $0.seq > after && $0.seq < before }
-                })
+                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, gapMax: gapMax, logger: Logger(label: "test"))
         }
 
         /// Every event written so far: (event name, the message's seq if any).
@@ -82,16 +71,6 @@ import Testing
                     let name = lines.first.map { String($0.dropFirst("event: ".count)) } ?? "?"
                     events.append((name, lines.first { $0.hasPrefix("id: ") }.map { String($0.dropFirst(4)) }))
                 }
-            }
-            return events
-        }
-
-        /// Runs the loop until `count` events were written in all (the gap reads run as tasks).
-        func written(count: Int) async throws -> [(String, Int64?)] {
-            var events: [(String, Int64?)] = []
-            for _ in 0..<2_000 where events.count < count {
-                events += try await written()
-                if events.count < count { try await Task.sleep(for: .milliseconds(1)) }
             }
             return events
         }
@@ -134,33 +113,46 @@ import Testing
         #expect(try await harness.written().map(\.1) == [nil, 4])
     }
 
-    @Test func aGapIsReadBeforeTheMessageAfterItAndLaterEventsWait() async throws {
-        let store = (1...6).map { Self.message($0) }
-        let harness = try await Harness(store: store)
+    /// A message past a gap waits for the seqs before it, which its owner sends again; the
+    /// stream's other events go on meanwhile, and carry the cursor from before the gap, so that a
+    /// resume from any of them replays it.
+    @Test func aMessagePastAGapWaitsForTheSeqsBeforeItAndTheCursorStaysBeforeIt() async throws {
+        let harness = try await Harness()
         harness.stream.start(replay: [])
         await harness.deliver(.message(Self.message(1)))
-        #expect(try await harness.written().map(\.1) == [nil, 1])
-        // 2 and 3 never came live; 4 asks for them. 5 and 6 arrive while they are read.
+        #expect(try await harness.ids().map(\.1) == ["pc1.1000", "pc1.1800000000001"])
+        // 2 and 3 were lost on their way; 4 and 5 wait for them.
         await harness.deliver(.message(Self.message(4)), .message(Self.message(5)))
-        await harness.deliver(.message(Self.message(6)), Self.typing())
-        let events = try await harness.written(count: 6)
-        #expect(events.map(\.1) == [2, 3, 4, 5, 6, nil])
-        #expect(events.last?.0 == "typing")
-        #expect(harness.gapReads.all == [[1, 4]])
+        #expect(try await harness.written().isEmpty)
+        let receipt = ReceiptEvent(
+            conversationId: "c_2", userId: "u_c", deliveredSeq: 1, readSeq: 1, at: Date(millisecondsSince1970: 1_800_000_000_100))
+        await harness.deliver(Self.typing(), .receipt(receipt))
+        let meanwhile = try await harness.ids()
+        #expect(meanwhile.map(\.0) == ["typing", "receipt"], "other events go on")
+        #expect(meanwhile.last?.1 == "pc1.1800000000001", "the cursor stays before the gap")
+        // The owner sends 2 and 3 again.
+        await harness.deliver(.message(Self.message(2)), .message(Self.message(3)), .message(Self.message(4)))
+        let filled = try await harness.ids()
+        #expect(filled.map(\.0) == ["message", "message", "message", "message"])
+        #expect(filled.last?.1 == "pc1.1800000000100", "past what was written meanwhile")
+        await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
+        #expect(try await harness.written().map(\.1) == [6], "5 went out with the gap, once")
     }
 
     /// A message written past a gap would hide the gap for good (clients keep a conversation's
-    /// last seq), so a gap that cannot be read, or only in part, ends the stream before it: the
-    /// client resumes by cursor and the replay has the missing messages.
-    @Test(arguments: [[Int64](), [2], [2, 3]])
-    func aGapThatCannotBeReadWhollyEndsTheStreamBeforeTheMessageAfterIt(readable: [Int64]) async throws {
-        let harness = try await Harness(store: readable.map { Self.message($0) })
+    /// last seq), so a gap not filled in time (`gapMax`) ends the stream: the client resumes by
+    /// cursor and the replay has the missing messages.
+    @Test func aGapNotFilledInTimeEndsTheStream() async throws {
+        let harness = try await Harness(gapMax: .milliseconds(50))
         harness.stream.start(replay: [.message(Self.message(1))])
-        await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
+        await harness.deliver(.message(Self.message(5)), .message(Self.message(6)), .message(Self.message(2)))
+        let stream = harness.stream
+        await harness.run { stream.tick() }
+        #expect(harness.channel.isActive, "not before gapMax")
+        try await Task.sleep(for: .milliseconds(60))
+        await harness.run { stream.tick() }
         try await harness.stream.ended.get()
-        let events = try await harness.written()
-        #expect(events.map(\.1) == [1, nil] + readable.map { Optional($0) })
-        #expect(harness.gapReads.all == [[1, 5]])
+        #expect(try await harness.written().map(\.1) == [1, nil, 2])
         #expect(!harness.channel.isActive, "the response ends abruptly, so the client reconnects")
     }
 
@@ -193,8 +185,7 @@ import Testing
     /// duplicate when it comes.
     @Test func aMessageAheadOfItsDeliveryIsWrittenOnlyWhenItIsTheNextOne() async throws {
         let other: ConversationID = "c_2"
-        let store = (1...9).map { Self.message($0) }
-        let harness = try await Harness(store: store)
+        let harness = try await Harness()
         #expect(await harness.ahead(Self.message(1)) == false, "not before the replay and ready")
         harness.stream.start(replay: [])
         await harness.run()
@@ -218,19 +209,22 @@ import Testing
         await harness.deliver(.message(Self.message(4)), Self.typing())
         #expect(try await harness.written().map(\.0) == ["message", "typing"])
 
-        // While a gap is read (5 and 6 before 7), nothing goes ahead of what waits behind it,
-        // not even another conversation's next message.
-        let taken = Flag()
+        // While 7 waits for 5 and 6, nothing of its conversation goes ahead (8 is not next);
+        // another conversation's next message does.
+        let taken = Mutex<[Bool]>([])
         await harness.run { [stream = harness.stream] in
             stream.receive(.message(Self.message(7)), sharedData: nil)
-            if stream.receiveAhead(Self.message(8), sharedData: nil) { taken.set() }
-            if stream.receiveAhead(Self.message(6, in: other), sharedData: nil) { taken.set() }
+            let eight = stream.receiveAhead(Self.message(8), sharedData: nil)
+            let six = stream.receiveAhead(Self.message(6, in: other), sharedData: nil)
+            taken.withLock { $0 = [eight, six] }
+            stream.flushIfNeeded()
         }
-        #expect(!taken.isSet)
-        #expect(try await harness.written(count: 3).map(\.1) == [5, 6, 7])
+        #expect(taken.withLock { $0 } == [false, true])
+        #expect(try await harness.written().map(\.1) == [6])
+        await harness.deliver(.message(Self.message(5)), .message(Self.message(6)))
+        #expect(try await harness.written().map(\.1) == [5, 6, 7])
         await harness.deliver(.message(Self.message(8)), .message(Self.message(6, in: other)), .message(Self.message(9)))
-        #expect(try await harness.written().map(\.1) == [8, 6, 9])
-        #expect(harness.gapReads.all == [[4, 7]])
+        #expect(try await harness.written().map(\.1) == [8, 9])
     }
 
     /// Streams with different offsets ping in different seconds, each every `pingTicks`.

@@ -44,18 +44,6 @@ import Testing
         #expect(!StreamCursor(now.addingTimeInterval(-3600)).isExpired(now: now))
         #expect(StreamCursor(now.addingTimeInterval(-8 * 24 * 3600)).isExpired(now: now))
     }
-
-    @Test func theSequencerDropsRepeatsAndAsksForGaps() {
-        var sequencer = StreamSequencer()
-        #expect(sequencer.decide(Self.message(7)) == .send, "an unseen conversation starts anywhere")
-        sequencer.sent(Self.message(7))
-        #expect(sequencer.decide(Self.message(7)) == .duplicate)
-        #expect(sequencer.decide(Self.message(3)) == .duplicate)
-        #expect(sequencer.decide(Self.message(8)) == .send)
-        #expect(sequencer.decide(Self.message(11)) == .fillGap(after: 7, before: 11))
-        sequencer.sent(Self.message(11))
-        #expect(sequencer.last(Self.conversation) == 11)
-    }
 }
 
 @Suite struct TokenAuthorityTests {
