@@ -125,14 +125,16 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
-            self.fanOut = Self.fanOut(for: conversation, lastSeq: record.lastSeq, directory: directory, courier: courier, store: services.store, logger: logger)
+            self.fanOut = Self.fanOut(
+                for: conversation, lastSeq: record.lastSeq, directory: directory, courier: courier, store: services.store, clock: actorSystem.clock, logger: logger)
         }
     }
 
     private static func fanOut(
-        for conversation: ConversationID, lastSeq: Int64, directory: GatewayDirectory, courier: GatewayCourier, store: any ChatStore, logger: Logger
+        for conversation: ConversationID, lastSeq: Int64, directory: GatewayDirectory, courier: GatewayCourier, store: any ChatStore,
+        clock: any ClusterClock, logger: Logger
     ) -> ConversationFanOut {
-        ConversationFanOut(directory: directory, courier: courier, lastSeq: lastSeq, logger: logger) { after, limit in
+        ConversationFanOut(directory: directory, courier: courier, lastSeq: lastSeq, clock: clock, logger: logger) { after, limit in
             try await store.messages(in: conversation, after: after, limit: limit)
         }
     }
@@ -165,7 +167,7 @@ public distributed actor ConversationActor {
             guard loaded.record.member(request.creatorId) != nil else { throw ChatError(.conflict, "conversation exists") }
             return CreateResult(conversation: loaded.record, created: false)
         }
-        let record = try request.record(id: ConversationID(rawValue: id.key), limits: services.limits, now: Date())
+        let record = try request.record(id: ConversationID(rawValue: id.key), limits: services.limits, now: actorSystem.clock.wallNow)
         try await requireUsersExist(record.members.map(\.userId))
         var created = true
         do {
@@ -181,7 +183,8 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut = Self.fanOut(for: stored.id, lastSeq: stored.lastSeq, directory: directory, courier: courier, store: services.store, logger: logger)
+                fanOut = Self.fanOut(
+                    for: stored.id, lastSeq: stored.lastSeq, directory: directory, courier: courier, store: services.store, clock: actorSystem.clock, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))
@@ -202,7 +205,7 @@ public distributed actor ConversationActor {
         let current = try state
         _ = try current.requireMember(request.senderId)
         // Server time, never behind the previous message: clients order by it.
-        let sentAt = max(Date(), current.record.lastActivityAt)
+        let sentAt = max(actorSystem.clock.wallNow, current.record.lastActivityAt)
         let append = AppendRequest(
             conversationId: current.id, epoch: epoch, senderId: request.senderId,
             clientMessageId: request.clientMessageId.lowercased(), text: request.text, sentAt: sentAt)
@@ -278,7 +281,7 @@ public distributed actor ConversationActor {
     public distributed func markReceipts(for user: UserID, deliveredSeq: Int64?, readSeq: Int64?) async throws -> ConversationMember {
         let (delivered, read) = try state.validateReceipt(from: user, deliveredSeq: deliveredSeq, readSeq: readSeq)
         let conversation = try state.id
-        let at = Date().millisecondPrecision
+        let at = actorSystem.clock.wallNow.millisecondPrecision
         let stored = try await services.withStore { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read, at: at) }
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
         var advanced = false
@@ -295,8 +298,8 @@ public distributed actor ConversationActor {
     public distributed func setTyping(for user: UserID, _ isTyping: Bool) throws -> Bool {
         var changed = false
         try update { state throws(ChatError) in
-            _ = state.expireTyping(now: .now)
-            changed = try state.setTyping(user, isTyping, now: .now)
+            _ = state.expireTyping(now: actorSystem.clock.now)
+            changed = try state.setTyping(user, isTyping, now: actorSystem.clock.now)
         }
         if changed, let conversation = loaded?.id {
             // Typing is for the others only.
@@ -312,7 +315,7 @@ public distributed actor ConversationActor {
         guard !added.isEmpty else { return try state.record }
         try await requireUsersExist(added.map(\.userId))
         let conversation = try state.id
-        let at = Date().millisecondPrecision
+        let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch, at: at) }
         try update { $0.membersAdded(added) }
         let record = try state.record
@@ -323,7 +326,7 @@ public distributed actor ConversationActor {
     public distributed func removeMember(_ member: UserID, by user: UserID) async throws {
         try state.validateRemove(member, by: user)
         let conversation = try state.id
-        let at = Date().millisecondPrecision
+        let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch, at: at) }
         try update { $0.memberRemoved(member) }
         // The removed member hears of it too; after this, nothing more.
@@ -334,7 +337,7 @@ public distributed actor ConversationActor {
     public distributed func rename(_ name: String, by user: UserID) async throws -> ConversationRecord {
         try state.validateRename(name, by: user)
         let conversation = try state.id
-        let at = Date().millisecondPrecision
+        let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.renameConversation(conversation, name: name, epoch: epoch, at: at) }
         try update { $0.renamed(name) }
         let record = try state.record

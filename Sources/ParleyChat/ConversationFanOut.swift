@@ -55,6 +55,7 @@ final class ConversationFanOut: Sendable {
     private let courier: GatewayCourier
     private let readCommitted: ReadCommitted
     private let state: Mutex<State>
+    private let clock: any ClusterClock
     private let logger: Logger
 
     /// - Parameters:
@@ -63,9 +64,10 @@ final class ConversationFanOut: Sendable {
     ///     told of; after it, the missing seqs are read from the store (``readCommitted``).
     init(
         directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, holdMax: Duration = .seconds(1),
-        logger: Logger, readCommitted: @escaping ReadCommitted
+        clock: any ClusterClock = ContinuousClock(), logger: Logger, readCommitted: @escaping ReadCommitted
     ) {
         self.directory = directory
+        self.clock = clock
         self.courier = courier
         self.readCommitted = readCommitted
         self.logger = logger
@@ -106,7 +108,7 @@ final class ConversationFanOut: Sendable {
     /// shows the gap, and only a retry of its send would publish it — one that may never come if
     /// the sender is gone. So after `holdMax` the store is read past the last released seq.
     func appendUncertain() {
-        state.withLock { $0.machine.commitUncertain(now: .now) }
+        state.withLock { $0.machine.commitUncertain(now: clock.now) }
         startTicking()
     }
 
@@ -134,7 +136,7 @@ final class ConversationFanOut: Sendable {
             let answer = await directory.gateways(of: Array(Set(batch.flatMap(\.1))))
             let live = Set(answer.values.joined()).filter(courier.isLive)
             let directives = state.withLock { state -> [Machine.Directive] in
-                let now = ContinuousClock.now
+                let now = clock.now
                 state.gatewayOf.merge(answer) { $1 }
                 var directives = state.machine.gateways(live, now: now)
                 for (input, members) in batch {
@@ -180,15 +182,15 @@ final class ConversationFanOut: Sendable {
         }
         let through = from + Int64(items.count) - 1
         guard !deliveries.isEmpty else {
-            perform(state.withLock { $0.machine.acknowledged(gateway, through: through, now: .now) })
+            perform(state.withLock { $0.machine.acknowledged(gateway, through: through, now: clock.now) })
             return
         }
         Task(executorPreference: courier.preferredExecutor) { [self] in
             if await courier.deliver(deliveries, to: gateway) {
-                perform(state.withLock { $0.machine.acknowledged(gateway, through: through, now: .now) })
+                perform(state.withLock { $0.machine.acknowledged(gateway, through: through, now: clock.now) })
             } else {
                 Self.failedBatches.increment()
-                state.withLock { $0.machine.failed(gateway, now: .now) }
+                state.withLock { $0.machine.failed(gateway, now: clock.now) }
                 startTicking()
             }
         }
@@ -206,11 +208,11 @@ final class ConversationFanOut: Sendable {
             }
             perform(state.withLock { state in
                 let members = state.members
-                return state.machine.storeRead(found.map { ($0.seq, Self.item(.message($0), members)) }, now: .now)
+                return state.machine.storeRead(found.map { ($0.seq, Self.item(.message($0), members)) }, now: clock.now)
             })
         } catch {
             logger.warning("cannot read held-back seqs from the store; trying again", metadata: ["error": "\(error)"])
-            state.withLock { $0.machine.storeReadFailed(now: .now) }
+            state.withLock { $0.machine.storeReadFailed(now: clock.now) }
         }
     }
 
@@ -224,9 +226,9 @@ final class ConversationFanOut: Sendable {
         guard start else { return }
         Task { [self] in
             while true {
-                try? await Task.sleep(for: Self.tickEvery)
+                try? await clock.sleep(for: Self.tickEvery)
                 let (directives, more) = state.withLock { state -> ([Machine.Directive], Bool) in
-                    let now = ContinuousClock.now
+                    let now = clock.now
                     var directives = state.machine.gateways(state.machine.gateways.filter(courier.isLive), now: now)
                     directives += state.machine.tick(now: now)
                     state.ticking = state.machine.needsTicks

@@ -31,7 +31,7 @@ public enum ConversationRecovery {
             let me = system.settings.name
             let joined = ring.workers.contains(me) && !previous.workers.contains(me)
             guard joined || !departed.isEmpty else { return }
-            let now = Date()
+            let now = system.clock.wallNow
             Task {
                 await republishTakenOver(from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now)
             }

@@ -98,17 +98,17 @@ public final class GatewayDirectory: Sendable {
 
     /// The gateways holding streams of each of `members`.
     public func gateways(of members: [UserID]) async -> [UserID: [String]] {
-        let askedAt = ContinuousClock.now
+        let askedAt = system.clock.now
         var (known, missing) = state.withLock { $0.lookup(members, now: askedAt) }
         guard !missing.isEmpty else { return known }
         let answer = await PresenceShard.gateways(of: missing, holder: system.settings.name, using: system)
-        state.withLock { $0.remember(answer.gateways, for: answer.answered, askedAt: askedAt, now: .now) }
+        state.withLock { $0.remember(answer.gateways, for: answer.answered, askedAt: askedAt, now: system.clock.now) }
         for user in missing { known[user] = answer.gateways[user] ?? [] }
         return known
     }
 
     func forget(_ users: [UserID]) {
-        state.withLock { $0.forget(users, now: .now) }
+        state.withLock { $0.forget(users, now: system.clock.now) }
     }
 }
 

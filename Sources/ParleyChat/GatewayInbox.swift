@@ -63,7 +63,7 @@ public distributed actor GatewayInbox {
         return await withTaskGroup(of: Bool.self) { group in
             for gateway in gateways {
                 group.addTask {
-                    let told = await untilDeadline(leasesEnd, on: ContinuousClock()) { () -> Bool in
+                    let told = await untilDeadline(leasesEnd, on: system.clock) { () -> Bool in
                         do {
                             try await resolve(id: id(gateway: gateway), using: system).revoked(tokenIds)
                             return true

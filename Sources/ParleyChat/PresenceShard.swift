@@ -62,7 +62,7 @@ public distributed actor PresenceShard {
     init(lease: Duration, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem
         // An earlier owner (before the ring moved) may have answered directory questions.
-        self.state = PresenceState(lease: lease, startedAt: .now)
+        self.state = PresenceState(lease: lease, startedAt: actorSystem.clock.now)
     }
 
     deinit {
@@ -75,7 +75,7 @@ public distributed actor PresenceShard {
     public distributed func openSession(_ session: SessionRef, gateway: String) async -> Presence {
         expire()
         let newGateway = !state.hasSession(of: session.userId, on: gateway)
-        announce(state.sessionOpened(session.userId, gateway: gateway, sessionID: session.sessionID, now: .now))
+        announce(state.sessionOpened(session.userId, gateway: gateway, sessionID: session.sessionID, now: actorSystem.clock.now))
         if newGateway { await invalidateDirectories(of: [session.userId]) }
         return state.presence(of: session.userId)
     }
@@ -85,7 +85,7 @@ public distributed actor PresenceShard {
         expire()
         // A renewal opens a session this shard did not know (it moved here, or the lease ran out).
         let newGateway = Set(sessions.map(\.userId).filter { !state.hasSession(of: $0, on: gateway) })
-        for change in state.renew(gateway: gateway, sessions: sessions.map { ($0.userId, $0.sessionID) }, now: .now) {
+        for change in state.renew(gateway: gateway, sessions: sessions.map { ($0.userId, $0.sessionID) }, now: actorSystem.clock.now) {
             announce(change)
         }
         await invalidateDirectories(of: newGateway.filter { state.hasSession(of: $0, on: gateway) }.sorted())
@@ -94,7 +94,7 @@ public distributed actor PresenceShard {
     /// A stream closed; returns the user's presence (offline with `lastSeenAt` if it was the last).
     public distributed func closeSession(_ session: SessionRef) -> Presence {
         expire()
-        announce(state.sessionClosed(session.userId, sessionID: session.sessionID, now: .now, wallClock: Date()))
+        announce(state.sessionClosed(session.userId, sessionID: session.sessionID, now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow))
         return state.presence(of: session.userId)
     }
 
@@ -114,14 +114,14 @@ public distributed actor PresenceShard {
     /// Which gateways hold streams of these users (users of this shard).
     public distributed func gateways(of users: [UserID]) -> [String: [UserID]] {
         expire()
-        return state.gateways(of: users, now: .now, liveGateways: liveGateways).mapValues { $0.sorted() }
+        return state.gateways(of: users, now: actorSystem.clock.now, liveGateways: liveGateways).mapValues { $0.sorted() }
     }
 
     /// ``gateways(of:)`` for a node's ``GatewayDirectory``, which remembers the answer for one
     /// directory lease: the shard tells it when one of the users' streams opens elsewhere.
     public distributed func gateways(of users: [UserID], heldBy node: String) -> [String: [UserID]] {
         expire()
-        return state.gateways(of: users, heldBy: node, now: .now, liveGateways: liveGateways).mapValues { $0.sorted() }
+        return state.gateways(of: users, heldBy: node, now: actorSystem.clock.now, liveGateways: liveGateways).mapValues { $0.sorted() }
     }
 
     /// The gateway nodes the cluster has not declared down.
@@ -134,7 +134,7 @@ public distributed actor PresenceShard {
     /// waited for past that (the gateway opening the stream hears back within its call timeout).
     private func invalidateDirectories(of users: [UserID]) async {
         guard !users.isEmpty else { return }
-        let invalidation = state.directoryInvalidation(for: users, now: .now)
+        let invalidation = state.directoryInvalidation(for: users, now: actorSystem.clock.now)
         guard !invalidation.isEmpty else { return }
         let system = actorSystem
         var targets = invalidation.holders
@@ -147,7 +147,7 @@ public distributed actor PresenceShard {
             for (node, holder) in targets {
                 group.addTask {
                     // No answer by the end of its lease: it uses nothing it remembered any more.
-                    let wait = await untilDeadline(holder.leaseEnd, on: ContinuousClock()) { () -> ContinuousClock.Instant? in
+                    let wait = await untilDeadline(holder.leaseEnd, on: system.clock) { () -> ContinuousClock.Instant? in
                         do {
                             try await DirectoryCache.resolve(id: DirectoryCache.id(node: node), using: system).forget(holder.users)
                             return nil
@@ -166,7 +166,7 @@ public distributed actor PresenceShard {
             }
             return await group.reduce(nil) { latest, next in [latest, next].compactMap { $0 }.max() }
         }
-        if let waitUntil { try? await Task.sleep(until: waitUntil, clock: .continuous) }
+        if let waitUntil { try? await system.clock.sleep(until: waitUntil) }
     }
 
     /// Leases are checked on every call and every second, so a dead gateway's users read as
@@ -175,15 +175,16 @@ public distributed actor PresenceShard {
         // Leases of a dead gateway's sessions run out with nobody calling: sweep them, so its users
         // go offline (and their contacts hear of it) within a second of the lease.
         if sweeper == nil {
+            let clock = actorSystem.clock
             sweeper = Task { [weak self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: .seconds(1))
+                    try? await clock.sleep(for: .seconds(1))
                     guard let self else { return }
                     await self.whenLocal { $0.expire() }
                 }
             }
         }
-        for change in state.expireLeases(now: .now, wallClock: Date()) { announce(change) }
+        for change in state.expireLeases(now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow) { announce(change) }
     }
 
     /// Tells the streams of everyone who shares a conversation with the user (live only, best effort).

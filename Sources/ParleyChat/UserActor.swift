@@ -51,7 +51,7 @@ public distributed actor UserActor {
     public distributed func create(_ request: NewUser) async throws -> User {
         guard profile == nil else { throw ChatError(.conflict, "user exists") }
         try request.validate()
-        let user = User(id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: Date().millisecondPrecision)
+        let user = User(id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: actorSystem.clock.wallNow.millisecondPrecision)
         do {
             try await services.store.createUser(StoredUser(user: user, passwordHash: request.passwordHash))
         } catch let error as ChatStoreError where error.kind == .conflict {
@@ -145,10 +145,10 @@ extension UserActor {
     /// and if one cannot be told, this waits until the leases granted before have run out.
     public distributed func revoke(tokenId: String, expiresAt: Date) async throws {
         tokens[tokenId] = true
-        let leasesEnd = ContinuousClock.now.advanced(by: Self.authenticationLease)
+        let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
         try await services.withStore { try await $0.revokeToken(tokenId, expiresAt: expiresAt) }
         if await !GatewayInbox.announceRevocation(of: [tokenId], leasesEnd: leasesEnd, using: actorSystem) {
-            try? await Task.sleep(until: leasesEnd, clock: .continuous)
+            try? await actorSystem.clock.sleep(until: leasesEnd)
         }
     }
 

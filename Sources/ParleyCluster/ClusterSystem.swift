@@ -34,9 +34,11 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     public let logger: Logger
     let transport: any ClusterTransport
     let serialization: any ClusterSerialization
-    /// Every instant and every wait of the shell comes from this one clock; the state machines get
-    /// its instants as inputs.
-    let clock = ContinuousClock()
+    /// Every instant and every wait of the shell, and of the actors on this system, comes from this
+    /// one clock; the state machines get its instants as inputs.
+    public let clock: any ClusterClock
+    /// What the system and its actors draw at random (no secrets).
+    public let random: ClusterRandomness
     let state: Mutex<State>
     /// The direct targets by their call target (a method's mangled name), with the calls each ran.
     let directTargets = Mutex<[String: (run: DirectTarget, calls: Int)]>([:])
@@ -89,9 +91,13 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         settings: ClusterSettings,
         transport: any ClusterTransport,
         serialization: any ClusterSerialization = BinaryClusterSerialization(),
+        clock: any ClusterClock = ContinuousClock(),
+        random: ClusterRandomness = ClusterRandomness(),
         logger: Logger? = nil
     ) {
         self.settings = settings
+        self.clock = clock
+        self.random = random
         var logger = logger ?? Logger(label: "parley.cluster")
         logger[metadataKey: "node.id"] = "\(settings.name)"
         self.logger = logger
@@ -361,7 +367,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
 
     public func assignID<Act: DistributedActor>(_ actorType: Act.Type) -> ActorID where Act.ID == ActorID {
         if let id = Self.activatingID { return id }
-        return ClusterActorID(kind: "\(actorType)", key: UUID().uuidString.lowercased(), node: settings.name)
+        return ClusterActorID(kind: "\(actorType)", key: random.uuid().uuidString.lowercased(), node: settings.name)
     }
 
     public func actorReady<Act: DistributedActor>(_ actor: Act) where Act.ID == ActorID {

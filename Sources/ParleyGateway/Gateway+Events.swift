@@ -20,7 +20,7 @@ extension Gateway {
         var cursor: StreamCursor?
         if let cursorText, !cursorText.isEmpty {
             guard let parsed = StreamCursor(token: cursorText) else { throw APIError.invalid("cursor is not one this server gave") }
-            guard !parsed.isExpired(now: Date()) else {
+            guard !parsed.isExpired(now: system.clock.wallNow) else {
                 throw APIError(.gone, "cursor_expired", "the cursor is too old to replay; reload conversations and page messages with after=")
             }
             cursor = parsed
@@ -30,9 +30,9 @@ extension Gateway {
         let http2 = context.eventSink != nil
         let pingTicks = ServerSentEvent.pingTicks(http2: http2)
         let stream = LiveEventStream(
-            user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(Date()),
+            user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(system.clock.wallNow),
             // A phase of its own, so that streams opened together do not all ping in one second.
-            pingTicks: pingTicks, pingOffset: Int.random(in: 0..<pingTicks), logger: logger)
+            pingTicks: pingTicks, pingOffset: system.random.int(in: 0..<pingTicks), clock: system.clock, logger: logger)
         // Register first, so nothing committed from now on is missed; then tell the presence
         // shard, so owners deliver here; then read what happened before (replay). The stream
         // holds the live events back until `start()`: its replay's pages, `ready`, then what
@@ -97,7 +97,7 @@ extension Gateway {
             stream.replay(current.events)
             pages += 1
             guard let next = current.next else { break }
-            let waitEnd = ContinuousClock.now.advanced(by: Self.replayRoomWait)
+            let waitEnd = system.clock.now.advanced(by: Self.replayRoomWait)
             waiting: while true {
                 switch try? await stream.room().get() {
                 case .available:
@@ -105,12 +105,12 @@ extension Gateway {
                 case .ended, nil:
                     return false
                 case .full:
-                    guard ContinuousClock.now < waitEnd else {
+                    guard system.clock.now < waitEnd else {
                         logger.warning("event stream ended: its client took no replay for \(Self.replayRoomWait)", metadata: ["user.id": "\(stream.user)"])
                         stream.abort()
                         return false
                     }
-                    try? await Task.sleep(for: .milliseconds(10))
+                    try? await system.clock.sleep(for: .milliseconds(10))
                 }
             }
             do {

@@ -4,6 +4,7 @@ import Metrics
 import NIOCore
 import NIOHTTPTypes
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 
 /// Where an event stream's bytes go: the response body of one HTTP/1.1 connection or of one
@@ -68,6 +69,7 @@ final class LiveEventStream: @unchecked Sendable {
     let sink: any EventStreamSink
     let loop: any EventLoop
     private let logger: Logger
+    private let clock: any ClusterClock
     private let pingTicks: Int
     /// Where in the `pingTicks` cycle this stream pings (see ``init``).
     private let pingOffset: Int
@@ -107,8 +109,10 @@ final class LiveEventStream: @unchecked Sendable {
 
     init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
-        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, gapMax: Duration = LiveEventStream.gapMax, logger: Logger
+        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, gapMax: Duration = LiveEventStream.gapMax,
+        clock: any ClusterClock = ContinuousClock(), logger: Logger
     ) {
+        self.clock = clock
         self.user = user
         self.sink = sink
         self.loop = sink.loop
@@ -173,7 +177,7 @@ final class LiveEventStream: @unchecked Sendable {
     private func writeReplay(_ events: [ChatEvent]) {
         guard !isEnded, !started else { return }
         var through = replayedThrough ?? cursor
-        let now = ContinuousClock.now
+        let now = clock.now
         for event in events {
             through = through.advanced(by: event)
             // One range per conversation, in seq order: only a repeat is left out.
@@ -209,7 +213,7 @@ final class LiveEventStream: @unchecked Sendable {
             queue.append(.event(event, sharedData: sharedData))
             return
         }
-        for out in ordered(Outgoing(event: event, sharedData: sharedData), now: .now) { emit(out) }
+        for out in ordered(Outgoing(event: event, sharedData: sharedData), now: clock.now) { emit(out) }
     }
 
     /// A message its sender's request just got back from the conversation's owner, written now
@@ -225,7 +229,7 @@ final class LiveEventStream: @unchecked Sendable {
         loop.preconditionInEventLoop()
         guard started, !isEnded else { return false }
         guard order.lastWritten(message.conversationId).map({ $0 + 1 }) ?? 1 == message.seq else { return false }
-        for out in ordered(Outgoing(event: .message(message), sharedData: sharedData), now: .now) { emit(out) }
+        for out in ordered(Outgoing(event: .message(message), sharedData: sharedData), now: clock.now) { emit(out) }
         return true
     }
 
@@ -244,7 +248,7 @@ final class LiveEventStream: @unchecked Sendable {
             end()
             return
         }
-        if order.isWaiting, case .end(let conversation) = order.tick(now: .now).first {
+        if order.isWaiting, case .end(let conversation) = order.tick(now: clock.now).first {
             Self.unfilledGapsEnded.increment()
             logger.warning("event stream ended: a gap was not filled in time; its client resumes by cursor", metadata: [
                 "user.id": "\(user)", "conversation.id": "\(conversation)", "last.seq": "\(order.lastWritten(conversation) ?? 0)",
@@ -278,7 +282,7 @@ final class LiveEventStream: @unchecked Sendable {
 
     /// Writes what arrived before the stream started.
     private func drain() {
-        let now = ContinuousClock.now
+        let now = clock.now
         while !isEnded, let item = queue.popFirst() {
             switch item {
             case .ready:

@@ -48,7 +48,7 @@ public final class StreamHub: Sendable {
     /// Events for its user reach it from now on (the caller then opens the presence session, so
     /// owners learn of this gateway); it writes them once started.
     func register(_ stream: LiveEventStream, streamsPerUserMax: Int = .max) -> Registration {
-        let sessionID = UUID().uuidString.lowercased()
+        let sessionID = system.random.uuid().uuidString.lowercased()
         let registration = state.withLock { state -> Registration in
             guard !state.closed else { return .shuttingDown }
             guard state.byUser[stream.user, default: []].count < streamsPerUserMax else { return .tooManyStreams }
@@ -152,7 +152,7 @@ public final class StreamHub: Sendable {
     public func run() async {
         var sinceRenewal = Duration.zero
         while !Task.isCancelled {
-            try? await Task.sleep(for: .seconds(1))
+            try? await system.clock.sleep(for: .seconds(1))
             let (streams, sessions) = state.withLock { state in
                 (Array(state.streams.values), state.streams.map { PresenceShard.SessionRef(userId: $0.value.user, sessionID: $0.key) })
             }

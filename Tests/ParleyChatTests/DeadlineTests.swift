@@ -1,42 +1,6 @@
 import ParleyChat
-import Synchronization
+import ParleyTestKit
 import Testing
-
-/// A clock that moves only when the test says so; sleepers wake when it passes their deadline.
-final class SteppedClock: Clock, Sendable {
-    typealias Instant = ContinuousClock.Instant
-    private struct State {
-        var now = ContinuousClock.now
-        var sleepers: [(deadline: Instant, wake: CheckedContinuation<Void, Never>)] = []
-    }
-
-    private let state = Mutex(State())
-    var now: Instant { state.withLock { $0.now } }
-    var minimumResolution: Duration { .zero }
-    var sleeperCount: Int { state.withLock { $0.sleepers.count } }
-
-    func sleep(until deadline: Instant, tolerance: Duration?) async throws {
-        await withCheckedContinuation { continuation in
-            let due = state.withLock { state -> Bool in
-                guard deadline > state.now else { return true }
-                state.sleepers.append((deadline, continuation))
-                return false
-            }
-            if due { continuation.resume() }
-        }
-    }
-
-    func advance(by duration: Duration) {
-        let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.now = state.now.advanced(by: duration)
-            let now = state.now
-            let due = state.sleepers.filter { $0.deadline <= now }
-            state.sleepers.removeAll { $0.deadline <= now }
-            return due.map(\.wake)
-        }
-        for wake in woken { wake.resume() }
-    }
-}
 
 @Suite struct DeadlineTests {
     @Test func anAnswerBeforeTheDeadlineIsReturned() async {
