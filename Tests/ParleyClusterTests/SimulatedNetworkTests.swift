@@ -1,0 +1,142 @@
+import Distributed
+import ParleyCluster
+import ParleyTestKit
+import Synchronization
+import Testing
+
+distributed actor Tally {
+    typealias ActorSystem = ClusterSystem
+    private var count = 0
+    distributed func next() -> Int {
+        count += 1
+        return count
+    }
+}
+
+/// Nodes on one stepped clock over a simulated network: the membership, the calls and their
+/// deadlines all run on the clock the nodes were given, and nothing waits for real time — what a
+/// later whole-cluster simulation runs on.
+@Suite struct SimulatedNetworkTests {
+    final class Cluster: Sendable {
+        let clock = SteppedClock()
+        let network: SimulatedNetwork
+        let nodes: [String: ClusterSystem]
+
+        init(_ names: [String]) {
+            network = SimulatedNetwork(clock: clock)
+            var nodes: [String: ClusterSystem] = [:]
+            for name in names {
+                let settings = ClusterSettings(
+                    name: name, roles: .worker, bindAddress: SimulatedNetwork.address(of: name),
+                    seeds: [SimulatedNetwork.address(of: names[0])], incarnations: { 1 }, membership: LoopbackCluster.membership,
+                    callTimeout: .seconds(2))
+                let system = ClusterSystem(settings: settings, transport: network.transport(for: name), clock: clock)
+                system.register(kind: "tally") { _, system in Tally(actorSystem: system) }
+                nodes[name] = system
+            }
+            self.nodes = nodes
+        }
+
+        subscript(name: String) -> ClusterSystem { nodes[name]! }
+
+        func start() async throws {
+            for name in nodes.keys.sorted() { try await self[name].start() }
+        }
+
+        func stop() async {
+            for system in nodes.values { await system.stop() }
+        }
+
+        /// Moves the clock on in steps until `condition` holds; how far it moved, or nil past `limit`.
+        func advance(until condition: () -> Bool, step: Duration = .milliseconds(20), limit: Duration = .seconds(60)) async throws -> Duration? {
+            var moved = Duration.zero
+            while !condition() {
+                guard moved < limit else { return nil }
+                clock.advance(by: step)
+                moved += step
+                // Lets the tasks the step woke run before the next one.
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            return moved
+        }
+
+        /// Runs `body` while the clock moves on; its result, and how far the clock moved meanwhile.
+        func run<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> (Result<T, any Error>, Duration) {
+            let task = Task { () -> Result<T, any Error> in
+                do { return .success(try await body()) } catch { return .failure(error) }
+            }
+            let done = Done()
+            Task { _ = await task.value; done.set() }
+            let moved = try await advance(until: { done.isSet }) ?? .zero
+            return (await task.value, moved)
+        }
+
+        func status(of name: String, seenFrom viewer: String) -> MemberStatus? {
+            self[viewer].members.first { $0.id.name == name }?.status
+        }
+    }
+
+    final class Done: Sendable {
+        private let value = Mutex(false)
+        func set() { value.withLock { $0 = true } }
+        var isSet: Bool { value.withLock { $0 } }
+    }
+
+    @Test func nodesOnASteppedClockMeetAndCallEachOther() async throws {
+        let cluster = Cluster(["node-a", "node-b"])
+        try await cluster.start()
+        let met = try await cluster.advance(until: {
+            cluster.status(of: "node-a", seenFrom: "node-b") == .up && cluster.status(of: "node-b", seenFrom: "node-a") == .up
+        })
+        #expect(met != nil, "the nodes met on the clock")
+        let id = ClusterActorID(kind: "tally", key: "k")
+        var answers: [Int] = []
+        for caller in ["node-a", "node-b", "node-a", "node-b"] {
+            let (result, _) = try await cluster.run { try await Tally.resolve(id: id, using: cluster[caller]).next() }
+            answers.append(try result.get())
+        }
+        #expect(answers == [1, 2, 3, 4], "one activation serves both nodes")
+        await cluster.stop()
+    }
+
+    /// A paused node answers nothing: the other declares it down by failure detection (1 s on
+    /// the clock), which fails the call waiting for it before the call's own timeout (2 s).
+    @Test func aPausedNodeIsDeclaredDownOnTheClockAndTheCallToItFails() async throws {
+        let cluster = Cluster(["node-a", "node-b"])
+        try await cluster.start()
+        _ = try await cluster.advance(until: {
+            cluster.status(of: "node-a", seenFrom: "node-b") == .up && cluster.status(of: "node-b", seenFrom: "node-a") == .up
+        })
+        let key = ClusterActorID(kind: "tally", key: "paused")
+        let owner = try #require(cluster["node-a"].owner(of: key))
+        let other = owner == "node-a" ? "node-b" : "node-a"
+        cluster.network.pause(owner)
+        let (result, moved) = try await cluster.run { try await Tally.resolve(id: key, using: cluster[other]).next() }
+        guard case .failure(let error as ClusterCallError) = result else {
+            Issue.record("a call to a paused node must fail: \(result)")
+            return
+        }
+        #expect(error.code == .connectionLost, "\(error)")
+        #expect(moved >= .seconds(1) && moved < .seconds(2), "on the clock, between failure detection and the call timeout: \(moved)")
+        #expect(cluster.status(of: owner, seenFrom: other) != .up)
+        await cluster.stop()
+    }
+
+    /// A cut link closes both ends at once; once healed, the nodes meet again.
+    @Test func aCutLinkClosesBothEndsAndHealingReconnects() async throws {
+        let cluster = Cluster(["node-a", "node-b"])
+        try await cluster.start()
+        _ = try await cluster.advance(until: {
+            cluster.network.connectedPeers(of: "node-a") == ["node-b"] && cluster.status(of: "node-b", seenFrom: "node-a") == .up
+        })
+        cluster.network.cut("node-a", "node-b")
+        #expect(cluster.network.connectedPeers(of: "node-a").isEmpty && cluster.network.connectedPeers(of: "node-b").isEmpty)
+        let apart = try await cluster.advance(until: { cluster.status(of: "node-b", seenFrom: "node-a") == .down })
+        #expect(apart != nil, "node-a declares node-b down")
+        #expect(cluster.network.connectedPeers(of: "node-a").isEmpty, "no connection while cut")
+        cluster.network.heal("node-a", "node-b")
+        let healed = try await cluster.advance(until: { cluster.network.connectedPeers(of: "node-a") == ["node-b"] })
+        #expect(healed != nil, "they connect again")
+        await cluster.stop()
+    }
+}
