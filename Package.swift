@@ -161,11 +161,12 @@ let package = Package(
             dependencies: ["ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: upcoming
         ),
-        // Seeded simulations of pure state machines on a manual timeline: no NIO, so that the
+        // Seeded simulations on a manual timeline — of the pure state machines, and of whole
+        // clusters of real actors over a simulated network and clock: no NIO, so that the
         // simulator builds in release quickly enough for CI to run a thousand seeds.
         .target(
             name: "ParleySimulation",
-            dependencies: ["ParleyChat", "ParleyCluster", "ParleyModel"],
+            dependencies: ["ParleyChat", "ParleyCluster", "ParleyModel", "ParleyStore"],
             swiftSettings: upcoming
         ),
         .executableTarget(

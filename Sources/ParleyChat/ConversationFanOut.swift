@@ -134,7 +134,10 @@ final class ConversationFanOut: Sendable {
             }
             guard !batch.isEmpty else { return }
             let answer = await directory.gateways(of: Array(Set(batch.flatMap(\.1))))
-            let live = Set(answer.values.joined()).filter(courier.isLive)
+            // Not a gateway the cluster knows down: its streams ended. One this node has not heard of
+            // is kept (a node that just started or rejoined does not know every member yet).
+            let live = Set(answer.values.joined()).filter { !courier.isKnownDown($0) }
+            logger.trace("the directory answered", metadata: ["directory.answer": "\(answer.sorted { $0.key < $1.key })", "gateways": "\(live.sorted())"])
             let directives = state.withLock { state -> [Machine.Directive] in
                 let now = clock.now
                 state.gatewayOf.merge(answer) { $1 }
@@ -217,7 +220,7 @@ final class ConversationFanOut: Sendable {
     }
 
     /// Ticks the machine while it needs time to move: every `tickEvery`, forgetting gateways the
-    /// cluster no longer counts live (their streams ended, and their clients resume elsewhere).
+    /// cluster knows down (their streams ended, and their clients resume elsewhere).
     private func startTicking() {
         let start = state.withLock { state -> Bool in
             defer { state.ticking = true }
@@ -229,7 +232,7 @@ final class ConversationFanOut: Sendable {
                 try? await clock.sleep(for: Self.tickEvery)
                 let (directives, more) = state.withLock { state -> ([Machine.Directive], Bool) in
                     let now = clock.now
-                    var directives = state.machine.gateways(state.machine.gateways.filter(courier.isLive), now: now)
+                    var directives = state.machine.gateways(state.machine.gateways.filter { !courier.isKnownDown($0) }, now: now)
                     directives += state.machine.tick(now: now)
                     state.ticking = state.machine.needsTicks
                     return (directives, state.ticking)

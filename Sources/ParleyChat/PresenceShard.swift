@@ -121,7 +121,12 @@ public distributed actor PresenceShard {
     /// directory lease: the shard tells it when one of the users' streams opens elsewhere.
     public distributed func gateways(of users: [UserID], heldBy node: String) -> [String: [UserID]] {
         expire()
-        return state.gateways(of: users, heldBy: node, now: actorSystem.clock.now, liveGateways: liveGateways).mapValues { $0.sorted() }
+        let answer = state.gateways(of: users, heldBy: node, now: actorSystem.clock.now, liveGateways: liveGateways).mapValues { $0.sorted() }
+        actorSystem.logger.trace("directory question answered", metadata: [
+            "users": "\(users)", "holder": "\(node)", "answer": "\(answer)", "gateways.live": "\(liveGateways)",
+            "members": "\(actorSystem.members.map { "\($0.id):\($0.status)" })",
+        ])
+        return answer
     }
 
     /// The gateway nodes the cluster has not declared down.

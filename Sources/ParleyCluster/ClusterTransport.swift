@@ -1,5 +1,5 @@
 /// The network under ``ClusterSystem``: connections to peers by node name. `ParleyTransport`
-/// implements it on SwiftNIO with mutual TLS; `ParleyTestKit` has an in-memory one
+/// implements it on SwiftNIO with mutual TLS; `ParleySimulation` has an in-memory one
 /// (`SimulatedNetwork`) on a stepped clock.
 public protocol ClusterTransport: Sendable {
     /// Starts accepting and dialing; messages and peer events go to `delegate`.

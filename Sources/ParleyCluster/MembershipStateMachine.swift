@@ -28,6 +28,9 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
     private let isSeed: Bool
     /// The other seeds' addresses.
     private let otherSeeds: Set<NodeAddress>
+    /// A lone seed forms its cluster at once — unless it is rejoining: the cluster that declared it
+    /// down is still there, and a cluster of one would own every actor until the two merged.
+    private var mayFormAtOnce = true
     private var joiningSince: Instant
     private var lastTick: Instant?
 
@@ -178,11 +181,13 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
         lastTick = nil
         // Start afresh, like a restarted process: our old verdicts about others must not spread.
         peers = [:]
+        mayFormAtOnce = false
     }
 
     /// Whether a joining seed forms the cluster now (see ``init(me:seeds:settings:now:)``).
     private func mayFormCluster(now: Instant) -> Bool {
-        if otherSeeds.isEmpty || joiningSince.duration(to: now) >= settings.formClusterAfter { return true }
+        if joiningSince.duration(to: now) >= settings.formClusterAfter { return true }
+        if otherSeeds.isEmpty { return mayFormAtOnce }
         let live = peers.values.filter { $0.endedAt == nil }
         guard !live.contains(where: { $0.member.status == .up }) else { return false }  // join it instead
         let seedPeers = live.filter { otherSeeds.contains($0.member.address) }

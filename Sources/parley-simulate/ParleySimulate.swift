@@ -3,10 +3,11 @@ import ParleyChat
 import ParleyCluster
 import ParleySimulation
 
-/// Runs the delivery simulation (``DeliverySimulation``) for one seed or many, and prints what
-/// failed with its seed and the trace that concerns it.
+/// Runs the delivery simulation (``DeliverySimulation``) — or, with `--cluster`, the whole-cluster
+/// simulation (``ClusterSimulation``) — for one seed or many, and prints what failed with its seed
+/// and the trace that concerns it.
 @main
-struct ParleySimulate: ParsableCommand {
+struct ParleySimulate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "parley-simulate",
         abstract: "Seeded simulation of message delivery under node kills, lost packets and broken streams.",
@@ -16,6 +17,12 @@ struct ParleySimulate: ParsableCommand {
             and faults (kills, restarts, cut links, broken streams, a burst that kills every worker in turn). \
             A run fails when a stream writes out of order, twice or past a gap, or when a connected client \
             lacks a committed message at the end. The same seed reproduces the same run.
+
+            With --cluster, whole nodes instead: workers running the real chat actors over one in-memory store and \
+            gateways with their real inboxes, on one stepped clock over a simulated network, with clients that send \
+            with retries and resume their streams while nodes are killed and restarted, links cut and nodes paused. \
+            A seed fixes the workload and the faults; the interleaving of the nodes' tasks is the runtime's, so a \
+            failing seed is reproduced by running it again, not exactly.
             """)
 
     @Option(help: "Run this one seed and print its trace on failure.") var seed: UInt64?
@@ -31,8 +38,11 @@ struct ParleySimulate: ParsableCommand {
     @Option(help: "--scale: nodes gossiping, comma-separated.") var gossipNodes = "10,30,100"
     @Flag(help: "For each guard, run without it from seed --first until a seed fails (at most --seeds): every guard must be caught.")
     var checkGuards = false
+    @Flag(help: "Run the whole-cluster simulation (real actors over a simulated network and clock) for --seed or --seeds.")
+    var cluster = false
 
-    func run() throws {
+    func run() async throws {
+        if cluster { return try await runCluster() }
         if checkGuards { return try checkEveryGuard() }
         if scale { return printScale() }
         var options = DeliverySimulation.Options()
@@ -64,6 +74,33 @@ struct ParleySimulate: ParsableCommand {
             + "\(totals.reads) store reads of held-back seqs")
         if !failed.isEmpty {
             print("reproduce one: parley-simulate --seed \(failed[0])\(without.map { " --without \($0.rawValue)" } ?? "")")
+            throw ExitCode(1)
+        }
+    }
+
+    func runCluster() async throws {
+        let range = seed.map { $0...$0 } ?? first...(first + seeds - 1)
+        var failed: [UInt64] = []
+        for seed in range {
+            let simulation = ClusterSimulation(seed: seed)
+            try await simulation.run()
+            print("cluster seed \(seed): \(simulation.summary)")
+            if trace { for line in simulation.trace { print("  " + line) } }
+            guard let failure = simulation.failures.first else { continue }
+            failed.append(seed)
+            if self.seed != nil, !trace {
+                let named = Set(simulation.failures.flatMap { $0.split(separator: " ").filter { $0.hasPrefix("c_") || $0.hasPrefix("d_") } }.map(String.init))
+                let lines = simulation.trace.filter { line in
+                    ["FAILURE", "killed", "restarted", "rejoined", "cut", "paused"].contains { line.contains($0) } || named.contains { line.contains($0) }
+                }
+                for line in lines { print("  " + line) }
+            } else if !trace {
+                print("  \(failure)")
+            }
+        }
+        if range.count > 1 { print("\(range.count) cluster seeds from \(range.lowerBound): \(failed.count) failed") }
+        if !failed.isEmpty {
+            print("run one again: parley-simulate --cluster --seed \(failed[0])")
             throw ExitCode(1)
         }
     }

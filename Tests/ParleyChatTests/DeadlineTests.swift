@@ -1,5 +1,5 @@
 import ParleyChat
-import ParleyTestKit
+import ParleySimulation
 import Testing
 
 @Suite struct DeadlineTests {

@@ -152,6 +152,35 @@ import Testing
         #expect(Self.events(machine.gossipReceived(hello, now: time.now)) == ["joined b", "selfUp(false)"], "the old incarnation's tombstone is not about us")
     }
 
+    /// A lone seed forms its cluster at once when it starts, but not when it rejoins: the cluster
+    /// that declared it down is there, and a cluster of one would own every actor — its presence
+    /// shards answering "no stream" for everyone — until the two merged. It joins the cluster it
+    /// meets; only after `formClusterAfter` without meeting anyone does it form one alone.
+    @Test func aLoneSeedThatRejoinsJoinsTheClusterInsteadOfFormingOne() {
+        var time = ManualTime()
+        let seed = Self.member("a", 1, .joining)
+        var starting = Machine(me: seed, seeds: [seed.address], settings: Self.settings, now: time.now)
+        #expect(Self.events(starting.tick(now: time.now)) == ["selfUp(true)"], "a lone seed starting forms at once")
+
+        var machine = Self.upMachine("a", peers: [Self.member("b")], time: time)
+        machine = Machine(me: seed, seeds: [seed.address], settings: Self.settings, now: time.now)
+        _ = machine.tick(now: time.now)
+        _ = machine.gossipReceived(Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("b")]), now: time.now)
+        let verdict = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down), Self.member("b")])
+        #expect(Self.events(machine.gossipReceived(verdict, now: time.advance(by: .milliseconds(50)))) == ["selfDowned"])
+        machine.rejoin(incarnation: 2, now: time.now)
+        #expect(!Self.events(machine.tick(now: time.advance(by: .milliseconds(100)))).contains("selfUp(true)"), "not alone at once")
+        #expect(machine.me.status == .joining)
+        let hello = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down), Self.member("b")])
+        #expect(Self.events(machine.gossipReceived(hello, now: time.advance(by: .milliseconds(100)))) == ["joined b", "selfUp(false)"], "it joins b's cluster")
+
+        var alone = Machine(me: seed, seeds: [seed.address], settings: Self.settings, now: time.now)
+        _ = alone.tick(now: time.now)
+        alone.rejoin(incarnation: 2, now: time.now)
+        #expect(!Self.events(alone.tick(now: time.advance(by: .milliseconds(1_400)))).contains("selfUp(true)"))
+        #expect(Self.events(alone.tick(now: time.advance(by: .milliseconds(100)))).contains("selfUp(true)"), "nobody met within formClusterAfter")
+    }
+
     @Test func aPausedNodeDoesNotBlameItsPeers() {
         var time = ManualTime()
         var machine = Self.upMachine("a", peers: [Self.member("b"), Self.member("c")], time: time)

@@ -1,5 +1,6 @@
 import Distributed
 import ParleyCluster
+import ParleySimulation
 import ParleyTestKit
 import Synchronization
 import Testing

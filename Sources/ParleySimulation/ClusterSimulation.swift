@@ -1,0 +1,641 @@
+import Foundation
+import Logging
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+import ParleyStore
+import Synchronization
+
+/// A seeded simulation of a whole cluster of real nodes: workers running the real chat actors
+/// (conversations, users, presence shards, group commit) over one in-memory store, and gateways
+/// with their real inboxes, each client stream kept by the real ``EventStreamStateMachine`` — all
+/// on one ``SteppedClock`` over a ``SimulatedNetwork``. Clients register streams, resume them from
+/// the store, and send with retries under one `clientMessageId` each, while workers and gateways
+/// are killed and restarted as new incarnations, links are cut and nodes paused.
+///
+/// After a stretch with faults comes a quiet one (every node back, no new sends). The run fails if
+/// a stream wrote a message out of order, twice or past a gap; if an acknowledged message is not
+/// stored exactly once with the seq its sender was given, or a conversation's seqs have a gap;
+/// if a send was never acknowledged; or if at the end a client's open stream lacks a committed
+/// message of one of its conversations.
+///
+/// The seed fixes the conversations, what is sent when and by whom, and every fault and its time.
+/// The interleaving of the nodes' tasks is the Swift runtime's, so one seed may take a different
+/// path from one run to the next: a failing seed is reproduced by running it again, not exactly.
+public final class ClusterSimulation: Sendable {
+    public struct Options: Sendable {
+        public var workers = 3
+        public var gateways = 2
+        public var users = 8
+        public var groups = 2
+        public var groupSize = 4
+        public var directs = 3
+        public var activeTime: Duration = .seconds(20)
+        public var quietTime: Duration = .seconds(15)
+        public var sendsPerSecond = 15.0
+        /// Kills (restarted 2–3 s later), link cuts, pauses and broken streams in the active stretch.
+        public var faultsPerMinute = 12.0
+        /// Kill every worker, one after another (1.5–3.5 s apart), once in the run.
+        public var burst = true
+        /// How far the clock moves per step; each step lets the nodes' woken tasks run.
+        public var step: Duration = .milliseconds(20)
+
+        public init() {}
+    }
+
+    enum Fault: CustomStringConvertible {
+        case kill(String)
+        case cut(String, String, Duration)
+        case pause(String, Duration)
+        case breakStream(Int)
+
+        var description: String {
+            switch self {
+            case .kill(let node): "kill \(node)"
+            case .cut(let a, let b, let length): "cut \(a) – \(b) for \(length)"
+            case .pause(let node, let length): "pause \(node) for \(length)"
+            case .breakStream(let user): "break user \(user)'s stream"
+            }
+        }
+    }
+
+    struct Node {
+        var system: ClusterSystem
+        var incarnation: UInt64
+        /// A gateway's inbox (held: the system keeps pinned actors weakly).
+        var inbox: GatewayInbox?
+    }
+
+    struct Stream {
+        var gateway: String
+        var sessionID: String
+        var machine: EventStreamStateMachine<ConversationID, Int64>?
+        /// Deliveries that arrived before the replay was written.
+        var early: [(ConversationID, Int64)] = []
+    }
+
+    struct Client {
+        var id: UserID
+        var conversations: [ConversationID] = []
+        /// The last seq written to this client of each conversation, over all its streams.
+        var received: [ConversationID: Int64] = [:]
+        var stream: Stream?
+        var reconnectAt: ContinuousClock.Instant?
+    }
+
+    struct Send {
+        var conversation: ConversationID
+        var sender: Int
+        var clientMessageId: String
+        var retryAt: ContinuousClock.Instant?
+        var inFlight = false
+        var attempts = 0
+    }
+
+    struct State {
+        var nodes: [String: Node] = [:]
+        /// Killed nodes: when each restarts, and as which incarnation.
+        var down: [String: (at: ContinuousClock.Instant, incarnation: UInt64)] = [:]
+        var clients: [Client] = []
+        var conversations: [(id: ConversationID, members: [Int])] = []
+        var sends: [String: Send] = [:]
+        var acknowledged: [String: (ConversationID, Int64)] = [:]
+        var trace: [String] = []
+        var failures: [String] = []
+        var written = 0
+        var streamsEnded = 0
+        var retries = 0
+    }
+
+    public let seed: UInt64
+    public let options: Options
+    let clock = SteppedClock()
+    let network: SimulatedNetwork
+    let store = InMemoryChatStore()
+    let random: ClusterRandomness
+    let state = Mutex(State())
+    let logger: Logger
+
+    public init(seed: UInt64, options: Options = Options()) {
+        self.seed = seed
+        self.options = options
+        self.random = ClusterRandomness(SeededRandom(seed: seed))
+        self.network = SimulatedNetwork(clock: clock)
+        var logger = Logger(label: "parley.simulation")
+        // The nodes' own logs, for finding out why a seed failed: PARLEY_SIMULATION_LOG=debug.
+        logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_SIMULATION_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+        self.logger = logger
+    }
+
+    public var failures: [String] { state.withLock { $0.failures } }
+    public var acknowledgedCount: Int { state.withLock { $0.acknowledged.count } }
+    public var writtenCount: Int { state.withLock { $0.written } }
+    public var trace: [String] { state.withLock { $0.trace } }
+
+    public var summary: String {
+        let acknowledged = state.withLock { $0.acknowledged.count }
+        return state.withLock { state in
+            "\(state.failures.isEmpty ? "passed" : "FAILED (\(state.failures.count))"): \(acknowledged) sends acknowledged "
+                + "(\(state.retries) retried), \(state.written) messages written to streams, \(state.streamsEnded) streams ended on a gap"
+        }
+    }
+
+    var elapsed: Duration { start.duration(to: clock.now) }
+    private let start = ContinuousClock.now
+
+    func note(_ line: String) {
+        let milliseconds = Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+        let text = "t=\(milliseconds / 1000).\(String(1000 + milliseconds % 1000).dropFirst()) \(line)"
+        state.withLock { $0.trace.append(text) }
+    }
+
+    func fail(_ line: String) {
+        state.withLock { $0.failures.append(line) }
+        note("FAILURE \(line)")
+    }
+
+    var workerNames: [String] { (0..<options.workers).map { "worker-\($0)" } }
+    var gatewayNames: [String] { (0..<options.gateways).map { "gateway-\($0)" } }
+
+    // MARK: Running
+
+    /// Runs the whole simulation: forms the cluster, creates the conversations, runs the active
+    /// and the quiet stretch, and checks the contract.
+    public func run() async throws {
+        try await registerUsers()
+        for name in workerNames + gatewayNames { try await startNode(name, incarnation: 1) }
+        let names = Set(workerNames + gatewayNames)
+        guard try await advance(until: { self.everyNodeSeesUp(names) }, limit: .seconds(60)) else {
+            fail("the cluster did not form within 60 s on the clock")
+            return
+        }
+        note("cluster up: \(names.sorted())")
+        try await createConversations()
+        for user in 0..<options.users { openStream(user) }
+        let faults = scheduleFaults()
+        var nextFault = 0
+        var lastRenewal = elapsed
+        let end = options.activeTime + options.quietTime
+        while elapsed < end {
+            clock.advance(by: options.step)
+            try await Task.sleep(for: .milliseconds(1))
+            while nextFault < faults.count, faults[nextFault].at <= elapsed {
+                await inject(faults[nextFault].fault)
+                nextFault += 1
+            }
+            try await restartDue()
+            reconnectDue()
+            if elapsed < options.activeTime { sendNew() }
+            retryDue()
+            tickStreams()
+            if elapsed - lastRenewal >= .seconds(2) {
+                lastRenewal = elapsed
+                renewSessions()
+            }
+        }
+        try await check()
+        for node in state.withLock({ Array($0.nodes.values) }) { await node.system.stop() }
+    }
+
+    /// Moves the clock on until `condition` holds; false past `limit`.
+    func advance(until condition: () -> Bool, limit: Duration) async throws -> Bool {
+        var moved = Duration.zero
+        while !condition() {
+            guard moved < limit else { return false }
+            clock.advance(by: options.step)
+            moved += options.step
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        return true
+    }
+
+    /// Runs `body` while the clock moves on.
+    func whileAdvancing<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let task = Task { try await body() }
+        let done = Flag()
+        Task {
+            _ = try? await task.value
+            done.set()
+        }
+        _ = try await advance(until: { done.isSet }, limit: .seconds(3_600))
+        return try await task.value
+    }
+
+    final class Flag: Sendable {
+        private let value = Mutex(false)
+        func set() { value.withLock { $0 = true } }
+        var isSet: Bool { value.withLock { $0 } }
+    }
+
+    func everyNodeSeesUp(_ names: Set<String>) -> Bool {
+        let systems = state.withLock { $0.nodes.values.map(\.system) }
+        return systems.allSatisfy { system in Set(system.members.filter { $0.status == .up }.map(\.id.name)) == names }
+    }
+
+    // MARK: Nodes
+
+    func startNode(_ name: String, incarnation: UInt64) async throws {
+        let isWorker = name.hasPrefix("worker")
+        let settings = ClusterSettings(
+            name: name, roles: isWorker ? .worker : .gateway, bindAddress: SimulatedNetwork.address(of: name),
+            seeds: [SimulatedNetwork.address(of: workerNames[0])], incarnations: { incarnation }, incarnation: incarnation,
+            membership: MembershipSettings(
+                heartbeatInterval: .milliseconds(100), suspectAfter: .milliseconds(500), downAfter: .milliseconds(1000),
+                formClusterAfter: .milliseconds(300)),
+            callTimeout: .seconds(2))
+        var nodeLogger = logger
+        nodeLogger[metadataKey: "node"] = "\(name)"
+        let system = ClusterSystem(
+            settings: settings, transport: network.transport(for: name), clock: clock,
+            random: ClusterRandomness(SeededRandom(seed: seed &* 1_000 &+ incarnation &* 100 &+ UInt64((workerNames + gatewayNames).firstIndex(of: name) ?? 0))),
+            logger: nodeLogger)
+        var inbox: GatewayInbox?
+        system.onRejoin { [weak self] member in self?.note("\(name) was declared down; rejoined as \(member.id)") }
+        if isWorker {
+            let services = ChatServices(store: store)
+            ConversationActor.register(on: system, services: services)
+            UserActor.register(on: system, services: services)
+            PresenceShard.register(on: system)
+        } else {
+            inbox = GatewayInbox.open(on: system) { [weak self] deliveries in self?.delivered(deliveries, at: name) }
+            // As a gateway does: declared down (paused, cut off), it may have missed deliveries.
+            system.onRejoin { [weak self] _ in
+                guard let self else { return }
+                for user in streams(on: name) { endStream(user, reason: "its gateway was declared down") }
+            }
+        }
+        try await system.start()
+        state.withLock { $0.nodes[name] = Node(system: system, incarnation: incarnation, inbox: inbox) }
+    }
+
+    func system(_ name: String) -> ClusterSystem? { state.withLock { $0.nodes[name]?.system } }
+
+    /// A live gateway, chosen by the seed.
+    func anyGateway() -> String? {
+        let live = state.withLock { state in gatewayNames.filter { state.nodes[$0] != nil } }
+        return live.isEmpty ? nil : live[random.int(in: 0..<live.count)]
+    }
+
+    // MARK: Setup
+
+    func registerUsers() async throws {
+        var clients: [Client] = []
+        for index in 0..<options.users {
+            let id = UserID(rawValue: "u_sim\(index)")
+            let user = User(id: id, handle: "sim\(index)", displayName: "User \(index)", createdAt: clock.wallNow)
+            try await store.createUser(StoredUser(user: user, passwordHash: "not-a-hash"))
+            clients.append(Client(id: id))
+        }
+        state.withLock { $0.clients = clients }
+    }
+
+    func createConversations() async throws {
+        var plans: [(members: [Int], name: String?)] = []
+        for group in 0..<options.groups {
+            var chosen = Set<Int>()
+            while chosen.count < min(options.groupSize, options.users) { chosen.insert(random.int(in: 0..<options.users)) }
+            plans.append((chosen.sorted(), "group \(group)"))
+        }
+        for _ in 0..<options.directs {
+            let a = random.int(in: 0..<options.users)
+            let b = (a + 1 + random.int(in: 0..<(options.users - 1))) % options.users
+            plans.append(([a, b].sorted(), nil))
+        }
+        let ids = state.withLock { $0.clients.map(\.id) }
+        for plan in plans {
+            let id = plan.name == nil ? ConversationActor.directID(ids[plan.members[0]], ids[plan.members[1]]) : ConversationID(rawValue: "c_sim\(seed)_\(plan.name!.split(separator: " ")[1])")
+            guard let gateway = anyGateway(), let system = system(gateway) else { continue }
+            let request = CreateConversation(creatorId: ids[plan.members[0]], memberIds: plan.members.map { ids[$0] }, name: plan.name)
+            let created = try await whileAdvancing { try await ConversationActor.resolve(id, using: system).create(request) }
+            guard created.created || plan.name == nil else { continue }
+            state.withLock { state in
+                guard !state.conversations.contains(where: { $0.id == id }) else { return }
+                state.conversations.append((id, plan.members))
+                for member in plan.members { state.clients[member].conversations.append(id) }
+            }
+            note("conversation \(id): users \(plan.members)")
+        }
+    }
+
+    func scheduleFaults() -> [(at: Duration, fault: Fault)] {
+        let seconds = Int(options.activeTime.components.seconds)
+        let count = Int((options.faultsPerMinute * Double(seconds) / 60).rounded())
+        var faults: [(at: Duration, fault: Fault)] = []
+        for _ in 0..<count {
+            let at = Duration.milliseconds(random.int(in: 1_000..<(seconds * 1000)))
+            let nodes = workerNames + gatewayNames
+            let fault: Fault
+            switch random.int(in: 0..<4) {
+            case 0: fault = .kill(nodes[random.int(in: 0..<nodes.count)])
+            case 1:
+                fault = .cut(workerNames[random.int(in: 0..<workerNames.count)], nodes[random.int(in: 0..<nodes.count)],
+                             .milliseconds(random.int(in: 500..<5_000)))
+            case 2: fault = .pause(nodes[random.int(in: 0..<nodes.count)], .milliseconds(random.int(in: 500..<3_000)))
+            default: fault = .breakStream(random.int(in: 0..<options.users))
+            }
+            faults.append((at, fault))
+        }
+        if options.burst {
+            var at = Duration.milliseconds(random.int(in: 2_000..<max(2_001, seconds * 1000 - 10_000)))
+            for index in (0..<options.workers).map({ ($0, random.next()) }).sorted(by: { $0.1 < $1.1 }).map(\.0) {
+                faults.append((at, .kill(workerNames[index])))
+                at += .milliseconds(random.int(in: 1_500..<3_500))
+            }
+        }
+        return faults.sorted { $0.at < $1.at }
+    }
+
+    // MARK: Faults
+
+    func inject(_ fault: Fault) async {
+        switch fault {
+        case .kill(let name):
+            guard let node = state.withLock({ $0.nodes.removeValue(forKey: name) }) else { return }
+            note("\(name) killed")
+            await node.system.stop()
+            if name.hasPrefix("gateway") {
+                for user in streams(on: name) { endStream(user, reason: "its gateway died") }
+            }
+            let at = clock.now.advanced(by: .milliseconds(random.int(in: 2_000..<3_000)))
+            state.withLock { $0.down[name] = (at, node.incarnation + 1) }
+        case .cut(let a, let b, let length):
+            guard a != b else { return }
+            note("link \(a) – \(b) cut for \(length)")
+            network.cut(a, b)
+            let clock = self.clock, network = self.network
+            Task {
+                try? await clock.sleep(for: length)
+                network.heal(a, b)
+            }
+        case .pause(let name, let length):
+            note("\(name) paused for \(length)")
+            network.pause(name)
+            let clock = self.clock, network = self.network
+            Task {
+                try? await clock.sleep(for: length)
+                network.resume(name)
+            }
+        case .breakStream(let user):
+            endStream(user, reason: "its connection broke")
+        }
+    }
+
+    func restartDue() async throws {
+        let due = state.withLock { state -> [(String, UInt64)] in
+            let due = state.down.filter { $0.value.at <= clock.now }.map { ($0.key, $0.value.incarnation) }.sorted { $0.0 < $1.0 }
+            for (name, _) in due { state.down[name] = nil }
+            return due
+        }
+        for (name, incarnation) in due {
+            try await startNode(name, incarnation: incarnation)
+            note("\(name) restarted as incarnation \(incarnation)")
+        }
+    }
+
+    // MARK: Streams
+
+    func streams(on gateway: String) -> [Int] {
+        state.withLock { state in state.clients.indices.filter { state.clients[$0].stream?.gateway == gateway } }
+    }
+
+    /// Registers the stream on a gateway, opens its presence session (so owners deliver there),
+    /// then replays from the store what the client lacks, then writes what arrived meanwhile.
+    func openStream(_ user: Int) {
+        guard let gateway = anyGateway(), let system = system(gateway) else {
+            state.withLock { $0.clients[user].reconnectAt = clock.now.advanced(by: .milliseconds(500)) }
+            return
+        }
+        let sessionID = random.uuid().uuidString.lowercased()
+        let id = state.withLock { state -> UserID in
+            state.clients[user].stream = Stream(gateway: gateway, sessionID: sessionID)
+            state.clients[user].reconnectAt = nil
+            return state.clients[user].id
+        }
+        Task {
+            do {
+                _ = try await PresenceShard.resolve(for: id, using: system)
+                    .openSession(PresenceShard.SessionRef(userId: id, sessionID: sessionID), gateway: gateway)
+                var written: [ConversationID: Int64] = [:]
+                for conversation in state.withLock({ $0.clients[user].conversations }) {
+                    let after = state.withLock { $0.clients[user].received[conversation] ?? 0 }
+                    let replay = try await store.messages(in: conversation, after: after, limit: 10_000)
+                    guard state.withLock({ $0.clients[user].stream?.sessionID == sessionID }) else { return }
+                    for message in replay { wrote(user, conversation, message.seq, replay: true) }
+                    written[conversation] = replay.last?.seq ?? after
+                }
+                state.withLock { state in
+                    guard state.clients[user].stream?.sessionID == sessionID else { return }
+                    state.clients[user].stream?.machine = EventStreamStateMachine(written: written)
+                }
+                note("user \(user) streams on \(gateway)")
+                let early = state.withLock { state -> [(ConversationID, Int64)] in
+                    guard state.clients[user].stream?.sessionID == sessionID else { return [] }
+                    defer { state.clients[user].stream?.early = [] }
+                    return state.clients[user].stream?.early ?? []
+                }
+                for (conversation, seq) in early { streamReceived(user, sessionID: sessionID, conversation, seq) }
+            } catch {
+                endStream(user, reason: "it could not open: \(error)")
+            }
+        }
+    }
+
+    func endStream(_ user: Int, reason: String) {
+        let ended = state.withLock { state -> Stream? in
+            guard let stream = state.clients[user].stream else { return nil }
+            state.clients[user].stream = nil
+            state.clients[user].reconnectAt = clock.now.advanced(by: .milliseconds(random.int(in: 200..<1_000)))
+            return stream
+        }
+        guard let ended else { return }
+        note("user \(user)'s stream on \(ended.gateway) ended: \(reason)")
+        if let system = system(ended.gateway) {
+            let id = state.withLock { $0.clients[user].id }
+            Task { _ = try? await PresenceShard.resolve(for: id, using: system).closeSession(PresenceShard.SessionRef(userId: id, sessionID: ended.sessionID)) }
+        }
+    }
+
+    func reconnectDue() {
+        let due = state.withLock { state in
+            state.clients.indices.filter { state.clients[$0].stream == nil && (state.clients[$0].reconnectAt.map { $0 <= clock.now } ?? false) }
+        }
+        for user in due { openStream(user) }
+    }
+
+    /// A gateway's inbox received deliveries: each message goes to the streams of its recipients
+    /// held there.
+    func delivered(_ deliveries: [EventDelivery], at gateway: String) {
+        for delivery in deliveries {
+            guard case .message(let message) = delivery.event else { continue }
+            for recipient in delivery.recipients {
+                let targets = state.withLock { state in
+                    state.clients.indices.filter { state.clients[$0].id == recipient && state.clients[$0].stream?.gateway == gateway }
+                        .compactMap { user in state.clients[user].stream.map { (user, $0.sessionID) } }
+                }
+                for (user, sessionID) in targets { streamReceived(user, sessionID: sessionID, message.conversationId, message.seq) }
+            }
+        }
+    }
+
+    func streamReceived(_ user: Int, sessionID: String, _ conversation: ConversationID, _ seq: Int64) {
+        let now = clock.now
+        let directives = state.withLock { state -> [EventStreamStateMachine<ConversationID, Int64>.Directive] in
+            guard var stream = state.clients[user].stream, stream.sessionID == sessionID else { return [] }
+            guard var machine = stream.machine else {
+                stream.early.append((conversation, seq))
+                state.clients[user].stream = stream
+                return []
+            }
+            let directives = machine.received(conversation, seq: seq, seq, now: now)
+            stream.machine = machine
+            state.clients[user].stream = stream
+            return directives
+        }
+        apply(directives, user: user)
+    }
+
+    func tickStreams() {
+        let now = clock.now
+        let all = state.withLock { state -> [(Int, [EventStreamStateMachine<ConversationID, Int64>.Directive])] in
+            state.clients.indices.compactMap { user in
+                guard var machine = state.clients[user].stream?.machine, machine.isWaiting else { return nil }
+                let directives = machine.tick(now: now)
+                state.clients[user].stream?.machine = machine
+                return (user, directives)
+            }
+        }
+        for (user, directives) in all { apply(directives, user: user) }
+    }
+
+    func apply(_ directives: [EventStreamStateMachine<ConversationID, Int64>.Directive], user: Int) {
+        for directive in directives {
+            switch directive {
+            case .write(let events):
+                for event in events { wrote(user, event.conversation, event.seq, replay: false) }
+            case .end(let conversation):
+                state.withLock { $0.streamsEnded += 1 }
+                endStream(user, reason: "a gap in \(conversation) was not filled in time")
+            }
+        }
+    }
+
+    func wrote(_ user: Int, _ conversation: ConversationID, _ seq: Int64, replay: Bool) {
+        let last = state.withLock { state -> Int64 in
+            let last = state.clients[user].received[conversation] ?? 0
+            state.clients[user].received[conversation] = max(last, seq)
+            state.written += 1
+            return last
+        }
+        if seq != last + 1 { fail("user \(user) was written \(conversation) seq \(seq) after seq \(last)\(replay ? " (replay)" : "")") }
+    }
+
+    /// What each gateway does every 2 s: renews the presence leases of the sessions it holds.
+    func renewSessions() {
+        for gateway in gatewayNames {
+            guard let system = system(gateway) else { continue }
+            let sessions = state.withLock { state in
+                state.clients.compactMap { client in
+                    client.stream.flatMap { $0.gateway == gateway ? PresenceShard.SessionRef(userId: client.id, sessionID: $0.sessionID) : nil }
+                }
+            }
+            for (_, shardSessions) in Dictionary(grouping: sessions, by: { PresenceShard.shard(of: $0.userId) }) {
+                guard let first = shardSessions.first else { continue }
+                Task { try? await PresenceShard.resolve(for: first.userId, using: system).renewSessions(shardSessions, gateway: gateway) }
+            }
+        }
+    }
+
+    // MARK: Sends
+
+    func sendNew() {
+        let perStep = options.sendsPerSecond * Double(options.step.components.attoseconds) / 1e18
+        var count = Int(perStep)
+        if Double(random.next() % 1_000_000) / 1e6 < perStep - Double(count) { count += 1 }
+        for _ in 0..<count {
+            let (conversation, members) = state.withLock { $0.conversations[random.int(in: 0..<$0.conversations.count)] }
+            let sender = members[random.int(in: 0..<members.count)]
+            let clientMessageId = random.uuid().uuidString.lowercased()
+            state.withLock { $0.sends[clientMessageId] = Send(conversation: conversation, sender: sender, clientMessageId: clientMessageId) }
+            attempt(clientMessageId)
+        }
+    }
+
+    func retryDue() {
+        let due = state.withLock { state in
+            state.sends.values.filter { !$0.inFlight && ($0.retryAt.map { $0 <= clock.now } ?? false) }.map(\.clientMessageId).sorted()
+        }
+        for clientMessageId in due { attempt(clientMessageId) }
+    }
+
+    /// One try of a send through a live gateway, as the gateway sends it; a failure is tried
+    /// again 500 ms later with the same clientMessageId.
+    func attempt(_ clientMessageId: String) {
+        guard let gateway = anyGateway(), let system = system(gateway) else {
+            state.withLock { $0.sends[clientMessageId]?.retryAt = clock.now.advanced(by: .milliseconds(500)) }
+            return
+        }
+        guard let send = state.withLock({ state -> Send? in
+            state.sends[clientMessageId]?.inFlight = true
+            state.sends[clientMessageId]?.attempts += 1
+            if (state.sends[clientMessageId]?.attempts ?? 0) > 1 { state.retries += 1 }
+            return state.sends[clientMessageId]
+        }) else { return }
+        let sender = state.withLock { $0.clients[send.sender].id }
+        Task {
+            do {
+                let result = try await ConversationActor.resolve(send.conversation, using: system)
+                    .send(SendMessage(senderId: sender, clientMessageId: clientMessageId, text: "m \(clientMessageId.prefix(8))"))
+                note("\(send.conversation) seq \(result.message.seq) acknowledged to user \(send.sender) through \(gateway)\(result.created ? "" : " (found stored)")")
+                let previous = state.withLock { state -> (ConversationID, Int64)? in
+                    defer { state.sends[clientMessageId] = nil }
+                    let previous = state.acknowledged[clientMessageId]
+                    state.acknowledged[clientMessageId] = (send.conversation, result.message.seq)
+                    return previous
+                }
+                if let previous, previous.1 != result.message.seq {
+                    fail("clientMessageId \(clientMessageId) was acknowledged with seq \(previous.1) and then \(result.message.seq)")
+                }
+            } catch {
+                state.withLock { state in
+                    state.sends[clientMessageId]?.inFlight = false
+                    state.sends[clientMessageId]?.retryAt = clock.now.advanced(by: .milliseconds(500))
+                }
+            }
+        }
+    }
+
+    // MARK: The verdict
+
+    func check() async throws {
+        let (pending, acknowledged, conversations, clients) = state.withLock { state in
+            (state.sends.count, state.acknowledged, state.conversations, state.clients)
+        }
+        if pending > 0 { fail("\(pending) sends were never acknowledged, through the quiet stretch") }
+        var stored: [String: [Int64]] = [:]
+        var lastSeq: [ConversationID: Int64] = [:]
+        for (conversation, _) in conversations {
+            let messages = try await store.messages(in: conversation, after: 0, limit: 100_000)
+            if messages.map(\.seq) != (0..<Int64(messages.count)).map({ $0 + 1 }) {
+                fail("\(conversation)'s seqs are not 1…\(messages.count) in order")
+            }
+            lastSeq[conversation] = messages.last?.seq ?? 0
+            for message in messages { stored[message.clientMessageId, default: []].append(message.seq) }
+        }
+        for (clientMessageId, (conversation, seq)) in acknowledged.sorted(by: { $0.key < $1.key }) where stored[clientMessageId] != [seq] {
+            fail("clientMessageId \(clientMessageId) was acknowledged as \(conversation) seq \(seq) but is stored as \(stored[clientMessageId] ?? [])")
+        }
+        for (user, client) in clients.enumerated() {
+            guard let stream = client.stream, stream.machine != nil else {
+                fail("user \(user) has no open stream at the end")
+                continue
+            }
+            for conversation in client.conversations {
+                let have = client.received[conversation] ?? 0
+                let committed = lastSeq[conversation] ?? 0
+                if have < committed {
+                    fail("user \(user)'s stream on \(stream.gateway) is open and silent: \(conversation) seqs \(have + 1)...\(committed) never arrived")
+                }
+            }
+        }
+    }
+}
