@@ -238,7 +238,7 @@ public final class ClusterSimulation: Sendable {
         let isWorker = name.hasPrefix("worker")
         let settings = ClusterSettings(
             name: name, roles: isWorker ? .worker : .gateway, bindAddress: SimulatedNetwork.address(of: name),
-            seeds: [SimulatedNetwork.address(of: workerNames[0])], incarnations: { incarnation }, incarnation: incarnation,
+            seeds: workerNames.map(SimulatedNetwork.address(of:)), incarnations: { incarnation }, incarnation: incarnation,
             membership: MembershipSettings(
                 heartbeatInterval: .milliseconds(100), suspectAfter: .milliseconds(500), downAfter: .milliseconds(1000),
                 formClusterAfter: .milliseconds(300)),
