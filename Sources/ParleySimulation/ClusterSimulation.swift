@@ -199,32 +199,12 @@ public final class ClusterSimulation: Sendable {
 
     /// Moves the clock on until `condition` holds; false past `limit`.
     func advance(until condition: () -> Bool, limit: Duration) async throws -> Bool {
-        var moved = Duration.zero
-        while !condition() {
-            guard moved < limit else { return false }
-            clock.advance(by: options.step)
-            moved += options.step
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        return true
+        try await clock.advance(until: condition, step: options.step, limit: limit) != nil
     }
 
     /// Runs `body` while the clock moves on.
     func whileAdvancing<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        let task = Task { try await body() }
-        let done = Flag()
-        Task {
-            _ = try? await task.value
-            done.set()
-        }
-        _ = try await advance(until: { done.isSet }, limit: .seconds(3_600))
-        return try await task.value
-    }
-
-    final class Flag: Sendable {
-        private let value = Mutex(false)
-        func set() { value.withLock { $0 = true } }
-        var isSet: Bool { value.withLock { $0 } }
+        try await clock.advance(step: options.step, while: body).outcome.get()
     }
 
     func everyNodeSeesUp(_ names: Set<String>) -> Bool {

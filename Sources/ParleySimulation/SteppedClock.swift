@@ -52,3 +52,40 @@ public final class SteppedClock: ClusterClock {
         for wake in woken { wake.resume() }
     }
 }
+
+extension SteppedClock {
+    /// Moves the clock on in steps until `condition` holds; how far it moved, or nil past `limit`.
+    /// After each step the tasks it woke get a moment of real time to run.
+    public func advance(until condition: () -> Bool, step: Duration, limit: Duration) async throws -> Duration? {
+        var moved = Duration.zero
+        while !condition() {
+            guard moved < limit else { return nil }
+            advance(by: step)
+            moved += step
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        return moved
+    }
+
+    /// Runs `body` while the clock moves on in steps; its outcome, and how far the clock moved.
+    public func advance<T: Sendable>(
+        step: Duration, while body: @escaping @Sendable () async throws -> T
+    ) async throws -> (outcome: Result<T, any Error>, moved: Duration) {
+        let task = Task { () -> Result<T, any Error> in
+            do { return .success(try await body()) } catch { return .failure(error) }
+        }
+        let done = Done()
+        Task {
+            _ = await task.value
+            done.set()
+        }
+        let moved = try await advance(until: { done.isSet }, step: step, limit: .seconds(86_400)) ?? .zero
+        return (await task.value, moved)
+    }
+
+    private final class Done: Sendable {
+        private let value = Mutex(false)
+        func set() { value.withLock { $0 = true } }
+        var isSet: Bool { value.withLock { $0 } }
+    }
+}

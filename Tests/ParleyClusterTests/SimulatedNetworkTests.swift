@@ -2,7 +2,6 @@ import Distributed
 import ParleyCluster
 import ParleySimulation
 import ParleyTestKit
-import Synchronization
 import Testing
 
 distributed actor Tally {
@@ -48,39 +47,17 @@ distributed actor Tally {
             for system in nodes.values { await system.stop() }
         }
 
-        /// Moves the clock on in steps until `condition` holds; how far it moved, or nil past `limit`.
-        func advance(until condition: () -> Bool, step: Duration = .milliseconds(20), limit: Duration = .seconds(60)) async throws -> Duration? {
-            var moved = Duration.zero
-            while !condition() {
-                guard moved < limit else { return nil }
-                clock.advance(by: step)
-                moved += step
-                // Lets the tasks the step woke run before the next one.
-                try await Task.sleep(for: .milliseconds(1))
-            }
-            return moved
+        func advance(until condition: () -> Bool) async throws -> Duration? {
+            try await clock.advance(until: condition, step: .milliseconds(20), limit: .seconds(60))
         }
 
-        /// Runs `body` while the clock moves on; its result, and how far the clock moved meanwhile.
         func run<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> (Result<T, any Error>, Duration) {
-            let task = Task { () -> Result<T, any Error> in
-                do { return .success(try await body()) } catch { return .failure(error) }
-            }
-            let done = Done()
-            Task { _ = await task.value; done.set() }
-            let moved = try await advance(until: { done.isSet }) ?? .zero
-            return (await task.value, moved)
+            try await clock.advance(step: .milliseconds(20), while: body)
         }
 
         func status(of name: String, seenFrom viewer: String) -> MemberStatus? {
             self[viewer].members.first { $0.id.name == name }?.status
         }
-    }
-
-    final class Done: Sendable {
-        private let value = Mutex(false)
-        func set() { value.withLock { $0 = true } }
-        var isSet: Bool { value.withLock { $0 } }
     }
 
     @Test func nodesOnASteppedClockMeetAndCallEachOther() async throws {
