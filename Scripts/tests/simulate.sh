@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The simulations in CI (Scripts/simulate, release build): a thousand seeds of the delivery core
 # must pass, each guard of the contract, removed, must be caught by one of the first three
-# hundred, and thirty seeds of the whole-cluster simulation must pass.
+# hundred, and three hundred seeds of the whole-cluster simulation must pass.
 #
 #   Scripts/tests/simulate.sh   (PARLEY_SIMULATE_SEEDS=N: delivery seeds, default 1000;
-#                                PARLEY_CLUSTER_SIMULATE_SEEDS=N: cluster seeds, default 30)
+#                                PARLEY_CLUSTER_SIMULATE_SEEDS=N: cluster seeds, default 300)
 source "$(dirname "$0")/lib.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 seeds="${PARLEY_SIMULATE_SEEDS:-1000}"
@@ -21,13 +21,22 @@ else
     fail "a guard removed was not caught:"
     cat "$WORK/guards.txt"
 fi
-cluster_seeds="${PARLEY_CLUSTER_SIMULATE_SEEDS:-30}"
+cluster_seeds="${PARLEY_CLUSTER_SIMULATE_SEEDS:-300}"
 echo "whole-cluster simulation: $cluster_seeds seeds"
 if "$ROOT/Scripts/simulate" --cluster --seeds "$cluster_seeds" >"$WORK/cluster.txt" 2>&1; then
     pass "$(tail -n 1 "$WORK/cluster.txt")"
 else
-    fail "a cluster seed failed (run it again with the command below; its interleaving may differ):"
+    fail "a cluster seed failed (the command below runs it again, the same way, with its trace):"
     grep -A3 FAILED "$WORK/cluster.txt" | head -n 20
     tail -n 2 "$WORK/cluster.txt"
+fi
+# The same seed is the same run: two runs of one seed leave the same trace, line for line.
+"$ROOT/Scripts/simulate" --cluster --seed 7 --trace >"$WORK/trace-1.txt" 2>&1 || true
+"$ROOT/Scripts/simulate" --cluster --seed 7 --trace >"$WORK/trace-2.txt" 2>&1 || true
+if [ "$(wc -l <"$WORK/trace-1.txt")" -gt 100 ] && cmp -s "$WORK/trace-1.txt" "$WORK/trace-2.txt"; then
+    pass "a cluster seed run twice leaves the same trace ($(wc -l <"$WORK/trace-1.txt") lines)"
+else
+    fail "two runs of cluster seed 7 differ (or left no trace):"
+    diff "$WORK/trace-1.txt" "$WORK/trace-2.txt" | head -n 10
 fi
 summary

@@ -20,8 +20,9 @@ import Synchronization
 /// message of one of its conversations.
 ///
 /// The seed fixes the conversations, what is sent when and by whom, and every fault and its time.
-/// The interleaving of the nodes' tasks is the Swift runtime's, so one seed may take a different
-/// path from one run to the next: a failing seed is reproduced by running it again, not exactly.
+/// Under a ``SimulationExecutor`` (as `parley-simulate` runs it) the nodes' tasks also run one at
+/// a time in a fixed order, and a seed is the same run every time; on the usual thread pool (as
+/// the Swift tests run it) their interleaving is the runtime's.
 public final class ClusterSimulation: Sendable {
     public struct Options: Sendable {
         public var workers = 3
@@ -116,9 +117,16 @@ public final class ClusterSimulation: Sendable {
     let state = Mutex(State())
     let logger: Logger
 
-    public init(seed: UInt64, options: Options = Options()) {
+    /// What lets the nodes' woken tasks run after each step of the clock.
+    let settle: SteppedClock.Settle
+
+    /// - Parameter settle: after each step of the clock, what lets the tasks it woke run: a real
+    ///   millisecond on the usual thread pool, or, run under a ``SimulationExecutor``,
+    ///   `{ await SimulationExecutor.shared.settled() }` — which makes the run the same every time.
+    public init(seed: UInt64, options: Options = Options(), settle: @escaping SteppedClock.Settle = SteppedClock.realMillisecond) {
         self.seed = seed
         self.options = options
+        self.settle = settle
         self.random = ClusterRandomness(SeededRandom(seed: seed))
         self.network = SimulatedNetwork(clock: clock)
         var logger = Logger(label: "parley.simulation")
@@ -140,8 +148,7 @@ public final class ClusterSimulation: Sendable {
         }
     }
 
-    var elapsed: Duration { start.duration(to: clock.now) }
-    private let start = ContinuousClock.now
+    var elapsed: Duration { clock.origin.duration(to: clock.now) }
 
     func note(_ line: String) {
         let milliseconds = Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
@@ -178,7 +185,7 @@ public final class ClusterSimulation: Sendable {
         let end = options.activeTime + options.quietTime
         while elapsed < end {
             clock.advance(by: options.step)
-            try await Task.sleep(for: .milliseconds(1))
+            try await settle()
             while nextFault < faults.count, faults[nextFault].at <= elapsed {
                 await inject(faults[nextFault].fault)
                 nextFault += 1
@@ -199,12 +206,12 @@ public final class ClusterSimulation: Sendable {
 
     /// Moves the clock on until `condition` holds; false past `limit`.
     func advance(until condition: () -> Bool, limit: Duration) async throws -> Bool {
-        try await clock.advance(until: condition, step: options.step, limit: limit) != nil
+        try await clock.advance(until: condition, step: options.step, limit: limit, settle: settle) != nil
     }
 
     /// Runs `body` while the clock moves on.
     func whileAdvancing<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await clock.advance(step: options.step, while: body).outcome.get()
+        try await clock.advance(step: options.step, settle: settle, while: body).outcome.get()
     }
 
     func everyNodeSeesUp(_ names: Set<String>) -> Bool {

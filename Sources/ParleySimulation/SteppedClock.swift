@@ -9,16 +9,19 @@ public final class SteppedClock: ClusterClock {
     public typealias Instant = ContinuousClock.Instant
 
     private struct State {
-        var now = ContinuousClock.now
+        var now: Instant
         var wallNow: Date
         var sleepers: [(deadline: Instant, wake: CheckedContinuation<Void, Never>)] = []
     }
 
     private let state: Mutex<State>
+    /// Where the clock started: what a run's times count from.
+    public let origin: Instant
 
     /// - Parameter wallNow: where the wall clock starts.
     public init(wallNow: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
-        state = Mutex(State(wallNow: wallNow))
+        origin = ContinuousClock.now
+        state = Mutex(State(now: origin, wallNow: wallNow))
     }
 
     public var now: Instant { state.withLock { $0.now } }
@@ -54,22 +57,29 @@ public final class SteppedClock: ClusterClock {
 }
 
 extension SteppedClock {
+    /// What lets the tasks a step woke run before the next step: a millisecond of real time on
+    /// the usual thread pool; with a ``SimulationExecutor``, until every job has run.
+    public typealias Settle = @Sendable () async throws -> Void
+    public static let realMillisecond: Settle = { try await Task.sleep(for: .milliseconds(1)) }
+
     /// Moves the clock on in steps until `condition` holds; how far it moved, or nil past `limit`.
-    /// After each step the tasks it woke get a moment of real time to run.
-    public func advance(until condition: () -> Bool, step: Duration, limit: Duration) async throws -> Duration? {
+    /// After each step the tasks it woke run (`settle`).
+    public func advance(
+        until condition: () -> Bool, step: Duration, limit: Duration, settle: Settle = SteppedClock.realMillisecond
+    ) async throws -> Duration? {
         var moved = Duration.zero
         while !condition() {
             guard moved < limit else { return nil }
             advance(by: step)
             moved += step
-            try await Task.sleep(for: .milliseconds(1))
+            try await settle()
         }
         return moved
     }
 
     /// Runs `body` while the clock moves on in steps; its outcome, and how far the clock moved.
     public func advance<T: Sendable>(
-        step: Duration, while body: @escaping @Sendable () async throws -> T
+        step: Duration, settle: Settle = SteppedClock.realMillisecond, while body: @escaping @Sendable () async throws -> T
     ) async throws -> (outcome: Result<T, any Error>, moved: Duration) {
         let task = Task { () -> Result<T, any Error> in
             do { return .success(try await body()) } catch { return .failure(error) }
@@ -79,7 +89,7 @@ extension SteppedClock {
             _ = await task.value
             done.set()
         }
-        let moved = try await advance(until: { done.isSet }, step: step, limit: .seconds(86_400)) ?? .zero
+        let moved = try await advance(until: { done.isSet }, step: step, limit: .seconds(86_400), settle: settle) ?? .zero
         return (await task.value, moved)
     }
 

@@ -1,7 +1,9 @@
 import ArgumentParser
+import Foundation
 import ParleyChat
 import ParleyCluster
 import ParleySimulation
+import Synchronization
 
 /// Runs the delivery simulation (``DeliverySimulation``) — or, with `--cluster`, the whole-cluster
 /// simulation (``ClusterSimulation``) — for one seed or many, and prints what failed with its seed
@@ -21,8 +23,8 @@ struct ParleySimulate: AsyncParsableCommand {
             With --cluster, whole nodes instead: workers running the real chat actors over one in-memory store and \
             gateways with their real inboxes, on one stepped clock over a simulated network, with clients that send \
             with retries and resume their streams while nodes are killed and restarted, links cut and nodes paused. \
-            A seed fixes the workload and the faults; the interleaving of the nodes' tasks is the runtime's, so a \
-            failing seed is reproduced by running it again, not exactly.
+            The nodes' tasks run one at a time on one thread (Swift's global executor replaced), so with \
+            SWIFT_DETERMINISTIC_HASHING=1 (Scripts/simulate sets it) the same seed is the same run.
             """)
 
     @Option(help: "Run this one seed and print its trace on failure.") var seed: UInt64?
@@ -80,10 +82,32 @@ struct ParleySimulate: AsyncParsableCommand {
 
     func runCluster() async throws {
         let range = seed.map { $0...$0 } ?? first...(first + seeds - 1)
+        // One thread, one queue: the same seed is the same run.
+        let deterministic = SimulationExecutor.install()
+        if !deterministic {
+            print("warning: the runtime's global executor could not be replaced; the nodes' tasks interleave as the thread pool has them")
+        } else if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil {
+            print("warning: SWIFT_DETERMINISTIC_HASHING is not set (Scripts/simulate sets it): dictionaries iterate differently from run to run")
+        }
         var failed: [UInt64] = []
         for seed in range {
-            let simulation = ClusterSimulation(seed: seed)
-            try await simulation.run()
+            let simulation: ClusterSimulation
+            if deterministic {
+                simulation = ClusterSimulation(seed: seed, settle: { await SimulationExecutor.shared.settled() })
+                let outcome = Outcome()
+                Task {
+                    do { try await simulation.run() } catch { outcome.set(error) }
+                    outcome.finish()
+                }
+                guard SimulationExecutor.shared.run(until: { outcome.finished }) else {
+                    print("cluster seed \(seed): STUCK: every task waits and nothing moves the clock")
+                    throw ExitCode(1)
+                }
+                if let error = outcome.error { throw error }
+            } else {
+                simulation = ClusterSimulation(seed: seed)
+                try await simulation.run()
+            }
             print("cluster seed \(seed): \(simulation.summary)")
             if trace { for line in simulation.trace { print("  " + line) } }
             guard let failure = simulation.failures.first else { continue }
@@ -156,3 +180,12 @@ struct ParleySimulate: AsyncParsableCommand {
 }
 
 extension DeliverySimulation.Guard: ExpressibleByArgument {}
+
+/// How a simulation run on the ``SimulationExecutor`` ended.
+final class Outcome: Sendable {
+    private let state = Mutex<(finished: Bool, error: (any Error)?)>((false, nil))
+    func set(_ error: any Error) { state.withLock { $0.error = error } }
+    func finish() { state.withLock { $0.finished = true } }
+    var finished: Bool { state.withLock { $0.finished } }
+    var error: (any Error)? { state.withLock { $0.error } }
+}
