@@ -11,9 +11,10 @@ public struct ChatServices: Sendable {
     public let committer: GroupCommitter
     public let limits: ChatLimits
 
-    public init(store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits()) {
+    /// - Parameter clock: the time of the default committer's commit interval (a simulation's).
+    public init(store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), clock: any ClusterClock = ContinuousClock()) {
         self.store = store
-        self.committer = committer ?? GroupCommitter(store: store)
+        self.committer = committer ?? GroupCommitter(store: store, clock: clock)
         self.limits = limits
     }
 

@@ -27,22 +27,31 @@ public final class GroupCommitter: Sendable {
 
     private let committing: Committing
     private let machine: Mutex<GroupCommitStateMachine<Entry, ConversationID>>
+    /// The time of the commit interval's timer (a commit thread keeps the machine's own).
+    private let clock: any ClusterClock
 
     /// A store with one writer that blocks its thread (``ChatStore/blockingCommit``) commits on a
-    /// thread of its own; any other through tasks.
-    public convenience init(store: any ChatStore, maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int? = nil) {
+    /// thread of its own, on the machine's clock; any other through tasks, on `clock`.
+    public convenience init(
+        store: any ChatStore, maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int? = nil,
+        clock: any ClusterClock = ContinuousClock()
+    ) {
         let concurrent = maxConcurrentCommits ?? store.concurrentCommits
-        if concurrent == 1, let blockingCommit = store.blockingCommit {
+        if concurrent == 1, let blockingCommit = store.blockingCommit, clock is ContinuousClock {
             self.init(maxBatch: maxBatch, minInterval: minInterval, blockingCommit: blockingCommit)
         } else {
-            self.init(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: concurrent) {
+            self.init(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: concurrent, clock: clock) {
                 try await store.commit($0)
             }
         }
     }
 
     /// Commits run as tasks, up to `maxConcurrentCommits` at once.
-    public init(maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int = 1, commit: @escaping Commit) {
+    public init(
+        maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int = 1, clock: any ClusterClock = ContinuousClock(),
+        commit: @escaping Commit
+    ) {
+        self.clock = clock
         self.committing = .tasks(commit)
         self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: maxConcurrentCommits))
     }
@@ -53,6 +62,7 @@ public final class GroupCommitter: Sendable {
     /// committer goes.
     public init(maxBatch: Int = 512, minInterval: Duration = .zero, blockingCommit: @escaping BlockingCommit) {
         let thread = CommitThread(commit: blockingCommit)
+        self.clock = ContinuousClock()
         self.committing = .thread(thread)
         self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: 1))
         thread.start(self)
@@ -68,7 +78,7 @@ public final class GroupCommitter: Sendable {
     /// Appends one message; returns when its batch is committed (or failed).
     public func append(_ request: AppendRequest) async throws(ChatStoreError) -> AppendOutcome {
         let slot = OneShot<Result<AppendOutcome, ChatStoreError>>()
-        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId, now: .now) })
+        perform(machine.withLock { $0.enqueue(Entry(request: request, slot: slot), key: request.conversationId, now: clock.now) })
         return try await slot.wait().get()
     }
 
@@ -82,8 +92,8 @@ public final class GroupCommitter: Sendable {
                 thread.arm(at: deadline)
             case .tasks:
                 Task {
-                    try? await Task.sleep(until: deadline, clock: .continuous)
-                    perform(machine.withLock { $0.timerFired(now: .now) })
+                    try? await clock.sleep(until: deadline)
+                    perform(machine.withLock { $0.timerFired(now: clock.now) })
                 }
             }
         case .commit(let batches):
@@ -98,7 +108,7 @@ public final class GroupCommitter: Sendable {
                         // not idle while hundreds of callers are resumed (what they are told is
                         // durable already, and later commits of their conversations wait for this
                         // one anyway).
-                        perform(machine.withLock { $0.commitFinished(batch.id, now: .now) })
+                        perform(machine.withLock { $0.commitFinished(batch.id, now: clock.now) })
                         for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
                     }
                 }

@@ -239,7 +239,8 @@ public final class ClusterSimulation: Sendable {
         var inbox: GatewayInbox?
         system.onRejoin { [weak self] member in self?.note("\(name) was declared down; rejoined as \(member.id)") }
         if isWorker {
-            let services = ChatServices(store: store)
+            // The commit interval SQLite nodes run with, on the simulation's clock.
+            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: .milliseconds(5), clock: clock))
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
