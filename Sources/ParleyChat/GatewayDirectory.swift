@@ -104,6 +104,15 @@ public final class GatewayDirectory: Sendable {
         let answer = await PresenceShard.gateways(of: missing, holder: system.settings.name, using: system)
         state.withLock { $0.remember(answer.gateways, for: answer.answered, askedAt: askedAt, now: system.clock.now) }
         for user in missing { known[user] = answer.gateways[user] ?? [] }
+        // A shard that did not answer (its node paused, dying, or the ring moving) says nothing
+        // about its users: taking that for "no stream" would hand their events to nobody, and a
+        // quiet conversation would never show them missing. Every gateway not known down gets
+        // them instead (one without their stream drops them), and nothing is remembered.
+        let unanswered = Set(missing).subtracting(answer.answered)
+        if !unanswered.isEmpty {
+            let gateways = system.members.filter { $0.roles.contains(.gateway) && !$0.status.isTerminal }.map(\.id.name).sorted()
+            for user in unanswered { known[user] = gateways }
+        }
         return known
     }
 

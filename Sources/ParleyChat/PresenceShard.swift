@@ -37,8 +37,13 @@ public distributed actor PresenceShard {
         StableHash.hash(user.rawValue) % shardCount
     }
 
+    /// The ID of `user`'s shard.
+    public static func id(for user: UserID) -> ClusterActorID {
+        ClusterActorID(kind: kind, key: "\(shard(of: user))")
+    }
+
     public static func resolve(for user: UserID, using system: ClusterSystem) throws -> PresenceShard {
-        try resolve(id: ClusterActorID(kind: kind, key: "\(shard(of: user))"), using: system)
+        try resolve(id: id(for: user), using: system)
     }
 
     /// How long a session lives without its gateway's renewal.

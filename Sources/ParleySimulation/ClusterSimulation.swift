@@ -38,6 +38,9 @@ public final class ClusterSimulation: Sendable {
         public var faultsPerMinute = 12.0
         /// Kill every worker, one after another (1.5–3.5 s apart), once in the run.
         public var burst = true
+        /// Chance that a commit's answer is lost after it committed (its appends fail without
+        /// saying whether they committed; their senders retry).
+        public var lostAnswerRate = 0.02
         /// How far the clock moves per step; each step lets the nodes' woken tasks run.
         public var step: Duration = .milliseconds(20)
 
@@ -112,7 +115,7 @@ public final class ClusterSimulation: Sendable {
     public let options: Options
     let clock = SteppedClock()
     let network: SimulatedNetwork
-    let store = InMemoryChatStore()
+    let store: InMemoryChatStore
     let random: ClusterRandomness
     let state = Mutex(State())
     let logger: Logger
@@ -129,6 +132,9 @@ public final class ClusterSimulation: Sendable {
         self.settle = settle
         self.random = ClusterRandomness(SeededRandom(seed: seed))
         self.network = SimulatedNetwork(clock: clock)
+        let losses = ClusterRandomness(SeededRandom(seed: seed &+ 0x5EED))
+        let rate = options.lostAnswerRate
+        self.store = InMemoryChatStore(losesAnswer: { _ in Double(losses.next() % 1_000_000) / 1e6 < rate })
         var logger = Logger(label: "parley.simulation")
         // The nodes' own logs, for finding out why a seed failed: PARLEY_SIMULATION_LOG=debug.
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_SIMULATION_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical

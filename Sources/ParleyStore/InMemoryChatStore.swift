@@ -35,8 +35,14 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     private let users = Mutex(Users())
+    /// Whether a commit's answer is lost after it committed (a simulation's fault).
+    private let losesAnswer: @Sendable ([AppendRequest]) -> Bool
 
-    public init() {}
+    /// - Parameter losesAnswer: asked after each commit; true makes the commit throw although
+    ///   it committed, as a PostgreSQL connection that broke after `COMMIT` does.
+    public init(losesAnswer: @escaping @Sendable ([AppendRequest]) -> Bool = { _ in false }) {
+        self.losesAnswer = losesAnswer
+    }
 
     public func migrate() async throws {}
 
@@ -63,13 +69,15 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
-        state.withLock { state in
+        let outcomes = state.withLock { state in
             appends.map { append in
                 // Mutated in place: a copy of `Stored` would copy its whole message array.
-                guard state[append.conversationId] != nil else { return .unknownConversation }
+                guard state[append.conversationId] != nil else { return AppendOutcome.unknownConversation }
                 return Self.commit(append, into: &state[append.conversationId]!)
             }
         }
+        if losesAnswer(appends) { throw ChatStoreError(.unavailable, "the connection broke after the commit") }
+        return outcomes
     }
 
     private static func commit(_ append: AppendRequest, into stored: inout Stored) -> AppendOutcome {

@@ -62,6 +62,25 @@ import Testing
 }
 
 @Suite(.serialized) struct GatewayDirectoryClusterTests {
+    /// A shard that cannot answer (its node just died, before the ring moved) says nothing about
+    /// its users: the directory names every gateway not known down for them — each drops what is
+    /// not for its streams — rather than "no stream", which would hand their events to nobody.
+    @Test func aShardThatCannotAnswerLeavesItsUsersOnEveryGateway() async throws {
+        let users = (0..<8).map { UserID(rawValue: "u_\($0)") }
+        let cluster = try await startChatCluster(users: users, workers: ["node-a", "node-b"], gateways: ["node-g1", "node-g2"])
+        defer { Task { await cluster.stopAll() } }
+        let onB = try #require(users.first { cluster["node-a"].owner(of: PresenceShard.id(for: $0)) == "node-b" })
+        let onA = try #require(users.first { cluster["node-a"].owner(of: PresenceShard.id(for: $0)) == "node-a" })
+        // Past the shards' first lease, in which they name every gateway anyway.
+        for user in [onA, onB] { _ = try await PresenceShard.resolve(for: user, using: cluster["node-a"]).presence(of: [user]) }
+        try await Task.sleep(for: PresenceShard.sessionLease)
+        #expect(await GatewayDirectory(system: cluster["node-a"]).gateways(of: [onA, onB]) == [onA: [], onB: []], "no streams")
+        await cluster["node-b"].stop()
+        let answer = await GatewayDirectory(system: cluster["node-a"]).gateways(of: [onA, onB])
+        #expect(answer[onA] == [], "its shard answered")
+        #expect(answer[onB] == ["node-g1", "node-g2"], "its shard could not")
+    }
+
     /// A node remembers that ann has no stream (it delivered a message to ben only); then ann's
     /// stream opens on another gateway: the next message must reach it live, at once — the shard
     /// made the node forget before the stream counted as open.
