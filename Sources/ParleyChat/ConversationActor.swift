@@ -5,17 +5,23 @@ import ParleyCluster
 import ParleyModel
 import ParleyStore
 
-/// What the chat actors of a node share: the store, the node's group commit, the limits.
+/// What the chat actors of a node share: the store, the node's group commit, the limits, the
+/// delivery's timings.
 public struct ChatServices: Sendable {
     public let store: any ChatStore
     public let committer: GroupCommitter
     public let limits: ChatLimits
+    public let delivery: DeliveryTimings
 
     /// - Parameter clock: the time of the default committer's commit interval (a simulation's).
-    public init(store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), clock: any ClusterClock = ContinuousClock()) {
+    public init(
+        store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), delivery: DeliveryTimings = DeliveryTimings(),
+        clock: any ClusterClock = ContinuousClock()
+    ) {
         self.store = store
         self.committer = committer ?? GroupCommitter(store: store, clock: clock)
         self.limits = limits
+        self.delivery = delivery
     }
 
     /// Runs a store operation; a store failure reaches the caller as `unavailable`.
@@ -73,7 +79,7 @@ public distributed actor ConversationActor {
             try await activate(id, system: system, services: services, directory: directory, courier: courier)
         }
         registerDirectTargets(on: system)
-        ConversationRecovery.register(on: system, store: services.store)
+        ConversationRecovery.register(on: system, store: services.store, window: services.delivery.recoveryWindow)
     }
 
     /// ``send(_:)``'s name on the cluster (its distributed thunk's mangled name; a test checks it
@@ -127,15 +133,16 @@ public distributed actor ConversationActor {
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
             self.fanOut = Self.fanOut(
-                for: conversation, lastSeq: record.lastSeq, directory: directory, courier: courier, store: services.store, clock: actorSystem.clock, logger: logger)
+                for: conversation, lastSeq: record.lastSeq, directory: directory, courier: courier, services: services, clock: actorSystem.clock, logger: logger)
         }
     }
 
     private static func fanOut(
-        for conversation: ConversationID, lastSeq: Int64, directory: GatewayDirectory, courier: GatewayCourier, store: any ChatStore,
+        for conversation: ConversationID, lastSeq: Int64, directory: GatewayDirectory, courier: GatewayCourier, services: ChatServices,
         clock: any ClusterClock, logger: Logger
     ) -> ConversationFanOut {
-        ConversationFanOut(directory: directory, courier: courier, lastSeq: lastSeq, clock: clock, logger: logger) { after, limit in
+        let store = services.store
+        return ConversationFanOut(directory: directory, courier: courier, lastSeq: lastSeq, timings: services.delivery, clock: clock, logger: logger) { after, limit in
             try await store.messages(in: conversation, after: after, limit: limit)
         }
     }
@@ -185,7 +192,7 @@ public distributed actor ConversationActor {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
                 fanOut = Self.fanOut(
-                    for: stored.id, lastSeq: stored.lastSeq, directory: directory, courier: courier, store: services.store, clock: actorSystem.clock, logger: logger)
+                    for: stored.id, lastSeq: stored.lastSeq, directory: directory, courier: courier, services: services, clock: actorSystem.clock, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))

@@ -60,10 +60,11 @@ final class ConversationFanOut: Sendable {
 
     /// - Parameters:
     ///   - lastSeq: the conversation's last seq at activation: released messages start after it.
-    ///   - holdMax: how long committed messages wait for a seq before them that this owner was not
-    ///     told of; after it, the missing seqs are read from the store (``readCommitted``).
+    ///   - timings: how long committed messages wait for a seq before them that this owner was not
+    ///     told of (after it the missing seqs are read from the store, ``readCommitted``), and how
+    ///     long after a failed call its batch goes again.
     init(
-        directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, holdMax: Duration = .seconds(1),
+        directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, timings: DeliveryTimings = DeliveryTimings(),
         clock: any ClusterClock = ContinuousClock(), logger: Logger, readCommitted: @escaping ReadCommitted
     ) {
         self.directory = directory
@@ -72,7 +73,9 @@ final class ConversationFanOut: Sendable {
         self.readCommitted = readCommitted
         self.logger = logger
         var policy = Machine.Policy()
-        policy.holdMax = holdMax
+        policy.holdMax = timings.holdMax
+        policy.retryDelay = timings.retryDelay
+        policy.retryDelayMax = timings.retryDelayMax
         // Every call to a gateway ends, at the latest with the cluster's call timeout, and its
         // outcome is reported: the machine's own timeout is only a backstop.
         policy.ackTimeout = courier.callTimeout * 2
@@ -133,15 +136,15 @@ final class ConversationFanOut: Sendable {
                 return state.queued
             }
             guard !batch.isEmpty else { return }
+            // The directory's word alone decides the gateways: this node's view of the membership
+            // may lag (a node that just started or rejoined has not heard of every gateway, and may
+            // still hold a restarted gateway's old incarnation as down).
             let answer = await directory.gateways(of: Array(Set(batch.flatMap(\.1))))
-            // Not a gateway the cluster knows down: its streams ended. One this node has not heard of
-            // is kept (a node that just started or rejoined does not know every member yet).
-            let live = Set(answer.values.joined()).filter { !courier.isKnownDown($0) }
-            logger.trace("the directory answered", metadata: ["directory.answer": "\(answer.sorted { $0.key < $1.key })", "gateways": "\(live.sorted())"])
+            logger.trace("the directory answered", metadata: ["directory.answer": "\(answer.sorted { $0.key < $1.key })"])
             let directives = state.withLock { state -> [Machine.Directive] in
                 let now = clock.now
                 state.gatewayOf.merge(answer) { $1 }
-                var directives = state.machine.gateways(live, now: now)
+                var directives = state.machine.gateways(Set(answer.values.joined()), now: now)
                 for (input, members) in batch {
                     state.members = members
                     switch input {
@@ -219,8 +222,9 @@ final class ConversationFanOut: Sendable {
         }
     }
 
-    /// Ticks the machine while it needs time to move: every `tickEvery`, forgetting gateways the
-    /// cluster knows down (their streams ended, and their clients resume elsewhere).
+    /// Ticks the machine while it needs time to move, every `tickEvery`. While a failed batch waits
+    /// for its resend, the directory is asked again first: a gateway no member streams on any more
+    /// (it died, its streams moved) is let go instead of being called for good.
     private func startTicking() {
         let start = state.withLock { state -> Bool in
             defer { state.ticking = true }
@@ -230,9 +234,15 @@ final class ConversationFanOut: Sendable {
         Task { [self] in
             while true {
                 try? await clock.sleep(for: Self.tickEvery)
+                let members = state.withLock { $0.machine.isResending ? $0.members : nil }
+                let answer = if let members { await directory.gateways(of: members) } else { [UserID: [String]]?.none }
                 let (directives, more) = state.withLock { state -> ([Machine.Directive], Bool) in
                     let now = clock.now
-                    var directives = state.machine.gateways(state.machine.gateways.filter { !courier.isKnownDown($0) }, now: now)
+                    var directives: [Machine.Directive] = []
+                    if let answer {
+                        state.gatewayOf.merge(answer) { $1 }
+                        directives += state.machine.gateways(Set(answer.values.joined()), now: now)
+                    }
                     directives += state.machine.tick(now: now)
                     state.ticking = state.machine.needsTicks
                     return (directives, state.ticking)
@@ -246,4 +256,22 @@ final class ConversationFanOut: Sendable {
     static let tickEvery: Duration = .milliseconds(100)
     static let repairedMessages = Counter(label: "parley.fanout.held_seqs_read_from_store")
     static let failedBatches = Counter(label: "parley.fanout.failed_batches")
+}
+
+/// The times a conversation's delivery keeps. Production keeps the defaults; a simulation takes
+/// one guard away at a time (a resend that never comes, a store that is never read) to see that
+/// some seed then fails.
+public struct DeliveryTimings: Sendable {
+    /// How long a committed message waits for a seq before it before the store is read.
+    public var holdMax: Duration = .seconds(1)
+    /// The wait after a failed call before its batch goes again, doubling to `retryDelayMax`.
+    public var retryDelay: Duration = .milliseconds(200)
+    public var retryDelayMax: Duration = .seconds(2)
+    /// How far back a node that takes over a departed owner's conversations republishes their
+    /// messages (``ConversationRecovery``); zero: not at all.
+    public var recoveryWindow: Duration = ConversationRecovery.window
+
+    public init(holdMax: Duration = .seconds(1)) {
+        self.holdMax = holdMax
+    }
 }

@@ -25,7 +25,7 @@ public enum ConversationRecovery {
     /// The most conversations one ring change looks at.
     static let conversationsMax = 10_000
 
-    static func register(on system: ClusterSystem, store: any ChatStore) {
+    static func register(on system: ClusterSystem, store: any ChatStore, window: Duration = ConversationRecovery.window) {
         system.onRingChange { ring, previous in
             let departed = takenOver(ring: ring.workers, previous: previous.workers)
             let me = system.settings.name
@@ -33,7 +33,8 @@ public enum ConversationRecovery {
             guard joined || !departed.isEmpty else { return }
             let now = system.clock.wallNow
             Task {
-                await republishTakenOver(from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now)
+                await republishTakenOver(
+                    from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now, window: window)
             }
         }
     }
@@ -55,8 +56,10 @@ public enum ConversationRecovery {
     /// many messages went out again.
     @discardableResult
     static func republishTakenOver(
-        from departed: Set<String>, joined: Bool = false, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date
+        from departed: Set<String>, joined: Bool = false, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date,
+        window: Duration = ConversationRecovery.window
     ) async -> Int {
+        guard window > .zero else { return 0 }
         let since = now.addingTimeInterval(-Double(window.components.seconds))
         let candidates: [ConversationID]
         do {

@@ -123,6 +123,9 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// word), which then ticks while ``hasBatchesInFlight``.
     public var needsTicks: Bool { !held.isEmpty || uncertainSince != nil || resending > 0 }
     public var hasBatchesInFlight: Bool { inFlight > 0 }
+    /// A failed batch waits for its resend: the shell asks the directory again before it ticks,
+    /// so that a gateway whose streams are gone (it died, or they moved) is let go.
+    public var isResending: Bool { resending > 0 }
 
     /// A commit of `seq` ended (or a send's retry found it stored): release it in order.
     public mutating func committed(_ seq: Int64, _ event: Event, now: Instant) -> [Directive] {

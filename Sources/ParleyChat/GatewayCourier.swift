@@ -70,8 +70,6 @@ final class GatewayCourier: Sendable {
 
     private let send: Send
     private let loopExecutor: @Sendable () -> (any TaskExecutor)?
-    /// Whether the cluster knows a gateway down or gone (its streams ended; nothing is sent to it).
-    let isKnownDown: @Sendable (String) -> Bool
     /// How long a call may take before it fails: every delivery's outcome is known by then.
     let callTimeout: Duration
     private let machine: Mutex<CoalescingStateMachine<String, Parcel>>
@@ -82,17 +80,16 @@ final class GatewayCourier: Sendable {
     ///   - loopExecutor: the event loop the calling thread runs, if any (see ``preferredExecutor``).
     init(
         sendMax: Int = 1 << 20, loopExecutor: @escaping @Sendable () -> (any TaskExecutor)? = { nil },
-        isKnownDown: @escaping @Sendable (String) -> Bool = { _ in false }, callTimeout: Duration = .seconds(5), send: @escaping Send
+        callTimeout: Duration = .seconds(5), send: @escaping Send
     ) {
         self.send = send
         self.loopExecutor = loopExecutor
-        self.isKnownDown = isKnownDown
         self.callTimeout = callTimeout
         self.machine = Mutex(CoalescingStateMachine(sendMax: sendMax))
     }
 
     convenience init(system: ClusterSystem) {
-        self.init(loopExecutor: { system.currentLoopExecutor }, isKnownDown: { system.isKnownDown($0) }, callTimeout: system.settings.callTimeout) { gateway, deliveries in
+        self.init(loopExecutor: { system.currentLoopExecutor }, callTimeout: system.settings.callTimeout) { gateway, deliveries in
             try await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system).deliver(deliveries)
         }
     }

@@ -189,11 +189,6 @@ extension ClusterSystem {
         return !member.status.isTerminal
     }
 
-    /// True if the membership knows `name` down or gone. A node it has not heard of is not: a node
-    /// that just started, or rejoined as a new incarnation, does not know every member yet.
-    public func isKnownDown(_ name: String) -> Bool {
-        state.withLock { $0.membership.member(named: name) }?.status.isTerminal ?? false
-    }
 
     /// Fails calls whose deadline passed.
     func expireCalls() {

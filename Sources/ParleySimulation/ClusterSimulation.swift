@@ -43,8 +43,35 @@ public final class ClusterSimulation: Sendable {
         public var lostAnswerRate = 0.02
         /// How far the clock moves per step; each step lets the nodes' woken tasks run.
         public var step: Duration = .milliseconds(20)
+        /// The workers' delivery timings, and how long a stream waits past a gap before it ends.
+        public var delivery = DeliveryTimings()
+        public var streamGapMax: Duration = .seconds(5)
 
         public init() {}
+    }
+
+    /// The guards of the contract in the nodes, each of which a run can be made without, to see
+    /// that some seed fails then.
+    public enum Guard: String, CaseIterable, Sendable {
+        /// An owner reads the store for seqs it holds back (a commit's answer lost).
+        case storeRead = "store-read"
+        /// A batch whose call failed is sent again.
+        case resend
+        /// A stream whose gap is not filled in time ends.
+        case streamEnd = "stream-end"
+        /// A node that takes over a departed owner's conversations publishes their recent messages again.
+        case recovery
+
+        public func remove(from options: inout Options) {
+            switch self {
+            case .storeRead: options.delivery.holdMax = .seconds(3_600)
+            case .resend:
+                options.delivery.retryDelay = .seconds(3_600)
+                options.delivery.retryDelayMax = .seconds(3_600)
+            case .streamEnd: options.streamGapMax = .seconds(3_600)
+            case .recovery: options.delivery.recoveryWindow = .zero
+            }
+        }
     }
 
     enum Fault: CustomStringConvertible {
@@ -246,7 +273,8 @@ public final class ClusterSimulation: Sendable {
         system.onRejoin { [weak self] member in self?.note("\(name) was declared down; rejoined as \(member.id)") }
         if isWorker {
             // The commit interval SQLite nodes run with, on the simulation's clock.
-            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: .milliseconds(5), clock: clock))
+            let services = ChatServices(
+                store: store, committer: GroupCommitter(store: store, minInterval: .milliseconds(5), clock: clock), delivery: options.delivery)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
@@ -350,8 +378,11 @@ public final class ClusterSimulation: Sendable {
             if name.hasPrefix("gateway") {
                 for user in streams(on: name) { endStream(user, reason: "its gateway died") }
             }
+            // Above every incarnation the process had (rejoins raise it), as the wall clock makes
+            // a restarted node's: an older one would be taken for the dead incarnation's past.
             let at = clock.now.advanced(by: .milliseconds(random.int(in: 2_000..<3_000)))
-            state.withLock { $0.down[name] = (at, node.incarnation + 1) }
+            let incarnation = max(node.incarnation, node.system.me.id.incarnation) + 1
+            state.withLock { $0.down[name] = (at, incarnation) }
         case .cut(let a, let b, let length):
             guard a != b else { return }
             note("link \(a) – \(b) cut for \(length)")
@@ -419,7 +450,7 @@ public final class ClusterSimulation: Sendable {
                 }
                 state.withLock { state in
                     guard state.clients[user].stream?.sessionID == sessionID else { return }
-                    state.clients[user].stream?.machine = EventStreamStateMachine(written: written)
+                    state.clients[user].stream?.machine = EventStreamStateMachine(written: written, gapMax: options.streamGapMax)
                 }
                 note("user \(user) streams on \(gateway)")
                 let early = state.withLock { state -> [(ConversationID, Int64)] in

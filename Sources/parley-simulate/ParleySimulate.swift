@@ -38,7 +38,7 @@ struct ParleySimulate: AsyncParsableCommand {
     @Option(help: "--scale: keys placed on the ring.") var keys = 10_000_000
     @Option(help: "--scale: workers on the ring, comma-separated.") var ringWorkers = "10,100,1000"
     @Option(help: "--scale: nodes gossiping, comma-separated.") var gossipNodes = "10,30,100"
-    @Flag(help: "For each guard, run without it from seed --first until a seed fails (at most --seeds): every guard must be caught.")
+    @Flag(help: "For each guard, run without it from seed --first until a seed fails (at most --seeds): every guard must be caught. With --cluster, the nodes' guards.")
     var checkGuards = false
     @Flag(help: "Run the whole-cluster simulation (real actors over a simulated network and clock) for --seed or --seeds.")
     var cluster = false
@@ -81,7 +81,13 @@ struct ParleySimulate: AsyncParsableCommand {
     }
 
     func runCluster() async throws {
-        let range = seed.map { $0...$0 } ?? first...(first + seeds - 1)
+        var options = ClusterSimulation.Options()
+        if let without {
+            guard let removed = ClusterSimulation.Guard(rawValue: without.rawValue) else {
+                throw ValidationError("the cluster simulation's guards are \(ClusterSimulation.Guard.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            removed.remove(from: &options)
+        }
         // One thread, one queue: the same seed is the same run.
         let deterministic = SimulationExecutor.install()
         if !deterministic {
@@ -89,25 +95,11 @@ struct ParleySimulate: AsyncParsableCommand {
         } else if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil {
             print("warning: SWIFT_DETERMINISTIC_HASHING is not set (Scripts/simulate sets it): dictionaries iterate differently from run to run")
         }
+        if checkGuards { return try await checkEveryClusterGuard(deterministic: deterministic) }
+        let range = seed.map { $0...$0 } ?? first...(first + seeds - 1)
         var failed: [UInt64] = []
         for seed in range {
-            let simulation: ClusterSimulation
-            if deterministic {
-                simulation = ClusterSimulation(seed: seed, settle: { await SimulationExecutor.shared.settled() })
-                let outcome = Outcome()
-                Task {
-                    do { try await simulation.run() } catch { outcome.set(error) }
-                    outcome.finish()
-                }
-                guard SimulationExecutor.shared.run(until: { outcome.finished }) else {
-                    print("cluster seed \(seed): STUCK: every task waits and nothing moves the clock")
-                    throw ExitCode(1)
-                }
-                if let error = outcome.error { throw error }
-            } else {
-                simulation = ClusterSimulation(seed: seed)
-                try await simulation.run()
-            }
+            let simulation = try await runClusterSeed(seed, options: options, deterministic: deterministic)
             print("cluster seed \(seed): \(simulation.summary)")
             if trace { for line in simulation.trace { print("  " + line) } }
             guard let failure = simulation.failures.first else { continue }
@@ -124,9 +116,55 @@ struct ParleySimulate: AsyncParsableCommand {
         }
         if range.count > 1 { print("\(range.count) cluster seeds from \(range.lowerBound): \(failed.count) failed") }
         if !failed.isEmpty {
-            print("run one again: parley-simulate --cluster --seed \(failed[0])")
+            print("run one again: parley-simulate --cluster --seed \(failed[0])\(without.map { " --without \($0.rawValue)" } ?? "")")
             throw ExitCode(1)
         }
+    }
+
+    /// One seed of the whole-cluster simulation, run on the ``SimulationExecutor`` when it is
+    /// installed.
+    func runClusterSeed(_ seed: UInt64, options: ClusterSimulation.Options, deterministic: Bool) async throws -> ClusterSimulation {
+        guard deterministic else {
+            let simulation = ClusterSimulation(seed: seed, options: options)
+            try await simulation.run()
+            return simulation
+        }
+        let simulation = ClusterSimulation(seed: seed, options: options, settle: { await SimulationExecutor.shared.settled() })
+        let outcome = Outcome()
+        Task {
+            do { try await simulation.run() } catch { outcome.set(error) }
+            outcome.finish()
+        }
+        guard SimulationExecutor.shared.run(until: { outcome.finished }) else {
+            print("cluster seed \(seed): STUCK: every task waits and nothing moves the clock")
+            throw ExitCode(1)
+        }
+        if let error = outcome.error { throw error }
+        return simulation
+    }
+
+    /// Each of the nodes' guards removed must make some seed of the whole-cluster simulation fail.
+    func checkEveryClusterGuard(deterministic: Bool) async throws {
+        var missed: [String] = []
+        for removed in ClusterSimulation.Guard.allCases {
+            var options = ClusterSimulation.Options()
+            removed.remove(from: &options)
+            var caught: (seed: UInt64, failure: String)?
+            for seed in first..<(first + seeds) {
+                let simulation = try await runClusterSeed(seed, options: options, deterministic: deterministic)
+                if let failure = simulation.failures.first {
+                    caught = (seed, failure)
+                    break
+                }
+            }
+            if let caught {
+                print("cluster without \(removed.rawValue): caught by seed \(caught.seed): \(caught.failure)")
+            } else {
+                print("cluster without \(removed.rawValue): NOT caught in seeds \(first)…\(first + seeds - 1)")
+                missed.append(removed.rawValue)
+            }
+        }
+        if !missed.isEmpty { throw ExitCode(1) }
     }
 
     /// Each guard removed must make some seed fail within the budget: otherwise the simulation

@@ -244,7 +244,7 @@ import Testing
         _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
         let system = cluster["node-a"]
         let fanOut = ConversationFanOut(
-            directory: GatewayDirectory(system: system), courier: courier ?? GatewayCourier(system: system), lastSeq: 0, holdMax: holdMax,
+            directory: GatewayDirectory(system: system), courier: courier ?? GatewayCourier(system: system), lastSeq: 0, timings: DeliveryTimings(holdMax: holdMax),
             logger: system.logger
         ) { after, limit in
             (1...max(1, stored)).filter { $0 > after && $0 <= stored }.prefix(limit).map(Self.message)
