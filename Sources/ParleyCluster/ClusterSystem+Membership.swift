@@ -6,15 +6,16 @@ extension ClusterSystem {
     /// One membership heartbeat: time passes in the state machine, then its directives are carried
     /// out, connections to live peers are kept, and seeds are dialed while this node is alone.
     func tick() {
-        let (directives, peers, dialSeeds) = state.withLock { state -> ([MembershipDirective], [Member], Bool) in
-            guard !state.isShutDown else { return ([], [], false) }
+        let (directives, peers, dialSeeds, former) = state.withLock { state -> ([MembershipDirective], [Member], Bool, [NodeAddress]) in
+            guard !state.isShutDown else { return ([], [], false, []) }
             state.ticks += 1
             let directives = state.membership.tick(now: clock.now)
             let peers = state.membership.livePeers
             // Seeds are dialed while joining or alone, and every 10th tick anyway, so that two
             // groups that formed apart (seeds that started at once) find each other.
             let dialSeeds = state.membership.me.status == .joining || peers.isEmpty || state.ticks % 10 == 0
-            return (directives, peers, dialSeeds)
+            let former = state.membership.me.status == .joining ? state.membership.formerPeerAddresses : []
+            return (directives, peers, dialSeeds, former)
         }
         perform(directives)
         let connected = Set(transport.connectedPeers)
@@ -25,6 +26,9 @@ extension ClusterSystem {
             let myAddress = address
             for seed in settings.seeds where seed != myAddress {
                 transport.connect(to: seed, node: nil)
+            }
+            for peer in former where !settings.seeds.contains(peer) && peer != myAddress {
+                transport.connect(to: peer, node: nil)
             }
         }
     }

@@ -83,6 +83,11 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
         peers.values.filter { !$0.member.status.isTerminal }.map(\.member).sorted { $0.name < $1.name }
     }
 
+    /// While rejoining: where the peers it knew live before it was declared down listen, to dial
+    /// with the seeds. The seeds alone may all be cut off from it; any member of the cluster it
+    /// meets lets it join instead of forming a cluster of its own, which would know no gateway.
+    public private(set) var formerPeerAddresses: [NodeAddress] = []
+
     /// The gossip this node sends now.
     public var gossip: Gossip {
         Gossip(from: me.id, members: [me] + peers.values.map(\.member).sorted { $0.name < $1.name })
@@ -180,6 +185,7 @@ public struct MembershipStateMachine<Instant: InstantProtocol>: Sendable where I
         joiningSince = now
         lastTick = nil
         // Start afresh, like a restarted process: our old verdicts about others must not spread.
+        formerPeerAddresses = peers.values.filter { !$0.member.status.isTerminal }.map(\.member.address).sorted { "\($0)" < "\($1)" }
         peers = [:]
         mayFormAtOnce = false
     }

@@ -148,6 +148,7 @@ import Testing
         #expect(machine.me.id.incarnation == 2)
         #expect(machine.me.status == .joining)
         #expect(machine.livePeers.isEmpty, "a rejoining node forgets its old opinions")
+        #expect(machine.formerPeerAddresses == [Self.member("b").address], "but dials where its peers were, with the seeds")
         let hello = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down), Self.member("b")])
         #expect(Self.events(machine.gossipReceived(hello, now: time.now)) == ["joined b", "selfUp(false)"], "the old incarnation's tombstone is not about us")
     }
