@@ -36,8 +36,6 @@ public final class SimulatedNetwork: Sendable {
         /// Each direction's queue: one consumer hands its messages over in order.
         var queues: [Link: AsyncStream<Item>.Continuation] = [:]
         var consumers: [Task<Void, Never>] = []
-        /// Messages delivered to each node (for tests).
-        var delivered: [String: Int] = [:]
     }
 
     public let clock: SteppedClock
@@ -87,11 +85,6 @@ public final class SimulatedNetwork: Sendable {
 
     public func resume(_ name: String) {
         state.withLock { $0.nodes[name]?.paused = false }
-    }
-
-    /// Messages handed to `name` so far.
-    public func delivered(to name: String) -> Int {
-        state.withLock { $0.delivered[name, default: 0] }
     }
 
     // MARK: For the transports
@@ -168,7 +161,6 @@ public final class SimulatedNetwork: Sendable {
                 guard state.connections[Self.pair(link.from, link.to)] == item.generation,
                       let delegate = state.nodes[link.to]?.delegate, let sender = state.nodes[link.from]
                 else { return nil }
-                state.delivered[link.to, default: 0] += 1
                 return (delegate, sender.identity)
             }
             if let (delegate, sender) = receiver { delegate.transport(received: item.message, from: sender) }

@@ -45,7 +45,7 @@ struct ParleySimulate: AsyncParsableCommand {
 
     func run() async throws {
         if cluster { return try await runCluster() }
-        if checkGuards { return try checkEveryGuard() }
+        if checkGuards { return try await checkEveryGuard() }
         if scale { return printScale() }
         var options = DeliverySimulation.Options()
         without?.remove(from: &options)
@@ -145,49 +145,42 @@ struct ParleySimulate: AsyncParsableCommand {
 
     /// Each of the nodes' guards removed must make some seed of the whole-cluster simulation fail.
     func checkEveryClusterGuard(deterministic: Bool) async throws {
-        var missed: [String] = []
-        for removed in ClusterSimulation.Guard.allCases {
+        try await checkGuards(ClusterSimulation.Guard.allCases.map(\.rawValue), label: "cluster without") { name, seed in
             var options = ClusterSimulation.Options()
-            removed.remove(from: &options)
-            var caught: (seed: UInt64, failure: String)?
-            for seed in first..<(first + seeds) {
-                let simulation = try await runClusterSeed(seed, options: options, deterministic: deterministic)
-                if let failure = simulation.failures.first {
-                    caught = (seed, failure)
-                    break
-                }
-            }
-            if let caught {
-                print("cluster without \(removed.rawValue): caught by seed \(caught.seed): \(caught.failure)")
-            } else {
-                print("cluster without \(removed.rawValue): NOT caught in seeds \(first)…\(first + seeds - 1)")
-                missed.append(removed.rawValue)
-            }
+            ClusterSimulation.Guard(rawValue: name)?.remove(from: &options)
+            return try await runClusterSeed(seed, options: options, deterministic: deterministic).failures.first
         }
-        if !missed.isEmpty { throw ExitCode(1) }
     }
 
     /// Each guard removed must make some seed fail within the budget: otherwise the simulation
     /// could not tell the contract from its breach.
-    func checkEveryGuard() throws {
-        var missed: [String] = []
-        for removed in DeliverySimulation.Guard.allCases {
+    func checkEveryGuard() async throws {
+        try await checkGuards(DeliverySimulation.Guard.allCases.map(\.rawValue), label: "without") { name, seed in
             var options = DeliverySimulation.Options()
-            removed.remove(from: &options)
+            DeliverySimulation.Guard(rawValue: name)?.remove(from: &options)
+            var simulation = DeliverySimulation(seed: seed, options: options)
+            simulation.run()
+            return simulation.failures.first
+        }
+    }
+
+    /// For each guard (by name), runs seeds from --first without it until one fails (at most
+    /// --seeds) and says which; fails if a guard's removal went unnoticed.
+    func checkGuards(_ names: [String], label: String, firstFailure: (String, UInt64) async throws -> String?) async throws {
+        var missed: [String] = []
+        for name in names {
             var caught: (seed: UInt64, failure: String)?
             for seed in first..<(first + seeds) {
-                var simulation = DeliverySimulation(seed: seed, options: options)
-                simulation.run()
-                if let failure = simulation.failures.first {
+                if let failure = try await firstFailure(name, seed) {
                     caught = (seed, failure)
                     break
                 }
             }
             if let caught {
-                print("without \(removed.rawValue): caught by seed \(caught.seed): \(caught.failure)")
+                print("\(label) \(name): caught by seed \(caught.seed): \(caught.failure)")
             } else {
-                print("without \(removed.rawValue): NOT caught in seeds \(first)…\(first + seeds - 1)")
-                missed.append(removed.rawValue)
+                print("\(label) \(name): NOT caught in seeds \(first)…\(first + seeds - 1)")
+                missed.append(name)
             }
         }
         if !missed.isEmpty { throw ExitCode(1) }
