@@ -38,8 +38,10 @@ extension ClusterSystem {
         var membershipChanged = false
         for directive in directives {
             switch directive {
-            case .gossip(let gossip):
+            case .gossip(let gossip, to: .everyone):
                 transport.broadcast(.gossip(gossip))
+            case .gossip(let gossip, to: .peers(let names)):
+                for name in names { try? transport.sendWithoutWaiting(.gossip(gossip), to: name) }
             case .selfUp(let formed):
                 membershipChanged = true
                 logger.info(

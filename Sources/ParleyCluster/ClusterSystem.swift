@@ -47,7 +47,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     @TaskLocal static var activatingID: ClusterActorID?
 
     struct State {
-        var membership: MembershipStateMachine<Instant>
+        var membership: MembershipStateMachine
         var ring: HashRing
         var calls = CallTable<Instant, ReplySlot>()
         var local: [ClusterActorID: LocalActor] = [:]
@@ -107,7 +107,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         let me = Member(
             id: NodeID(name: settings.name, incarnation: settings.incarnation),
             address: address, roles: settings.roles, status: .joining)
-        let membership = MembershipStateMachine<Instant>(me: me, seeds: settings.seeds, settings: settings.membership, now: clock.now)
+        let membership = MembershipStateMachine(me: me, seeds: settings.seeds, settings: settings.membership, now: clock.now)
         self.state = Mutex(State(membership: membership, ring: HashRing(workers: [], settings: settings.ring), address: address))
     }
 

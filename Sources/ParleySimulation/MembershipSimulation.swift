@@ -7,7 +7,7 @@ import ParleyModel
 ///
 /// The same seed gives the same run, so a failing invariant is reproduced by its seed.
 public struct MembershipSimulation {
-    public typealias Machine = MembershipStateMachine<ContinuousClock.Instant>
+    public typealias Machine = MembershipStateMachine
 
     public struct Node {
         public var machine: Machine
@@ -15,6 +15,8 @@ public struct MembershipSimulation {
         public var isAlive = true
         public var pausedUntil: ContinuousClock.Instant?
         var inbox: [Gossip] = []
+        /// The seeds it dials, as a real node does while joining.
+        var seeds: [String] = []
     }
 
     struct InFlight {
@@ -37,8 +39,11 @@ public struct MembershipSimulation {
     private var inFlight: [InFlight] = []
     private var sent = 0
     private var nextIncarnation: UInt64 = 1
-    /// Every directive each node produced, for the checks.
+    /// Every directive each node produced but gossip, for the checks.
     public private(set) var log: [(at: Duration, node: String, directive: MembershipDirective)] = []
+    /// Gossip messages sent, and member entries in them.
+    public private(set) var gossipSent = 0
+    public private(set) var entriesSent = 0
 
     public init(seed: UInt64, settings: MembershipSettings) {
         self.random = SeededRandom(seed: seed)
@@ -56,7 +61,7 @@ public struct MembershipSimulation {
         let member = Member(
             id: NodeID(name: name, incarnation: nextIncarnation), address: Self.address(name), roles: .worker, status: .joining)
         nextIncarnation += 1
-        nodes[name] = Node(machine: Machine(me: member, seeds: seeds.map(Self.address), settings: settings, now: time.now))
+        nodes[name] = Node(machine: Machine(me: member, seeds: seeds.map(Self.address), settings: settings, now: time.now), seeds: seeds)
     }
 
     public mutating func kill(_ name: String) { nodes[name]?.isAlive = false }
@@ -87,11 +92,10 @@ public struct MembershipSimulation {
     }
 
     private mutating func tick(_ name: String) {
-        guard var node = nodes[name], node.isAlive else { return }
-        if let until = node.pausedUntil {
+        guard nodes[name]?.isAlive == true else { return }
+        if let until = nodes[name]?.pausedUntil {
             guard time.now >= until else { return }
-            node.pausedUntil = nil
-            nodes[name] = node
+            nodes[name]?.pausedUntil = nil
             // On resume, whether its timers fire before it reads what queued in its sockets is a
             // race in a real process: the seed decides.
             if Bool.random(using: &random) {
@@ -106,10 +110,10 @@ public struct MembershipSimulation {
         tickNow(name)
     }
 
+    // The machines are changed where they lie in `nodes` (not copied out and back), so that their
+    // member tables are not copied whole on every message.
     private mutating func tickNow(_ name: String) {
-        guard var node = nodes[name], node.isAlive else { return }
-        let directives = node.machine.tick(now: time.now)
-        nodes[name] = node
+        guard nodes[name]?.isAlive == true, let directives = nodes[name]?.machine.tick(now: time.now) else { return }
         handle(directives, from: name)
     }
 
@@ -120,29 +124,44 @@ public struct MembershipSimulation {
     }
 
     private mutating func receive(_ gossip: Gossip, at name: String) {
-        guard var node = nodes[name], node.isAlive else { return }
-        if node.pausedUntil != nil {
-            node.inbox.append(gossip)
-            nodes[name] = node
+        guard nodes[name]?.isAlive == true else { return }
+        if nodes[name]?.pausedUntil != nil {
+            nodes[name]?.inbox.append(gossip)
             return
         }
-        let directives = node.machine.gossipReceived(gossip, now: time.now)
-        nodes[name] = node
+        guard let directives = nodes[name]?.machine.gossipReceived(gossip, now: time.now) else { return }
         handle(directives, from: name)
     }
 
     private mutating func handle(_ directives: [MembershipDirective], from name: String) {
         for directive in directives {
-            log.append((elapsed, name, directive))
+            if case .gossip = directive {} else { log.append((elapsed, name, directive)) }
             switch directive {
-            case .gossip(let gossip):
-                for peer in names where peer != name && canReach(name, peer) {
+            case .gossip(let gossip, let recipients):
+                let to: [String]
+                switch recipients {
+                case .everyone:
+                    // What a real node is connected to: its live peers, and its seeds and the
+                    // peers it knew while it joins.
+                    guard let node = nodes[name] else { continue }
+                    var connected = Set(node.machine.livePeers.map(\.name))
+                    if node.machine.me.status == .joining {
+                        connected.formUnion(node.seeds)
+                        connected.formUnion(node.machine.formerPeerAddresses.map(\.host))
+                    }
+                    to = connected.sorted()
+                case .peers(let peers):
+                    to = peers
+                }
+                for peer in to where peer != name && canReach(name, peer) {
                     if lossRate > 0, Double.random(in: 0..<1, using: &random) < lossRate { continue }
                     let lower = delay.lowerBound.components, upper = delay.upperBound.components
                     let lowNanos = lower.seconds * 1_000_000_000 + lower.attoseconds / 1_000_000_000
                     let highNanos = upper.seconds * 1_000_000_000 + upper.attoseconds / 1_000_000_000
                     let nanos = Int64.random(in: lowNanos...highNanos, using: &random)
                     sent += 1
+                    gossipSent += 1
+                    entriesSent += gossip.members.count
                     inFlight.append(InFlight(deliverAt: time.now.advanced(by: .nanoseconds(nanos)), to: peer, gossip: gossip, order: sent))
                 }
             case .selfDowned:

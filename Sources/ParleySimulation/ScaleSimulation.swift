@@ -65,9 +65,13 @@ public enum ScaleSimulation {
         public var crash: Duration?
         /// From healing a node cut off for 5 s until every node sees it `up` again (as a new incarnation).
         public var partitionHeal: Duration?
-        /// Gossip messages each node sends per second, and members each carries.
+        /// Over 10 s of a quiet cluster: the gossip messages each node sent per second, and the
+        /// member entries in them.
         public var messagesPerNodePerSecond: Double
-        public var membersPerMessage: Int
+        public var entriesPerNodePerSecond: Double
+        /// Over those 10 s: how often a node suspected or downed a peer that was running all along.
+        public var falseSuspicions: Int
+        public var falseDowns: Int
     }
 
     /// Runs the membership protocol among `nodes` simulated nodes (pure state machines over a
@@ -78,6 +82,22 @@ public enum ScaleSimulation {
         let seeds = Array(names.prefix(3))
         for name in names { simulation.start(name, seeds: seeds) }
         _ = waitUntil(&simulation, within: .seconds(60)) { sim in allSee(sim, names, as: .up) }
+
+        // A quiet cluster: what gossip costs, and whether it blames anyone.
+        let quietFrom = simulation.elapsed, quietLog = simulation.log.count
+        let messagesBefore = simulation.gossipSent, entriesBefore = simulation.entriesSent
+        simulation.run(for: .seconds(10))
+        let perNodeSecond = Double(count) * 10
+        let messages = Double(simulation.gossipSent - messagesBefore) / perNodeSecond
+        let entries = Double(simulation.entriesSent - entriesBefore) / perNodeSecond
+        var falseSuspicions = 0, falseDowns = 0
+        for entry in simulation.log[quietLog...] where entry.at >= quietFrom {
+            switch entry.directive {
+            case .memberSuspected: falseSuspicions += 1
+            case .memberDowned: falseDowns += 1
+            default: break
+            }
+        }
 
         simulation.start("node-new", seeds: seeds)
         let join = waitUntil(&simulation, within: .seconds(30)) { sim in allSee(sim, ["node-new"], as: .up) }
@@ -92,11 +112,10 @@ public enum ScaleSimulation {
         simulation.healAll()
         let heal = waitUntil(&simulation, within: .seconds(30)) { sim in allSee(sim, [isolated], as: .up) }
 
-        let heartbeatsPerSecond = 1.0 / (Double(settings.heartbeatInterval.components.attoseconds) / 1e18 + Double(settings.heartbeatInterval.components.seconds))
         return GossipFigures(
             nodes: count, join: join, crash: crash, partitionHeal: heal,
-            messagesPerNodePerSecond: Double(simulation.running.count - 1) * heartbeatsPerSecond,
-            membersPerMessage: simulation.running.count)
+            messagesPerNodePerSecond: messages, entriesPerNodePerSecond: entries,
+            falseSuspicions: falseSuspicions, falseDowns: falseDowns)
     }
 
     /// Whether every running node sees each of `subjects` with `status` (for `up`, also each

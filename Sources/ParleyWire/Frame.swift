@@ -15,8 +15,9 @@ public enum Frame: Equatable, Sendable {
 
     /// The cluster protocol version; a node refuses hellos of another version. 2: call arguments
     /// and results in ``BinaryClusterSerialization`` (1 had JSON); 3: a chat message's send, result
-    /// and deliveries in their hand-written forms (``ClusterWireCodable``).
-    public static let protocolVersion: UInt16 = 3
+    /// and deliveries in their hand-written forms (``ClusterWireCodable``); 4: gossip carries each
+    /// member's heartbeat counter.
+    public static let protocolVersion: UInt16 = 4
 }
 
 /// What a node says about itself when a connection opens.
@@ -92,8 +93,9 @@ extension Frame {
             buffer.writeInteger(FrameType.gossip.rawValue)
             buffer.writeNodeID(gossip.from)
             buffer.writeInteger(UInt32(gossip.members.count))
-            for member in gossip.members {
+            for (member, heartbeat) in zip(gossip.members, gossip.heartbeats) {
                 buffer.writeNodeID(member.id)
+                buffer.writeInteger(heartbeat)
                 buffer.writeFrameString(member.address.host)
                 buffer.writeInteger(UInt16(clamping: member.address.port))
                 buffer.writeInteger(member.roles.rawValue)
@@ -151,11 +153,14 @@ extension Frame {
         case .gossip:
             let from = try body.readNodeID()
             guard let count: UInt32 = body.readInteger() else { throw .truncated("member count") }
-            // Each member takes at least 17 bytes: a count beyond that is a lie, not an allocation.
-            guard Int(count) <= body.readableBytes / 17 else { throw FrameError(message: "gossip claims \(count) members") }
+            // Each member takes at least 25 bytes: a count beyond that is a lie, not an allocation.
+            guard Int(count) <= body.readableBytes / 25 else { throw FrameError(message: "gossip claims \(count) members") }
             var members: [Member] = []
+            var heartbeats: [UInt64] = []
             for _ in 0..<count {
                 let id = try body.readNodeID()
+                guard let heartbeat: UInt64 = body.readInteger() else { throw .truncated("member heartbeat") }
+                heartbeats.append(heartbeat)
                 let host = try body.readFrameString("member host")
                 guard let port: UInt16 = body.readInteger(), let roles: UInt8 = body.readInteger(),
                     let statusCode: UInt8 = body.readInteger()
@@ -165,7 +170,7 @@ extension Frame {
                 }
                 members.append(Member(id: id, address: NodeAddress(host: host, port: Int(port)), roles: NodeRoles(rawValue: roles), status: status))
             }
-            self = .message(.gossip(Gossip(from: from, members: members)))
+            self = .message(.gossip(Gossip(from: from, members: members, heartbeats: heartbeats)))
         }
         guard body.readableBytes == 0 else {
             throw FrameError(message: "\(body.readableBytes) unexpected bytes after a \(type) frame")

@@ -37,7 +37,7 @@ struct ParleySimulate: AsyncParsableCommand {
     var scale = false
     @Option(help: "--scale: keys placed on the ring.") var keys = 10_000_000
     @Option(help: "--scale: workers on the ring, comma-separated.") var ringWorkers = "10,100,1000"
-    @Option(help: "--scale: nodes gossiping, comma-separated.") var gossipNodes = "10,30,100"
+    @Option(help: "--scale: nodes gossiping, comma-separated.") var gossipNodes = "10,100,1000"
     @Flag(help: "For each guard, run without it from seed --first until a seed fails (at most --seeds): every guard must be caught. With --cluster, the nodes' guards.")
     var checkGuards = false
     @Flag(help: "Run the whole-cluster simulation (real actors over a simulated network and clock) for --seed or --seeds.")
@@ -194,12 +194,16 @@ struct ParleySimulate: AsyncParsableCommand {
                 + "a join moves \(percent(figures.joinMoved)) of the keys (ideal \(percent(figures.joinIdeal)))\(figures.joinOnlyToNew ? ", all to the new worker" : ", SOME BETWEEN OLD WORKERS"); "
                 + "a leave moves \(percent(figures.leaveMoved)) (ideal \(percent(figures.leaveIdeal)))\(figures.leaveOnlyFromDeparted ? ", all the departed worker's" : ", SOME NOT THE DEPARTED WORKER'S")")
         }
-        print("gossip: every node to every peer each heartbeat (\(MembershipSettings().heartbeatInterval)); down after \(MembershipSettings().downAfter) of silence")
+        let membership = MembershipSettings.default
+        print("gossip: each node to \(membership.gossipPeersPerRound) peers in turn each heartbeat (\(membership.heartbeatInterval)), "
+            + "suspect after \(membership.suspectAfter) and down after \(membership.downAfter) without a rising heartbeat")
         for nodes in gossipNodes.split(separator: ",").compactMap({ Int($0) }) {
-            let figures = ScaleSimulation.gossip(nodes: nodes)
+            let figures = ScaleSimulation.gossip(nodes: nodes, settings: membership)
             func text(_ duration: Duration?) -> String { duration.map { "\($0)" } ?? "not within 30 s" }
             print("  \(nodes) nodes: a join seen by all after \(text(figures.join)), a crash after \(text(figures.crash)), "
-                + "a 5 s partition healed after \(text(figures.partitionHeal)); each node sends \(Int(figures.messagesPerNodePerSecond)) messages/s of \(figures.membersPerMessage) members")
+                + "a 5 s partition healed after \(text(figures.partitionHeal)); quiet for 10 s, each node sends "
+                + "\(Int(figures.messagesPerNodePerSecond.rounded())) messages/s of \(Int(figures.entriesPerNodePerSecond.rounded())) member entries, "
+                + "and \(figures.falseSuspicions) suspicions and \(figures.falseDowns) downs of running nodes")
         }
     }
 

@@ -4,7 +4,7 @@ import ParleyTestKit
 import Testing
 
 @Suite struct MembershipStateMachineTests {
-    typealias Machine = MembershipStateMachine<ContinuousClock.Instant>
+    typealias Machine = MembershipStateMachine
     static let settings = MembershipSettings(
         heartbeatInterval: .milliseconds(100), suspectAfter: .milliseconds(1000), downAfter: .milliseconds(2000),
         formClusterAfter: .milliseconds(1500))
@@ -120,8 +120,8 @@ import Testing
         var leaver = Self.upMachine("b", peers: [Self.member("a")], time: time)
         var stayer = Self.upMachine("a", peers: [Self.member("b")], time: time)
         let directives = leaver.leave()
-        guard case .gossip(let gossip)? = directives.first else {
-            Issue.record("leave must gossip")
+        guard case .gossip(let gossip, to: .everyone)? = directives.first else {
+            Issue.record("leave must gossip to everyone")
             return
         }
         #expect(gossip.members.first { $0.name == "b" }?.status == .left)
@@ -200,10 +200,74 @@ import Testing
     @Test func gossipFromAnEndedIncarnationIsIgnoredButForWhatItSaysAboutUs() {
         let time = ManualTime()
         var machine = Self.upMachine("a", peers: [Self.member("b", 1, .down), Self.member("c")], time: time)
-        let stale = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("b"), Self.member("c", 1, .down)])
-        #expect(Self.events(machine.gossipReceived(stale, now: time.now)) == [])
+        let stale = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("b"), Self.member("c", 1, .down)], heartbeats: [50, 50])
+        let answer = machine.gossipReceived(stale, now: time.now)
+        #expect(Self.events(answer) == [])
         #expect(machine.member(named: "c")?.status == .up)
+        // The ended node is told so directly: nobody picks it for a round any more.
+        guard case .gossip(let told, to: .peers(["b"]))? = answer.first else {
+            Issue.record("an ended incarnation's gossip is answered to it alone, got \(answer)")
+            return
+        }
+        #expect(told.members.first { $0.name == "b" }?.status == .down)
         let verdict = Gossip(from: NodeID(name: "b", incarnation: 1), members: [Self.member("a", 1, .down)])
         #expect(Self.events(machine.gossipReceived(verdict, now: time.now)) == ["selfDowned"])
+    }
+
+    @Test func aHeartbeatRelayedByAnotherPeerKeepsAPeerAliveAndAStaleOneDoesNot() {
+        var time = ManualTime()
+        var machine = Self.upMachine("a", peers: [Self.member("b"), Self.member("c")], time: time)
+        // a hears only c; c relays b's count, rising each heartbeat.
+        var relayed: [String] = []
+        for count in UInt64(1)...30 {
+            relayed += Self.events(machine.tick(now: time.advance(by: .milliseconds(100))))
+            let gossip = Gossip(from: NodeID(name: "c", incarnation: 1), members: [Self.member("c"), Self.member("b")], heartbeats: [count, count])
+            relayed += Self.events(machine.gossipReceived(gossip, now: time.now))
+        }
+        #expect(relayed == [], "b's count rose through c: b is alive")
+        // c goes on, but b's count stops rising: b is silent however often c speaks.
+        var stalled: [String] = []
+        for count in UInt64(31)...60 {
+            stalled += Self.events(machine.tick(now: time.advance(by: .milliseconds(100))))
+            let gossip = Gossip(from: NodeID(name: "c", incarnation: 1), members: [Self.member("c"), Self.member("b")], heartbeats: [count, 30])
+            stalled += Self.events(machine.gossipReceived(gossip, now: time.now))
+        }
+        #expect(stalled == ["suspected b", "down b"])
+    }
+
+    @Test func eachRoundGossipsToTheNextFewPeersInTurn() {
+        var settings = Self.settings
+        settings.gossipPeersPerRound = 2
+        let time = ManualTime()
+        var machine = Machine(me: Self.member("a", 1, .joining), seeds: [], settings: settings, now: time.now)
+        _ = machine.tick(now: time.now)
+        let names = ["b", "c", "d", "e", "f"]
+        _ = machine.gossipReceived(Gossip(from: NodeID(name: "seedless", incarnation: 0), members: names.map { Self.member($0) }), now: time.now)
+        var rounds: [[String]] = []
+        for directive in (0..<6).flatMap({ _ in machine.tick(now: time.now) }) {
+            guard case .gossip(_, to: let recipients) = directive else { continue }
+            guard case .peers(let peers) = recipients else {
+                Issue.record("5 peers, 2 a round: not everyone")
+                return
+            }
+            rounds.append(peers)
+        }
+        #expect(rounds.count == 6)
+        #expect(rounds.allSatisfy { $0.count == 2 && Set($0).count == 2 })
+        // Taken in turn: any 3 rounds running cover all 5 peers.
+        for start in 0...3 {
+            #expect(Set(rounds[start..<start + 3].joined()) == Set(names), "rounds \(start)…\(start + 2): \(rounds)")
+        }
+    }
+
+    @Test func aNodeWithNoMorePeersThanARoundTakesGossipsToEveryone() {
+        var settings = Self.settings
+        settings.gossipPeersPerRound = 2
+        let time = ManualTime()
+        var machine = Machine(me: Self.member("a", 1, .joining), seeds: [], settings: settings, now: time.now)
+        _ = machine.tick(now: time.now)
+        _ = machine.gossipReceived(Gossip(from: NodeID(name: "seedless", incarnation: 0), members: [Self.member("b"), Self.member("c")]), now: time.now)
+        let directives = machine.tick(now: time.now)
+        #expect(directives.contains(.gossip(machine.gossip, to: .everyone)))
     }
 }

@@ -28,7 +28,7 @@ import Testing
         .message(.gossip(Gossip(from: identity.id, members: [
             Member(id: identity.id, address: identity.address, roles: identity.roles, status: .up),
             Member(id: NodeID(name: "worker-2", incarnation: 7), address: NodeAddress(host: "::1", port: 7002), roles: .worker, status: .down),
-        ]))),
+        ], heartbeats: [41, .max]))),
     ]
 
     static func stream(_ frames: [Frame]) -> ByteBuffer {
