@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The simulations in CI (Scripts/simulate, release build): a thousand seeds of the delivery core
 # must pass, each guard of the contract, removed, must be caught by one of the first three
-# hundred, and three hundred seeds of the whole-cluster simulation must pass.
+# hundred, three hundred seeds of the whole-cluster simulation must pass, and each guard removed
+# from its nodes must be caught by one of its first hundred.
 #
 #   Scripts/tests/simulate.sh   (PARLEY_SIMULATE_SEEDS=N: delivery seeds, default 1000;
 #                                PARLEY_CLUSTER_SIMULATE_SEEDS=N: cluster seeds, default 300)
@@ -31,6 +32,12 @@ else
     tail -n 2 "$WORK/cluster.txt"
 fi
 # The same seed is the same run: two runs of one seed leave the same trace, line for line.
+if "$ROOT/Scripts/simulate" --cluster --check-guards --seeds 100 >"$WORK/cluster-guards.txt" 2>&1; then
+    pass "each guard removed from the nodes is caught: $(grep -o 'without [a-z-]*: caught by seed [0-9]*' "$WORK/cluster-guards.txt" | sed 's/without //; s/: caught by seed /@/' | tr '\n' ' ')"
+else
+    fail "a guard removed from the nodes was not caught by the whole-cluster simulation:"
+    cat "$WORK/cluster-guards.txt"
+fi
 "$ROOT/Scripts/simulate" --cluster --seed 7 --trace >"$WORK/trace-1.txt" 2>&1 || true
 "$ROOT/Scripts/simulate" --cluster --seed 7 --trace >"$WORK/trace-2.txt" 2>&1 || true
 if [ "$(wc -l <"$WORK/trace-1.txt")" -gt 100 ] && cmp -s "$WORK/trace-1.txt" "$WORK/trace-2.txt"; then

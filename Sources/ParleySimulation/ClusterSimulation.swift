@@ -10,13 +10,14 @@ import Synchronization
 /// (conversations, users, presence shards, group commit) over one in-memory store, and gateways
 /// with their real inboxes, each client stream kept by the real ``EventStreamStateMachine`` — all
 /// on one ``SteppedClock`` over a ``SimulatedNetwork``. Clients register streams, resume them from
-/// the store, and send with retries under one `clientMessageId` each, while workers and gateways
-/// are killed and restarted as new incarnations, links are cut and nodes paused.
+/// the store, and send with retries under one `clientMessageId` each — or give up after a failed
+/// try, as an app that is closed does, leaving a message that may or may not be committed — while
+/// workers and gateways are killed and restarted as new incarnations, links are cut and nodes paused.
 ///
 /// After a stretch with faults comes a quiet one (every node back, no new sends). The run fails if
 /// a stream wrote a message out of order, twice or past a gap; if an acknowledged message is not
 /// stored exactly once with the seq its sender was given, or a conversation's seqs have a gap;
-/// if a send was never acknowledged; or if at the end a client's open stream lacks a committed
+/// if a send not given up was never acknowledged; or if at the end a client's open stream lacks a committed
 /// message of one of its conversations.
 ///
 /// The seed fixes the conversations, what is sent when and by whom, and every fault and its time.
@@ -38,6 +39,10 @@ public final class ClusterSimulation: Sendable {
         public var faultsPerMinute = 12.0
         /// Kill every worker, one after another (1.5–3.5 s apart), once in the run.
         public var burst = true
+        /// Once, in the active stretch's last 1.5 s, a conversation's last message of the run: its
+        /// owner stops dead as the commit lands (and is then killed) and its sender gives up, as a
+        /// closed app does. Only the next owner's recovery brings that message to the streams.
+        public var lastWords = true
         /// Chance that a commit's answer is lost after it committed (its appends fail without
         /// saying whether they committed; their senders retry).
         public var lostAnswerRate = 0.02
@@ -79,6 +84,7 @@ public final class ClusterSimulation: Sendable {
         case cut(String, String, Duration)
         case pause(String, Duration)
         case breakStream(Int)
+        case lastWords
 
         var description: String {
             switch self {
@@ -86,6 +92,7 @@ public final class ClusterSimulation: Sendable {
             case .cut(let a, let b, let length): "cut \(a) – \(b) for \(length)"
             case .pause(let node, let length): "pause \(node) for \(length)"
             case .breakStream(let user): "break user \(user)'s stream"
+            case .lastWords: "a conversation's last message, its owner dying as it commits"
             }
         }
     }
@@ -121,6 +128,13 @@ public final class ClusterSimulation: Sendable {
         var retryAt: ContinuousClock.Instant?
         var inFlight = false
         var attempts = 0
+        /// Not tried again after a failure.
+        var once = false
+    }
+
+    /// The last words' message, the node thought to own it, and whether its commit landed.
+    final class LastWords: Sendable {
+        let state = Mutex<(clientMessageId: String, owner: String, committed: Bool)?>(nil)
     }
 
     struct State {
@@ -136,6 +150,9 @@ public final class ClusterSimulation: Sendable {
         var written = 0
         var streamsEnded = 0
         var retries = 0
+        var abandoned = 0
+        /// Conversations no one sends to any more.
+        var silenced: Set<ConversationID> = []
     }
 
     public let seed: UInt64
@@ -143,6 +160,7 @@ public final class ClusterSimulation: Sendable {
     let clock = SteppedClock()
     let network: SimulatedNetwork
     let store: InMemoryChatStore
+    let lastWords = LastWords()
     let random: ClusterRandomness
     let state = Mutex(State())
     let logger: Logger
@@ -158,10 +176,20 @@ public final class ClusterSimulation: Sendable {
         self.options = options
         self.settle = settle
         self.random = ClusterRandomness(SeededRandom(seed: seed))
-        self.network = SimulatedNetwork(clock: clock)
+        let network = SimulatedNetwork(clock: clock)
+        self.network = network
         let losses = ClusterRandomness(SeededRandom(seed: seed &+ 0x5EED))
         let rate = options.lostAnswerRate
-        self.store = InMemoryChatStore(losesAnswer: { _ in Double(losses.next() % 1_000_000) / 1e6 < rate })
+        let lastWords = self.lastWords
+        self.store = InMemoryChatStore(losesAnswer: { appends in
+            lastWords.state.withLock { words in
+                guard let id = words?.clientMessageId, appends.contains(where: { $0.clientMessageId == id }) else { return }
+                // The owner stops dead as the commit lands: nothing it would send after it leaves.
+                if let owner = words?.owner { network.pause(owner) }
+                words?.committed = true
+            }
+            return Double(losses.next() % 1_000_000) / 1e6 < rate
+        })
         var logger = Logger(label: "parley.simulation")
         // The nodes' own logs, for finding out why a seed failed: PARLEY_SIMULATION_LOG=debug.
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_SIMULATION_LOG"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
@@ -177,7 +205,7 @@ public final class ClusterSimulation: Sendable {
         let acknowledged = state.withLock { $0.acknowledged.count }
         return state.withLock { state in
             "\(state.failures.isEmpty ? "passed" : "FAILED (\(state.failures.count))"): \(acknowledged) sends acknowledged "
-                + "(\(state.retries) retried), \(state.written) messages written to streams, \(state.streamsEnded) streams ended on a gap"
+                + "(\(state.retries) retried, \(state.abandoned) given up), \(state.written) messages written to streams, \(state.streamsEnded) streams ended on a gap"
         }
     }
 
@@ -219,6 +247,14 @@ public final class ClusterSimulation: Sendable {
         while elapsed < end {
             clock.advance(by: options.step)
             try await settle()
+            if let owner = lastWords.state.withLock({ words -> String? in
+                guard let owner = words?.owner, words?.committed == true else { return nil }
+                words = nil
+                return owner
+            }) {
+                note("\(owner) dies as the last words commit")
+                await inject(.kill(owner))
+            }
             while nextFault < faults.count, faults[nextFault].at <= elapsed {
                 await inject(faults[nextFault].fault)
                 nextFault += 1
@@ -364,6 +400,9 @@ public final class ClusterSimulation: Sendable {
                 at += .milliseconds(random.int(in: 1_500..<3_500))
             }
         }
+        if options.lastWords {
+            faults.append((options.activeTime - .milliseconds(random.int(in: 500..<1_500)), .lastWords))
+        }
         return faults.sorted { $0.at < $1.at }
     }
 
@@ -402,6 +441,18 @@ public final class ClusterSimulation: Sendable {
             }
         case .breakStream(let user):
             endStream(user, reason: "its connection broke")
+        case .lastWords:
+            let (conversation, members) = state.withLock { $0.conversations[random.int(in: 0..<$0.conversations.count)] }
+            guard let gateway = anyGateway(), let owner = system(gateway)?.owner(of: ConversationActor.id(conversation)) else { return }
+            let sender = members[random.int(in: 0..<members.count)]
+            let clientMessageId = random.uuid().uuidString.lowercased()
+            note("last words in \(conversation) from user \(sender): \(clientMessageId.prefix(8)), owned by \(owner)")
+            state.withLock { state in
+                state.silenced.insert(conversation)
+                state.sends[clientMessageId] = Send(conversation: conversation, sender: sender, clientMessageId: clientMessageId, once: true)
+            }
+            lastWords.state.withLock { $0 = (clientMessageId, owner, false) }
+            attempt(clientMessageId)
         }
     }
 
@@ -577,7 +628,9 @@ public final class ClusterSimulation: Sendable {
         var count = Int(perStep)
         if Double(random.next() % 1_000_000) / 1e6 < perStep - Double(count) { count += 1 }
         for _ in 0..<count {
-            let (conversation, members) = state.withLock { $0.conversations[random.int(in: 0..<$0.conversations.count)] }
+            let open = state.withLock { state in state.conversations.filter { !state.silenced.contains($0.id) } }
+            guard !open.isEmpty else { return }
+            let (conversation, members) = open[random.int(in: 0..<open.count)]
             let sender = members[random.int(in: 0..<members.count)]
             let clientMessageId = random.uuid().uuidString.lowercased()
             state.withLock { $0.sends[clientMessageId] = Send(conversation: conversation, sender: sender, clientMessageId: clientMessageId) }
@@ -621,9 +674,19 @@ public final class ClusterSimulation: Sendable {
                     fail("clientMessageId \(clientMessageId) was acknowledged with seq \(previous.1) and then \(result.message.seq)")
                 }
             } catch {
+                // One failed send in four is not tried again. Its message may be committed all the
+                // same (the answer was lost, the owner died after the commit), and then only the
+                // owners' own repair brings it to the streams: a retry would publish it again.
+                let givesUp = random.int(in: 0..<4) == 0 || send.once
+                if givesUp { note("user \(send.sender) gives up on \(clientMessageId.prefix(8)) in \(send.conversation)") }
                 state.withLock { state in
-                    state.sends[clientMessageId]?.inFlight = false
-                    state.sends[clientMessageId]?.retryAt = clock.now.advanced(by: .milliseconds(500))
+                    if givesUp {
+                        state.sends[clientMessageId] = nil
+                        state.abandoned += 1
+                    } else {
+                        state.sends[clientMessageId]?.inFlight = false
+                        state.sends[clientMessageId]?.retryAt = clock.now.advanced(by: .milliseconds(500))
+                    }
                 }
             }
         }
