@@ -36,7 +36,8 @@ public final class LoopbackCluster: Sendable {
     @discardableResult
     public func start(
         _ name: String, roles: NodeRoles = .worker, seed: NodeAddress? = nil, incarnation: UInt64? = nil,
-        callTimeout: Duration = .seconds(2), transportSettings: TransportSettings = .default
+        callTimeout: Duration = .seconds(2), transportSettings: TransportSettings = .default,
+        membership: MembershipSettings = LoopbackCluster.membership
     ) async throws -> ClusterSystem {
         if !FileManager.default.fileExists(atPath: directory.appendingPathComponent("\(name).pem").path) {
             try ClusterCertificates.issue(node: name, in: directory)
@@ -44,7 +45,7 @@ public final class LoopbackCluster: Sendable {
         let seedAddress = seed ?? firstSeed.withLock { $0 }
         let settings = ClusterSettings(
             name: name, roles: roles, bindAddress: NodeAddress(host: "127.0.0.1", port: 0),
-            seeds: seedAddress.map { [$0] } ?? [], incarnations: WallClockIncarnations.next, incarnation: incarnation, membership: Self.membership, callTimeout: callTimeout)
+            seeds: seedAddress.map { [$0] } ?? [], incarnations: WallClockIncarnations.next, incarnation: incarnation, membership: membership, callTimeout: callTimeout)
         var logger = Logger(label: "test.\(name)")
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_TEST_LOG"] == nil ? .critical : .debug
         let transport = NIOClusterTransport(

@@ -14,7 +14,7 @@ import Testing
     }
 
     /// A machine for node `name` that is already up, knowing `peers` (up, heard at `time.now`).
-    static func upMachine(_ name: String, peers: [Member], time: ManualTime) -> Machine {
+    static func upMachine(_ name: String, peers: [Member], time: ManualTime, settings: MembershipSettings = settings) -> Machine {
         var machine = Machine(me: member(name, 1, .joining), seeds: [], settings: settings, now: time.now)
         _ = machine.tick(now: time.now)
         #expect(machine.me.status == .up)
@@ -239,10 +239,8 @@ import Testing
         var settings = Self.settings
         settings.gossipPeersPerRound = 2
         let time = ManualTime()
-        var machine = Machine(me: Self.member("a", 1, .joining), seeds: [], settings: settings, now: time.now)
-        _ = machine.tick(now: time.now)
         let names = ["b", "c", "d", "e", "f"]
-        _ = machine.gossipReceived(Gossip(from: NodeID(name: "seedless", incarnation: 0), members: names.map { Self.member($0) }), now: time.now)
+        var machine = Self.upMachine("a", peers: names.map { Self.member($0) }, time: time, settings: settings)
         var rounds: [[String]] = []
         for directive in (0..<6).flatMap({ _ in machine.tick(now: time.now) }) {
             guard case .gossip(_, to: let recipients) = directive else { continue }
@@ -260,13 +258,11 @@ import Testing
         }
     }
 
-    @Test func aNodeWithNoMorePeersThanARoundTakesGossipsToEveryone() {
+    @Test func aNodeWithNoMorePeersThanARoundTakesGossipsToAll() {
         var settings = Self.settings
         settings.gossipPeersPerRound = 2
         let time = ManualTime()
-        var machine = Machine(me: Self.member("a", 1, .joining), seeds: [], settings: settings, now: time.now)
-        _ = machine.tick(now: time.now)
-        _ = machine.gossipReceived(Gossip(from: NodeID(name: "seedless", incarnation: 0), members: [Self.member("b"), Self.member("c")]), now: time.now)
+        var machine = Self.upMachine("a", peers: [Self.member("b"), Self.member("c")], time: time, settings: settings)
         let directives = machine.tick(now: time.now)
         #expect(directives.contains(.gossip(machine.gossip, to: .everyone)))
     }

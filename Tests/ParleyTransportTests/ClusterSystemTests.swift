@@ -161,6 +161,29 @@ import Testing
         }
     }
 
+    @Test func withGossipToTwoPeersARoundSixNodesMeetAndFindACrashedOne() async throws {
+        var membership = LoopbackCluster.membership
+        membership.gossipPeersPerRound = 2
+        let cluster = try makeTestCluster()
+        let names = (1...6).map { "node-\($0)" }
+        for name in names { try await cluster.start(name, membership: membership) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(Set(names))
+
+        let victim = cluster["node-4"]
+        cluster.remove("node-4")
+        await victim.stop()
+        let survivors = names.filter { $0 != "node-4" }
+        try await eventually(timeout: .seconds(10), "every survivor marks node-4 down") {
+            survivors.allSatisfy { cluster[$0].members.first { $0.name == "node-4" }?.status == .down }
+        }
+        // Each hears from most peers only through others, and takes none of them for dead.
+        for name in survivors {
+            let others = cluster[name].members.filter { $0.name != "node-4" }
+            #expect(others.map(\.status) == Array(repeating: .up, count: 5), "\(name) sees \(others)")
+        }
+    }
+
     @Test func aGracefulLeaveMovesActorsWithoutWaitingForFailureDetection() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
