@@ -64,25 +64,40 @@ if os.path.exists(report_path):
           f"{report.get('serverCPUMicrosPerRecipientDelivery', 0):.0f} µs; delivery p50 {delivery.get('p50', 0) / 1000:.1f} ms, p99 {delivery.get('p99', 0) / 1000:.1f} ms; "
           f"load generator {report.get('loadGeneratorCores', 0):.2f} cores; verified {report.get('verified')}")
 
+# Each sampled function goes to the first kind whose test it passes.
+KINDS = [
+    ("kernel", lambda dso, sym: dso.startswith("[kernel")),
+    # BoringSSL is linked into the node binary; its C functions keep their own names.
+    ("TLS", lambda dso, sym: "BoringSSL" in sym or "boringssl" in dso
+        or sym.startswith(("aead_", "aes", "gcm", "sha", "ssl_", "SSL_", "tls", "bssl", "x25519", "chacha", "ChaCha", "bn_", "ec_", "EVP_", "CRYPTO_", "BIO_", "ERR_", "OPENSSL_"))),
+    ("SQLite", lambda dso, sym: "sqlite" in dso.lower() or sym.startswith("sqlite3")),
+    ("refcounting", lambda dso, sym: sym.startswith(("swift_retain", "swift_release", "swift_bridgeObjectRe", "swift_unknownObjectRe")) or "RefCounts" in sym or sym == "swift_isUniquelyReferenced_nonNull_native"),
+    ("allocation", lambda dso, sym: sym.split("@")[0] in ("malloc", "_int_malloc", "free", "cfree", "_int_free", "unlink_chunk.constprop.0", "malloc_consolidate", "realloc", "_int_realloc", "posix_memalign", "_mid_memalign", "tcache_init")
+        or sym.startswith(("swift_allocObject", "swift_deallocObject", "swift_slowAlloc", "swift_slowDealloc", "swift_task_alloc", "swift_task_dealloc", "_swift_release_dealloc")) or "StackAllocator" in sym),
+    ("Swift metadata, casts, exclusivity", lambda dso, sym: any(k in sym for k in ("Metadata", "getCache", "ConcurrentReadableHashMap", "tryCast", "dynamicCast", "Conformance", "Witness", "instantiateConcreteType", "GenericRequirements", "GenericParameter", "swift_beginAccess", "swift_endAccess", "AccessSet", "__tls_get_addr"))),
+    ("Swift concurrency", lambda dso, sym: "libswift_Concurrency" in dso or "dispatch" in dso),
+    ("NIO and Hummingbird", lambda dso, sym: any(k in sym for k in ("NIOPosix", "NIOCore", "NIOHTTP", "NIOHPACK", "NIOSSL", "NIOConcurrencyHelpers", "NIOTLS", "NIOExtras", "Hummingbird"))),
+    ("Parley", lambda dso, sym: "Parley" in sym),
+    ("libc string and memory", lambda dso, sym: "libc.so" in dso),
+]
+
 if profile:
-    groups = [("kernel", ("[kernel",)), ("BoringSSL", ("libssl", "libcrypto", "boringssl")), ("SQLite", ("sqlite",)),
-              ("Swift runtime", ("libswiftCore", "libswift_Concurrency", "libFoundation", "libdispatch")), ("libc", ("libc.so", "libm.so", "ld-linux"))]
-    print("  where each node's CPU went (perf samples by library; the node's binary is NIO, Parley and statically linked code):")
+    print("  where each node's CPU went (perf samples, by the kind of function; the rest is the Swift")
+    print("  standard library, Foundation and code inlined across modules):")
     for node in nodes:
-        path = os.path.join(out, f"dso-{rate}-{node}.txt")
+        path = os.path.join(out, f"symbols-{rate}-{node}.txt")
         if not os.path.exists(path):
             continue
         shares = {}
         for line in open(path):
-            line = line.strip()
-            if not line or line.startswith("#") or "%" not in line:
+            parts = line.split(None, 3)
+            if len(parts) < 4 or not parts[0].endswith("%"):
                 continue
-            percent, _, dso = line.partition("%")
             try:
-                value = float(percent)
+                value = float(parts[0].rstrip("%"))
             except ValueError:
                 continue
-            dso = dso.strip()
-            group = next((name for name, keys in groups if any(k in dso for k in keys)), "node binary" if "parley-node" in dso else "other")
-            shares[group] = shares.get(group, 0) + value
-        print(f"    {node:<10} " + ", ".join(f"{name} {value:.0f} %" for name, value in sorted(shares.items(), key=lambda item: -item[1])))
+            dso, sym = parts[1], parts[3].strip()
+            kind = next((name for name, test in KINDS if test(dso, sym)), "rest")
+            shares[kind] = shares.get(kind, 0) + value
+        print(f"    {node:<10} " + ", ".join(f"{name} {value:.0f} %" for name, value in sorted(shares.items(), key=lambda item: -item[1]) if value >= 0.5))
