@@ -18,6 +18,10 @@ import ParleyStore
 /// killed and started again before failure detection noticed keeps its name on the ring, so no
 /// other node sees an owner depart, and its new process holds none of what the old one had not
 /// handed on.
+///
+/// So does a worker that formed a cluster of its own (restarted while every other worker was down,
+/// it met no seed) when it meets the cluster that was there all along and its gateways: what it
+/// published alone went to no stream (cluster simulation seed 677).
 public enum ConversationRecovery {
     /// How far back a departed owner's commits may still be unpublished: failure detection (~2 s)
     /// and the ring change, with room to spare.
@@ -37,6 +41,17 @@ public enum ConversationRecovery {
                     from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now, window: window)
             }
         }
+        system.onMerge { members in
+            let gateways = members.filter { $0.roles.contains(.gateway) }.map(\.id.name)
+            guard !gateways.isEmpty else { return }
+            let ring = system.ring
+            let now = system.clock.wallNow
+            Task {
+                await republishTakenOver(
+                    from: [], joined: true, ring: ring, previous: ring, system: system, store: store, now: now, window: window,
+                    metGateways: gateways)
+            }
+        }
     }
 
     /// The workers whose conversations this node takes over: those that left the ring — unless
@@ -52,12 +67,14 @@ public enum ConversationRecovery {
 
     /// Has the conversations this node took over from `departed` (owned by one of them on
     /// `previous`, by this node on `ring`) — or, when this node has just `joined` the ring, every
-    /// conversation it owns — publish their messages of the last ``window`` again; returns how
-    /// many messages went out again.
+    /// conversation it owns; or, when it met the `metGateways` of a cluster it had formed apart
+    /// from (and so owned every conversation alone), every recently active conversation, through
+    /// whichever node owns it now — publish their messages of the last ``window`` again; returns
+    /// how many messages went out again.
     @discardableResult
     static func republishTakenOver(
         from departed: Set<String>, joined: Bool = false, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date,
-        window: Duration = ConversationRecovery.window
+        window: Duration = ConversationRecovery.window, metGateways: [String]? = nil
     ) async -> Int {
         guard window > .zero else { return 0 }
         let since = now.addingTimeInterval(-Double(window.components.seconds))
@@ -72,8 +89,10 @@ public enum ConversationRecovery {
         var messages = 0
         for conversation in candidates {
             let key = ConversationActor.id(conversation).placementKey
-            guard ring.owner(of: key) == system.settings.name else { continue }
-            guard joined || previous.owner(of: key).map(departed.contains) == true else { continue }
+            if metGateways == nil {
+                guard ring.owner(of: key) == system.settings.name else { continue }
+                guard joined || previous.owner(of: key).map(departed.contains) == true else { continue }
+            }
             do {
                 messages += try await ConversationActor.resolve(conversation, using: system).republishRecent(since: since)
                 conversations += 1
@@ -81,7 +100,11 @@ public enum ConversationRecovery {
                 system.logger.warning("cannot republish the recent messages of \(conversation): \(error)")
             }
         }
-        if conversations > 0 {
+        if conversations > 0, let metGateways {
+            system.logger.info("republished recent messages: this node formed a cluster alone and met the gateways of the one that was there", metadata: [
+                "gateways": "\(metGateways)", "conversations": "\(conversations)", "messages": "\(messages)",
+            ])
+        } else if conversations > 0 {
             system.logger.info("republished recent messages of conversations taken over", metadata: [
                 "ring.departed": "\(departed.sorted())", "joined": "\(joined)", "conversations": "\(conversations)", "messages": "\(messages)",
             ])

@@ -27,6 +27,8 @@ public struct DirectoryCacheState: Sendable {
     private var entries: [UserID: Entry] = [:]
     /// When each user was last forgotten, for one lease.
     private var forgottenAt: [UserID: Instant] = [:]
+    /// When everything was last forgotten.
+    private var allForgottenAt: Instant?
 
     public init(lease: Duration, capacity: Int = 200_000) {
         self.lease = lease
@@ -56,6 +58,7 @@ public struct DirectoryCacheState: Sendable {
         }
         for user in users {
             if let forgotten = forgottenAt[user], askedAt <= forgotten { continue }
+            if let allForgottenAt, askedAt <= allForgottenAt { continue }
             entries[user] = Entry(gateways: answer[user] ?? [], leaseEnd: askedAt.advanced(by: lease))
         }
     }
@@ -67,6 +70,15 @@ public struct DirectoryCacheState: Sendable {
             entries[user] = nil
             forgottenAt[user] = now
         }
+    }
+
+    /// This node rejoined as a new incarnation: the shards that recorded it as holding answers
+    /// were its own actors or know it by its old incarnation, so no one would tell it to forget,
+    /// and the answers came from a view of the cluster that was declared wrong.
+    public mutating func forgetAll(now: Instant) {
+        entries.removeAll()
+        forgottenAt.removeAll()
+        allForgottenAt = now
     }
 
     /// Users remembered (for tests).
@@ -94,6 +106,19 @@ public final class GatewayDirectory: Sendable {
             DirectoryCache(directory: self, actorSystem: system)
         }
         self.actor.withLock { $0 = actor }
+        // A node declared down may have answered itself from shards that took live gateways for
+        // dead (a node whose network stalled downs the peers it has not heard from yet when the
+        // first one comes back): after it rejoins, those answers would hand a message to no
+        // stream of a user whose gateway they left out (cluster simulation seed 895).
+        system.onRejoin { [weak self] _ in
+            guard let self else { return }
+            state.withLock { $0.forgetAll(now: self.system.clock.now) }
+        }
+        // Answers given while this node was alone in a cluster of its own left every stream out.
+        system.onMerge { [weak self] members in
+            guard let self, members.contains(where: { $0.roles.contains(.gateway) }) else { return }
+            state.withLock { $0.forgetAll(now: self.system.clock.now) }
+        }
     }
 
     /// The gateways holding streams of each of `members`.

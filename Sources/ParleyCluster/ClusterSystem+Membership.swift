@@ -36,6 +36,9 @@ extension ClusterSystem {
     /// Carries out membership directives: gossip goes out, changes are logged, the ring is rebuilt.
     func perform(_ directives: [MembershipDirective]) {
         var membershipChanged = false
+        // Every member one gossip brings to a node alone in its own cluster is part of the merge.
+        let wasAlone = state.withLock { $0.aloneInFormedCluster }
+        var merged: [Member] = []
         for directive in directives {
             switch directive {
             case .gossip(let gossip, to: .everyone):
@@ -44,6 +47,7 @@ extension ClusterSystem {
                 for name in names { try? transport.sendWithoutWaiting(.gossip(gossip), to: name) }
             case .selfUp(let formed):
                 membershipChanged = true
+                if formed { state.withLock { $0.aloneInFormedCluster = $0.membership.livePeers.isEmpty } }
                 logger.info(
                     formed ? "formed the cluster: no up member answered within \(settings.membership.formClusterAfter)" : "joined the cluster",
                     metadata: ["member.status": "up"])
@@ -57,6 +61,8 @@ extension ClusterSystem {
             case .memberJoined(let member):
                 membershipChanged = true
                 logger.info("member joined", metadata: ["member": "\(member)"])
+                if wasAlone && member.status == .up { merged.append(member) }
+                state.withLock { $0.aloneInFormedCluster = false }
             case .memberUp(let member):
                 membershipChanged = true
                 logger.info("member up", metadata: ["member": "\(member)"])
@@ -80,6 +86,10 @@ extension ClusterSystem {
             }
         }
         if membershipChanged { updateRing() }
+        if !merged.isEmpty {
+            logger.warning("this node formed a cluster alone and met one that was there all along", metadata: ["members.met": "\(merged.map(\.id))"])
+            for handler in state.withLock({ $0.mergeHandlers }) { handler(merged) }
+        }
     }
 
     /// Rebuilds the ring when the set of `up` workers changed, and lets go of actors it moved away.

@@ -37,6 +37,21 @@ import Testing
         cache.remember([Self.ann: ["gateway-2"]], for: [Self.ann], askedAt: time.now, now: time.now)
         #expect(cache.lookup([Self.ann], now: time.now).known == [Self.ann: ["gateway-2"]], "a question asked after it")
     }
+
+    /// After a rejoin, or on learning of a gateway already up, every answer goes, and so does an
+    /// answer to a question asked before.
+    @Test func forgettingEverythingDropsEveryAnswerAndRefusesOlderOnes() {
+        var time = ManualTime()
+        var cache = DirectoryCacheState(lease: .seconds(3))
+        cache.remember([Self.ann: ["gateway-1"]], for: [Self.ann, Self.ben], askedAt: time.now, now: time.now)
+        let inFlight = time.advance(by: .milliseconds(100))
+        cache.forgetAll(now: time.advance(by: .milliseconds(100)))
+        #expect(cache.lookup([Self.ann, Self.ben], now: time.now).missing == [Self.ann, Self.ben])
+        cache.remember([:], for: [Self.ben], askedAt: inFlight, now: time.now)
+        #expect(cache.lookup([Self.ben], now: time.now).missing == [Self.ben], "the answer asked for before")
+        cache.remember([Self.ben: ["gateway-2"]], for: [Self.ben], askedAt: time.advance(by: .milliseconds(1)), now: time.now)
+        #expect(cache.lookup([Self.ben], now: time.now).known == [Self.ben: ["gateway-2"]], "a question asked after it")
+    }
 }
 
 @Suite struct DirectoryInvalidationTests {

@@ -184,6 +184,21 @@ import Testing
         }
     }
 
+    @Test func nodesThatFormAndJoinAClusterHearOfNoMerge() async throws {
+        let merged = Mutex<[String]>([])
+        let cluster = try LoopbackCluster { system, _ in
+            let name = system.settings.name
+            system.onMerge { members in merged.withLock { $0.append("\(name) met \(members.map(\.name))") } }
+        }
+        defer { Task { await cluster.stopAll() } }
+        for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
+        try await cluster.waitForUp(["node-a", "node-b", "node-c"])
+        try await cluster.start("node-d")
+        try await cluster.waitForUp(["node-a", "node-b", "node-c", "node-d"])
+        // node-b and node-c hear of node-d only once it is up: that is no merge.
+        #expect(merged.withLock { $0 }.isEmpty)
+    }
+
     @Test func aGracefulLeaveMovesActorsWithoutWaitingForFailureDetection() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name) }
