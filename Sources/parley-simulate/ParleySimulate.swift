@@ -22,7 +22,8 @@ struct ParleySimulate: AsyncParsableCommand {
 
             With --cluster, whole nodes instead: workers running the real chat actors over one in-memory store and \
             gateways with their real inboxes, on one stepped clock over a simulated network, with clients that send \
-            with retries and resume their streams while nodes are killed and restarted, links cut and nodes paused. \
+            with retries (or give up, as a closed app does) and resume their streams while nodes are killed and \
+            restarted, links cut and nodes paused, and a conversation's last message dies with its owner as it commits. \
             The nodes' tasks run one at a time on one thread (Swift's global executor replaced), so with \
             SWIFT_DETERMINISTIC_HASHING=1 (Scripts/simulate sets it) the same seed is the same run.
             """)
