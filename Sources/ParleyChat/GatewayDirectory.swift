@@ -110,15 +110,13 @@ public final class GatewayDirectory: Sendable {
         // dead (a node whose network stalled downs the peers it has not heard from yet when the
         // first one comes back): after it rejoins, those answers would hand a message to no
         // stream of a user whose gateway they left out (cluster simulation seed 895).
-        system.onRejoin { [weak self] _ in
-            guard let self else { return }
-            state.withLock { $0.forgetAll(now: self.system.clock.now) }
-        }
+        system.onRejoin { [weak self] _ in self?.forgetAll() }
         // Answers given while this node was alone in a cluster of its own left every stream out.
-        system.onMerge { [weak self] members in
-            guard let self, members.contains(where: { $0.roles.contains(.gateway) }) else { return }
-            state.withLock { $0.forgetAll(now: self.system.clock.now) }
-        }
+        system.onMerge { [weak self] _ in self?.forgetAll() }
+    }
+
+    private func forgetAll() {
+        state.withLock { $0.forgetAll(now: system.clock.now) }
     }
 
     /// The gateways holding streams of each of `members`.

@@ -338,8 +338,9 @@ extension MembershipStateMachine.PeerEntry {
     /// Alive at `now`: restarts the silence; true when that lifts a suspicion.
     mutating func heard(at now: MembershipStateMachine.Instant) -> Bool {
         lastHeard = now
-        defer { suspectedSince = nil }
-        return suspectedSince != nil
+        let wasSuspected = suspectedSince != nil
+        suspectedSince = nil
+        return wasSuspected
     }
 
     var viewMember: Member {

@@ -4,7 +4,9 @@ import NIOCore
 import NIOEmbedded
 import NIOHTTPTypes
 import ParleyChat
+import ParleyCluster
 import ParleyModel
+import ParleySimulation
 import Synchronization
 import Testing
 @testable import ParleyGateway
@@ -34,13 +36,13 @@ import Testing
 
         init(
             pingTicks: Int = 15, pingOffset: Int = 0, unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax,
-            gapMax: Duration = LiveEventStream.gapMax
+            gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock = ContinuousClock()
         ) async throws {
             // Active, as a client's stream is.
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).get()
             stream = LiveEventStream(
                 user: "u_b", sink: ChannelEventSink(channel), cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
-                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, gapMax: gapMax, logger: Logger(label: "test"))
+                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, gapMax: gapMax, clock: clock, logger: Logger(label: "test"))
         }
 
         /// Every event written so far: (event name, the message's seq if any).
@@ -143,13 +145,15 @@ import Testing
     /// last seq), so a gap not filled in time (`gapMax`) ends the stream: the client resumes by
     /// cursor and the replay has the missing messages.
     @Test func aGapNotFilledInTimeEndsTheStream() async throws {
-        let harness = try await Harness(gapMax: .milliseconds(50))
+        // A stepped clock: on two loaded cores, 50 real ms could pass before the first tick.
+        let clock = SteppedClock()
+        let harness = try await Harness(gapMax: .milliseconds(50), clock: clock)
         harness.stream.start(replay: [.message(Self.message(1))])
         await harness.deliver(.message(Self.message(5)), .message(Self.message(6)), .message(Self.message(2)))
         let stream = harness.stream
         await harness.run { stream.tick() }
         #expect(harness.channel.isActive, "not before gapMax")
-        try await Task.sleep(for: .milliseconds(60))
+        clock.advance(by: .milliseconds(60))
         await harness.run { stream.tick() }
         try await harness.stream.ended.get()
         #expect(try await harness.written().map(\.1) == [1, nil, 2])
