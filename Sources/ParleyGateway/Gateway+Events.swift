@@ -73,7 +73,14 @@ extension Gateway {
         }
         logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "resumed": "\(cursor != nil)"])
         let body = ResponseBody { [self] bodyWriter in
-            if await replay(from: firstPage, to: stream) { stream.start() }
+            // A replay runs in a child task, whose memory (the calls that read its pages) is
+            // freed when it ends: this task lasts as long as the stream and would keep it.
+            var replayed = true
+            if let firstPage {
+                async let pages = replay(from: firstPage, to: stream)
+                replayed = await pages
+            }
+            if replayed { stream.start() }
             try? await stream.ended.get()
             try? await bodyWriter.finish(nil)
         }
@@ -90,8 +97,8 @@ extension Gateway {
     /// Writes a resume's replay into `stream` page by page, each page once the client took the
     /// last; false when the stream ended meanwhile, or was ended because the next page could
     /// not be read (the client resumes by cursor again).
-    func replay(from first: ReplayPage?, to stream: LiveEventStream) async -> Bool {
-        var page = first
+    func replay(from first: ReplayPage, to stream: LiveEventStream) async -> Bool {
+        var page: ReplayPage? = first
         var pages = 0
         while let current = page {
             stream.replay(current.events)

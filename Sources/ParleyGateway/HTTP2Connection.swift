@@ -52,6 +52,8 @@ struct GatewayChildChannel: ServerChildChannel {
         }
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+            // Whichever protocol follows, its decoder keeps a copy of a read, not NIOSSL's buffer.
+            try channel.pipeline.syncOperations.addHandler(ReadCompactor())
             let requestTimeout = http2.requestTimeout
             let negotiation = NIOTypedApplicationProtocolNegotiationHandler<Negotiated> { [http1, http2] result in
                 switch result {
@@ -147,15 +149,30 @@ struct HTTP2Responder: Sendable {
                 // Head, body and end in one flush.
                 try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: headers, collects: true))
             } else {
-                // A stream: the head now; the body as it comes (an event stream writes its own).
+                // A stream: the head now; the body as it comes (an event stream writes its own),
+                // from a task of its own. This one ends here, and with it what the router's calls
+                // took: a task keeps the most memory it ever held until it ends, and an event
+                // stream's request task lives as long as its client stays.
                 sink.send(headers: headers, data: [], end: false)
-                try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: nil, collects: false))
+                let logger = logger
+                let writing = Task(executorPreference: sink.executor) {
+                    do {
+                        try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: nil, collects: false))
+                    } catch {
+                        Self.bodyFailed(error, on: sink, logger: logger)
+                    }
+                }
+                sink.loop.execute { sink.handOver(to: writing) }
             }
         } catch {
-            // A body that failed half-way cannot be finished: the stream is reset.
-            logger.debug("response body failed", metadata: ["error": "\(error)"])
-            sink.loop.execute { sink.close() }
+            Self.bodyFailed(error, on: sink, logger: logger)
         }
+    }
+
+    /// A body that failed half-way cannot be finished: the stream is reset.
+    private static func bodyFailed(_ error: any Error, on sink: HTTP2StreamSink, logger: Logger) {
+        logger.debug("response body failed", metadata: ["error": "\(error)"])
+        sink.loop.execute { sink.close() }
     }
 }
 
@@ -368,7 +385,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     private func dispatch(_ id: HTTP2StreamID, _ incoming: Incoming, context: ChannelHandlerContext) {
-        let sink = HTTP2StreamSink(id, connection: self, loop: context.eventLoop)
+        let sink = HTTP2StreamSink(id, connection: self, loop: context.eventLoop, executor: taskExecutor)
         responding[id] = sink
         let responder = self.responder
         let channel = context.channel
@@ -560,15 +577,26 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     private let connection: HTTP2Connection
     let loop: any EventLoop
     private let closedPromise: EventLoopPromise<Void>
-    /// The task answering the request: cancelled when the client resets the stream or the
-    /// connection goes. Set and read on `loop`.
+    /// Where the tasks that answer on this stream run: the connection's event loop.
+    fileprivate let executor: EventLoopTaskExecutor?
+    /// The task answering the request, then the one writing a streamed body: cancelled when the
+    /// client resets the stream or the connection goes. Set and read on `loop`.
     fileprivate var task: Task<Void, Never>?
+    /// Set on `loop` when the stream is over.
+    private var hasEnded = false
 
-    fileprivate init(_ id: HTTP2StreamID, connection: HTTP2Connection, loop: any EventLoop) {
+    fileprivate init(_ id: HTTP2StreamID, connection: HTTP2Connection, loop: any EventLoop, executor: EventLoopTaskExecutor?) {
         self.id = id
         self.connection = connection
         self.loop = loop
+        self.executor = executor
         self.closedPromise = loop.makePromise()
+    }
+
+    /// On `loop`: `writer` writes the body from now on; if the stream is over already, it stops.
+    fileprivate func handOver(to writer: Task<Void, Never>) {
+        task = writer
+        if hasEnded { writer.cancel() }
     }
 
     private var onLoop: HTTP2Connection {
@@ -590,7 +618,10 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     var closed: EventLoopFuture<Void> { closedPromise.futureResult }
 
     /// The stream is over (response ended, reset, connection gone).
-    fileprivate func ended() { closedPromise.succeed(()) }
+    fileprivate func ended() {
+        hasEnded = true
+        closedPromise.succeed(())
+    }
 }
 
 /// A response body on an HTTP/2 stream. A body of known length is collected and goes out with

@@ -177,7 +177,7 @@ struct Idle: AsyncParsableCommand {
             throw ValidationError("the first gateway's /metrics URL is needed: --gateway-metrics URL (or eval \"$(Scripts/cluster env)\")")
         }
         let before = try await Self.residentBytes(metrics)
-        let workload = try await Workload.prepare(options, conversations: false)
+        let workload = try await Workload.prepare(options, conversations: false, closeSetupConnections: options.engine == .frames)
         try await Task.sleep(for: hold.duration)
         let after = try await Self.residentBytes(metrics)
         let perGateway = Double(workload.clients.count) / Double(urls.count)
@@ -246,7 +246,11 @@ final class Workload: Sendable {
         self.seed = seed
     }
 
-    static func prepare(_ options: WorkloadOptions, conversations makeConversations: Bool = true) async throws -> Workload {
+    /// `closeSetupConnections` (frame engine, no conversations): each user's client closes its
+    /// connection once signed in, so the gateway ends up holding one connection per user (its
+    /// stream's), as it does for an app, and at most the sign-ups' 32 others meanwhile.
+    static func prepare(_ options: WorkloadOptions, conversations makeConversations: Bool = true, closeSetupConnections: Bool = false) async throws -> Workload {
+        precondition(!closeSetupConnections || (options.engine == .frames && !makeConversations), "closed clients cannot create conversations or hold streams")
         let urls = try options.gatewayURLs()
         let caPath = options.caPath
         var random = SeededRandom(seed: options.seed)
@@ -270,6 +274,7 @@ final class Workload: Sendable {
                             } catch let error as ParleyError where error.code == "conflict" {
                                 try await client.login(handle: handle, password: password)
                             }
+                            if closeSetupConnections { try? await client.shutdown() }
                             return (index, client)
                         } catch let error as ParleyError where error.retryable {
                             guard attempt < 5 else {

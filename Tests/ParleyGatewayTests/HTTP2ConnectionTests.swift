@@ -41,6 +41,16 @@ import Testing
                     }
                     return Response(status: .ok)
                 }
+                if request.uri.path == "/slow-stream" {
+                    return Response(status: .ok, headers: [.contentType: "text/event-stream"], body: ResponseBody { writer in
+                        do {
+                            try await Task.sleep(for: .seconds(3600))
+                        } catch {
+                            sinks.cancelled()
+                        }
+                        try await writer.finish(nil)
+                    })
+                }
                 if request.uri.path == "/fails" {
                     return Response(status: .ok, body: ResponseBody { _ in throw CancellationError() })
                 }
@@ -277,6 +287,30 @@ import Testing
             try await Task.sleep(for: .milliseconds(1))
         }
         #expect(harness.sinks.cancelledCount == 2, "the closed connection's request went on")
+    }
+
+    /// A streamed body is written by a task of its own once the head is out: the reset of its
+    /// stream, or the end of its connection, stops that task.
+    @Test func aResetStreamCancelsTheTaskWritingItsStreamedBody() async throws {
+        let harness = try await Harness()
+        try await harness.headers(1, method: "GET", path: "/slow-stream", end: true)
+        try await harness.headers(3, method: "GET", path: "/slow-stream", end: true)
+        let heads = try await harness.frames(count: 2)
+        #expect(heads.map(Self.status) == ["200", "200"], "\(heads)")
+        for _ in 0..<200 { await harness.channel.testingEventLoop.run() }
+        #expect(harness.sinks.cancelledCount == 0)
+        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.cancel)))
+        for _ in 0..<2_000 where harness.sinks.cancelledCount < 1 {
+            await harness.channel.testingEventLoop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(harness.sinks.cancelledCount == 1, "the reset stream's body went on being written")
+        try await harness.channel.close()
+        for _ in 0..<2_000 where harness.sinks.cancelledCount < 2 {
+            await harness.channel.testingEventLoop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(harness.sinks.cancelledCount == 2, "the closed connection's streamed body went on being written")
     }
 
     @Test func withoutAnIdleTimeoutAnIdleConnectionStays() async throws {
