@@ -1,11 +1,57 @@
 """One rate's report for Scripts/bench-cost: the `perf stat` counts of every node over the window,
-per message sent, and parley-load's figures for the run.
+per message sent, and parley-load's figures for the run (also kept as summary-RATE.json beside
+them). With --compare, every pair of a baseline's and this build's runs side by side.
 
-    python3 Scripts/lib/cost-report.py OUT RATE WINDOW_SECONDS "NODE…" PROFILE(0|1)
+    python3 Scripts/lib/cost-report.py DIR RATE WINDOW_SECONDS "NODE…" PROFILE(0|1)
+    python3 Scripts/lib/cost-report.py --compare OUT "RATE,…" PAIRS "NODE…"
 """
 import json
 import os
+import re
+import statistics
 import sys
+
+
+def compare(out, rates, pairs, nodes):
+    """Each pair's figures for the baseline and this build, then the median of their ratios."""
+    def summary(name, pair, rate):
+        path = os.path.join(out, f"{name}-{pair}", f"summary-{rate}.json")
+        return json.load(open(path)) if os.path.exists(path) else None
+
+    def idle(name, pair):
+        path = os.path.join(out, f"{name}-{pair}", "idle.txt")
+        found = re.search(r"([0-9.]+) KiB per stream", open(path).read()) if os.path.exists(path) else None
+        return float(found.group(1)) if found else None
+
+    print("\nbaseline against this build, pair by pair (this build / baseline):")
+    figures = [("CPU µs", "server CPU µs per message"), ("syscalls", "system calls per message"), ("ctx switches", "context switches per message")]
+    for rate in rates:
+        for key, label in figures:
+            ratios, cells = [], []
+            for pair in range(1, pairs + 1):
+                a, b = summary("baseline", pair, rate), summary("build", pair, rate)
+                if not a or not b or not a["all"].get(key):
+                    cells.append("—")
+                    continue
+                ratio = b["all"][key] / a["all"][key]
+                ratios.append(ratio)
+                cells.append(f"{a['all'][key]:.1f} → {b['all'][key]:.1f} ({ratio:.2f})")
+            median = f"median {statistics.median(ratios):.2f}" if ratios else "no pairs"
+            print(f"  at {rate} msg/s, {label}: " + "; ".join(cells) + f"; {median}")
+    cells, ratios = [], []
+    for pair in range(1, pairs + 1):
+        a, b = idle("baseline", pair), idle("build", pair)
+        if a is None or b is None:
+            continue
+        ratios.append(b / a)
+        cells.append(f"{a:.1f} → {b:.1f} ({b / a:.2f})")
+    if cells:
+        print(f"  idle, gateway KiB per stream: " + "; ".join(cells) + f"; median {statistics.median(ratios):.2f}")
+
+
+if sys.argv[1] == "--compare":
+    compare(sys.argv[2], [int(r) for r in sys.argv[3].split(",")], int(sys.argv[4]), sys.argv[5].split())
+    sys.exit(0)
 
 out, rate, window, nodes, profile = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split(), sys.argv[5] == "1"
 messages = rate * window
@@ -55,6 +101,8 @@ for node in nodes:
         cells.append(f"{amount:>13.1f}" if name == "CPU µs" else f"{amount:>13.2f}")
     print(f"  {node:<10}" + "".join(cells))
 print(f"  {'all':<10}" + "".join(f"{total[name]:>13.1f}" if name == "CPU µs" else f"{total[name]:>13.2f}" for name, _ in columns))
+with open(os.path.join(out, f"summary-{rate}.json"), "w") as summary:
+    json.dump({"all": total, "nodes": {node: {name: (value(rows[node]) or 0) / messages for name, value in columns} for node in nodes}}, summary)
 
 report_path = os.path.join(out, f"load-{rate}.json")
 if os.path.exists(report_path):

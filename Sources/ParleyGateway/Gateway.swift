@@ -99,10 +99,13 @@ public final class Gateway: Sendable {
     private let inbox: GatewayInboxHolder
     /// Tokens recently found valid, so that most requests do not ask the user's actor.
     let authentication: SharedAuthenticationCache
+    /// The client connections open, against `clientConnectionsMax`.
+    let connections: ConnectionCount
 
     public init(system: ClusterSystem, configuration: GatewayConfiguration, logger: Logger) throws {
         self.system = system
         self.configuration = configuration
+        self.connections = ConnectionCount(max: configuration.clientConnectionsMax)
         self.tokens = try TokenAuthority(secret: configuration.tokenSecret)
         let hub = StreamHub(system: system, logger: logger)
         self.hub = hub
@@ -139,7 +142,7 @@ public final class Gateway: Sendable {
         let http2 = HTTP2Responder(
             respond: { try await routes.respond(to: $0, context: $1) }, bodyLimit: configuration.bodyLimitBytes, serverName: "parley",
             idleTimeout: idleTimeout, requestTimeout: .nanoseconds(configuration.requestTimeout.nanoseconds), logger: logger)
-        let connections = ConnectionCount(max: configuration.clientConnectionsMax)
+        let connections = self.connections
         let handshakeTimeout = TimeAmount.nanoseconds(configuration.handshakeTimeout.nanoseconds)
         let server = HTTPServerBuilder { responder in
             GatewayChildChannel(
@@ -154,9 +157,12 @@ public final class Gateway: Sendable {
             logger: logger)
     }
 
-    /// Ticks streams and renews presence leases until cancelled.
+    /// Ticks streams and renews presence leases, and gives the memory of closed connections back
+    /// to the system, until cancelled.
     public func runStreams() async {
+        async let trims: Void = MemoryTrim.run(after: connections, logger: logger)
         await hub.run()
+        await trims
     }
 
     /// Ends every event stream cleanly (graceful shutdown).

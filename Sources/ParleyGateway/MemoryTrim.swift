@@ -1,0 +1,45 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+
+/// Gives the memory that closed client connections freed back to the system, once enough of them
+/// have closed.
+///
+/// glibc keeps what each thread's arena freed for that arena's next allocations and returns
+/// little of it by itself: after 2,000 idle event streams had closed, a gateway stayed at 166 MiB
+/// resident; `malloc_trim` brought it to 66 MiB. So after a burst of connections (clients
+/// reconnecting from a gateway that went away) a gateway would keep the burst's memory for good.
+enum MemoryTrim {
+    /// How often the closed connections are counted.
+    static let interval: Duration = .seconds(30)
+    /// Closed connections that make a trim worth its walk over the heap: it holds each arena's
+    /// lock while it frees that arena's free pages (29 ms for the 2,000 streams' memory).
+    static let closedConnectionsMin = 256
+
+    /// Until cancelled: every `interval`, trims if `closedConnectionsMin` connections have closed
+    /// since the last trim.
+    static func run(after connections: ConnectionCount, interval: Duration = interval, logger: Logger) async {
+        guard let trim = Self.trim else { return }
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: interval) } catch { return }
+            guard let closed = connections.takeClosedSinceTrim(atLeast: closedConnectionsMin) else { continue }
+            let started = ContinuousClock.now
+            _ = trim(0)
+            logger.debug("memory of closed connections returned to the system", metadata: [
+                "connections.closed": "\(closed)", "duration": "\(ContinuousClock.now - started)",
+            ])
+        }
+    }
+
+    /// glibc's `malloc_trim`, looked up at run time: the Glibc module does not declare it, and
+    /// other C libraries lack it (then nothing is trimmed).
+    private static let trim: (@convention(c) (Int) -> Int32)? = {
+        #if canImport(Glibc)
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
+        #else
+        return nil
+        #endif
+    }()
+}
