@@ -163,7 +163,14 @@ struct Ramp: AsyncParsableCommand {
 /// `parley-load idle`: authenticated users with open streams and no traffic, to measure what an
 /// idle stream costs the gateway (its resident memory before and after, from its /metrics).
 struct Idle: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Open N idle streams and report the gateway's memory per stream.")
+    static let configuration = CommandConfiguration(
+        abstract: "Open N idle streams and report the gateway's memory per stream.",
+        discussion: """
+            Each user signs up (or logs in), then holds one connection with its event stream open, \
+            as an app does; with --engine frames the sign-up connection is closed first. The \
+            figure is the growth of the first gateway's resident memory, from before the sign-ups \
+            to after --hold, divided by the streams on that gateway.
+            """)
 
     @OptionGroup var options: WorkloadOptions
     @Option(help: "How long to hold the streams open before measuring (e.g. 5s).") var hold = DurationOption(.seconds(5))
