@@ -94,6 +94,14 @@ import Testing
             try await channel.writeInbound(HTTP2Frame(streamID: HTTP2StreamID(stream), payload: .data(.init(data: .byteBuffer(ByteBuffer(string: text)), endStream: end))))
         }
 
+        /// Runs the loop until `count` pieces of work were cancelled, or 2,000 tries.
+        func runUntilCancelled(_ count: Int) async throws {
+            for _ in 0..<2_000 where sinks.cancelledCount < count {
+                await channel.testingEventLoop.run()
+                try await Task.sleep(for: .milliseconds(1))
+            }
+        }
+
         /// Runs the loop until `count` frames were written (responses come from tasks).
         func frames(count: Int, triesMax: Int = 2_000) async throws -> [HTTP2Frame] {
             var frames: [HTTP2Frame] = []
@@ -270,47 +278,29 @@ import Testing
 
     /// A client that resets its stream (or whose connection goes) stops the request's work.
     @Test func aResetStreamCancelsItsRequestsWork() async throws {
-        let harness = try await Harness()
-        try await harness.headers(1, method: "GET", path: "/slow", end: true)
-        try await harness.headers(3, method: "GET", path: "/slow", end: true)
-        for _ in 0..<200 { await harness.channel.testingEventLoop.run() }
-        #expect(harness.sinks.cancelledCount == 0)
-        try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.cancel)))
-        for _ in 0..<2_000 where harness.sinks.cancelledCount < 1 {
-            await harness.channel.testingEventLoop.run()
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        #expect(harness.sinks.cancelledCount == 1, "the reset stream's work went on")
-        try await harness.channel.close()
-        for _ in 0..<2_000 where harness.sinks.cancelledCount < 2 {
-            await harness.channel.testingEventLoop.run()
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        #expect(harness.sinks.cancelledCount == 2, "the closed connection's request went on")
+        try await Self.resetThenClose(path: "/slow", work: "request")
     }
 
     /// A streamed body is written by a task of its own once the head is out: the reset of its
     /// stream, or the end of its connection, stops that task.
     @Test func aResetStreamCancelsTheTaskWritingItsStreamedBody() async throws {
+        try await Self.resetThenClose(path: "/slow-stream", work: "streamed body")
+    }
+
+    /// Two requests to `path` whose work waits until cancelled: the client resets the first
+    /// stream, then closes the connection; each time one more piece of work must stop.
+    static func resetThenClose(path: String, work: String) async throws {
         let harness = try await Harness()
-        try await harness.headers(1, method: "GET", path: "/slow-stream", end: true)
-        try await harness.headers(3, method: "GET", path: "/slow-stream", end: true)
-        let heads = try await harness.frames(count: 2)
-        #expect(heads.map(Self.status) == ["200", "200"], "\(heads)")
+        try await harness.headers(1, method: "GET", path: path, end: true)
+        try await harness.headers(3, method: "GET", path: path, end: true)
         for _ in 0..<200 { await harness.channel.testingEventLoop.run() }
         #expect(harness.sinks.cancelledCount == 0)
         try await harness.channel.writeInbound(HTTP2Frame(streamID: 1, payload: .rstStream(.cancel)))
-        for _ in 0..<2_000 where harness.sinks.cancelledCount < 1 {
-            await harness.channel.testingEventLoop.run()
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        #expect(harness.sinks.cancelledCount == 1, "the reset stream's body went on being written")
+        try await harness.runUntilCancelled(1)
+        #expect(harness.sinks.cancelledCount == 1, "the reset stream's \(work) went on")
         try await harness.channel.close()
-        for _ in 0..<2_000 where harness.sinks.cancelledCount < 2 {
-            await harness.channel.testingEventLoop.run()
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        #expect(harness.sinks.cancelledCount == 2, "the closed connection's streamed body went on being written")
+        try await harness.runUntilCancelled(2)
+        #expect(harness.sinks.cancelledCount == 2, "the closed connection's \(work) went on")
     }
 
     @Test func withoutAnIdleTimeoutAnIdleConnectionStays() async throws {
