@@ -740,10 +740,36 @@ def main():
         h2 = subprocess.run(["timeout", "30", "h2load", "-n", "8", "-c", "1", "-m", "1", "-d", os.path.join(WORK, "body-120000"), "-H", f"authorization: Bearer {alice['token']}",
                              f"{url}/v1/conversations"], capture_output=True, text=True, timeout=60)
         check("8 done" in h2.stdout and "8 4xx" in h2.stdout, "h2load: eight 120 KB bodies on one connection each get their 413", h2.stdout[-300:])
+    # Devices for push notifications: registered per login; the logout below removes its own.
+    apns_token = "a1b2" * 16
+    status, phone, _ = a2.call("POST", "/v1/devices", {"platform": "apns", "token": apns_token, "topic": "app.parley.example"})
+    check(status == 201 and phone["device"]["platform"] == "apns" and phone["device"]["environment"] == "production"
+          and phone["device"]["id"].startswith("d_"), "a device registers (201), APNs production by default", f"{status} {phone}")
+    status, again, _ = a2.call("POST", "/v1/devices", {"platform": "apns", "token": apns_token, "topic": "app.parley.example"})
+    check(status == 200 and again["device"]["id"] == phone["device"]["id"], "the same token again keeps its device (200, same ID)", f"{status} {again}")
+    status, tablet, _ = a1.call("POST", "/v1/devices", {"platform": "fcm", "token": "fcm:token-of-the-tablet"})
+    check(status == 201 and "environment" not in tablet["device"], "an FCM device registers through the other login", f"{status} {tablet}")
+    for body, what in [({"platform": "apns", "token": "not hex"}, "an APNs token that is not hex"),
+                       ({"platform": "fcm", "token": ""}, "an empty FCM token"),
+                       ({"platform": "pigeon", "token": "abcd"}, "an unknown platform"),
+                       ({"platform": "fcm", "token": "x", "environment": "sandbox"}, "an environment for FCM"),
+                       ({"platform": "apns", "token": apns_token, "environment": "staging"}, "an unknown APNs environment")]:
+        status, reply, _ = a1.call("POST", "/v1/devices", body)
+        check(status == 400 and reply["error"]["code"] == "invalid_request" and error_shape_ok(reply), f"{what} is 400", f"{status} {reply}")
+    status, listed, _ = a1.call("GET", "/v1/devices")
+    check(status == 200 and [d["id"] for d in listed["devices"]] == [phone["device"]["id"], tablet["device"]["id"]],
+          "GET /v1/devices lists the user's devices, oldest first", f"{status} {listed}")
+    check(b1.call("DELETE", f"/v1/devices/{tablet['device']['id']}")[0] == 404, "another user's device is 404 to delete")
+    check(b1.call("GET", "/v1/devices")[1]["devices"] == [], "and is not in another user's list")
     # gateway-1 remembers a token it found valid (for a lease): the logout on gateway-2 must reach it.
     check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 200, "the second token works on gateway-1")
     logout_client = Client("gateway-2", login["token"])
     check(logout_client.call("DELETE", "/v1/sessions/current")[0] == 204, "logout answers 204")
+    status, listed, _ = a1.call("GET", "/v1/devices")
+    check([d["id"] for d in listed["devices"]] == [tablet["device"]["id"]], "the logout removed the device its login registered, and only it", f"{listed}")
+    check(a1.call("DELETE", f"/v1/devices/{tablet['device']['id']}")[0] == 204, "deleting one's own device answers 204")
+    check(a1.call("GET", "/v1/devices")[1]["devices"] == [] and a1.call("DELETE", f"/v1/devices/{tablet['device']['id']}")[0] == 404,
+          "a deleted device is gone, and deleting it again is 404")
     check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 401
           and a1.call("GET", "/v1/users/me", token=login["token"])[0] == 401, "a revoked token is refused on every gateway at once")
     check(a1.call("GET", "/v1/users/me")[0] == 200, "the user's other token still works, and the node still serves")

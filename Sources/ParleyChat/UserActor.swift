@@ -73,7 +73,6 @@ public distributed actor UserActor {
         guard profile != nil else { throw ChatError(.notFound, "user not found") }
         if let displayName {
             guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
-        try StoredText.require(displayName, field: "displayName")
             try StoredText.require(displayName, field: "displayName")
         }
         if let avatarURL {
@@ -146,9 +145,46 @@ extension UserActor {
     public distributed func revoke(tokenId: String, expiresAt: Date) async throws {
         tokens[tokenId] = true
         let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
-        try await services.withStore { try await $0.revokeToken(tokenId, expiresAt: expiresAt) }
+        try await services.withStore { store in
+            try await store.revokeToken(tokenId, expiresAt: expiresAt)
+            // A device belongs to the login that registered it: signed out, it gets no pushes.
+            try await store.removeDevices(registeredWith: tokenId)
+        }
         if await !GatewayInbox.announceRevocation(of: [tokenId], leasesEnd: leasesEnd, using: actorSystem) {
             try? await actorSystem.clock.sleep(until: leasesEnd)
+        }
+    }
+
+    /// The devices a user may have at once: registering one more removes the oldest (an app
+    /// reinstalled gets a new token, and the old one is never unregistered).
+    public static let devicesMax = 10
+
+    /// `POST /v1/devices`: registers (or registers again) a device for pushes, as the login
+    /// `tokenId`'s; whether it is new.
+    public distributed func registerDevice(_ request: NewDevice, tokenId: String) async throws -> DeviceRegistration {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try request.validate()
+        let device = StoredDevice(
+            device: Device(id: .make(), platform: request.platform, token: request.token, topic: request.topic,
+                           environment: request.platform == .apns ? request.environment ?? .production : nil, createdAt: actorSystem.clock.wallNow),
+            userId: UserID(rawValue: id.key), tokenId: tokenId)
+        let stored = try await services.withStore { try await $0.registerDevice(device, keepingAtMost: Self.devicesMax) }
+        return DeviceRegistration(device: stored.device.device, created: stored.created)
+    }
+
+    /// `GET /v1/devices`: this user's devices, oldest first.
+    public distributed func devices() async throws -> [Device] {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        let me = UserID(rawValue: id.key)
+        return try await services.withStore { try await $0.devices(of: me) }.map(\.device)
+    }
+
+    /// `DELETE /v1/devices/{id}`: throws `not_found` if this user has no such device.
+    public distributed func removeDevice(_ device: DeviceID) async throws {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        let me = UserID(rawValue: id.key)
+        guard try await services.withStore({ try await $0.removeDevice(device, of: me) }) else {
+            throw ChatError(.notFound, "no device \(device)")
         }
     }
 
@@ -190,6 +226,17 @@ public struct NewUser: Codable, Sendable, Hashable {
         guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
         try StoredText.require(displayName, field: "displayName")
         guard !passwordHash.isEmpty else { throw ChatError(.invalidRequest, "passwordHash is required") }
+    }
+}
+
+/// What registering a device did: the device as stored, and whether it is new to its user.
+public struct DeviceRegistration: Codable, Sendable, Hashable {
+    public var device: Device
+    public var created: Bool
+
+    public init(device: Device, created: Bool) {
+        self.device = device
+        self.created = created
     }
 }
 

@@ -46,6 +46,24 @@ extension Gateway {
             return try Self.json(try await UserActor.resolve(id, using: self.system).user())
         }
 
+        // Devices for push notifications
+        v1.post("devices") { request, context in
+            let caller = try await self.authenticateWriter(request)
+            let body = try await self.decode(API.DeviceRegistration.self, from: request)
+            let registered = try await UserActor.resolve(caller.id, using: self.system).registerDevice(try body.newDevice(), tokenId: caller.claims.tokenId)
+            return try Self.json(API.DeviceBody(device: registered.device), status: registered.created ? .created : .ok)
+        }
+        v1.get("devices") { request, context in
+            let caller = try await self.authenticate(request)
+            return try Self.json(API.Devices(devices: try await UserActor.resolve(caller.id, using: self.system).devices()))
+        }
+        v1.delete("devices/:id") { request, context in
+            let caller = try await self.authenticateWriter(request)
+            let id = DeviceID(rawValue: try context.parameters.require("id"))
+            try await UserActor.resolve(caller.id, using: self.system).removeDevice(id)
+            return Response(status: .noContent)
+        }
+
         // Conversations
         v1.post("conversations") { request, context in try await self.createConversation(request) }
         v1.get("conversations") { request, context in try await self.listConversations(request) }

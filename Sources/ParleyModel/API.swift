@@ -135,6 +135,40 @@ public enum API {
         public init(users: [User]) { self.users = users }
     }
 
+    /// `POST /v1/devices`'s body; the names of the platform and environment are checked by
+    /// ``newDevice()``, so that an unknown one gets an error that lists the known ones.
+    public struct DeviceRegistration: Codable, Sendable {
+        public var platform: String
+        public var token: String
+        public var topic: String?
+        public var environment: String?
+        public init(platform: String, token: String, topic: String? = nil, environment: String? = nil) {
+            self.platform = platform
+            self.token = token
+            self.topic = topic
+            self.environment = environment
+        }
+
+        public func newDevice() throws(ChatError) -> NewDevice {
+            guard let platform = PushPlatform(rawValue: platform) else { throw ChatError(.invalidRequest, "platform must be apns or fcm") }
+            let environment = try self.environment.map { name throws(ChatError) in
+                guard let environment = APNsEnvironment(rawValue: name) else { throw ChatError(.invalidRequest, "environment must be production or sandbox") }
+                return environment
+            }
+            return NewDevice(platform: platform, token: token, topic: topic, environment: environment)
+        }
+    }
+
+    public struct DeviceBody: Codable, Sendable {
+        public var device: Device
+        public init(device: Device) { self.device = device }
+    }
+
+    public struct Devices: Codable, Sendable {
+        public var devices: [Device]
+        public init(devices: [Device]) { self.devices = devices }
+    }
+
     public struct CreatedConversation: Codable, Sendable {
         public var conversation: Conversation
         public init(conversation: Conversation) { self.conversation = conversation }

@@ -92,6 +92,25 @@ public protocol ChatStore: Sendable {
 
     func isTokenRevoked(_ tokenID: String) async throws -> Bool
 
+    // MARK: Devices
+
+    /// Registers a device for push notifications, one row per (platform, token). The same token
+    /// registered again by the same user keeps its ID and creation time and takes the new login,
+    /// topic and environment (an app registers at every launch); registered by another user (the
+    /// phone changed hands, or its user signed in to another account), it leaves the first user.
+    /// Past `keepingAtMost` devices, the user's oldest are removed. Returns the stored device and
+    /// whether it is new.
+    func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool)
+
+    /// A user's devices, oldest first.
+    func devices(of user: UserID) async throws -> [StoredDevice]
+
+    /// Removes one of a user's devices; false if the user has none with this ID.
+    func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool
+
+    /// Removes the devices a login registered (its logout).
+    func removeDevices(registeredWith tokenID: String) async throws
+
     /// The conversations `user` is a member of, newest activity first, after `cursor`.
     func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord]
 

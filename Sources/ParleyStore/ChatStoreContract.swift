@@ -397,6 +397,49 @@ public enum ChatStoreContract {
             try check(try await store.durableChanges(for: third, since: at(30)).conversations.map(\.change) == [.memberRemoved],
                 "the others see the removal as the conversation's last change")
         },
+        Case(name: "a device token belongs to one user; registering it again keeps its ID; the oldest make room") { store in
+            // Fresh users and tokens: a shared store (the PostgreSQL suite's) keeps earlier runs' devices.
+            let (me, other) = (UserID.make(), UserID.make())
+            let run = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+            func device(_ user: UserID, _ token: String, login: String = "login-1", platform: PushPlatform = .apns, at offset: Int64 = 0) -> StoredDevice {
+                StoredDevice(
+                    device: Device(id: .make(), platform: platform, token: token, topic: "app.parley.example", environment: platform == .apns ? .sandbox : nil,
+                                   createdAt: Date(millisecondsSince1970: t0.millisecondsSince1970 + offset)),
+                    userId: user, tokenId: login)
+            }
+            let phone = device(me, "aa\(run)")
+            let first = try await store.registerDevice(phone, keepingAtMost: 3)
+            try check(first.created && first.device == phone, "registered: \(first)")
+            let listed = try await store.devices(of: me)
+            try check(listed == [phone], "listed: \(listed)")
+            // The app registers again at its next launch, from a new login.
+            let again = try await store.registerDevice(device(me, "aa\(run)", login: "login-2", at: 5_000), keepingAtMost: 3)
+            try check(!again.created && again.device.device.id == phone.device.id && again.device.device.createdAt == phone.device.createdAt
+                && again.device.tokenId == "login-2", "registered again: \(again)")
+            try check(try await store.devices(of: me).map(\.tokenId) == ["login-2"], "one row per token")
+            // The same string on the other platform is another device.
+            let android = try await store.registerDevice(device(me, "aa\(run)", platform: .fcm, at: 10), keepingAtMost: 3)
+            try check(android.created, "an FCM token equal to an APNs one is a device of its own")
+            // Another user signs in on the phone: it leaves the first user.
+            let taken = try await store.registerDevice(device(other, "aa\(run)", login: "login-3", at: 20), keepingAtMost: 3)
+            try check(taken.created && taken.device.device.id != phone.device.id, "taken over: \(taken)")
+            try check(try await store.devices(of: me).map(\.device.platform) == [.fcm], "the phone stayed with its first user")
+            try check(try await store.devices(of: other).map(\.device.id) == [taken.device.device.id], "the phone did not move")
+            // Past the limit the oldest go.
+            for index in 0..<3 { _ = try await store.registerDevice(device(me, "b\(index)\(run)", at: 100 + Int64(index)), keepingAtMost: 3) }
+            let kept = try await store.devices(of: me).map(\.device.token)
+            try check(kept == ["b0\(run)", "b1\(run)", "b2\(run)"], "after the limit: \(kept)")
+            // Removing: only one's own, and a login's logout removes what it registered.
+            let mine = try await store.devices(of: me)
+            try check(!(try await store.removeDevice(mine[0].device.id, of: other)), "removed another user's device")
+            try check(try await store.removeDevice(mine[0].device.id, of: me), "could not remove my device")
+            try check(!(try await store.removeDevice(mine[0].device.id, of: me)), "removed a device twice")
+            _ = try await store.registerDevice(device(me, "c\(run)", login: "login-9", at: 200), keepingAtMost: 3)
+            try await store.removeDevices(registeredWith: "login-1")
+            let left = try await store.devices(of: me).map(\.device.token)
+            try check(left == ["c\(run)"], "logout left: \(left)")
+            try check(try await store.devices(of: other).count == 1, "another user's login was logged out")
+        },
     ]
 }
 

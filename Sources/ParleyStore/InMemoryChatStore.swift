@@ -32,6 +32,8 @@ public final class InMemoryChatStore: ChatStore {
         var byID: [UserID: StoredUser] = [:]
         var idByHandle: [String: UserID] = [:]
         var revoked: [String: Date] = [:]
+        /// Every user's devices, in the order they were registered.
+        var devices: [StoredDevice] = []
     }
 
     private let users = Mutex(Users())
@@ -258,6 +260,44 @@ public final class InMemoryChatStore: ChatStore {
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
         users.withLock { $0.revoked[tokenID] != nil }
+    }
+
+    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool) {
+        users.withLock { users in
+            var stored = device
+            var created = true
+            if let index = users.devices.firstIndex(where: { $0.device.platform == device.device.platform && $0.device.token == device.device.token }) {
+                let existing = users.devices.remove(at: index)
+                if existing.userId == device.userId {
+                    stored.device.id = existing.device.id
+                    stored.device.createdAt = existing.device.createdAt
+                    created = false
+                }
+            }
+            stored.device.createdAt = stored.device.createdAt.millisecondPrecision
+            users.devices.append(stored)
+            users.devices.sort { ($0.device.createdAt, $0.device.id) < ($1.device.createdAt, $1.device.id) }
+            let mine = users.devices.filter { $0.userId == device.userId }
+            let removed = Set(mine.dropLast(max(limit, 1)).map(\.device.id))
+            users.devices.removeAll { removed.contains($0.device.id) }
+            return (stored, created)
+        }
+    }
+
+    public func devices(of user: UserID) async throws -> [StoredDevice] {
+        users.withLock { $0.devices.filter { $0.userId == user } }
+    }
+
+    public func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool {
+        users.withLock { users in
+            guard let index = users.devices.firstIndex(where: { $0.device.id == id && $0.userId == user }) else { return false }
+            users.devices.remove(at: index)
+            return true
+        }
+    }
+
+    public func removeDevices(registeredWith tokenID: String) async throws {
+        users.withLock { $0.devices.removeAll { $0.tokenId == tokenID } }
     }
 
     public func recentlyActiveConversations(since: Date, limit: Int) async throws -> [ConversationID] {

@@ -186,6 +186,23 @@ public final class PostgresChatStore: ChatStore {
             "ALTER TABLE conversations SET (fillfactor = 50)",
         ]),
         (5, "the group commit as one server-side call", [CommitStatements.function]),
+        (6, "devices for push notifications", [
+            """
+            CREATE TABLE devices (
+                id TEXT PRIMARY KEY,
+                user_id TEXT NOT NULL,
+                token_id TEXT NOT NULL,
+                platform TEXT NOT NULL,
+                token TEXT NOT NULL,
+                topic TEXT,
+                environment TEXT,
+                created_at BIGINT NOT NULL,
+                UNIQUE (platform, token)
+            )
+            """,
+            "CREATE INDEX devices_by_user ON devices(user_id, created_at)",
+            "CREATE INDEX devices_by_token_id ON devices(token_id)",
+        ]),
     ]
 
     public func migrate() async throws {
@@ -422,6 +439,92 @@ public final class PostgresChatStore: ChatStore {
             for try await _ in try await client.query("SELECT 1 FROM token_revocations WHERE token_id = \(tokenID)", logger: logger) { return true }
             return false
         }
+    }
+
+    // MARK: Devices
+
+    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool) {
+        try await transaction { connection in
+            var stored = device
+            stored.device.createdAt = device.device.createdAt.millisecondPrecision
+            var existing: (id: String, userId: String, createdAt: Int64)?
+            for try await row in try await connection.query(
+                "SELECT id, user_id, created_at FROM devices WHERE platform = \(device.device.platform.rawValue) AND token = \(device.device.token) FOR UPDATE",
+                logger: logger
+            ).decode((String, String, Int64).self) {
+                existing = row
+            }
+            if let existing, existing.userId == device.userId.rawValue {
+                stored.device.id = DeviceID(rawValue: existing.id)
+                stored.device.createdAt = Date(millisecondsSince1970: existing.createdAt)
+                try await connection.query(
+                    """
+                    UPDATE devices SET token_id = \(device.tokenId), topic = \(device.device.topic), environment = \(device.device.environment?.rawValue)
+                    WHERE id = \(existing.id)
+                    """, logger: logger)
+            } else {
+                if let existing { try await connection.query("DELETE FROM devices WHERE id = \(existing.id)", logger: logger) }
+                var inserted = false
+                for try await _ in try await connection.query(
+                    """
+                    INSERT INTO devices (id, user_id, token_id, platform, token, topic, environment, created_at)
+                    VALUES (\(stored.device.id.rawValue), \(device.userId.rawValue), \(device.tokenId), \(device.device.platform.rawValue),
+                            \(device.device.token), \(device.device.topic), \(device.device.environment?.rawValue),
+                            \(stored.device.createdAt.millisecondsSince1970))
+                    ON CONFLICT (platform, token) DO NOTHING RETURNING id
+                    """, logger: logger)
+                {
+                    inserted = true
+                }
+                // Another registration of the same token committed between the two statements.
+                guard inserted else { throw ChatStoreError(.unavailable, "the device was registered at the same time elsewhere; try again") }
+            }
+            try await connection.query(
+                """
+                DELETE FROM devices WHERE user_id = \(device.userId.rawValue) AND id NOT IN
+                    (SELECT id FROM devices WHERE user_id = \(device.userId.rawValue) ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT \(max(limit, 1)))
+                """, logger: logger)
+            return (stored, existing?.userId != device.userId.rawValue)
+        }
+    }
+
+    public func devices(of user: UserID) async throws -> [StoredDevice] {
+        try await run {
+            var devices: [StoredDevice] = []
+            for try await (id, tokenId, platformName, token, topic, environmentName, created) in try await client.query(
+                """
+                SELECT id, token_id, platform, token, topic, environment, created_at FROM devices
+                WHERE user_id = \(user.rawValue) ORDER BY created_at, id COLLATE "C"
+                """, logger: logger
+            ).decode((String, String, String, String, String?, String?, Int64).self) {
+                guard let platform = PushPlatform(rawValue: platformName) else { throw ChatStoreError(.unavailable, "a device of unknown platform \(platformName)") }
+                let environment = try environmentName.map { name in
+                    guard let environment = APNsEnvironment(rawValue: name) else { throw ChatStoreError(.unavailable, "a device of unknown APNs environment \(name)") }
+                    return environment
+                }
+                devices.append(StoredDevice(
+                    device: Device(
+                        id: DeviceID(rawValue: id), platform: platform, token: token, topic: topic, environment: environment,
+                        createdAt: Date(millisecondsSince1970: created)),
+                    userId: user, tokenId: tokenId))
+            }
+            return devices
+        }
+    }
+
+    public func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool {
+        try await run {
+            for try await _ in try await client.query(
+                "DELETE FROM devices WHERE id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING id", logger: logger)
+            {
+                return true
+            }
+            return false
+        }
+    }
+
+    public func removeDevices(registeredWith tokenID: String) async throws {
+        try await run { _ = try await client.query("DELETE FROM devices WHERE token_id = \(tokenID)", logger: logger) }
     }
 
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {

@@ -136,6 +136,7 @@ public final class SQLiteChatStore: ChatStore {
         "v1: conversations, members, messages", "v2: users, token revocations", "v3: change stamps for resuming event streams",
         "v4: the idempotency index in clientMessageId order", "v5: messages in commit order, indexed per conversation behind the commits",
         "v6: one index entry per 64 messages of a conversation, written by the commit",
+        "v7: devices for push notifications",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -308,6 +309,23 @@ public final class SQLiteChatStore: ChatStore {
                 DROP TABLE message_index_progress;
                 """)
         }
+        migrator.registerMigration(Self.migrationNames[6]) { db in
+            try db.execute(sql: """
+                CREATE TABLE devices (
+                    id TEXT PRIMARY KEY,
+                    user_id TEXT NOT NULL,
+                    token_id TEXT NOT NULL,
+                    platform TEXT NOT NULL,
+                    token TEXT NOT NULL,
+                    topic TEXT,
+                    environment TEXT,
+                    created_at INTEGER NOT NULL,
+                    UNIQUE (platform, token)
+                );
+                CREATE INDEX devices_by_user ON devices(user_id, created_at);
+                CREATE INDEX devices_by_token_id ON devices(token_id);
+                """)
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -426,6 +444,78 @@ public final class SQLiteChatStore: ChatStore {
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
         try await read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM token_revocations WHERE token_id = ?", arguments: [tokenID]) ?? false }
+    }
+
+    // MARK: Devices
+
+    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool) {
+        try await write { db in
+            var stored = device
+            stored.device.createdAt = device.device.createdAt.millisecondPrecision
+            var created = true
+            let existing = try Row.fetchOne(
+                db, sql: "SELECT id, user_id, created_at FROM devices WHERE platform = ? AND token = ?",
+                arguments: [device.device.platform.rawValue, device.device.token])
+            if let existing, try existing.decode(forColumn: "user_id") == device.userId.rawValue {
+                stored.device.id = DeviceID(rawValue: try existing.decode(forColumn: "id"))
+                stored.device.createdAt = Date(millisecondsSince1970: try existing.decode(forColumn: "created_at"))
+                created = false
+                try db.execute(
+                    sql: "UPDATE devices SET token_id = ?, topic = ?, environment = ? WHERE id = ?",
+                    arguments: [device.tokenId, device.device.topic, device.device.environment?.rawValue, stored.device.id.rawValue])
+            } else {
+                if let existing { try db.execute(sql: "DELETE FROM devices WHERE id = ?", arguments: [try existing.decode(forColumn: "id") as String]) }
+                try db.execute(
+                    sql: """
+                        INSERT INTO devices (id, user_id, token_id, platform, token, topic, environment, created_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        stored.device.id.rawValue, device.userId.rawValue, device.tokenId, device.device.platform.rawValue, device.device.token,
+                        device.device.topic, device.device.environment?.rawValue, stored.device.createdAt.millisecondsSince1970,
+                    ])
+            }
+            try db.execute(
+                sql: """
+                    DELETE FROM devices WHERE user_id = ?1 AND id NOT IN
+                        (SELECT id FROM devices WHERE user_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2)
+                    """,
+                arguments: [device.userId.rawValue, max(limit, 1)])
+            return (stored, created)
+        }
+    }
+
+    public func devices(of user: UserID) async throws -> [StoredDevice] {
+        try await read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM devices WHERE user_id = ? ORDER BY created_at, id", arguments: [user.rawValue]).map(Self.storedDevice)
+        }
+    }
+
+    public func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM devices WHERE id = ? AND user_id = ?", arguments: [id.rawValue, user.rawValue])
+            return db.changesCount > 0
+        }
+    }
+
+    public func removeDevices(registeredWith tokenID: String) async throws {
+        try await write { db in try db.execute(sql: "DELETE FROM devices WHERE token_id = ?", arguments: [tokenID]) }
+    }
+
+    static func storedDevice(from row: Row) throws -> StoredDevice {
+        let platformName: String = try row.decode(forColumn: "platform")
+        guard let platform = PushPlatform(rawValue: platformName) else { throw ChatStoreError(.unavailable, "a device of unknown platform \(platformName)") }
+        let environmentName: String? = try row.decode(forColumn: "environment")
+        let environment = try environmentName.map { name in
+            guard let environment = APNsEnvironment(rawValue: name) else { throw ChatStoreError(.unavailable, "a device of unknown APNs environment \(name)") }
+            return environment
+        }
+        return StoredDevice(
+            device: Device(
+                id: DeviceID(rawValue: try row.decode(forColumn: "id")), platform: platform, token: try row.decode(forColumn: "token"),
+                topic: try row.decode(forColumn: "topic"), environment: environment,
+                createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at"))),
+            userId: UserID(rawValue: try row.decode(forColumn: "user_id")), tokenId: try row.decode(forColumn: "token_id"))
     }
 
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {

@@ -62,6 +62,39 @@ import Testing
         }
     }
 
+    /// Devices through the user's actor, from another node: checked before they are stored, kept
+    /// once per token, and removed with the logout of the login that registered them.
+    @Test func aDeviceBelongsToTheLoginThatRegisteredIt() async throws {
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1"])
+        defer { Task { await cluster.stopAll() } }
+        // The gateway's inbox hears the logout's revocation (else the logout waits out the lease).
+        let inbox = GatewayInbox.open(on: cluster["node-g1"], revocations: { _ in }) { _ in }
+        defer { _ = inbox }
+        let ann = UserID.make()
+        let user = try UserActor.resolve(ann, using: cluster["node-g1"])
+        _ = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h"))
+
+        let phone = try await user.registerDevice(NewDevice(platform: .apns, token: String(repeating: "ab", count: 32)), tokenId: "login-1")
+        #expect(phone.created && phone.device.environment == .production, "APNs devices are production unless told: \(phone)")
+        let again = try await user.registerDevice(NewDevice(platform: .apns, token: String(repeating: "ab", count: 32)), tokenId: "login-1")
+        #expect(!again.created && again.device.id == phone.device.id)
+        let tablet = try await user.registerDevice(NewDevice(platform: .fcm, token: "fcm-token"), tokenId: "login-2")
+        #expect(tablet.device.environment == nil)
+        do {
+            _ = try await user.registerDevice(NewDevice(platform: .apns, token: "zz"), tokenId: "login-1")
+            Issue.record("a token that is not hex was stored")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "invalid_request", "\(error)")
+        }
+        #expect(try await user.devices().map(\.id) == [phone.device.id, tablet.device.id])
+
+        try await user.revoke(tokenId: "login-1", expiresAt: Date().addingTimeInterval(3600))
+        #expect(try await user.devices().map(\.id) == [tablet.device.id], "the logout of login-1 left its device")
+        try await user.removeDevice(tablet.device.id)
+        #expect(try await user.devices().isEmpty)
+        await #expect(throws: ClusterCallError.self, "a device removed twice") { try await user.removeDevice(tablet.device.id) }
+    }
+
     @Test func usersRegisterOnceAndListTheirConversationsWithUnreadCounts() async throws {
         let store = InMemoryChatStore()
         let services = ChatServices(store: store)
