@@ -2,7 +2,8 @@
 """The gateway end to end, through real parley-node processes (2 workers, 2 gateways, SQLite, TLS).
 
 Two users register, open event streams on different gateways, talk in a direct conversation;
-receipts, typing and presence arrive; a stream resumes by cursor; a gateway is SIGKILLed and its
+receipts, typing and presence arrive; devices register per login (through the API and the `parley`
+CLI) and go with its logout; a stream resumes by cursor; a gateway is SIGKILLed and its
 client resumes on the other; a gateway paused past failure detection ends its streams when it runs
 again; a worker owning the conversation is SIGKILLed while a client sends continuously; curl, nghttp and openssl speak h2 to it; a
 connection error in raw h2 gets a GOAWAY and a closed connection, and so does an idle one (a third gateway
@@ -788,6 +789,16 @@ def main():
         return subprocess.run([parley, *args], env=cli_env, capture_output=True, text=True, timeout=60)
     reg = cli("register", "dave", "--display-name", "Dave")
     check(reg.returncode == 0 and "signed in as dave" in reg.stdout, "parley register signs in and keeps the token", reg.stdout + reg.stderr)
+    added = cli("devices", "add", "apns", "0f" * 32, "--topic", "app.parley.example", "--sandbox", "--json")
+    device = json.loads(added.stdout)["device"] if added.returncode == 0 else {}
+    check(device.get("environment") == "sandbox" and device.get("topic") == "app.parley.example", "parley devices add registers a device", added.stdout + added.stderr)
+    listed = cli("devices", "--json")
+    check(listed.returncode == 0 and [d["id"] for d in json.loads(listed.stdout)["devices"]] == [device.get("id")], "parley devices lists it", listed.stdout + listed.stderr)
+    removed = cli("devices", "remove", device.get("id", "d_none"))
+    gone = cli("devices", "--json")
+    check(removed.returncode == 0 and gone.returncode == 0 and json.loads(gone.stdout)["devices"] == [], "parley devices remove removes it", removed.stdout + removed.stderr)
+    bad = cli("devices", "add", "apns", "not-hex")
+    check(bad.returncode != 0 and "hex" in bad.stderr, "parley devices add says why a token is refused", bad.stdout + bad.stderr)
     new = cli("new", "alice", "--json")
     dave_conv = json.loads(new.stdout)["id"] if new.returncode == 0 else None
     check(dave_conv is not None, "parley new starts a direct conversation by handle", new.stdout + new.stderr)

@@ -127,6 +127,27 @@ public final class ParleyClient: Sendable {
         try await call(.PATCH, "/v1/users/me", body: API.ProfileChange(displayName: displayName, avatarURL: avatarURL))
     }
 
+    // MARK: Devices
+
+    /// Registers this device for push notifications as this login's (`topic`: the app's bundle
+    /// ID; `environment`: APNs sandbox for development builds). Registering the same token again
+    /// returns the same device.
+    public func registerDevice(platform: PushPlatform, token: String, topic: String? = nil, environment: APNsEnvironment? = nil) async throws -> Device {
+        let body: API.DeviceBody = try await call(
+            .POST, "/v1/devices", body: API.DeviceRegistration(platform: platform.rawValue, token: token, topic: topic, environment: environment?.rawValue))
+        return body.device
+    }
+
+    /// This user's devices, oldest first.
+    public func devices() async throws -> [Device] {
+        let body: API.Devices = try await call(.GET, "/v1/devices")
+        return body.devices
+    }
+
+    public func removeDevice(_ id: DeviceID) async throws {
+        try await callWithoutResult(.DELETE, "/v1/devices/\(Self.query(id.rawValue))")
+    }
+
     public func searchUsers(prefix: String, limit: Int = 20) async throws -> [User] {
         let users: API.Users = try await call(.GET, "/v1/users?prefix=\(Self.query(prefix))&limit=\(limit)")
         return users.users

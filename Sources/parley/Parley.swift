@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self])
+        subcommands: [Register.self, Login.self, Logout.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -202,6 +202,64 @@ struct Conversations: AsyncParsableCommand {
                     let last = conversation.lastMessage.map { "  last: \($0.text.prefix(40))" } ?? ""
                     return "\(conversation.id)\t\(conversation.kind.rawValue)\t\(title)\tunread \(conversation.unreadCount)\(last)"
                 }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+struct Devices: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Your devices for push notifications: list them, add one, remove one.",
+        discussion: "Apps register their own; these commands show what is registered and let you try it. A device belongs to the login that added it: `parley logout` removes it.",
+        subcommands: [List.self, Add.self, Remove.self], defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Your devices, oldest first.")
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await withClient(connection) { client, _ in
+                let devices = try await client.devices()
+                connection.print(API.Devices(devices: devices)) {
+                    devices.isEmpty ? "no devices" : devices.map { device in
+                        "\(device.id)\t\(device.platform.rawValue)\(device.environment.map { " (\($0.rawValue))" } ?? "")\t\(device.topic ?? "-")\t\(device.token.prefix(16))…"
+                    }.joined(separator: "\n")
+                }
+            }
+        }
+    }
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Register a device token (the same token again keeps its device).")
+        @Argument(help: "apns or fcm.") var platform: String
+        @Argument(help: "The push service's token: APNs in hex, FCM as it was issued.") var token: String
+        @Option(help: "APNs: the app's bundle ID.") var topic: String?
+        @Flag(help: "APNs: a development build's token (the sandbox servers).") var sandbox = false
+        @OptionGroup var connection: Connection
+
+        func validate() throws {
+            guard PushPlatform(rawValue: platform) != nil else { throw ValidationError("the platform is apns or fcm (got '\(platform)')") }
+            if sandbox && platform != "apns" { throw ValidationError("--sandbox is for APNs tokens only") }
+        }
+
+        func run() async throws {
+            try await withClient(connection) { client, _ in
+                let device = try await client.registerDevice(
+                    platform: PushPlatform(rawValue: platform) ?? .fcm, token: token, topic: topic, environment: sandbox ? .sandbox : nil)
+                connection.print(API.DeviceBody(device: device)) { "\(device.id) (\(device.platform.rawValue))" }
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Stop pushes to one of your devices.")
+        @Argument(help: "The device's ID (d_…), from `parley devices list`.") var id: String
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await withClient(connection) { client, _ in
+                try await client.removeDevice(DeviceID(rawValue: id))
+                connection.print(["removed": id]) { "removed \(id)" }
             }
         }
     }
