@@ -186,23 +186,7 @@ public final class PostgresChatStore: ChatStore {
             "ALTER TABLE conversations SET (fillfactor = 50)",
         ]),
         (5, "the group commit as one server-side call", [CommitStatements.function]),
-        (6, "devices for push notifications", [
-            """
-            CREATE TABLE devices (
-                id TEXT PRIMARY KEY,
-                user_id TEXT NOT NULL,
-                token_id TEXT NOT NULL,
-                platform TEXT NOT NULL,
-                token TEXT NOT NULL,
-                topic TEXT,
-                environment TEXT,
-                created_at BIGINT NOT NULL,
-                UNIQUE (platform, token)
-            )
-            """,
-            "CREATE INDEX devices_by_user ON devices(user_id, created_at)",
-            "CREATE INDEX devices_by_token_id ON devices(token_id)",
-        ]),
+        (6, "devices for push notifications", DeviceRows.migration),
     ]
 
     public func migrate() async throws {
@@ -491,22 +475,14 @@ public final class PostgresChatStore: ChatStore {
     public func devices(of user: UserID) async throws -> [StoredDevice] {
         try await run {
             var devices: [StoredDevice] = []
-            for try await (id, tokenId, platformName, token, topic, environmentName, created) in try await client.query(
+            for try await (id, tokenId, platform, token, topic, environment, created) in try await client.query(
                 """
                 SELECT id, token_id, platform, token, topic, environment, created_at FROM devices
                 WHERE user_id = \(user.rawValue) ORDER BY created_at, id COLLATE "C"
                 """, logger: logger
             ).decode((String, String, String, String, String?, String?, Int64).self) {
-                guard let platform = PushPlatform(rawValue: platformName) else { throw ChatStoreError(.unavailable, "a device of unknown platform \(platformName)") }
-                let environment = try environmentName.map { name in
-                    guard let environment = APNsEnvironment(rawValue: name) else { throw ChatStoreError(.unavailable, "a device of unknown APNs environment \(name)") }
-                    return environment
-                }
-                devices.append(StoredDevice(
-                    device: Device(
-                        id: DeviceID(rawValue: id), platform: platform, token: token, topic: topic, environment: environment,
-                        createdAt: Date(millisecondsSince1970: created)),
-                    userId: user, tokenId: tokenId))
+                devices.append(try DeviceRows.device(
+                    id: id, userId: user.rawValue, tokenId: tokenId, platform: platform, token: token, topic: topic, environment: environment, createdAt: created))
             }
             return devices
         }

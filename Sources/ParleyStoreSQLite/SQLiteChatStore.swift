@@ -310,21 +310,7 @@ public final class SQLiteChatStore: ChatStore {
                 """)
         }
         migrator.registerMigration(Self.migrationNames[6]) { db in
-            try db.execute(sql: """
-                CREATE TABLE devices (
-                    id TEXT PRIMARY KEY,
-                    user_id TEXT NOT NULL,
-                    token_id TEXT NOT NULL,
-                    platform TEXT NOT NULL,
-                    token TEXT NOT NULL,
-                    topic TEXT,
-                    environment TEXT,
-                    created_at INTEGER NOT NULL,
-                    UNIQUE (platform, token)
-                );
-                CREATE INDEX devices_by_user ON devices(user_id, created_at);
-                CREATE INDEX devices_by_token_id ON devices(token_id);
-                """)
+            for statement in DeviceRows.migration { try db.execute(sql: statement) }
         }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
@@ -503,19 +489,10 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     static func storedDevice(from row: Row) throws -> StoredDevice {
-        let platformName: String = try row.decode(forColumn: "platform")
-        guard let platform = PushPlatform(rawValue: platformName) else { throw ChatStoreError(.unavailable, "a device of unknown platform \(platformName)") }
-        let environmentName: String? = try row.decode(forColumn: "environment")
-        let environment = try environmentName.map { name in
-            guard let environment = APNsEnvironment(rawValue: name) else { throw ChatStoreError(.unavailable, "a device of unknown APNs environment \(name)") }
-            return environment
-        }
-        return StoredDevice(
-            device: Device(
-                id: DeviceID(rawValue: try row.decode(forColumn: "id")), platform: platform, token: try row.decode(forColumn: "token"),
-                topic: try row.decode(forColumn: "topic"), environment: environment,
-                createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at"))),
-            userId: UserID(rawValue: try row.decode(forColumn: "user_id")), tokenId: try row.decode(forColumn: "token_id"))
+        try DeviceRows.device(
+            id: row.decode(forColumn: "id"), userId: row.decode(forColumn: "user_id"), tokenId: row.decode(forColumn: "token_id"),
+            platform: row.decode(forColumn: "platform"), token: row.decode(forColumn: "token"), topic: row.decode(forColumn: "topic"),
+            environment: row.decode(forColumn: "environment"), createdAt: row.decode(forColumn: "created_at"))
     }
 
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
