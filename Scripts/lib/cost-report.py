@@ -69,6 +69,7 @@ COLUMNS = [
     ("pwrite", lambda c: c.get("syscalls:sys_enter_pwrite64", 0)),
     ("ctx switches", lambda c: c.get("context-switches", 0)),
     ("mallocs", lambda c: c.get("probe_libc:malloc")),
+    ("TLS sealed", lambda c: c.get("probe_parley:tls_seal")),
 ]
 
 
