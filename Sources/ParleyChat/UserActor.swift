@@ -161,7 +161,7 @@ extension UserActor {
 
     /// `POST /v1/devices`: registers (or registers again) a device for pushes, as the login
     /// `tokenId`'s; whether it is new.
-    public distributed func registerDevice(_ request: NewDevice, tokenId: String) async throws -> DeviceRegistration {
+    public distributed func registerDevice(_ request: NewDevice, tokenId: String) async throws -> RegisteredDevice {
         guard profile != nil else { throw ChatError(.notFound, "user not found") }
         try request.validate()
         let device = StoredDevice(
@@ -169,7 +169,7 @@ extension UserActor {
                            environment: request.platform == .apns ? request.environment ?? .production : nil, createdAt: actorSystem.clock.wallNow),
             userId: UserID(rawValue: id.key), tokenId: tokenId)
         let stored = try await services.withStore { try await $0.registerDevice(device, keepingAtMost: Self.devicesMax) }
-        return DeviceRegistration(device: stored.device.device, created: stored.created)
+        return RegisteredDevice(device: stored.device.device, created: stored.created)
     }
 
     /// `GET /v1/devices`: this user's devices, oldest first.
@@ -230,7 +230,7 @@ public struct NewUser: Codable, Sendable, Hashable {
 }
 
 /// What registering a device did: the device as stored, and whether it is new to its user.
-public struct DeviceRegistration: Codable, Sendable, Hashable {
+public struct RegisteredDevice: Codable, Sendable, Hashable {
     public var device: Device
     public var created: Bool
 
