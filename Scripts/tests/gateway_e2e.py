@@ -619,7 +619,19 @@ def main():
     ]
     status, group, _ = a1.call("POST", "/v1/conversations", {"memberIds": [bob_id, carol["user"]["id"]], "name": "trio"})
     group_id = group["conversation"]["id"]
+    # Muting is each member's own setting: only they see it, and nobody else hears of it.
+    status, muted, _ = b1.call("PUT", f"/v1/conversations/{group_id}/settings", {"muted": True})
+    check(status == 200 and muted == {"muted": True}, "a member mutes a group (200 {muted})", f"{status} {muted}")
+    mine, theirs = b1.call("GET", f"/v1/conversations/{group_id}")[1], a1.call("GET", f"/v1/conversations/{group_id}")[1]
+    check(mine.get("muted") is True and theirs.get("muted") is False, "each member sees only their own setting",
+          f"{mine.get('muted')} {theirs.get('muted')}")
+    listed = b1.call("GET", "/v1/conversations")[1]["conversations"]
+    check([c.get("muted") for c in listed if c["id"] == group_id] == [True], "the conversation list shows the setting", f"{listed}")
+    check(b1.call("PUT", f"/v1/conversations/{group_id}/settings", {"muted": False})[1] == {"muted": False}
+          and b1.call("GET", f"/v1/conversations/{group_id}")[1].get("muted") is False, "and unmutes it")
     cases += [
+        ("muting a conversation one is not in", ("PUT", f"/v1/conversations/{conv}/settings", {"muted": True}, None, carol["token"]), (404, "not_found")),
+        ("a muted setting that is not a boolean", ("PUT", f"/v1/conversations/{group_id}/settings", {"muted": "yes"}, None), (400, "invalid_request")),
         ("renaming a direct conversation", ("PATCH", f"/v1/conversations/{conv}", {"name": "x"}, None), (403, "forbidden")),
         ("removing another member without being the owner", ("DELETE", f"/v1/conversations/{group_id}/members/{alice_id}", None, None, bob["token"]), (403, "forbidden")),
         ("an expired token", ("GET", "/v1/users/me", None, None, forge_token(alice_id, expires_ms=int(time.time() * 1000) - 1000)), (401, "unauthorized")),

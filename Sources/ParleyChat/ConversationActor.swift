@@ -353,6 +353,19 @@ public distributed actor ConversationActor {
         return record
     }
 
+    /// `PUT /v1/conversations/{id}/settings`: `user` mutes the conversation (no push notifications
+    /// for its messages) or unmutes it. Only that member's own view changes, so nobody hears of it.
+    public distributed func setMuted(_ muted: Bool, by user: UserID) async throws -> ConversationRecord {
+        _ = try state.requireMember(user)
+        let conversation = try state.id
+        guard try state.record.isMuted(by: user) != muted else { return try state.record }
+        var member = true
+        try await fencedWrite { member = try await $0.setMuted(muted, for: user, in: conversation, epoch: epoch) }
+        guard member else { throw ChatError(.notFound, "conversation not found") }
+        try update { $0.setMuted(muted, by: user) }
+        return try state.record
+    }
+
     /// Unknown member IDs are refused by name (API.md: `400` naming them).
     private func requireUsersExist(_ users: [UserID]) async throws {
         let known = try await services.withStore { try await $0.existingUsers(users) }

@@ -130,6 +130,10 @@ public struct ConversationState: Sendable {
         try StoredText.require(name, field: "name")
     }
 
+    public mutating func setMuted(_ muted: Bool, by user: UserID) {
+        record.setMuted(muted, by: user)
+    }
+
     public mutating func renamed(_ name: String) {
         record.name = name
     }
@@ -144,6 +148,7 @@ public struct ConversationState: Sendable {
     public mutating func memberRemoved(_ user: UserID) {
         let wasOwner = record.member(user)?.role == .owner
         record.members.removeAll { $0.userId == user }
+        record.setMuted(false, by: user)
         typing[user] = nil
         if wasOwner, !record.members.isEmpty {
             record.members[0].role = .owner

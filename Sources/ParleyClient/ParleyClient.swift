@@ -178,6 +178,11 @@ public final class ParleyClient: Sendable {
         try await call(.PATCH, "/v1/conversations/\(Self.query(id.rawValue))", body: API.Rename(name: name))
     }
 
+    /// Mutes a conversation (no push notifications for its messages on this user's devices) or unmutes it.
+    public func setMuted(_ muted: Bool, in id: ConversationID) async throws -> API.ConversationSettings {
+        try await call(.PUT, "/v1/conversations/\(Self.query(id.rawValue))/settings", body: API.ConversationSettings(muted: muted))
+    }
+
     public func addMembers(_ users: [UserID], to id: ConversationID) async throws -> API.Conversation {
         try await call(.POST, "/v1/conversations/\(Self.query(id.rawValue))/members", body: API.NewMembers(userIds: users))
     }

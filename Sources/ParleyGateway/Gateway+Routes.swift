@@ -78,6 +78,13 @@ extension Gateway {
             let record = try await ConversationActor.resolve(id, using: self.system).rename(rename.name, by: caller.id)
             return try Self.json(API.Conversation(record, for: caller.id))
         }
+        v1.put("conversations/:id/settings") { request, context in
+            let caller = try await self.authenticateWriter(request)
+            let id = try Self.conversationID(context)
+            let settings = try await self.decode(API.ConversationSettings.self, from: request)
+            let record = try await ConversationActor.resolve(id, using: self.system).setMuted(settings.muted, by: caller.id)
+            return try Self.json(API.ConversationSettings(muted: record.isMuted(by: caller.id)))
+        }
         v1.post("conversations/:id/members") { request, context in
             let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)

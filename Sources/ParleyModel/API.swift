@@ -12,6 +12,8 @@ public enum API {
         public var lastSeq: Int64
         public var lastMessage: Message?
         public var unreadCount: Int64
+        /// Whether the caller muted it: no push notifications for its messages.
+        public var muted: Bool
         public var createdAt: Date
 
         public init(_ record: ConversationRecord, for user: UserID, lastMessage: Message? = nil) {
@@ -22,6 +24,7 @@ public enum API {
             self.lastSeq = record.lastSeq
             self.lastMessage = lastMessage
             self.unreadCount = max(0, record.lastSeq - (record.member(user)?.readSeq ?? record.lastSeq))
+            self.muted = record.isMuted(by: user)
             self.createdAt = record.createdAt
         }
     }
@@ -84,6 +87,13 @@ public enum API {
     public struct Rename: Codable, Sendable {
         public var name: String
         public init(name: String) { self.name = name }
+    }
+
+    /// `PUT /v1/conversations/{id}/settings`: the caller's own settings of a conversation.
+    public struct ConversationSettings: Codable, Sendable, Hashable {
+        /// No push notifications for its messages.
+        public var muted: Bool
+        public init(muted: Bool) { self.muted = muted }
     }
 
     public struct NewMembers: Codable, Sendable {

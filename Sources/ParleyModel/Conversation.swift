@@ -41,10 +41,13 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
     /// The last message's `sentAt`, else `createdAt`: what "newest activity first" sorts by.
     public var lastActivityAt: Date
     public var members: [ConversationMember]
+    /// The members who muted the conversation (get no push notifications for it), sorted. Each
+    /// member sees only whether they did (`API.Conversation.muted`).
+    public var mutedBy: [UserID]
 
     public init(
         id: ConversationID, kind: ConversationKind, name: String?, ownerId: UserID, lastSeq: Int64 = 0,
-        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember]
+        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember], mutedBy: [UserID] = []
     ) {
         self.id = id
         self.kind = kind
@@ -54,10 +57,21 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
         self.createdAt = createdAt
         self.lastActivityAt = lastActivityAt ?? createdAt
         self.members = members
+        self.mutedBy = mutedBy
     }
 
     public func member(_ user: UserID) -> ConversationMember? {
         members.first { $0.userId == user }
+    }
+
+    public func isMuted(by user: UserID) -> Bool {
+        mutedBy.contains(user)
+    }
+
+    /// Records that `user` muted the conversation or unmuted it.
+    public mutating func setMuted(_ muted: Bool, by user: UserID) {
+        mutedBy.removeAll { $0 == user }
+        if muted { mutedBy.append(user); mutedBy.sort() }
     }
 }
 

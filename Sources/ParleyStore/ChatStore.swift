@@ -69,6 +69,11 @@ public protocol ChatStore: Sendable {
     /// Renames a group. Fenced by `epoch`. The conversation's last change becomes `updated` at `at`.
     func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws
 
+    /// Mutes the conversation for one of its members, or unmutes it. Fenced by `epoch`. Not a
+    /// change the other members hear of: the conversation's last change stays as it was. False
+    /// if `user` is not a member.
+    func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool
+
     // MARK: Users
 
     /// Stores a new user. Throws `conflict` when the handle (or ID) is taken.

@@ -440,6 +440,29 @@ public enum ChatStoreContract {
             try check(left == ["c\(run)"], "logout left: \(left)")
             try check(try await store.devices(of: other).count == 1, "another user's login was logged out")
         },
+        Case(name: "a member mutes a conversation for themself only, fenced by the epoch; leaving drops the setting") { store in
+            let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())
+            let (group, epoch) = try await owned(store, members: [me, other, third])
+            let before = try await store.durableChanges(for: other, since: t0)
+            try check(try await store.setMuted(true, for: me, in: group, epoch: epoch), "a member could not mute")
+            try check(try await store.setMuted(true, for: third, in: group, epoch: epoch), "a second member could not mute")
+            try check(try await store.setMuted(true, for: me, in: group, epoch: epoch), "muting twice must succeed")
+            try check(!(try await store.setMuted(true, for: .make(), in: group, epoch: epoch)), "a stranger muted the conversation")
+            var read = try await store.conversation(group)
+            try check(read?.mutedBy == [me, third].sorted(), "muted by \(String(describing: read?.mutedBy))")
+            try check(try await store.conversations(of: other, after: nil, limit: 10).first?.mutedBy == [me, third].sorted(), "the list's record differs")
+            try check(try await store.durableChanges(for: other, since: t0) == before, "muting is not a change the others hear of")
+            try check(try await store.setMuted(false, for: third, in: group, epoch: epoch), "could not unmute")
+            try await store.removeMember(me, from: group, epoch: epoch, at: Date(millisecondsSince1970: t0.millisecondsSince1970 + 10))
+            read = try await store.conversation(group)
+            try check(read?.mutedBy == [], "after unmuting and leaving: \(String(describing: read?.mutedBy))")
+            do {
+                _ = try await store.setMuted(true, for: other, in: group, epoch: epoch - 1)
+                try check(false, "a stale epoch must not mute")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "a stale epoch threw \(error)")
+            }
+        },
     ]
 }
 

@@ -146,6 +146,7 @@ public final class InMemoryChatStore: ChatStore {
         try fencedChange(of: id, epoch: epoch) { stored in
             guard let removed = stored.record.member(user) else { return }
             stored.record.members.removeAll { $0.userId == user }
+            stored.record.setMuted(false, by: user)
             if removed.role == .owner, !stored.record.members.isEmpty {
                 // The longest-standing member left is the owner now (ConversationState.memberRemoved).
                 stored.record.members[0].role = .owner
@@ -164,11 +165,20 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
-    private func fencedChange(of id: ConversationID, epoch: Int64, _ change: (inout Stored) -> Void) throws {
+    public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
+        try fencedChange(of: id, epoch: epoch) { stored in
+            guard stored.record.member(user) != nil else { return false }
+            stored.record.setMuted(muted, by: user)
+            return true
+        }
+    }
+
+    @discardableResult
+    private func fencedChange<Result>(of id: ConversationID, epoch: Int64, _ change: (inout Stored) -> Result) throws -> Result {
         try state.withLock { state in
             guard state[id] != nil else { throw ChatStoreError(.notFound, "no conversation \(id)") }
             guard state[id]!.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(state[id]!.epoch)") }
-            change(&state[id]!)
+            return change(&state[id]!)
         }
     }
 

@@ -187,6 +187,7 @@ public final class PostgresChatStore: ChatStore {
         ]),
         (5, "the group commit as one server-side call", [CommitStatements.function]),
         (6, "devices for push notifications", DeviceRows.migration),
+        (7, "members may mute a conversation", ["ALTER TABLE members ADD COLUMN muted BOOLEAN NOT NULL DEFAULT false"]),
     ]
 
     public func migrate() async throws {
@@ -247,21 +248,23 @@ public final class PostgresChatStore: ChatStore {
                 heads[id] = (kind, name, owner, lastSeq, created, activity)
             }
             var members: [String: [ConversationMember]] = [:]
-            for try await (conversation, user, role, delivered, read) in try await client.query(
+            var mutedBy: [String: [UserID]] = [:]
+            for try await (conversation, user, role, delivered, read, muted) in try await client.query(
                 """
-                SELECT conversation_id, user_id, role, delivered_seq, read_seq FROM members
+                SELECT conversation_id, user_id, role, delivered_seq, read_seq, muted FROM members
                 WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, position
                 """, logger: logger
-            ).decode((String, String, String, Int64, Int64).self) {
+            ).decode((String, String, String, Int64, Int64, Bool).self) {
                 members[conversation, default: []].append(
                     ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read))
+                if muted { mutedBy[conversation, default: []].append(UserID(rawValue: user)) }
             }
             return ids.compactMap { id in
                 guard let (kind, name, owner, lastSeq, createdAt, lastActivity) = heads[id] else { return nil }
                 return ConversationRecord(
                     id: ConversationID(rawValue: id), kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner),
                     lastSeq: lastSeq, createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity),
-                    members: members[id] ?? [])
+                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted())
             }
         }
     }
@@ -587,6 +590,16 @@ public final class PostgresChatStore: ChatStore {
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
             try await connection.query("UPDATE conversations SET name = \(name) WHERE id = \(id.rawValue)", logger: logger)
             try await changed(id, .updated, at: at, connection: connection)
+        }
+    }
+
+    public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            let rows = try await connection.query(
+                "UPDATE members SET muted = \(muted) WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING 1", logger: logger)
+            for try await _ in rows.decode(Int.self) { return true }
+            return false
         }
     }
 

@@ -137,6 +137,7 @@ public final class SQLiteChatStore: ChatStore {
         "v4: the idempotency index in clientMessageId order", "v5: messages in commit order, indexed per conversation behind the commits",
         "v6: one index entry per 64 messages of a conversation, written by the commit",
         "v7: devices for push notifications",
+        "v8: members may mute a conversation",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -312,6 +313,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[6]) { db in
             for statement in DeviceRows.migration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[7]) { db in
+            try db.execute(sql: "ALTER TABLE members ADD COLUMN muted INTEGER NOT NULL DEFAULT 0")
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -356,13 +360,13 @@ public final class SQLiteChatStore: ChatStore {
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM conversations WHERE id = ?", arguments: [id.rawValue]) else {
                 return nil
             }
-            let members = try Row.fetchAll(
-                db, sql: "SELECT * FROM members WHERE conversation_id = ? ORDER BY position", arguments: [id.rawValue]
-            ).map { try Self.member(from: $0) }
+            let rows = try Row.fetchAll(db, sql: "SELECT * FROM members WHERE conversation_id = ? ORDER BY position", arguments: [id.rawValue])
+            let members = try rows.map { try Self.member(from: $0) }
+            let mutedBy = try rows.filter { try $0.decode(Bool.self, forColumn: "muted") }.map { UserID(rawValue: try $0.decode(forColumn: "user_id")) }
             return ConversationRecord(
                 id: id, kind: ConversationKind(rawValue: try row.decode(forColumn: "kind")) ?? .group, name: try row.decode(forColumn: "name"), ownerId: UserID(rawValue: try row.decode(forColumn: "owner_id")),
                 lastSeq: try row.decode(forColumn: "last_seq"), createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")),
-                lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members)
+                lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members, mutedBy: mutedBy.sorted())
         }
     }
 
@@ -728,6 +732,15 @@ public final class SQLiteChatStore: ChatStore {
             try Self.checkEpoch(epoch, of: id, db: db)
             try db.execute(sql: "UPDATE conversations SET name = ? WHERE id = ?", arguments: [name, id.rawValue])
             try Self.changed(id, .updated, at: at, db: db)
+        }
+    }
+
+    public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try db.execute(
+                sql: "UPDATE members SET muted = ? WHERE conversation_id = ? AND user_id = ?", arguments: [muted, id.rawValue, user.rawValue])
+            return db.changesCount > 0
         }
     }
 
