@@ -12,16 +12,19 @@ public struct ChatServices: Sendable {
     public let committer: GroupCommitter
     public let limits: ChatLimits
     public let delivery: DeliveryTimings
+    /// How this node sends push notifications; nil: it sends none.
+    public let pushes: PushSettings?
 
     /// - Parameter clock: the time of the default committer's commit interval (a simulation's).
     public init(
         store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), delivery: DeliveryTimings = DeliveryTimings(),
-        clock: any ClusterClock = ContinuousClock()
+        pushes: PushSettings? = nil, clock: any ClusterClock = ContinuousClock()
     ) {
         self.store = store
         self.committer = committer ?? GroupCommitter(store: store, clock: clock)
         self.limits = limits
         self.delivery = delivery
+        self.pushes = pushes
     }
 
     /// Runs a store operation; a store failure reaches the caller as `unavailable`.
@@ -132,22 +135,40 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
-            self.fanOut = Self.fanOut(
-                for: conversation, lastSeq: record.lastSeq, directory: directory, courier: courier, services: services, clock: actorSystem.clock, logger: logger)
+            self.fanOut = Self.fanOut(for: record, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
         }
     }
 
     private static func fanOut(
-        for conversation: ConversationID, lastSeq: Int64, directory: GatewayDirectory, courier: GatewayCourier, services: ChatServices,
-        clock: any ClusterClock, logger: Logger
+        for record: ConversationRecord, directory: GatewayDirectory, courier: GatewayCourier, services: ChatServices, system: ClusterSystem, logger: Logger
     ) -> ConversationFanOut {
         let store = services.store
-        return ConversationFanOut(directory: directory, courier: courier, lastSeq: lastSeq, timings: services.delivery, clock: clock, logger: logger) { after, limit in
+        let conversation = record.id
+        let pushes = services.pushes.map { settings in
+            ConversationPushes(record: record, policy: settings.policy, clock: system.clock, logger: logger) { member, notice in
+                do {
+                    return try await UserActor.resolve(member, using: system).notify(notice)
+                } catch {
+                    logger.info("a member's actor did not take a push notice; trying again", metadata: ["user.id": "\(member)", "error": "\(error)"])
+                    return nil
+                }
+            }
+        }
+        return ConversationFanOut(
+            directory: directory, courier: courier, lastSeq: record.lastSeq, timings: services.delivery, clock: system.clock, logger: logger, pushes: pushes
+        ) { after, limit in
             try await store.messages(in: conversation, after: after, limit: limit)
         }
     }
 
     private var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
+
+    /// Whom a push notification of a message from `sender` is owed to, should they hold no stream:
+    /// the other members who did not mute the conversation.
+    private func pushRecipients(of sender: UserID) -> [UserID] {
+        guard services.pushes != nil, let record = loaded?.record else { return [] }
+        return record.members.map(\.userId).filter { $0 != sender && !record.isMuted(by: $0) }
+    }
 
     /// The conversation, or `not_found` while it does not exist.
     private var state: ConversationState {
@@ -191,8 +212,7 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut = Self.fanOut(
-                    for: stored.id, lastSeq: stored.lastSeq, directory: directory, courier: courier, services: services, clock: actorSystem.clock, logger: logger)
+                fanOut = Self.fanOut(for: stored, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))
@@ -228,14 +248,14 @@ public distributed actor ConversationActor {
         switch outcome {
         case .appended(let message):
             try update { $0.committed(message) }
-            fanOut?.committed(message, members: memberIDs)
+            fanOut?.committed(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
             return SendResult(message: message, created: true)
         case .duplicate(let message):
             // A retry of a send that committed earlier — perhaps on an owner that died (or was cut
             // off) before it fanned the message out, and nothing would push it to the streams
             // until this conversation's next message. Publishing it again is harmless: streams
             // drop a seq they already sent.
-            fanOut?.republish(message, members: memberIDs)
+            fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
             return SendResult(message: message, created: false)
         case .staleEpoch(let current):
             throw fenced(current: current)
@@ -257,7 +277,7 @@ public distributed actor ConversationActor {
         let from = max(0, current.record.lastSeq - Int64(Self.republishMax))
         let recent = try await services.withStore { try await $0.messages(in: conversation, after: from, limit: Self.republishMax) }
             .filter { $0.sentAt > since }
-        for message in recent { fanOut?.republish(message, members: memberIDs) }
+        for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
         return recent.count
     }
 
@@ -294,6 +314,7 @@ public distributed actor ConversationActor {
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
         var advanced = false
         try update { advanced = $0.receiptsAdvanced(stored) }
+        fanOut?.pushes?.read(user, through: stored.readSeq)
         if advanced {
             fanOut?.publish(
                 .receipt(ReceiptEvent(conversationId: conversation, userId: user, deliveredSeq: stored.deliveredSeq, readSeq: stored.readSeq, at: at)),
@@ -348,6 +369,7 @@ public distributed actor ConversationActor {
         let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.renameConversation(conversation, name: name, epoch: epoch, at: at) }
         try update { $0.renamed(name) }
+        fanOut?.pushes?.renamed(name)
         let record = try state.record
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
         return record

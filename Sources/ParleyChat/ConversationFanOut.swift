@@ -31,8 +31,9 @@ final class ConversationFanOut: Sendable {
     typealias Machine = DeliveryStateMachine<String, Item>
 
     private enum Input {
-        case committed(Message)
-        case republished(Message)
+        /// `pushTo`: the members a push notification is owed to should they hold no stream.
+        case committed(Message, pushTo: [UserID])
+        case republished(Message, pushTo: [UserID])
         case published(ChatEvent, except: UserID?)
     }
 
@@ -53,6 +54,9 @@ final class ConversationFanOut: Sendable {
 
     private let directory: GatewayDirectory
     private let courier: GatewayCourier
+    /// The conversation's push notifications, when the node sends any: told, for each message,
+    /// which of its members hold no stream.
+    let pushes: ConversationPushes?
     private let readCommitted: ReadCommitted
     private let state: Mutex<State>
     private let clock: any ClusterClock
@@ -65,9 +69,10 @@ final class ConversationFanOut: Sendable {
     ///     long after a failed call its batch goes again.
     init(
         directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, timings: DeliveryTimings = DeliveryTimings(),
-        clock: any ClusterClock = ContinuousClock(), logger: Logger, readCommitted: @escaping ReadCommitted
+        clock: any ClusterClock = ContinuousClock(), logger: Logger, pushes: ConversationPushes? = nil, readCommitted: @escaping ReadCommitted
     ) {
         self.directory = directory
+        self.pushes = pushes
         self.clock = clock
         self.courier = courier
         self.readCommitted = readCommitted
@@ -89,15 +94,15 @@ final class ConversationFanOut: Sendable {
     /// Commits of a conversation end in seq order, but their answers may come out of it, so a
     /// message can wait for the ones before it; a seq that never comes (its commit reached the
     /// store but its answer was lost) is read from the store after `holdMax`.
-    func committed(_ message: Message, members: [UserID]) {
-        enqueue(.committed(message), members: members)
+    func committed(_ message: Message, members: [UserID], pushTo: [UserID] = []) {
+        enqueue(.committed(message, pushTo: pushes == nil ? [] : pushTo), members: members)
     }
 
     /// A message committed before, found again (a send's retry, a new owner's recovery): released
     /// in order if it is still to be (this owner committed it, but the commit's answer was lost),
     /// else sent once more — streams drop a seq they already wrote.
-    func republish(_ message: Message, members: [UserID]) {
-        enqueue(.republished(message), members: members)
+    func republish(_ message: Message, members: [UserID], pushTo: [UserID] = []) {
+        enqueue(.republished(message, pushTo: pushes == nil ? [] : pushTo), members: members)
     }
 
     /// An event that needs no seq order of its own (a receipt, typing, a change to the
@@ -141,6 +146,7 @@ final class ConversationFanOut: Sendable {
             // still hold a restarted gateway's old incarnation as down).
             let answer = await directory.gateways(of: Array(Set(batch.flatMap(\.1))))
             logger.trace("the directory answered", metadata: ["directory.answer": "\(answer.sorted { $0.key < $1.key })"])
+            var owed: [(Message, offline: [UserID], online: [UserID])] = []
             let directives = state.withLock { state -> [Machine.Directive] in
                 let now = clock.now
                 state.gatewayOf.merge(answer) { $1 }
@@ -148,10 +154,12 @@ final class ConversationFanOut: Sendable {
                 for (input, members) in batch {
                     state.members = members
                     switch input {
-                    case .committed(let message):
+                    case .committed(let message, let pushTo):
                         directives += state.machine.committed(message.seq, Self.item(.message(message), members), now: now)
-                    case .republished(let message):
+                        if !pushTo.isEmpty { owed.append(Self.owed(message, pushTo, answer)) }
+                    case .republished(let message, let pushTo):
                         directives += state.machine.republished(message.seq, Self.item(.message(message), members), now: now)
+                        if !pushTo.isEmpty { owed.append(Self.owed(message, pushTo, answer)) }
                     case .published(let event, let except):
                         directives += state.machine.published(Self.item(event, members, except: except), now: now)
                     }
@@ -159,7 +167,18 @@ final class ConversationFanOut: Sendable {
                 return directives
             }
             perform(directives)
+            for (message, offline, online) in owed { pushes?.committed(message, offline: offline, online: online) }
         }
+    }
+
+    /// Which of `pushTo` hold no stream, by the directory's `answer` for this batch.
+    private static func owed(_ message: Message, _ pushTo: [UserID], _ answer: [UserID: [String]]) -> (Message, offline: [UserID], online: [UserID]) {
+        var offline: [UserID] = []
+        var online: [UserID] = []
+        for member in pushTo {
+            if answer[member]?.isEmpty == false { online.append(member) } else { offline.append(member) }
+        }
+        return (message, offline, online)
     }
 
     private static func item(_ event: ChatEvent, _ members: [UserID], except: UserID? = nil) -> Item {

@@ -99,7 +99,9 @@ public distributed actor PresenceShard {
     /// A stream closed; returns the user's presence (offline with `lastSeenAt` if it was the last).
     public distributed func closeSession(_ session: SessionRef) -> Presence {
         expire()
-        announce(state.sessionClosed(session.userId, sessionID: session.sessionID, now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow))
+        let change = state.sessionClosed(session.userId, sessionID: session.sessionID, now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow)
+        announce(change)
+        forgetWentOffline([change].compactMap { $0 })
         return state.presence(of: session.userId)
     }
 
@@ -194,7 +196,19 @@ public distributed actor PresenceShard {
                 }
             }
         }
-        for change in state.expireLeases(now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow) { announce(change) }
+        let changes = state.expireLeases(now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow)
+        for change in changes { announce(change) }
+        forgetWentOffline(changes)
+    }
+
+    /// Users whose last stream closed: the nodes that remember where their streams were forget
+    /// it, so that a conversation's owner sees them offline at once and owes them push
+    /// notifications, instead of delivering to a gateway that no longer holds their stream for
+    /// the rest of a directory lease. Nothing waits for it.
+    private func forgetWentOffline(_ changes: [Presence]) {
+        let users = changes.filter { $0.status == .offline }.map(\.userId)
+        guard !users.isEmpty else { return }
+        Task { await invalidateDirectories(of: users) }
     }
 
     /// Tells the streams of everyone who shares a conversation with the user (live only, best effort).

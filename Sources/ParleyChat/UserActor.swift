@@ -1,5 +1,7 @@
 import Distributed
 import Foundation
+import Logging
+import Metrics
 import ParleyCluster
 import ParleyModel
 import ParleyStore
@@ -187,6 +189,53 @@ extension UserActor {
             throw ChatError(.notFound, "no device \(device)")
         }
     }
+
+    /// A conversation's owner owes this user a push notification (``PushPlanner``): sends it to
+    /// each of the user's devices through the node's provider for its platform. A device the
+    /// provider says is gone is removed. Answers when to try again if a provider asked for that
+    /// or could not be reached; the devices that took the notification get it again then, and
+    /// show it once (it replaces the one before of the same conversation).
+    public distributed func notify(_ notice: PushNotice) async throws -> PushNoticeResult {
+        guard profile != nil, let settings = services.pushes else { return .done }
+        let me = UserID(rawValue: id.key)
+        let devices = try await services.withStore { try await $0.devices(of: me) }
+        guard !devices.isEmpty else { return .done }
+        let badge = try await services.withStore { try await $0.unreadCount(of: me) }
+        let senderName = settings.preview == .none ? nil : try await services.withStore { try await $0.user(id: notice.latest.senderId) }?.user.displayName
+        let content = PushContent(
+            latest: notice.latest, count: notice.count, kind: notice.kind, conversationName: notice.conversationName, senderName: senderName,
+            badge: Int(clamping: badge), preview: settings.preview)
+        var retryAfter: Duration?
+        for platform in PushPlatform.allCases {
+            let targets = devices.filter { $0.device.platform == platform }
+            guard !targets.isEmpty else { continue }
+            guard let provider = settings.providers[platform] else { continue }
+            let outcomes = await provider.send(content, to: targets.map(\.device))
+            for (device, outcome) in zip(targets, outcomes) {
+                switch outcome {
+                case .sent:
+                    Self.sentPushes.increment()
+                case .unregistered(let reason):
+                    actorSystem.logger.info("a device the push provider no longer knows is removed", metadata: [
+                        "user.id": "\(me)", "device.id": "\(device.device.id)", "reason": "\(reason)",
+                    ])
+                    _ = try? await services.store.removeDevice(device.device.id, of: me)
+                case .retry(let after, let reason):
+                    actorSystem.logger.info("a push notification will go again", metadata: [
+                        "user.id": "\(me)", "device.id": "\(device.device.id)", "reason": "\(reason)",
+                    ])
+                    retryAfter = max(retryAfter ?? .zero, after ?? .zero)
+                case .refused(let reason):
+                    actorSystem.logger.warning("the push provider refused a notification", metadata: [
+                        "user.id": "\(me)", "device.id": "\(device.device.id)", "reason": "\(reason)",
+                    ])
+                }
+            }
+        }
+        return retryAfter.map { PushNoticeResult(retryAfterMilliseconds: $0.nanoseconds / 1_000_000) } ?? .done
+    }
+
+    static let sentPushes = Counter(label: "parley.push.sent")
 
     /// The other members of this user's conversations: whose streams hear of its presence.
     public distributed func contacts() async throws -> [UserID] {

@@ -69,6 +69,10 @@ public protocol ChatStore: Sendable {
     /// Renames a group. Fenced by `epoch`. The conversation's last change becomes `updated` at `at`.
     func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws
 
+    /// The user's unread messages in all their conversations (what an app's badge shows): each
+    /// conversation's `lastSeq - readSeq`, summed.
+    func unreadCount(of user: UserID) async throws -> Int64
+
     /// Mutes the conversation for one of its members, or unmutes it. Fenced by `epoch`. Not a
     /// change the other members hear of: the conversation's last change stays as it was. False
     /// if `user` is not a member.

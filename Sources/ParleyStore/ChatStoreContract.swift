@@ -440,6 +440,22 @@ public enum ChatStoreContract {
             try check(left == ["c\(run)"], "logout left: \(left)")
             try check(try await store.devices(of: other).count == 1, "another user's login was logged out")
         },
+        Case(name: "a user's unread count is what they have not read in all their conversations") { store in
+            let (me, other) = (UserID.make(), UserID.make())
+            try check(try await store.unreadCount(of: me) == 0, "a user without conversations")
+            let (first, firstEpoch) = try await owned(store, members: [me, other])
+            let (second, secondEpoch) = try await owned(store, members: [other, me])
+            _ = try await store.commit([append(first, epoch: firstEpoch, "1", from: other), append(first, epoch: firstEpoch, "2", from: other)])
+            _ = try await store.commit([append(second, epoch: secondEpoch, "3", from: other), append(second, epoch: secondEpoch, "4", from: me)])
+            let before = try await store.unreadCount(of: me)
+            // A sender has read up to their own message.
+            try check(before == 2, "before reading: \(before)")
+            _ = try await store.advanceReceipts(in: first, user: me, deliveredSeq: 2, readSeq: 1, at: t0)
+            _ = try await store.advanceReceipts(in: second, user: me, deliveredSeq: 2, readSeq: 2, at: t0)
+            let after = try await store.unreadCount(of: me), others = try await store.unreadCount(of: other)
+            try check(after == 1, "after reading: \(after)")
+            try check(others == 1, "the other member's count: \(others)")
+        },
         Case(name: "a member mutes a conversation for themself only, fenced by the epoch; leaving drops the setting") { store in
             let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())
             let (group, epoch) = try await owned(store, members: [me, other, third])

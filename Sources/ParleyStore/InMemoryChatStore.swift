@@ -165,6 +165,14 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
+    public func unreadCount(of user: UserID) async throws -> Int64 {
+        state.withLock { state in
+            state.values.reduce(0) { sum, stored in
+                sum + (stored.record.member(user).map { max(0, stored.record.lastSeq - $0.readSeq) } ?? 0)
+            }
+        }
+    }
+
     public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
         try fencedChange(of: id, epoch: epoch) { stored in
             guard stored.record.member(user) != nil else { return false }

@@ -593,6 +593,18 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
+    public func unreadCount(of user: UserID) async throws -> Int64 {
+        try await run {
+            let rows = try await client.query(
+                """
+                SELECT coalesce(sum(greatest(0, c.last_seq - m.read_seq)), 0)::BIGINT FROM members m JOIN conversations c ON c.id = m.conversation_id
+                WHERE m.user_id = \(user.rawValue)
+                """, logger: logger)
+            for try await count in rows.decode(Int64.self) { return count }
+            return 0
+        }
+    }
+
     public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
         try await transaction { connection in
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)

@@ -735,6 +735,18 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func unreadCount(of user: UserID) async throws -> Int64 {
+        try await read { db in
+            try Int64.fetchOne(
+                db,
+                sql: """
+                    SELECT coalesce(sum(max(0, c.last_seq - m.read_seq)), 0) FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.user_id = ?
+                    """,
+                arguments: [user.rawValue]) ?? 0
+        }
+    }
+
     public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
         try await write { db in
             try Self.checkEpoch(epoch, of: id, db: db)

@@ -14,17 +14,18 @@ func registerUsers(_ ids: [UserID], in store: any ChatStore) async throws {
 }
 
 /// An in-process cluster for chat: conversations and presence shards on the workers (over one
-/// in-memory store, `store`, holding `users`), nothing on the gateways (tests open their inboxes). Stop it
-/// with `stopAll()`.
+/// in-memory store, `store`, holding `users`; users' actors too when it sends `pushes`), nothing
+/// on the gateways (tests open their inboxes). Stop it with `stopAll()`.
 func startChatCluster(
-    users: [UserID], workers: [String], gateways: [String], store: InMemoryChatStore = InMemoryChatStore()
+    users: [UserID], workers: [String], gateways: [String], store: InMemoryChatStore = InMemoryChatStore(), pushes: PushSettings? = nil
 ) async throws -> LoopbackCluster {
     try await registerUsers(users, in: store)
-    let services = ChatServices(store: store)
+    let services = ChatServices(store: store, pushes: pushes)
     let cluster = try LoopbackCluster { system, _ in
         guard system.settings.roles.contains(.worker) else { return }
         ConversationActor.register(on: system, services: services)
         PresenceShard.register(on: system)
+        if pushes != nil { UserActor.register(on: system, services: services) }
     }
     for worker in workers { try await cluster.start(worker) }
     for gateway in gateways { try await cluster.start(gateway, roles: .gateway) }

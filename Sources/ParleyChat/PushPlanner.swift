@@ -1,0 +1,154 @@
+import ParleyModel
+
+/// What a conversation's owner owes its members in push notifications, and when each notice goes:
+/// a pure state machine, fed by ``ConversationPushes``.
+///
+/// A committed message is owed to every member other than its sender who holds no event stream
+/// when it is delivered and did not mute the conversation. Bursts coalesce per member: the first
+/// message owed goes out at once, and the next notice no sooner than ``Policy/window`` after the
+/// last one went, covering every message owed meanwhile ("3 new messages"). A member who reads up
+/// to a seq is owed nothing up to it; one whose stream opens is owed nothing not yet sent (the
+/// stream shows it). A notice that fails goes again after a backoff (at least what the provider
+/// asked for), for ``Policy/giveUpAfter`` at most: a notification that old is news no longer.
+public struct PushPlanner: Sendable {
+    public typealias Instant = ContinuousClock.Instant
+
+    public struct Policy: Sendable {
+        /// The least time between two notices of this conversation to one member.
+        public var window: Duration = .seconds(3)
+        /// The wait after a failed notice, doubling to `retryDelayMax`.
+        public var retryDelay: Duration = .seconds(1)
+        public var retryDelayMax: Duration = .seconds(60)
+        /// How long a notice that keeps failing is tried again.
+        public var giveUpAfter: Duration = .seconds(600)
+
+        public init() {}
+    }
+
+    public enum Directive: Sendable, Hashable {
+        /// Tell `member` of `latest` and the `count` messages owed up to it.
+        case notify(UserID, latest: Message, count: Int)
+        /// A notice failed for longer than the policy allows: the messages it owed are dropped.
+        case gaveUp(UserID, through: Int64)
+    }
+
+    private struct Owed: Sendable {
+        /// The seqs owed, ascending.
+        var seqs: [Int64]
+        var latest: Message
+        var dueAt: Instant
+        var inFlight = false
+        /// When the first attempt that has not succeeded yet failed.
+        var failingSince: Instant?
+        var failures = 0
+    }
+
+    public let policy: Policy
+    private var owed: [UserID: Owed] = [:]
+    private var lastSentAt: [UserID: Instant] = [:]
+    /// The highest seq a notice (sent or on its way) or a read covered, per member: a message
+    /// found again (a send's retry) is not owed twice.
+    private var coveredThrough: [UserID: Int64] = [:]
+
+    /// - Parameter read: how far each member has read (a new owner's start): nothing up to it is owed.
+    public init(policy: Policy = Policy(), read: [UserID: Int64] = [:]) {
+        self.policy = policy
+        self.coveredThrough = read
+    }
+
+    /// `message` was committed, or found again; it is owed to `offline` (members without a stream,
+    /// who did not mute the conversation, not its sender). The members in `online` hold a stream:
+    /// what they are owed and not yet sent is dropped.
+    public mutating func committed(_ message: Message, offline: [UserID], online: [UserID], now: Instant) -> [Directive] {
+        for member in online {
+            if let entry = owed[member], !entry.inFlight { owed[member] = nil }
+        }
+        for member in offline where message.seq > coveredThrough[member, default: 0] {
+            if var entry = owed[member] {
+                if let index = entry.seqs.firstIndex(where: { $0 >= message.seq }) {
+                    if entry.seqs[index] != message.seq { entry.seqs.insert(message.seq, at: index) }
+                } else {
+                    entry.seqs.append(message.seq)
+                }
+                if message.seq > entry.latest.seq { entry.latest = message }
+                owed[member] = entry
+            } else {
+                let dueAt = lastSentAt[member].map { max(now, $0.advanced(by: policy.window)) } ?? now
+                owed[member] = Owed(seqs: [message.seq], latest: message, dueAt: dueAt)
+            }
+        }
+        return due(now: now)
+    }
+
+    /// `member` read up to `seq`: nothing up to it is owed any more.
+    public mutating func read(_ member: UserID, through seq: Int64) {
+        coveredThrough[member] = max(coveredThrough[member, default: 0], seq)
+        guard var entry = owed[member] else { return }
+        entry.seqs.removeAll { $0 <= seq }
+        owed[member] = entry.seqs.isEmpty && !entry.inFlight ? nil : entry
+    }
+
+    /// The notice to `member` covering up to `seq` went out.
+    public mutating func notified(_ member: UserID, through seq: Int64, now: Instant) -> [Directive] {
+        lastSentAt[member] = now
+        guard var entry = owed[member] else { return due(now: now) }
+        entry.inFlight = false
+        entry.failures = 0
+        entry.failingSince = nil
+        entry.seqs.removeAll { $0 <= seq }
+        if entry.seqs.isEmpty {
+            owed[member] = nil
+        } else {
+            entry.dueAt = now.advanced(by: policy.window)
+            owed[member] = entry
+        }
+        return due(now: now)
+    }
+
+    /// The notice to `member` failed; the provider may have said when to try again.
+    public mutating func failed(_ member: UserID, retryAfter: Duration? = nil, now: Instant) -> [Directive] {
+        guard var entry = owed[member] else { return due(now: now) }
+        entry.inFlight = false
+        entry.failures += 1
+        let since = entry.failingSince ?? now
+        entry.failingSince = since
+        guard now - since < policy.giveUpAfter else {
+            owed[member] = nil
+            return [.gaveUp(member, through: entry.latest.seq)] + due(now: now)
+        }
+        var delay = policy.retryDelay
+        for _ in 1..<min(entry.failures, 32) where delay < policy.retryDelayMax { delay *= 2 }
+        entry.dueAt = now.advanced(by: max(min(delay, policy.retryDelayMax), retryAfter ?? .zero))
+        owed[member] = entry
+        return due(now: now)
+    }
+
+    /// The notices due by `now`.
+    public mutating func tick(now: Instant) -> [Directive] {
+        due(now: now)
+    }
+
+    /// When the next notice waiting (not on its way) is due.
+    public var nextDue: Instant? {
+        owed.values.filter { !$0.inFlight }.map(\.dueAt).min()
+    }
+
+    /// Members owed a notice, on its way or waiting.
+    public var owedCount: Int { owed.count }
+
+    private mutating func due(now: Instant) -> [Directive] {
+        var directives: [Directive] = []
+        for member in owed.keys.sorted() {
+            guard var entry = owed[member], !entry.inFlight, entry.dueAt <= now else { continue }
+            guard !entry.seqs.isEmpty else {
+                owed[member] = nil
+                continue
+            }
+            entry.inFlight = true
+            coveredThrough[member] = max(coveredThrough[member, default: 0], entry.latest.seq)
+            owed[member] = entry
+            directives.append(.notify(member, latest: entry.latest, count: entry.seqs.count))
+        }
+        return directives
+    }
+}

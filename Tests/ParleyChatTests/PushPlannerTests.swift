@@ -1,0 +1,90 @@
+import Foundation
+import ParleyChat
+import ParleyModel
+import Testing
+
+@Suite struct PushPlannerTests {
+    let start = ContinuousClock.Instant.now
+    let bob: UserID = "u_bob", carol: UserID = "u_carol"
+
+    func message(_ seq: Int64, from sender: UserID = "u_alice") -> Message {
+        Message(conversationId: "c_1", seq: seq, senderId: sender, clientMessageId: "m\(seq)", text: "text \(seq)", sentAt: Date(millisecondsSince1970: 1_800_000_000_000 + seq))
+    }
+
+    func at(_ milliseconds: Int) -> ContinuousClock.Instant { start.advanced(by: .milliseconds(milliseconds)) }
+
+    var policy: PushPlanner.Policy {
+        var policy = PushPlanner.Policy()
+        policy.window = .seconds(3)
+        policy.retryDelay = .seconds(1)
+        policy.retryDelayMax = .seconds(8)
+        policy.giveUpAfter = .seconds(30)
+        return policy
+    }
+
+    @Test func theFirstMessageGoesAtOnceAndABurstWaitsForTheWindowAsOneNotice() {
+        var planner = PushPlanner(policy: policy)
+        #expect(planner.committed(message(1), offline: [bob, carol], online: [], now: at(0))
+            == [.notify(bob, latest: message(1), count: 1), .notify(carol, latest: message(1), count: 1)])
+        #expect(planner.notified(bob, through: 1, now: at(100)).isEmpty)
+        #expect(planner.notified(carol, through: 1, now: at(100)).isEmpty)
+        for seq in 2...4 { #expect(planner.committed(message(Int64(seq)), offline: [bob, carol], online: [], now: at(200 * seq)).isEmpty) }
+        #expect(planner.tick(now: at(3_099)).isEmpty, "a notice before the window is over")
+        #expect(planner.tick(now: at(3_100)) == [.notify(bob, latest: message(4), count: 3), .notify(carol, latest: message(4), count: 3)])
+        // A message while the notice is on its way waits for the next window.
+        #expect(planner.committed(message(5), offline: [bob], online: [], now: at(3_200)).isEmpty)
+        #expect(planner.notified(bob, through: 4, now: at(3_300)).isEmpty)
+        #expect(planner.tick(now: at(6_299)).isEmpty)
+        #expect(planner.tick(now: at(6_300)) == [.notify(bob, latest: message(5), count: 1)])
+        #expect(planner.notified(bob, through: 5, now: at(6_400)).isEmpty)
+        #expect(planner.notified(carol, through: 4, now: at(6_400)).isEmpty)
+        #expect(planner.owedCount == 0 && planner.nextDue == nil)
+    }
+
+    @Test func whatAMemberReadOrSawOnAStreamIsNotOwed() {
+        var planner = PushPlanner(policy: policy, read: [carol: 2])
+        #expect(planner.committed(message(1), offline: [bob], online: [], now: at(0)) == [.notify(bob, latest: message(1), count: 1)])
+        _ = planner.notified(bob, through: 1, now: at(10))
+        #expect(planner.committed(message(2), offline: [bob, carol], online: [], now: at(100)).isEmpty,
+                "carol read up to 2 before this owner started; bob waits for his window")
+        #expect(planner.committed(message(3), offline: [carol], online: [bob], now: at(200)) == [.notify(carol, latest: message(3), count: 1)])
+        #expect(planner.tick(now: at(5_000)).isEmpty, "bob's stream opened: what waited for him is dropped")
+        _ = planner.notified(carol, through: 3, now: at(5_000))
+        #expect(planner.committed(message(4), offline: [carol], online: [], now: at(5_100)).isEmpty, "carol's window")
+        planner.read(carol, through: 4)
+        #expect(planner.tick(now: at(9_000)).isEmpty, "carol read it meanwhile")
+        #expect(planner.owedCount == 0)
+        // A message found again (a send's retry) is not owed twice.
+        #expect(planner.committed(message(6), offline: [bob], online: [], now: at(11_000)) == [.notify(bob, latest: message(6), count: 1)])
+        _ = planner.notified(bob, through: 6, now: at(11_100))
+        #expect(planner.committed(message(6), offline: [bob], online: [], now: at(20_000)).isEmpty)
+        #expect(planner.owedCount == 0)
+    }
+
+    @Test func aFailedNoticeGoesAgainAfterABackoffThatHonoursTheProviderAndEnds() {
+        var planner = PushPlanner(policy: policy)
+        #expect(planner.committed(message(1), offline: [bob], online: [], now: at(0)).count == 1)
+        #expect(planner.failed(bob, now: at(100)).isEmpty)
+        #expect(planner.tick(now: at(1_099)).isEmpty)
+        #expect(planner.tick(now: at(1_100)) == [.notify(bob, latest: message(1), count: 1)])
+        // The provider asked for 5 s: more than the backoff's 2 s.
+        #expect(planner.failed(bob, retryAfter: .seconds(5), now: at(1_200)).isEmpty)
+        #expect(planner.tick(now: at(6_199)).isEmpty)
+        _ = planner.committed(message(2), offline: [bob], online: [], now: at(6_000))
+        #expect(planner.tick(now: at(6_200)) == [.notify(bob, latest: message(2), count: 2)], "the retry covers what came meanwhile")
+        // Backoff doubles to its maximum (8 s) and stops after giveUpAfter (30 s) of failures.
+        var now = 6_300
+        var attempts = 0
+        while true {
+            let directives = planner.failed(bob, now: at(now))
+            if directives == [.gaveUp(bob, through: 2)] { break }
+            #expect(directives.isEmpty)
+            guard let due = planner.nextDue else { Issue.record("nothing due after a failure"); return }
+            now = Int((due - start).components.seconds * 1_000 + (due - start).components.attoseconds / 1_000_000_000_000_000)
+            #expect(planner.tick(now: due).count == 1)
+            attempts += 1
+        }
+        #expect(now >= 30_000 + 1_000 && attempts >= 4, "gave up at \(now) ms after \(attempts) retries")
+        #expect(planner.owedCount == 0 && planner.nextDue == nil)
+    }
+}
