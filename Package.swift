@@ -79,6 +79,23 @@ let package = Package(
             ],
             swiftSettings: upcoming
         ),
+        // Push providers (APNs, FCM) over AsyncHTTPClient's HTTP/2; the workers' users' actors
+        // send through them.
+        .target(
+            name: "ParleyPush",
+            dependencies: [
+                "ParleyChat",
+                "ParleyModel",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcoming
+        ),
         .target(
             name: "ParleyGateway",
             dependencies: [
@@ -178,6 +195,7 @@ let package = Package(
             name: "parley-node",
             dependencies: [
                 "ParleyChat",
+                "ParleyPush",
                 "ParleyModel",
                 "ParleyGateway",
                 "ParleyStore",

@@ -159,7 +159,7 @@ final class ConversationFanOut: Sendable {
                         if !pushTo.isEmpty { owed.append(Self.owed(message, pushTo, answer)) }
                     case .republished(let message, let pushTo):
                         directives += state.machine.republished(message.seq, Self.item(.message(message), members), now: now)
-                        if !pushTo.isEmpty { owed.append(Self.owed(message, pushTo, answer)) }
+                        if !pushTo.isEmpty { decideLater(message, pushTo) }
                     case .published(let event, let except):
                         directives += state.machine.published(Self.item(event, members, except: except), now: now)
                     }
@@ -168,6 +168,24 @@ final class ConversationFanOut: Sendable {
             }
             perform(directives)
             for (message, offline, online) in owed { pushes?.committed(message, offline: offline, online: online) }
+        }
+    }
+
+    /// Who of `pushTo` is owed a message found again: decided once the presence shards can tell.
+    /// A message is found again mostly by a new owner, after its old one died or was cut off — and
+    /// the presence shards that lived there moved too. A shard that just started counts every
+    /// user as streaming on every gateway for a session lease, until the gateways have renewed
+    /// their streams with it (so that no event is withheld from a stream it has not heard of),
+    /// and a directory remembers such an answer for its own lease: asked at once, every member
+    /// of such a shard would look online, and none would be owed what the dead owner owed them.
+    private func decideLater(_ message: Message, _ pushTo: [UserID]) {
+        guard let pushes else { return }
+        let (directory, clock) = (directory, clock)
+        Task {
+            try? await clock.sleep(for: PresenceShard.sessionLease + GatewayDirectory.lease)
+            let answer = await directory.gateways(of: pushTo)
+            let (message, offline, online) = Self.owed(message, pushTo, answer)
+            pushes.committed(message, offline: offline, online: online)
         }
     }
 

@@ -176,3 +176,22 @@ final class HTTP1RequestDeadline {
         }
     }
 }
+
+/// Closes an HTTP/1.1 client connection once the client closed its side. Hummingbird lets a
+/// connection half-close, and HTTP/1.1 would keep it open until its response ends, which an event
+/// stream never does: its user kept counting as online, and their messages went to a stream
+/// nobody read instead of being owed as push notifications, until a ping's write failed — never,
+/// while the client's socket stayed half-open. A client that has gone (a ragged end of TLS, or
+/// close_notify) waits for no answer. (HTTP/2 connections close on it in ``HTTP2Connection``.)
+final class HTTP1InputCloser: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+}

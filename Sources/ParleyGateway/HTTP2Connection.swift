@@ -72,6 +72,7 @@ struct GatewayChildChannel: ServerChildChannel {
                         // Before the HTTP decoder, which the setup below adds: it sees a request's
                         // first bytes, before there are headers.
                         try channel.pipeline.syncOperations.addHandler(deadline.bytes)
+                        try channel.pipeline.syncOperations.addHandler(HTTP1InputCloser())
                     } catch {
                         return channel.eventLoop.makeFailedFuture(error)
                     }

@@ -23,6 +23,8 @@ struct NodeConfiguration {
     var commitInterval: Duration?
     /// Set when the node has the gateway role.
     var gateway: GatewayConfiguration?
+    /// Set when a worker was given a push provider's credentials.
+    var pushes: PushConfiguration?
 
     init(_ run: Run, environment: [String: String]) throws {
         func value(_ flag: String?, _ variable: String) -> String? {
@@ -116,6 +118,15 @@ struct NodeConfiguration {
         self.commitInterval = try duration(
             [(run.commitInterval, "--commit-interval"), (olderCommitInterval, "--commit-interval-us"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")],
             in: .zero ... .milliseconds(100))
+
+        self.pushes = try PushConfiguration(
+            apnsKey: value(run.apnsKey, "PARLEY_APNS_KEY"), apnsKeyID: value(run.apnsKeyId, "PARLEY_APNS_KEY_ID"),
+            apnsTeamID: value(run.apnsTeamId, "PARLEY_APNS_TEAM_ID"), apnsTopic: value(run.apnsTopic, "PARLEY_APNS_TOPIC"),
+            apnsURL: value(run.apnsUrl, "PARLEY_APNS_URL"), apnsSandboxURL: value(run.apnsSandboxUrl, "PARLEY_APNS_SANDBOX_URL"),
+            fcmServiceAccount: value(run.fcmServiceAccount, "PARLEY_FCM_SERVICE_ACCOUNT"), fcmURL: value(run.fcmUrl, "PARLEY_FCM_URL"),
+            fcmTokenURL: value(run.fcmTokenUrl, "PARLEY_FCM_TOKEN_URL"), trustRoots: value(run.pushCa, "PARLEY_PUSH_CA"),
+            preview: value(run.pushPreview, "PARLEY_PUSH_PREVIEW"),
+            window: try duration([(run.pushWindow, "--push-window"), (environment["PARLEY_PUSH_WINDOW"], "PARLEY_PUSH_WINDOW")], in: .zero ... .seconds(60)))
 
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {

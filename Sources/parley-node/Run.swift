@@ -75,6 +75,42 @@ struct Run: AsyncParsableCommand {
 
     @Option(help: .hidden) var commitIntervalUs: Int?
 
+    @Option(help: "Worker: the APNs auth key (.p8, from the Apple Developer account's Keys page) that signs provider tokens; with --apns-key-id and --apns-team-id it turns on push notifications to iOS devices. (env PARLEY_APNS_KEY; default none: no APNs pushes)")
+    var apnsKey: String?
+
+    @Option(help: "Worker: the APNs auth key's 10-character key ID. (env PARLEY_APNS_KEY_ID)")
+    var apnsKeyId: String?
+
+    @Option(help: "Worker: the Apple Developer team ID the APNs key belongs to. (env PARLEY_APNS_TEAM_ID)")
+    var apnsTeamId: String?
+
+    @Option(help: "Worker: the app's bundle ID, the APNs topic of devices registered without one. (env PARLEY_APNS_TOPIC; default none: such devices get no pushes)")
+    var apnsTopic: String?
+
+    @Option(help: "Worker: the APNs server for production devices. (env PARLEY_APNS_URL; default https://api.push.apple.com)")
+    var apnsUrl: String?
+
+    @Option(help: "Worker: the APNs server for devices registered with environment sandbox (development builds). (env PARLEY_APNS_SANDBOX_URL; default https://api.sandbox.push.apple.com)")
+    var apnsSandboxUrl: String?
+
+    @Option(help: "Worker: the Firebase service account's JSON key file; it turns on push notifications through FCM. (env PARLEY_FCM_SERVICE_ACCOUNT; default none: no FCM pushes)")
+    var fcmServiceAccount: String?
+
+    @Option(help: "Worker: the FCM HTTP v1 server. (env PARLEY_FCM_URL; default https://fcm.googleapis.com)")
+    var fcmUrl: String?
+
+    @Option(help: "Worker: where the FCM service account gets its OAuth 2 access tokens. (env PARLEY_FCM_TOKEN_URL; default the key file's token_uri)")
+    var fcmTokenUrl: String?
+
+    @Option(help: "Worker: a PEM file of certificate authorities the push providers' servers are checked against instead of the system's. (env PARLEY_PUSH_CA; default the system's)")
+    var pushCa: String?
+
+    @Option(help: "Worker: what a push notification says, which Apple or Google and the phone's lock screen see: full (names and the message's text), sender (names, no text) or none (only how many messages are new). (env PARLEY_PUSH_PREVIEW; default full)")
+    var pushPreview: String?
+
+    @Option(help: "Worker: the least time between two push notifications of one conversation to one user; the messages in between are told of together. 0–60s. (env PARLEY_PUSH_WINDOW; default 3s)")
+    var pushWindow: String?
+
     @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
     var clientHost: String?
 
@@ -154,12 +190,22 @@ struct Run: AsyncParsableCommand {
         if config.cluster.roles.contains(.worker) {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
             let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
-            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval))
+            let pushes = try config.pushes.map { try $0.settings(logger: Logger(label: "parley.push")) }
+            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval), pushes: pushes)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
             logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval": "\(DurationText.format(commitInterval))"])
+            if let pushes {
+                logger.info("push notifications on", metadata: [
+                    "push.providers": "\(pushes.providers.keys.map(\.rawValue).sorted())", "push.preview": "\(pushes.preview.rawValue)",
+                    "push.window": "\(DurationText.format(pushes.policy.window))",
+                ])
+            }
+        }
+        if config.pushes != nil, !config.cluster.roles.contains(.worker) {
+            logger.notice("the push provider settings are left unused: workers send push notifications, and this node is not one")
         }
         let respond: @Sendable (HTTPMethod, String, HTTPHeaders) -> OpsServer.Response = { method, path, headers in
             OpsRoutes.respond(method: method, path: path, headers: headers, system: system, registry: registry, adminToken: config.adminToken)

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Push notifications end to end, through real parley-node processes (2 workers, 1 gateway, SQLite,
+TLS) and a local APNs and FCM stand-in (push_server.py: h2 and cryptography, which verifies the
+ES256 provider tokens and the RS256 OAuth assertions against the test keys).
+
+A member with no event stream is told of a message on each of their devices (APNs and FCM); a
+burst is one notification; a member who muted the conversation, or streams it, is told nothing; a
+429 with Retry-After is sent again after it; 410 Unregistered and FCM's UNREGISTERED remove the
+device; the owner of the conversation SIGKILLed while its notification keeps failing → the worker
+that takes the conversation over sends it.
+
+    Scripts/tests/push_e2e.py PATH-TO-parley-node PYTHON-WITH-h2
+
+Every process it starts is recorded and stopped by its PID.
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+PYTHON = sys.argv[2] if len(sys.argv) > 2 else sys.executable
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = tempfile.mkdtemp(prefix="parley-push.")
+TLS = os.path.join(WORK, "tls")
+CA = os.path.join(TLS, "ca.pem")
+PROCS = {}
+RESULTS = {"passed": 0, "failed": 0}
+
+
+def check(condition, what, detail=""):
+    RESULTS["passed" if condition else "failed"] += 1
+    print(f"  {'ok  ' if condition else 'FAIL'}  {what}{'' if condition else ' ' + str(detail)}", flush=True)
+    return condition
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_until(seconds, predicate):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return True
+        except Exception:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+NODES = ["worker-1", "worker-2", "gateway-1"]
+ports = free_ports(3 * len(NODES) + 1)
+CLUSTER = {n: ports[i] for i, n in enumerate(NODES)}
+OPS = {n: ports[len(NODES) + i] for i, n in enumerate(NODES)}
+CLIENT = {n: ports[2 * len(NODES) + i] for i, n in enumerate(NODES)}
+PUSH = ports[-1]
+PUSH_URL = f"https://localhost:{PUSH}"
+SEEDS = ",".join(f"127.0.0.1:{CLUSTER[n]}" for n in ["worker-1", "worker-2"])
+CONTEXT = None
+
+
+def start(name, env):
+    roles = "gateway" if name.startswith("gateway") else "worker"
+    log = open(os.path.join(WORK, f"{name}.log"), "ab")
+    PROCS[name] = subprocess.Popen(
+        [NODE, "run", "--name", name, "--roles", roles, "--tls-dir", TLS, "--cluster-port", str(CLUSTER[name]),
+         "--ops-port", str(OPS[name]), "--client-port", str(CLIENT[name]), "--seeds", SEEDS, "--data-dir", os.path.join(WORK, "data")],
+        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+
+
+def kill(name):
+    proc = PROCS.get(name)
+    if proc and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def ready(name):
+    conn = http.client.HTTPConnection("127.0.0.1", OPS[name], timeout=2)
+    conn.request("GET", "/readyz")
+    return conn.getresponse().status == 200
+
+
+def call(method, path, body=None, token=None, port=None):
+    conn = http.client.HTTPSConnection("localhost", port or CLIENT["gateway-1"], context=CONTEXT, timeout=15)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, (json.loads(data) if data else None)
+
+
+def received():
+    return call("GET", "/control/received", port=PUSH)[1]
+
+
+def to(token):
+    return [r for r in received() if r["token"] == token]
+
+
+def script(answers):
+    call("POST", "/control/script", answers, port=PUSH)
+
+
+def apns_alert(record):
+    return record["payload"]["aps"]["alert"]
+
+
+class Stream(threading.Thread):
+    """A user's open event stream, held until closed."""
+
+    def __init__(self, token):
+        super().__init__(daemon=True)
+        self.token, self.sock, self.ready = token, None, threading.Event()
+
+    def run(self):
+        try:
+            conn = http.client.HTTPSConnection("localhost", CLIENT["gateway-1"], context=CONTEXT, timeout=120)
+            conn.connect()
+            self.sock = conn.sock
+            conn.request("GET", "/v1/events", headers={"Authorization": f"Bearer {self.token}"})
+            response = conn.getresponse()
+            while True:
+                line = response.fp.readline()
+                if not line:
+                    return
+                if line.startswith(b"event: ready"):
+                    self.ready.set()
+        except Exception:
+            return
+
+    def close(self):
+        """As an app that is closed: the connection goes, without a word."""
+        self.sock.shutdown(socket.SHUT_RDWR)
+
+
+def main():
+    global CONTEXT
+    print(f"push end-to-end test (work dir {WORK})", flush=True)
+    subprocess.run([NODE, "certs", "init", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    for name in NODES:
+        subprocess.run([NODE, "certs", "issue", name, "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([NODE, "certs", "issue", "gateway-1", "--client", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    # The stand-in's certificate, from the same test CA, for localhost.
+    subprocess.run([NODE, "certs", "issue", "push", "--client", "--dir", TLS, "--dns", "localhost"], check=True, stdout=subprocess.DEVNULL)
+    CONTEXT = ssl.create_default_context(cafile=CA)
+    apns_key, fcm_key = os.path.join(WORK, "AuthKey_TESTKEY123.p8"), os.path.join(WORK, "fcm-key.pem")
+    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", apns_key], check=True, capture_output=True)
+    subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", fcm_key], check=True, capture_output=True)
+    account = os.path.join(WORK, "service-account.json")
+    with open(fcm_key) as f, open(account, "w") as out:
+        json.dump({"type": "service_account", "project_id": "parley-test", "client_email": "pusher@parley-test.iam.gserviceaccount.com",
+                   "private_key": f.read(), "token_uri": f"{PUSH_URL}/token"}, out)
+    server_log = open(os.path.join(WORK, "push-server.log"), "ab")
+    PROCS["push-server"] = subprocess.Popen(
+        [PYTHON, os.path.join(HERE, "push_server.py"), "--port", str(PUSH), "--cert", os.path.join(TLS, "push-client.pem"),
+         "--key", os.path.join(TLS, "push-client-key.pem"), "--apns-key", apns_key, "--apns-key-id", "TESTKEY123", "--apns-team-id", "TEAM123456",
+         "--fcm-key", fcm_key, "--fcm-email", "pusher@parley-test.iam.gserviceaccount.com", "--fcm-token-url", f"{PUSH_URL}/token"],
+        stdout=server_log, stderr=subprocess.STDOUT)
+    env = {"PARLEY_TOKEN_SECRET": "push-e2e-token-secret-0123456789abcdef", "PARLEY_ADMIN_TOKEN": "push-e2e-admin-token-0123", "PARLEY_BCRYPT_COST": "4",
+           "PARLEY_LOG_LEVEL": "debug", "PARLEY_APNS_KEY": apns_key, "PARLEY_APNS_KEY_ID": "TESTKEY123", "PARLEY_APNS_TEAM_ID": "TEAM123456",
+           "PARLEY_APNS_TOPIC": "app.parley.example", "PARLEY_APNS_URL": PUSH_URL, "PARLEY_APNS_SANDBOX_URL": f"{PUSH_URL}/sandbox",
+           "PARLEY_FCM_SERVICE_ACCOUNT": account, "PARLEY_FCM_URL": PUSH_URL, "PARLEY_PUSH_CA": CA, "PARLEY_PUSH_WINDOW": "1s"}
+    for name in NODES:
+        start(name, env)
+    if not check(wait_until(40, lambda: all(ready(n) for n in NODES)), "2 workers and a gateway are ready, with push providers"):
+        return
+    started = time.time()
+    check(any(b"push notifications on" in open(os.path.join(WORK, f"{n}.log"), "rb").read() for n in ["worker-1", "worker-2"]),
+          "the workers log that push notifications are on")
+
+    users = {}
+    for handle in ["alice", "bob", "carol", "dave"]:
+        status, reply = call("POST", "/v1/users", {"handle": handle, "password": f"{handle}-password", "displayName": handle.capitalize()})
+        users[handle] = reply
+    token = {h: u["token"] for h, u in users.items()}
+    uid = {h: u["user"]["id"] for h, u in users.items()}
+    status, group = call("POST", "/v1/conversations", {"memberIds": [uid["bob"], uid["carol"], uid["dave"]], "name": "trio"}, token["alice"])
+    group_id = group["conversation"]["id"]
+    call("PUT", f"/v1/conversations/{group_id}/settings", {"muted": True}, token["carol"])
+    phones = {h: f"{i:02x}" * 32 for i, h in enumerate(["bob", "carol", "dave"], start=11)}
+    tablet = "fcm-token-of-bobs-tablet"
+    for handle, body in [("bob", {"platform": "apns", "token": phones["bob"]}), ("bob", {"platform": "fcm", "token": tablet}),
+                         ("carol", {"platform": "apns", "token": phones["carol"], "environment": "sandbox"}),
+                         ("dave", {"platform": "apns", "token": phones["dave"], "topic": "app.parley.dave"})]:
+        status, reply = call("POST", "/v1/devices", body, token[handle])
+        check(status == 201, f"{handle} registers a device ({body['platform']})", f"{status} {reply}")
+    dave_stream = Stream(token["dave"])
+    dave_stream.start()
+    check(dave_stream.ready.wait(15), "dave's event stream is open")
+    # A presence shard names every live gateway for a session lease (6 s) after it starts.
+    time.sleep(max(0, 7 - (time.time() - started)))
+
+    def send(text, conversation=group_id, sender="alice"):
+        status, reply = call("POST", f"/v1/conversations/{conversation}/messages", {"clientMessageId": str(uuid.uuid4()), "text": text}, token[sender])
+        return reply["message"]
+
+    send("hello")
+    check(wait_until(10, lambda: len(to(phones["bob"])) == 1 and len(to(tablet)) == 1), "bob's phone (APNs) and tablet (FCM) are told of the message",
+          received())
+    phone = to(phones["bob"])[0]
+    check(apns_alert(phone) == {"title": "trio", "body": "Alice: hello"} and phone["payload"]["aps"]["badge"] == 1
+          and phone["payload"]["aps"]["thread-id"] == group_id and phone["collapseId"] == group_id and phone["topic"] == "app.parley.example"
+          and phone["environment"] == "production" and phone["payload"]["seq"] == 1,
+          "APNs got the conversation's name, the sender and text, the badge, the thread and collapse IDs, the default topic", phone)
+    tab = to(tablet)[0]["payload"]
+    check(tab["notification"] == {"title": "trio", "body": "Alice: hello"} and tab["android"]["collapse_key"] == group_id
+          and tab["data"] == {"conversationId": group_id, "seq": "1"}, "FCM got the same, with the collapse key and data", tab)
+
+    for text in ["one", "two", "three"]:
+        send(text)
+    check(wait_until(10, lambda: len(to(phones["bob"])) == 2), "a burst is told of")
+    time.sleep(2)
+    burst = to(phones["bob"])
+    check(len(burst) == 2 and apns_alert(burst[1]) == {"title": "trio", "subtitle": "3 new messages", "body": "Alice: three"}
+          and burst[1]["payload"]["aps"]["badge"] == 4, "in one notification: 3 new messages, the latest's text, badge 4", burst)
+    check(to(phones["carol"]) == [], "carol muted the conversation: nothing for her")
+    check(to(phones["dave"]) == [], "dave streams the conversation: nothing for him")
+
+    # 429 with Retry-After: the notification goes again after it.
+    script({phones["bob"]: [[429, "TooManyRequests", 2]], tablet: [[404, "UNREGISTERED", None]]})
+    sent_at = time.time()
+    send("again")
+    check(wait_until(15, lambda: len(to(phones["bob"])) == 3), "after a 429 the notification is sent again")
+    retried = to(phones["bob"])[-1]
+    check(retried["at"] - sent_at >= 2 and retried["payload"]["seq"] == 5, "no sooner than its Retry-After (2 s)", retried["at"] - sent_at)
+    check(wait_until(10, lambda: [d["platform"] for d in call("GET", "/v1/devices", token=token["bob"])[1]["devices"]] == ["apns"]),
+          "FCM's UNREGISTERED removed bob's tablet")
+
+    # 410 Unregistered removes the device.
+    dave_stream.close()
+    script({phones["dave"]: [[410, "Unregistered", None]]})
+    time.sleep(0.5)
+    send("dave?")
+    check(wait_until(10, lambda: call("GET", "/v1/devices", token=token["dave"])[1]["devices"] == []),
+          "dave's stream closed: he is owed the next message, and APNs' 410 Unregistered removed his phone")
+
+    # The conversation's owner is SIGKILLed while bob's notification keeps failing (500): the
+    # worker that takes the conversation over sends it.
+    def activated(name):
+        with open(os.path.join(WORK, f"{name}.log"), "rb") as f:
+            return any((b"conversation activated" in line or b"conversation created" in line) and group_id.encode() in line for line in f)
+    owner = next((n for n in ["worker-1", "worker-2"] if activated(n)), None)
+    script({phones["bob"]: [[500, "InternalServerError", None]] * 4})
+    before = len(to(phones["bob"]))
+    last = send("while the owner dies")
+    time.sleep(1.5)
+    check(len(to(phones["bob"])) == before, "while APNs answers 500 nothing is accepted")
+    check(owner is not None, "the conversation's owner is found in the workers' logs")
+    if owner:
+        kill(owner)
+        survivor = "worker-2" if owner == "worker-1" else "worker-1"
+        check(wait_until(30, lambda: any(r["payload"]["seq"] == last["seq"] for r in to(phones["bob"])[before:])),
+              f"after {owner} was SIGKILLed, bob is told of the message it owed him", to(phones["bob"])[before:])
+        with open(os.path.join(WORK, f"{survivor}.log"), "rb") as f:
+            check(any(b"republished recent messages" in line for line in f), f"{survivor} took the conversation over and published its recent messages again")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for name in list(PROCS):
+            kill(name)
+    print(f"push end-to-end: {RESULTS['passed']} passed, {RESULTS['failed']} failed (logs in {WORK})", flush=True)
+    sys.exit(1 if RESULTS["failed"] else 0)

@@ -1,0 +1,166 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import ParleyChat
+import ParleyModel
+import Synchronization
+
+/// Sends notifications to Apple's Push Notification service over HTTP/2, authenticated with a
+/// provider token: a JWT signed with ES256 by the team's `.p8` key, named by its key ID
+/// (Apple's "Establishing a token-based connection to APNs").
+public final class APNsProvider: PushProvider {
+    public struct Configuration: Sendable {
+        /// The PEM text of the `.p8` key (PKCS #8, P-256).
+        public var privateKeyPEM: String
+        public var keyID: String
+        public var teamID: String
+        /// The app's bundle ID, for devices registered without a topic.
+        public var defaultTopic: String?
+        public var productionURL = "https://api.push.apple.com"
+        public var sandboxURL = "https://api.sandbox.push.apple.com"
+        /// How long APNs keeps a notification for a device that is off (`apns-expiration`).
+        public var expiration: Duration = .seconds(86_400)
+        /// A PEM file of certificate authorities to trust instead of the system's.
+        public var trustRoots: String?
+
+        public init(privateKeyPEM: String, keyID: String, teamID: String, defaultTopic: String? = nil) {
+            self.privateKeyPEM = privateKeyPEM
+            self.keyID = keyID
+            self.teamID = teamID
+            self.defaultTopic = defaultTopic
+        }
+    }
+
+    /// Apple takes a provider token for an hour and refuses one renewed more than every 20
+    /// minutes (`TooManyProviderTokenUpdates`).
+    static let tokenLifetime: Duration = .seconds(50 * 60)
+
+    private let configuration: Configuration
+    /// The key's raw scalar (the key type is not `Sendable`): made into a key again for each
+    /// signature, once per ``tokenLifetime``.
+    private let key: Data
+    private let http: PushHTTP
+    private let logger: Logger
+    private let token = Mutex<(jwt: String, issuedAt: ContinuousClock.Instant)?>(nil)
+
+    /// Throws when the key is not a P-256 private key in PEM.
+    public init(_ configuration: Configuration, logger: Logger) throws {
+        self.configuration = configuration
+        self.key = try P256.Signing.PrivateKey(pemRepresentation: configuration.privateKeyPEM).rawRepresentation
+        self.http = try PushHTTP(trustRoots: configuration.trustRoots)
+        self.logger = logger
+    }
+
+    public func shutdown() async throws {
+        try await http.shutdown()
+    }
+
+    public func send(_ content: PushContent, to devices: [Device]) async -> [PushOutcome] {
+        let payload: Data
+        do {
+            payload = try JSONEncoder().encode(Payload(content))
+        } catch {
+            return devices.map { _ in .refused("cannot encode the payload: \(error)") }
+        }
+        return await withTaskGroup(of: (Int, PushOutcome).self) { group in
+            for (index, device) in devices.enumerated() {
+                group.addTask { (index, await self.send(payload, content: content, to: device)) }
+            }
+            var outcomes = [PushOutcome](repeating: .refused("not sent"), count: devices.count)
+            for await (index, outcome) in group { outcomes[index] = outcome }
+            return outcomes
+        }
+    }
+
+    private func send(_ payload: Data, content: PushContent, to device: Device) async -> PushOutcome {
+        guard let topic = device.topic ?? configuration.defaultTopic else {
+            return .refused("the device has no topic and the node no --apns-topic")
+        }
+        let jwt: String
+        do {
+            jwt = try providerToken()
+        } catch {
+            return .refused("cannot sign the provider token: \(error)")
+        }
+        let base = device.environment == .sandbox ? configuration.sandboxURL : configuration.productionURL
+        var headers = HTTPHeaders()
+        headers.add(name: "authorization", value: "bearer \(jwt)")
+        headers.add(name: "apns-topic", value: topic)
+        headers.add(name: "apns-push-type", value: "alert")
+        headers.add(name: "apns-priority", value: "10")
+        headers.add(name: "apns-collapse-id", value: Self.collapseID(content.conversationId))
+        headers.add(name: "apns-expiration", value: "\(Int(Date().timeIntervalSince1970) + Int(configuration.expiration.components.seconds))")
+        headers.add(name: "content-type", value: "application/json")
+        do {
+            let response = try await http.post("\(base)/3/device/\(device.token)", headers: headers, body: payload)
+            if response.status == .ok { return .sent }
+            let reason = (try? JSONDecoder().decode(Reason.self, from: response.body))?.reason ?? "no reason given"
+            switch (response.status.code, reason) {
+            case (410, _), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
+                return .unregistered("\(response.status.code) \(reason)")
+            case (403, "ExpiredProviderToken"), (403, "InvalidProviderToken"):
+                // Sign a new one for the next attempt.
+                token.withLock { $0 = nil }
+                return .retry(after: nil, reason: "403 \(reason)")
+            default:
+                return PushHTTP.outcome(status: response.status, headers: response.headers, reason: reason)
+            }
+        } catch {
+            return .retry(after: nil, reason: "APNs did not answer: \(error)")
+        }
+    }
+
+    /// The provider token, signed again once it is ``tokenLifetime`` old.
+    func providerToken() throws -> String {
+        let now = ContinuousClock.now
+        if let current = token.withLock({ $0 }), now - current.issuedAt < Self.tokenLifetime { return current.jwt }
+        let jwt = try JWT.sign(claims: ["iss": configuration.teamID, "iat": Int(Date().timeIntervalSince1970)], keyID: configuration.keyID, with: .es256(try P256.Signing.PrivateKey(rawRepresentation: key)))
+        token.withLock { $0 = (jwt, now) }
+        logger.debug("APNs provider token signed", metadata: ["apns.key_id": "\(configuration.keyID)"])
+        return jwt
+    }
+
+    /// `apns-collapse-id` takes at most 64 bytes: a longer conversation ID goes as its hash.
+    static func collapseID(_ conversation: ConversationID) -> String {
+        guard conversation.rawValue.utf8.count > 64 else { return conversation.rawValue }
+        return SHA256.hash(data: Data(conversation.rawValue.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The JSON APNs shows: `aps` for the system, the rest for the app.
+    struct Payload: Encodable {
+        struct APS: Encodable {
+            struct Alert: Encodable {
+                var title: String?
+                var subtitle: String?
+                var body: String
+            }
+
+            var alert: Alert
+            var badge: Int
+            var sound = "default"
+            var threadID: String
+
+            enum CodingKeys: String, CodingKey {
+                case alert, badge, sound
+                case threadID = "thread-id"
+            }
+        }
+
+        var aps: APS
+        var conversationId: String
+        var seq: Int64
+
+        init(_ content: PushContent) {
+            aps = APS(alert: .init(title: content.title, subtitle: content.subtitle, body: content.body), badge: content.badge, threadID: content.conversationId.rawValue)
+            conversationId = content.conversationId.rawValue
+            seq = content.seq
+        }
+    }
+
+    struct Reason: Decodable {
+        var reason: String
+    }
+}
