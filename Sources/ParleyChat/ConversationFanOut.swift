@@ -144,9 +144,10 @@ final class ConversationFanOut: Sendable {
             // The directory's word alone decides the gateways: this node's view of the membership
             // may lag (a node that just started or rejoined has not heard of every gateway, and may
             // still hold a restarted gateway's old incarnation as down).
-            let answer = await directory.gateways(of: Array(Set(batch.flatMap(\.1))))
+            let (answer, presumed) = await directory.gatewaysAndPresumed(of: Array(Set(batch.flatMap(\.1))))
             logger.trace("the directory answered", metadata: ["directory.answer": "\(answer.sorted { $0.key < $1.key })"])
             var owed: [(Message, offline: [UserID], online: [UserID])] = []
+            var undecided: [(Message, [UserID])] = []
             let directives = state.withLock { state -> [Machine.Directive] in
                 let now = clock.now
                 state.gatewayOf.merge(answer) { $1 }
@@ -156,7 +157,11 @@ final class ConversationFanOut: Sendable {
                     switch input {
                     case .committed(let message, let pushTo):
                         directives += state.machine.committed(message.seq, Self.item(.message(message), members), now: now)
-                        if !pushTo.isEmpty { owed.append(Self.owed(message, pushTo, answer)) }
+                        if !pushTo.isEmpty {
+                            let split = Self.owed(message, pushTo, answer, presumed: presumed)
+                            owed.append((message, split.offline, split.online))
+                            if !split.presumed.isEmpty { undecided.append((message, split.presumed)) }
+                        }
                     case .republished(let message, let pushTo):
                         directives += state.machine.republished(message.seq, Self.item(.message(message), members), now: now)
                         if !pushTo.isEmpty { decideLater(message, pushTo) }
@@ -168,35 +173,45 @@ final class ConversationFanOut: Sendable {
             }
             perform(directives)
             for (message, offline, online) in owed { pushes?.committed(message, offline: offline, online: online) }
+            for (message, members) in undecided { decideLater(message, members) }
         }
     }
 
-    /// Who of `pushTo` is owed a message found again: decided once the presence shards can tell.
-    /// A message is found again mostly by a new owner, after its old one died or was cut off — and
-    /// the presence shards that lived there moved too. A shard that just started counts every
-    /// user as streaming on every gateway for a session lease, until the gateways have renewed
-    /// their streams with it (so that no event is withheld from a stream it has not heard of),
-    /// and a directory remembers such an answer for its own lease: asked at once, every member
-    /// of such a shard would look online, and none would be owed what the dead owner owed them.
+    /// Who of `pushTo` is owed `message`, decided once the presence shards can tell. A shard that
+    /// just started counts every user it knows no stream of as streaming on every gateway for a
+    /// session lease, until the gateways have renewed their streams with it (so that no event is
+    /// withheld from a stream it has not heard of), and a directory remembers such an answer for
+    /// its own lease. Shards start when the ring changes — after an owner died, as its
+    /// conversations' new owner republishes what it may not have handed on — and on their first
+    /// call: asked at once, their users would all look online, and none would be owed anything.
+    /// A member still presumed then is taken as offline: a notification too many shows once.
     private func decideLater(_ message: Message, _ pushTo: [UserID]) {
         guard let pushes else { return }
         let (directory, clock) = (directory, clock)
         Task {
             try? await clock.sleep(for: PresenceShard.sessionLease + GatewayDirectory.lease)
-            let answer = await directory.gateways(of: pushTo)
-            let (message, offline, online) = Self.owed(message, pushTo, answer)
-            pushes.committed(message, offline: offline, online: online)
+            let (answer, presumed) = await directory.gatewaysAndPresumed(of: pushTo)
+            let split = Self.owed(message, pushTo, answer, presumed: presumed)
+            pushes.committed(message, offline: split.offline + split.presumed, online: split.online)
         }
     }
 
-    /// Which of `pushTo` hold no stream, by the directory's `answer` for this batch.
-    private static func owed(_ message: Message, _ pushTo: [UserID], _ answer: [UserID: [String]]) -> (Message, offline: [UserID], online: [UserID]) {
-        var offline: [UserID] = []
-        var online: [UserID] = []
+    /// Which of `pushTo` hold no stream by the directory's `answer`, which do, and which the
+    /// answer names on gateways only by presumption.
+    private static func owed(
+        _ message: Message, _ pushTo: [UserID], _ answer: [UserID: [String]], presumed: Set<UserID>
+    ) -> (offline: [UserID], online: [UserID], presumed: [UserID]) {
+        var split: (offline: [UserID], online: [UserID], presumed: [UserID]) = ([], [], [])
         for member in pushTo {
-            if answer[member]?.isEmpty == false { online.append(member) } else { offline.append(member) }
+            if presumed.contains(member) {
+                split.presumed.append(member)
+            } else if answer[member]?.isEmpty == false {
+                split.online.append(member)
+            } else {
+                split.offline.append(member)
+            }
         }
-        return (message, offline, online)
+        return split
     }
 
     private static func item(_ event: ChatEvent, _ members: [UserID], except: UserID? = nil) -> Item {

@@ -20,6 +20,8 @@ public struct DirectoryCacheState: Sendable {
     private struct Entry: Sendable {
         var gateways: [String]
         var leaseEnd: Instant
+        /// The gateways are the shard's presumption, not what it knows (it has just started).
+        var presumed = false
     }
 
     public let lease: Duration
@@ -50,8 +52,14 @@ public struct DirectoryCacheState: Sendable {
         return (known, missing)
     }
 
-    /// The shards' answer about `users` (asked at `askedAt`; a user without gateways in it has no stream).
-    public mutating func remember(_ answer: [UserID: [String]], for users: [UserID], askedAt: Instant, now: Instant) {
+    /// Which of `users`, remembered, were presumed to stream by a shard that had just started.
+    public func presumed(_ users: [UserID], now: Instant) -> Set<UserID> {
+        Set(users.filter { user in entries[user].map { $0.presumed && now < $0.leaseEnd } ?? false })
+    }
+
+    /// The shards' answer about `users` (asked at `askedAt`; a user without gateways in it has no
+    /// stream; one in `presumed` may have none).
+    public mutating func remember(_ answer: [UserID: [String]], for users: [UserID], presumed: Set<UserID> = [], askedAt: Instant, now: Instant) {
         if entries.count + users.count > capacity {
             entries = entries.filter { now < $0.value.leaseEnd }
             if entries.count + users.count > capacity { entries.removeAll() }
@@ -59,7 +67,7 @@ public struct DirectoryCacheState: Sendable {
         for user in users {
             if let forgotten = forgottenAt[user], askedAt <= forgotten { continue }
             if let allForgottenAt, askedAt <= allForgottenAt { continue }
-            entries[user] = Entry(gateways: answer[user] ?? [], leaseEnd: askedAt.advanced(by: lease))
+            entries[user] = Entry(gateways: answer[user] ?? [], leaseEnd: askedAt.advanced(by: lease), presumed: presumed.contains(user))
         }
     }
 
@@ -121,11 +129,20 @@ public final class GatewayDirectory: Sendable {
 
     /// The gateways holding streams of each of `members`.
     public func gateways(of members: [UserID]) async -> [UserID: [String]] {
+        await gatewaysAndPresumed(of: members).gateways
+    }
+
+    /// ``gateways(of:)``, and which of `members` are named on gateways only because their shard
+    /// could not tell yet (it has just started, or did not answer): whether they are online is
+    /// not known.
+    public func gatewaysAndPresumed(of members: [UserID]) async -> (gateways: [UserID: [String]], presumed: Set<UserID>) {
         let askedAt = system.clock.now
         var (known, missing) = state.withLock { $0.lookup(members, now: askedAt) }
-        guard !missing.isEmpty else { return known }
+        var presumed = state.withLock { $0.presumed(members, now: askedAt) }
+        guard !missing.isEmpty else { return (known, presumed) }
         let answer = await PresenceShard.gateways(of: missing, holder: system.settings.name, using: system)
-        state.withLock { $0.remember(answer.gateways, for: answer.answered, askedAt: askedAt, now: system.clock.now) }
+        state.withLock { $0.remember(answer.gateways, for: answer.answered, presumed: answer.presumed, askedAt: askedAt, now: system.clock.now) }
+        presumed.formUnion(answer.presumed)
         for user in missing { known[user] = answer.gateways[user] ?? [] }
         // A shard that did not answer (its node paused, dying, or the ring moving) says nothing
         // about its users: taking that for "no stream" would hand their events to nobody, and a
@@ -135,8 +152,9 @@ public final class GatewayDirectory: Sendable {
         if !unanswered.isEmpty {
             let gateways = system.members.filter { $0.roles.contains(.gateway) && !$0.status.isTerminal }.map(\.id.name).sorted()
             for user in unanswered { known[user] = gateways }
+            presumed.formUnion(unanswered)
         }
-        return known
+        return (known, presumed)
     }
 
     func forget(_ users: [UserID]) {

@@ -239,11 +239,13 @@ public distributed actor PresenceShard {
         await gateways(of: members, holder: nil, using: system).gateways
     }
 
-    /// The gateways holding streams of each of `members` (one call per shard), and the members
-    /// whose shard answered. A `holder` will remember the answer (``GatewayDirectory``).
+    /// The gateways holding streams of each of `members` (one call per shard), the members whose
+    /// shard answered, and those of them presumed to stream everywhere only because their shard
+    /// has just started (``PresenceState/presumedKey``). A `holder` will remember the answer
+    /// (``GatewayDirectory``).
     static func gateways(
         of members: [UserID], holder: String?, using system: ClusterSystem
-    ) async -> (gateways: [UserID: [String]], answered: [UserID]) {
+    ) async -> (gateways: [UserID: [String]], answered: [UserID], presumed: Set<UserID>) {
         let byShard = Dictionary(grouping: members, by: shard(of:))
         return await withTaskGroup(of: (users: [UserID], answer: [String: [UserID]]?).self) { group in
             for users in byShard.values {
@@ -256,10 +258,14 @@ public distributed actor PresenceShard {
                     return (users, try? await shard?.gateways(of: users))
                 }
             }
-            return await group.reduce(into: (gateways: [UserID: [String]](), answered: [UserID]())) { result, part in
+            return await group.reduce(into: (gateways: [UserID: [String]](), answered: [UserID](), presumed: Set<UserID>())) { result, part in
                 guard let answer = part.answer else { return }
                 result.answered += part.users
                 for (gateway, users) in answer {
+                    if gateway == PresenceState.presumedKey {
+                        result.presumed.formUnion(users)
+                        continue
+                    }
                     for user in users { result.gateways[user, default: []].append(gateway) }
                 }
             }

@@ -129,13 +129,22 @@ public struct PresenceState: Sendable {
     }
 
     /// The fan-out directory's answer: ``gateways(of:)``, and for one lease after the shard started
-    /// every gateway of `liveGateways` as well (streams it has not heard of yet).
+    /// every gateway of `liveGateways` as well (streams it has not heard of yet). The users of
+    /// whom it knows no stream are listed under ``presumedKey`` too: whether they are online is
+    /// not known yet.
     public func gateways(of users: [UserID], now: ContinuousClock.Instant, liveGateways: [String]) -> [String: Set<UserID>] {
         var result = gateways(of: users)
         guard let startedAt, now < startedAt.advanced(by: lease) else { return result }
+        let unknown = users.filter { sessions[$0]?.isEmpty ?? true }
+        if !unknown.isEmpty, !liveGateways.isEmpty { result[Self.presumedKey] = Set(unknown) }
         for gateway in liveGateways { result[gateway, default: []].formUnion(users) }
         return result
     }
+
+    /// Not a gateway (no node name holds `?`): in an answer, the users presumed to stream on every
+    /// gateway only because the shard has just started.
+    public static let presumedKey = "?presumed"
+
 
     /// True if `user` has a stream on `gateway`: a session opening there changes no directory answer.
     public func hasSession(of user: UserID, on gateway: String) -> Bool {

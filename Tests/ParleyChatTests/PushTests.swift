@@ -113,4 +113,30 @@ final class RecordingPushProvider: PushProvider {
         // or the close: if not, he is told of it too.)
         try await eventually(timeout: .seconds(5), "dave is told once his stream closed") { apns.to(Self.davesPhone).last?.seq == bye.seq }
     }
+
+    @Test func aMemberOfAShardThatHasJustStartedIsToldOnceTheShardCanTell() async throws {
+        let apns = RecordingPushProvider()
+        let cluster = try await startChatCluster(
+            users: [Self.alice, Self.bob, Self.dave], workers: ["node-a", "node-b"], gateways: ["node-g"],
+            pushes: PushSettings(providers: [.apns: apns]))
+        defer { Task { await cluster.stopAll() } }
+        let inbox = GatewayInbox.open(on: cluster["node-g"]) { _ in }
+        defer { _ = inbox }
+        let system = cluster["node-g"]
+        let group = ConversationID.make()
+        _ = try await ConversationActor.resolve(group, using: system)
+            .create(CreateConversation(creatorId: Self.alice, memberIds: [Self.bob, Self.dave], name: "early"))
+        for (user, token) in [(Self.bob, Self.bobsPhone), (Self.dave, Self.davesPhone)] {
+            _ = try await UserActor.resolve(user, using: system).registerDevice(NewDevice(platform: .apns, token: token), tokenId: "login")
+        }
+        _ = try await PresenceShard.resolve(for: Self.dave, using: system).openSession(.init(userId: Self.dave, sessionID: "s-dave"), gateway: "node-g")
+        // Within its first session lease a shard names every gateway for users it knows no stream of.
+        let sent = try await ConversationActor.resolve(group, using: system)
+            .send(SendMessage(senderId: Self.alice, clientMessageId: UUID().uuidString, text: "before the shards can tell")).message
+        try await eventually(timeout: PresenceShard.sessionLease + GatewayDirectory.lease + .seconds(5), "bob is told once his shard can tell") {
+            !apns.to(Self.bobsPhone).isEmpty
+        }
+        #expect(apns.to(Self.bobsPhone).map(\.seq) == [sent.seq])
+        #expect(apns.to(Self.davesPhone).isEmpty, "dave streams")
+    }
 }
