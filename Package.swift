@@ -294,6 +294,16 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .testTarget(
+            name: "ParleyPushTests",
+            dependencies: [
+                "ParleyPush", "ParleyChat", "ParleyModel",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
             name: "ParleyModelTests",
             dependencies: ["ParleyModel", "ParleyTestKit"],
             swiftSettings: upcoming
