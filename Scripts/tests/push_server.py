@@ -12,7 +12,7 @@ test tells it to (410 Unregistered, 429 with Retry-After, 500, FCM's UNREGISTERE
                    --fcm-key KEY.pem --fcm-email EMAIL --fcm-token-url URL
 
 Routes (HTTP/2): POST /3/device/TOKEN (and /sandbox/3/device/TOKEN, the sandbox), POST /token,
-POST /v1/projects/PROJECT/messages:send; for the test (HTTP/1.1): GET /control/received,
+POST /v1/projects/PROJECT/messages:send; for the test (HTTP/1.1): GET /control/received, GET /control/count,
 POST /control/script {TOKEN: [[status, reason, retry-after or null], ...]}.
 Built on the h2 and cryptography packages, independent of the HTTP/2 and crypto stacks Parley uses.
 """
@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, utils
 RECEIVED = []
 SCRIPT = {}
 ACCESS_TOKENS = set()
+# Provider tokens whose signature verified (one per key for 50 minutes).
+VERIFIED = {}
 ARGS = None
 APNS_KEY = None
 FCM_KEY = None
@@ -76,7 +78,9 @@ def apns(path, headers, body):
     if not authorization.startswith("bearer "):
         return reason(403, "MissingProviderToken")
     try:
-        header, claims = verify_jwt(authorization[len("bearer "):], APNS_KEY, "ES256")
+        jwt = authorization[len("bearer "):]
+        header, claims = VERIFIED.get(jwt) or verify_jwt(jwt, APNS_KEY, "ES256")
+        VERIFIED[jwt] = (header, claims)
     except Exception as error:
         print(f"apns: provider token refused: {error}", flush=True)
         return reason(403, "InvalidProviderToken")
@@ -164,6 +168,8 @@ def route(method, path, headers, body):
         return fcm_token(headers, body)
     if method == "POST" and path.startswith("/v1/projects/") and path.endswith("/messages:send"):
         return fcm_send(path, headers, body)
+    if method == "GET" and path == "/control/count":
+        return 200, {"content-type": "application/json"}, str(len(RECEIVED)).encode()
     if method == "GET" and path == "/control/received":
         return 200, {"content-type": "application/json"}, json.dumps(RECEIVED).encode()
     if method == "POST" and path == "/control/script":

@@ -59,10 +59,11 @@ final class ConversationPushes: Sendable {
                 Task { [self] in
                     let result = await notify(member, notice)
                     let now = clock.now
-                    let next = state.withLock { state in
+                    let next = state.withLock { state -> PushPlanner.Directive? in
                         switch result?.retryAfterMilliseconds {
                         case .none where result != nil:
-                            return state.planner.notified(member, through: latest.seq, now: now)
+                            state.planner.notified(member, through: latest.seq, now: now)
+                            return nil
                         case .some(let milliseconds):
                             return state.planner.failed(member, retryAfter: .milliseconds(milliseconds), now: now)
                         case .none:
@@ -70,7 +71,7 @@ final class ConversationPushes: Sendable {
                         }
                     }
                     if result == nil || result?.retryAfterMilliseconds != nil { Self.failedNotices.increment() }
-                    perform(next)
+                    perform(next.map { [$0] } ?? [])
                 }
             case .gaveUp(let member, let seq):
                 Self.droppedNotices.increment()
@@ -85,7 +86,7 @@ final class ConversationPushes: Sendable {
     /// Ticks the planner while a notice waits (its window, its retry).
     private func startTicking() {
         let start = state.withLock { state -> Bool in
-            guard !state.ticking, state.planner.nextDue != nil else { return false }
+            guard !state.ticking, state.planner.isWaiting else { return false }
             state.ticking = true
             return true
         }
@@ -94,7 +95,7 @@ final class ConversationPushes: Sendable {
             while true {
                 try? await clock.sleep(for: Self.tickEvery)
                 let directives = state.withLock { state -> [PushPlanner.Directive]? in
-                    guard state.planner.nextDue != nil else {
+                    guard state.planner.isWaiting else {
                         state.ticking = false
                         return nil
                     }

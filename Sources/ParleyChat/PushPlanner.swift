@@ -41,6 +41,17 @@ public struct PushPlanner: Sendable {
         /// When the first attempt that has not succeeded yet failed.
         var failingSince: Instant?
         var failures = 0
+
+        mutating func add(_ message: Message) {
+            if seqs.last.map({ $0 < message.seq }) ?? true {
+                seqs.append(message.seq)
+            } else if let index = seqs.firstIndex(where: { $0 >= message.seq }) {
+                if seqs[index] != message.seq { seqs.insert(message.seq, at: index) }
+            } else {
+                seqs.append(message.seq)
+            }
+            if message.seq > latest.seq { latest = message }
+        }
     }
 
     public let policy: Policy
@@ -63,72 +74,76 @@ public struct PushPlanner: Sendable {
         for member in online {
             if let entry = owed[member], !entry.inFlight { owed[member] = nil }
         }
+        var directives: [Directive] = []
         for member in offline where message.seq > coveredThrough[member, default: 0] {
-            if var entry = owed[member] {
-                if let index = entry.seqs.firstIndex(where: { $0 >= message.seq }) {
-                    if entry.seqs[index] != message.seq { entry.seqs.insert(message.seq, at: index) }
-                } else {
-                    entry.seqs.append(message.seq)
-                }
-                if message.seq > entry.latest.seq { entry.latest = message }
-                owed[member] = entry
+            if owed[member] != nil {
+                // In place: the entry's seqs are not copied.
+                owed[member]!.add(message)
             } else {
                 let dueAt = lastSentAt[member].map { max(now, $0.advanced(by: policy.window)) } ?? now
                 owed[member] = Owed(seqs: [message.seq], latest: message, dueAt: dueAt)
             }
+            if let directive = release(member, now: now) { directives.append(directive) }
         }
-        return due(now: now)
+        return directives
     }
 
     /// `member` read up to `seq`: nothing up to it is owed any more.
     public mutating func read(_ member: UserID, through seq: Int64) {
         coveredThrough[member] = max(coveredThrough[member, default: 0], seq)
-        guard var entry = owed[member] else { return }
-        entry.seqs.removeAll { $0 <= seq }
-        owed[member] = entry.seqs.isEmpty && !entry.inFlight ? nil : entry
+        guard owed[member] != nil else { return }
+        owed[member]!.seqs.removeAll { $0 <= seq }
+        if let entry = owed[member], entry.seqs.isEmpty, !entry.inFlight { owed[member] = nil }
     }
 
-    /// The notice to `member` covering up to `seq` went out.
-    public mutating func notified(_ member: UserID, through seq: Int64, now: Instant) -> [Directive] {
+    /// The notice to `member` covering up to `seq` went out. What it did not cover waits for the
+    /// member's window (``tick(now:)`` releases it).
+    public mutating func notified(_ member: UserID, through seq: Int64, now: Instant) {
         lastSentAt[member] = now
-        guard var entry = owed[member] else { return due(now: now) }
-        entry.inFlight = false
-        entry.failures = 0
-        entry.failingSince = nil
-        entry.seqs.removeAll { $0 <= seq }
-        if entry.seqs.isEmpty {
+        guard owed[member] != nil else { return }
+        owed[member]!.seqs.removeAll { $0 <= seq }
+        guard owed[member]?.seqs.isEmpty == false else {
             owed[member] = nil
-        } else {
-            entry.dueAt = now.advanced(by: policy.window)
-            owed[member] = entry
+            return
         }
-        return due(now: now)
+        owed[member]!.inFlight = false
+        owed[member]!.failures = 0
+        owed[member]!.failingSince = nil
+        owed[member]!.dueAt = now.advanced(by: policy.window)
     }
 
-    /// The notice to `member` failed; the provider may have said when to try again.
-    public mutating func failed(_ member: UserID, retryAfter: Duration? = nil, now: Instant) -> [Directive] {
-        guard var entry = owed[member] else { return due(now: now) }
+    /// The notice to `member` failed; the provider may have said when to try again. It goes again
+    /// when ``tick(now:)`` finds it due, unless it has failed for too long.
+    public mutating func failed(_ member: UserID, retryAfter: Duration? = nil, now: Instant) -> Directive? {
+        guard var entry = owed[member] else { return nil }
         entry.inFlight = false
         entry.failures += 1
         let since = entry.failingSince ?? now
         entry.failingSince = since
         guard now - since < policy.giveUpAfter else {
             owed[member] = nil
-            return [.gaveUp(member, through: entry.latest.seq)] + due(now: now)
+            return .gaveUp(member, through: entry.latest.seq)
         }
         var delay = policy.retryDelay
         for _ in 1..<min(entry.failures, 32) where delay < policy.retryDelayMax { delay *= 2 }
         entry.dueAt = now.advanced(by: max(min(delay, policy.retryDelayMax), retryAfter ?? .zero))
         owed[member] = entry
-        return due(now: now)
+        return nil
     }
 
-    /// The notices due by `now`.
+    /// The notices due by `now`, in member order.
     public mutating func tick(now: Instant) -> [Directive] {
-        due(now: now)
+        var due: [UserID] = []
+        for (member, entry) in owed where !entry.inFlight && entry.dueAt <= now { due.append(member) }
+        return due.sorted().compactMap { release($0, now: now) }
     }
 
-    /// When the next notice waiting (not on its way) is due.
+    /// Whether a notice waits (for its window or its retry), not on its way.
+    public var isWaiting: Bool {
+        owed.values.contains { !$0.inFlight }
+    }
+
+    /// When the next notice waiting is due.
     public var nextDue: Instant? {
         owed.values.filter { !$0.inFlight }.map(\.dueAt).min()
     }
@@ -136,19 +151,15 @@ public struct PushPlanner: Sendable {
     /// Members owed a notice, on its way or waiting.
     public var owedCount: Int { owed.count }
 
-    private mutating func due(now: Instant) -> [Directive] {
-        var directives: [Directive] = []
-        for member in owed.keys.sorted() {
-            guard var entry = owed[member], !entry.inFlight, entry.dueAt <= now else { continue }
-            guard !entry.seqs.isEmpty else {
-                owed[member] = nil
-                continue
-            }
-            entry.inFlight = true
-            coveredThrough[member] = max(coveredThrough[member, default: 0], entry.latest.seq)
-            owed[member] = entry
-            directives.append(.notify(member, latest: entry.latest, count: entry.seqs.count))
+    /// Sends `member`'s notice if it is due and none is on its way.
+    private mutating func release(_ member: UserID, now: Instant) -> Directive? {
+        guard let entry = owed[member], !entry.inFlight, entry.dueAt <= now else { return nil }
+        guard !entry.seqs.isEmpty else {
+            owed[member] = nil
+            return nil
         }
-        return directives
+        owed[member]!.inFlight = true
+        coveredThrough[member] = max(coveredThrough[member, default: 0], entry.latest.seq)
+        return .notify(member, latest: entry.latest, count: entry.seqs.count)
     }
 }
