@@ -29,6 +29,8 @@ import threading
 import time
 import uuid
 
+from e2e_lib import free_ports, issue_certificates, wait_until
+
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-gateway.")
 SECRET = "e2e-token-secret-0123456789abcdef0123"
@@ -47,18 +49,6 @@ def check(condition, what, detail=""):
         FAILED += 1
         print(f"  FAIL  {what} {detail}", flush=True)
     return condition
-
-
-def free_ports(n):
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
@@ -103,18 +93,6 @@ def log_tail(name, lines=40):
             return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
     except OSError:
         return ""
-
-
-def wait_until(seconds, predicate):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            if predicate():
-                return True
-        except Exception:
-            pass
-        time.sleep(0.1)
-    return False
 
 
 def ready(name):
@@ -345,11 +323,7 @@ def send(client, conversation, text, cmid=None):
 def main():
     global CONTEXT
     print(f"gateway end-to-end test (work dir {WORK})", flush=True)
-    subprocess.run([NODE, "certs", "init", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
-    for name in ALL:
-        subprocess.run([NODE, "certs", "issue", name, "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
-        if name.startswith("gateway"):
-            subprocess.run([NODE, "certs", "issue", name, "--client", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    issue_certificates(NODE, TLS, ALL)
     CONTEXT = ssl.create_default_context(cafile=CA)
     for name in NAMES:
         start(name)

@@ -26,6 +26,8 @@ import threading
 import time
 import uuid
 
+from e2e_lib import free_ports, issue_certificates, wait_until
+
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 PYTHON = sys.argv[2] if len(sys.argv) > 2 else sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,28 +42,6 @@ def check(condition, what, detail=""):
     RESULTS["passed" if condition else "failed"] += 1
     print(f"  {'ok  ' if condition else 'FAIL'}  {what}{'' if condition else ' ' + str(detail)}", flush=True)
     return condition
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def wait_until(seconds, predicate):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            if predicate():
-                return True
-        except Exception:
-            pass
-        time.sleep(0.1)
-    return False
 
 
 NODES = ["worker-1", "worker-2", "gateway-1"]
@@ -156,10 +136,7 @@ class Stream(threading.Thread):
 def main():
     global CONTEXT
     print(f"push end-to-end test (work dir {WORK})", flush=True)
-    subprocess.run([NODE, "certs", "init", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
-    for name in NODES:
-        subprocess.run([NODE, "certs", "issue", name, "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([NODE, "certs", "issue", "gateway-1", "--client", "--dir", TLS], check=True, stdout=subprocess.DEVNULL)
+    issue_certificates(NODE, TLS, NODES)
     # The stand-in's certificate, from the same test CA, for localhost.
     subprocess.run([NODE, "certs", "issue", "push", "--client", "--dir", TLS, "--dns", "localhost"], check=True, stdout=subprocess.DEVNULL)
     CONTEXT = ssl.create_default_context(cafile=CA)

@@ -62,9 +62,14 @@ def verify_jwt(token, key, alg):
     return header, claims
 
 
-def scripted(token):
+def scripted_failure(token, respond):
+    """The failure a test told the server to answer for `token` next, through `respond`; None."""
     answers = SCRIPT.get(token)
-    return answers.pop(0) if answers else None
+    answer = answers.pop(0) if answers else None
+    if not answer or answer[0] == 200:
+        return None
+    status, why, retry_after = answer
+    return respond(status, why, {"retry-after": str(retry_after)} if retry_after is not None else None)
 
 
 def apns(path, headers, body):
@@ -109,10 +114,9 @@ def apns(path, headers, body):
             raise ValueError("an empty body")
     except Exception:
         return reason(400, "PayloadEmpty")
-    answer = scripted(token)
-    if answer and answer[0] != 200:
-        status, why, retry_after = answer
-        return reason(status, why, {"retry-after": str(retry_after)} if retry_after is not None else None)
+    failure = scripted_failure(token, reason)
+    if failure:
+        return failure
     RECEIVED.append({"provider": "apns", "environment": environment, "token": token, "topic": headers["apns-topic"],
                      "collapseId": headers.get("apns-collapse-id"), "payload": payload, "at": time.time()})
     return 200, {"apns-id": secrets.token_hex(16)}, b""
@@ -152,10 +156,9 @@ def fcm_send(path, headers, body):
             raise ValueError("an empty body")
     except Exception:
         return error(400, "INVALID_ARGUMENT")
-    answer = scripted(token)
-    if answer and answer[0] != 200:
-        status, code, retry_after = answer
-        return error(status, code, {"retry-after": str(retry_after)} if retry_after is not None else None)
+    failure = scripted_failure(token, error)
+    if failure:
+        return failure
     project = path.split("/")[3]
     RECEIVED.append({"provider": "fcm", "project": project, "token": token, "payload": message, "at": time.time()})
     return 200, {"content-type": "application/json"}, json.dumps({"name": f"projects/{project}/messages/{secrets.token_hex(8)}"}).encode()

@@ -65,14 +65,7 @@ public final class APNsProvider: PushProvider {
         } catch {
             return devices.map { _ in .refused("cannot encode the payload: \(error)") }
         }
-        return await withTaskGroup(of: (Int, PushOutcome).self) { group in
-            for (index, device) in devices.enumerated() {
-                group.addTask { (index, await self.send(payload, content: content, to: device)) }
-            }
-            var outcomes = [PushOutcome](repeating: .refused("not sent"), count: devices.count)
-            for await (index, outcome) in group { outcomes[index] = outcome }
-            return outcomes
-        }
+        return await PushHTTP.each(devices) { await self.send(payload, content: content, to: $0) }
     }
 
     private func send(_ payload: Data, content: PushContent, to device: Device) async -> PushOutcome {

@@ -72,14 +72,7 @@ public final class FCMProvider: PushProvider {
         } catch {
             return devices.map { _ in .retry(after: nil, reason: "no FCM access token: \(error)") }
         }
-        return await withTaskGroup(of: (Int, PushOutcome).self) { group in
-            for (index, device) in devices.enumerated() {
-                group.addTask { (index, await self.send(content, to: device, accessToken: token)) }
-            }
-            var outcomes = [PushOutcome](repeating: .refused("not sent"), count: devices.count)
-            for await (index, outcome) in group { outcomes[index] = outcome }
-            return outcomes
-        }
+        return await PushHTTP.each(devices) { await self.send(content, to: $0, accessToken: token) }
     }
 
     private func send(_ content: PushContent, to device: Device, accessToken: String) async -> PushOutcome {

@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import NIOSSL
 import ParleyChat
+import ParleyModel
 
 /// The HTTP/2 client a push provider talks through: one pool of connections per provider, each
 /// request bounded in time.
@@ -37,6 +38,18 @@ struct PushHTTP: Sendable {
 
     func shutdown() async throws {
         try await client.shutdown()
+    }
+
+    /// `send` to every device at once; the outcomes in the devices' order.
+    static func each(_ devices: [Device], _ send: @escaping @Sendable (Device) async -> PushOutcome) async -> [PushOutcome] {
+        await withTaskGroup(of: (Int, PushOutcome).self) { group in
+            for (index, device) in devices.enumerated() {
+                group.addTask { (index, await send(device)) }
+            }
+            var outcomes = [PushOutcome](repeating: .refused("not sent"), count: devices.count)
+            for await (index, outcome) in group { outcomes[index] = outcome }
+            return outcomes
+        }
     }
 
     /// A `Retry-After` header's delay: seconds, or an HTTP date (RFC 9110 §10.2.3); nil when absent
