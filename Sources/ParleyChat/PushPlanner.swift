@@ -78,7 +78,7 @@ public struct PushPlanner: Sendable {
         for member in offline where message.seq > coveredThrough[member, default: 0] {
             if owed[member] != nil {
                 // In place: the entry's seqs are not copied.
-                owed[member]!.add(message)
+                owed[member]?.add(message)
             } else {
                 let dueAt = lastSentAt[member].map { max(now, $0.advanced(by: policy.window)) } ?? now
                 owed[member] = Owed(seqs: [message.seq], latest: message, dueAt: dueAt)
@@ -91,8 +91,7 @@ public struct PushPlanner: Sendable {
     /// `member` read up to `seq`: nothing up to it is owed any more.
     public mutating func read(_ member: UserID, through seq: Int64) {
         coveredThrough[member] = max(coveredThrough[member, default: 0], seq)
-        guard owed[member] != nil else { return }
-        owed[member]!.seqs.removeAll { $0 <= seq }
+        owed[member]?.seqs.removeAll { $0 <= seq }
         if let entry = owed[member], entry.seqs.isEmpty, !entry.inFlight { owed[member] = nil }
     }
 
@@ -100,16 +99,15 @@ public struct PushPlanner: Sendable {
     /// member's window (``tick(now:)`` releases it).
     public mutating func notified(_ member: UserID, through seq: Int64, now: Instant) {
         lastSentAt[member] = now
-        guard owed[member] != nil else { return }
-        owed[member]!.seqs.removeAll { $0 <= seq }
+        owed[member]?.seqs.removeAll { $0 <= seq }
         guard owed[member]?.seqs.isEmpty == false else {
             owed[member] = nil
             return
         }
-        owed[member]!.inFlight = false
-        owed[member]!.failures = 0
-        owed[member]!.failingSince = nil
-        owed[member]!.dueAt = now.advanced(by: policy.window)
+        owed[member]?.inFlight = false
+        owed[member]?.failures = 0
+        owed[member]?.failingSince = nil
+        owed[member]?.dueAt = now.advanced(by: policy.window)
     }
 
     /// The notice to `member` failed; the provider may have said when to try again. It goes again
@@ -158,7 +156,7 @@ public struct PushPlanner: Sendable {
             owed[member] = nil
             return nil
         }
-        owed[member]!.inFlight = true
+        owed[member]?.inFlight = true
         coveredThrough[member] = max(coveredThrough[member, default: 0], entry.latest.seq)
         return .notify(member, latest: entry.latest, count: entry.seqs.count)
     }
