@@ -135,17 +135,27 @@ public distributed actor ConversationActor {
         self.logger = logger
         if let record {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
-            self.fanOut = Self.fanOut(for: record, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
+            self.fanOut = Self.fanOut(
+                for: record, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
         }
     }
 
     private static func fanOut(
-        for record: ConversationRecord, directory: GatewayDirectory, courier: GatewayCourier, services: ChatServices, system: ClusterSystem, logger: Logger
+        for record: ConversationRecord, epoch: Int64, directory: GatewayDirectory, courier: GatewayCourier, services: ChatServices,
+        system: ClusterSystem, logger: Logger
     ) -> ConversationFanOut {
         let store = services.store
         let conversation = record.id
         let pushes = services.pushes.map { settings in
-            ConversationPushes(record: record, policy: settings.policy, clock: system.clock, logger: logger) { member, notice in
+            ConversationPushes(record: record, policy: settings.policy, clock: system.clock, logger: logger, persist: { first in
+                do {
+                    try await store.setPushesOwed(from: first, in: conversation, epoch: epoch)
+                    return true
+                } catch {
+                    logger.info("the push notifications owed were not stored; trying again", metadata: ["error": "\(error)"])
+                    return false
+                }
+            }) { member, notice in
                 do {
                     return try await UserActor.resolve(member, using: system).notify(notice)
                 } catch {
@@ -212,7 +222,8 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
-                fanOut = Self.fanOut(for: stored, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
+                fanOut = Self.fanOut(
+                    for: stored, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))
@@ -279,6 +290,20 @@ public distributed actor ConversationActor {
             .filter { $0.sentAt > since }
         for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
         return recent.count
+    }
+
+    /// Owes again the push notifications a departed owner owed from `seq` on, when it last said
+    /// so (``ConversationRecovery``): its latest messages from there (at most ``republishMax``)
+    /// are decided anew, for whoever has not read them and holds no stream. Returns how many.
+    public distributed func resumePushes(from seq: Int64) async throws -> Int {
+        guard let current = loaded, services.pushes != nil, let pushes = fanOut?.pushes else { return 0 }
+        let conversation = current.id
+        let owed = try await services.withStore { try await $0.messages(in: conversation, before: current.record.lastSeq + 1, limit: Self.republishMax) }
+            .filter { $0.seq >= seq }
+        pushes.owedByAnEarlierOwner(from: seq)
+        for message in owed { fanOut?.owedAgain(message, pushTo: pushRecipients(of: message.senderId)) }
+        if owed.isEmpty { pushes.syncOwed() }
+        return owed.count
     }
 
     /// Messages after `seq` (ascending), for a member.

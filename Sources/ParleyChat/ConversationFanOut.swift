@@ -105,6 +105,12 @@ final class ConversationFanOut: Sendable {
         enqueue(.republished(message, pushTo: pushes == nil ? [] : pushTo), members: members)
     }
 
+    /// `message` may be owed to `pushTo` as a push notification (an earlier owner owed it): decided
+    /// once the presence shards can tell, as for a message found again.
+    func owedAgain(_ message: Message, pushTo: [UserID]) {
+        decideLater(message, pushTo)
+    }
+
     /// An event that needs no seq order of its own (a receipt, typing, a change to the
     /// conversation), after what came before it; not for `except`.
     func publish(_ event: ChatEvent, members: [UserID], except: UserID? = nil) {

@@ -9,39 +9,64 @@ import Synchronization
 /// decides who is owed a notice and when. This asks each member's ``UserActor`` to notify its
 /// devices (``UserActor/notify(_:)``), reports the outcome to the planner, and ticks it while a
 /// notice waits for its window or its retry.
+///
+/// What is owed is also kept in the store, as the first seq owed (``ChatStore/setPushesOwed(from:in:epoch:)``):
+/// written as soon as something is owed, moved forward at most once a window while notices go,
+/// cleared once nothing is. A node that takes the conversation over after this one died owes
+/// from there (``ConversationRecovery``), however long the notices had been failing.
 final class ConversationPushes: Sendable {
     /// Asks a member's actor to send a notice; nil when the call failed.
     typealias Notify = @Sendable (UserID, PushNotice) async -> PushNoticeResult?
+    /// Stores the first seq owed (nil: none); false when the store did not take it.
+    typealias Persist = @Sendable (Int64?) async -> Bool
 
     private struct State {
         var planner: PushPlanner
         var kind: ConversationKind
         var name: String?
         var ticking = false
+        /// The first seq owed as the store has it.
+        var persisted: Int64?
+        var persisting = false
+        var persistedAt: ContinuousClock.Instant?
     }
 
     private let state: Mutex<State>
     private let clock: any ClusterClock
     private let logger: Logger
     private let notify: Notify
+    private let persist: Persist?
 
-    init(record: ConversationRecord, policy: PushPlanner.Policy, clock: any ClusterClock, logger: Logger, notify: @escaping Notify) {
+    /// - Parameter owedFrom: the first seq owed as the store has it (an earlier owner's word).
+    init(
+        record: ConversationRecord, policy: PushPlanner.Policy, owedFrom: Int64? = nil, clock: any ClusterClock, logger: Logger,
+        persist: Persist? = nil, notify: @escaping Notify
+    ) {
         let read = Dictionary(record.members.map { ($0.userId, $0.readSeq) }, uniquingKeysWith: max)
-        self.state = Mutex(State(planner: PushPlanner(policy: policy, read: read), kind: record.kind, name: record.name))
+        self.state = Mutex(State(planner: PushPlanner(policy: policy, read: read), kind: record.kind, name: record.name, persisted: owedFrom))
         self.clock = clock
         self.logger = logger
         self.notify = notify
+        self.persist = persist
     }
 
     /// `message` reached the gateways of `online`'s streams; `offline` (not its sender, not muted)
     /// hold none.
     func committed(_ message: Message, offline: [UserID], online: [UserID]) {
-        guard !offline.isEmpty || !online.isEmpty else { return }
-        perform(state.withLock { $0.planner.committed(message, offline: offline, online: online, now: clock.now) })
+        let directives = state.withLock { $0.planner.committed(message, offline: offline, online: online, now: clock.now) }
+        syncOwed()
+        perform(directives)
     }
 
     func read(_ member: UserID, through seq: Int64) {
         state.withLock { $0.planner.read(member, through: seq) }
+        syncOwed()
+    }
+
+    /// The store said an earlier owner owed from `seq` on: what this owner decides about those
+    /// messages settles it.
+    func owedByAnEarlierOwner(from seq: Int64) {
+        state.withLock { state in state.persisted = state.persisted.map { min($0, seq) } ?? seq }
     }
 
     func renamed(_ name: String) {
@@ -71,6 +96,7 @@ final class ConversationPushes: Sendable {
                         }
                     }
                     if result == nil || result?.retryAfterMilliseconds != nil { Self.failedNotices.increment() }
+                    syncOwed()
                     perform(next.map { [$0] } ?? [])
                 }
             case .gaveUp(let member, let seq):
@@ -102,8 +128,40 @@ final class ConversationPushes: Sendable {
                     return state.planner.tick(now: clock.now)
                 }
                 guard let directives else { return }
+                syncOwed()
                 if !directives.isEmpty { perform(directives) }
             }
+        }
+    }
+
+    /// Brings the store's word on what is owed up to date: at once when something became owed or
+    /// nothing is any more, else (moving it forward) at most once a window. One write at a time.
+    func syncOwed() {
+        guard let persist else { return }
+        let write = state.withLock { state -> Int64?? in
+            guard !state.persisting else { return .none }
+            let now = clock.now
+            let owes = state.planner.owedCount > 0
+            if owes == (state.persisted != nil) {
+                // Only a move forward is left: looked at once a window at most.
+                guard owes, state.persistedAt.map({ now - $0 >= state.planner.policy.window }) ?? true else { return .none }
+                state.persistedAt = now
+            }
+            let first = state.planner.firstOwed
+            guard first != state.persisted else { return .none }
+            state.persisting = true
+            return .some(first)
+        }
+        guard case .some(let first) = write else { return }
+        Task { [self] in
+            let stored = await persist(first)
+            state.withLock { state in
+                state.persisting = false
+                state.persistedAt = clock.now
+                if stored { state.persisted = first }
+            }
+            // What changed meanwhile; after a failure the next event or tick tries again.
+            if stored { syncOwed() }
         }
     }
 

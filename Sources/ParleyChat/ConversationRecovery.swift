@@ -54,6 +54,41 @@ public enum ConversationRecovery {
         }
     }
 
+    /// Has the conversations this node took over (as in ``republishTakenOver``) whose owner owed
+    /// push notifications when it last said so owe them again: an owner that died while a
+    /// provider kept failing may have owed them for longer than ``window``. Returns how many.
+    static func resumePushes(
+        from departed: Set<String>, joined: Bool, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, anyOwner: Bool
+    ) async -> Int {
+        let owing: [(conversation: ConversationID, from: Int64)]
+        do {
+            owing = try await store.conversationsOwingPushes(limit: conversationsMax)
+        } catch {
+            system.logger.warning("cannot find the conversations owing push notifications after the ring changed: \(error)")
+            return 0
+        }
+        var resumed = 0
+        for (conversation, from) in owing {
+            guard anyOwner || tookOver(conversation, from: departed, joined: joined, ring: ring, previous: previous, system: system) else { continue }
+            do {
+                if try await ConversationActor.resolve(conversation, using: system).resumePushes(from: from) > 0 { resumed += 1 }
+            } catch {
+                system.logger.warning("cannot resume the push notifications owed in \(conversation): \(error)")
+            }
+        }
+        return resumed
+    }
+
+    /// Whether this node owns `conversation` on `ring` and took it over: it owned nothing before
+    /// (`joined`), or one of `departed` owned it on `previous`.
+    private static func tookOver(
+        _ conversation: ConversationID, from departed: Set<String>, joined: Bool, ring: HashRing, previous: HashRing, system: ClusterSystem
+    ) -> Bool {
+        let key = ConversationActor.id(conversation).placementKey
+        guard ring.owner(of: key) == system.settings.name else { return false }
+        return joined || previous.owner(of: key).map(departed.contains) == true
+    }
+
     /// The workers whose conversations this node takes over: those that left the ring — unless
     /// this node kept no more than half of a ring of three or more, when it is more likely the one
     /// cut off than the survivor of the others' deaths (taking their conversations would only fence
@@ -88,17 +123,19 @@ public enum ConversationRecovery {
         var conversations = 0
         var messages = 0
         for conversation in candidates {
-            let key = ConversationActor.id(conversation).placementKey
-            if metGateways == nil {
-                guard ring.owner(of: key) == system.settings.name else { continue }
-                guard joined || previous.owner(of: key).map(departed.contains) == true else { continue }
-            }
+            guard metGateways != nil || tookOver(conversation, from: departed, joined: joined, ring: ring, previous: previous, system: system) else { continue }
             do {
                 messages += try await ConversationActor.resolve(conversation, using: system).republishRecent(since: since)
                 conversations += 1
             } catch {
                 system.logger.warning("cannot republish the recent messages of \(conversation): \(error)")
             }
+        }
+        let resumed = await resumePushes(from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, anyOwner: metGateways != nil)
+        if resumed > 0 {
+            system.logger.info("resumed the push notifications owed in conversations taken over", metadata: [
+                "ring.departed": "\(departed.sorted())", "joined": "\(joined)", "conversations": "\(resumed)",
+            ])
         }
         if conversations > 0, let metGateways {
             system.logger.info("republished recent messages: this node formed a cluster alone and met the gateways of the one that was there", metadata: [

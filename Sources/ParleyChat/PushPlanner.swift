@@ -149,6 +149,11 @@ public struct PushPlanner: Sendable {
     /// Members owed a notice, on its way or waiting.
     public var owedCount: Int { owed.count }
 
+    /// The first seq still owed to anyone; nil when nothing is.
+    public var firstOwed: Int64? {
+        owed.values.compactMap(\.seqs.first).min()
+    }
+
     /// Sends `member`'s notice if it is due and none is on its way.
     private mutating func release(_ member: UserID, now: Instant) -> Directive? {
         guard let entry = owed[member], !entry.inFlight, entry.dueAt <= now else { return nil }

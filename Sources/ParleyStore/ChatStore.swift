@@ -69,6 +69,15 @@ public protocol ChatStore: Sendable {
     /// Renames a group. Fenced by `epoch`. The conversation's last change becomes `updated` at `at`.
     func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws
 
+    /// Records that the conversation's owner owes push notifications of its messages from `seq`
+    /// on; nil: it owes none. Fenced by `epoch`. An owner that takes the conversation over after
+    /// its owner died finds it (``conversationsOwingPushes(limit:)``) and owes them in its place.
+    func setPushesOwed(from seq: Int64?, in id: ConversationID, epoch: Int64) async throws
+
+    /// At most `limit` conversations whose owner owed push notifications when it last said so,
+    /// each with the first seq it owed.
+    func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)]
+
     /// The user's unread messages in all their conversations (what an app's badge shows): each
     /// conversation's `lastSeq - readSeq`, summed.
     func unreadCount(of user: UserID) async throws -> Int64

@@ -440,6 +440,28 @@ public enum ChatStoreContract {
             try check(left == ["c\(run)"], "logout left: \(left)")
             try check(try await store.devices(of: other).count == 1, "another user's login was logged out")
         },
+        Case(name: "pushes owed are found by the owner after a failover, from their first seq; a stale owner cannot say so") { store in
+            let (first, firstEpoch) = try await owned(store)
+            let (second, secondEpoch) = try await owned(store)
+            try await store.setPushesOwed(from: 7, in: first, epoch: firstEpoch)
+            try await store.setPushesOwed(from: 3, in: second, epoch: secondEpoch)
+            try await store.setPushesOwed(from: 9, in: second, epoch: secondEpoch)
+            let mine = Set([first, second])
+            var owing = try await store.conversationsOwingPushes(limit: 10_000).filter { mine.contains($0.conversation) }
+            try check(Dictionary(uniqueKeysWithValues: owing.map { ($0.conversation, $0.from) }) == [first: 7, second: 9], "owing: \(owing)")
+            let newEpoch = try await store.acquireOwnership(of: second)
+            do {
+                try await store.setPushesOwed(from: nil, in: second, epoch: secondEpoch)
+                try check(false, "a stale owner cleared what is owed")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "a stale epoch threw \(error)")
+            }
+            try await store.setPushesOwed(from: nil, in: second, epoch: newEpoch)
+            try await store.setPushesOwed(from: nil, in: first, epoch: firstEpoch)
+            owing = try await store.conversationsOwingPushes(limit: 10_000).filter { mine.contains($0.conversation) }
+            try check(owing.isEmpty, "after both owed nothing: \(owing)")
+            try check(try await store.conversationsOwingPushes(limit: 0).isEmpty, "the limit")
+        },
         Case(name: "a user's unread count is what they have not read in all their conversations") { store in
             let (me, other) = (UserID.make(), UserID.make())
             try check(try await store.unreadCount(of: me) == 0, "a user without conversations")

@@ -14,6 +14,7 @@ public final class InMemoryChatStore: ChatStore {
         var receiptAt: [UserID: Date] = [:]
         /// Removed members and when.
         var removals: [(user: UserID, at: Date)] = []
+        var pushesOwedFrom: Int64?
 
         init(record: ConversationRecord) {
             self.record = record
@@ -162,6 +163,16 @@ public final class InMemoryChatStore: ChatStore {
         try fencedChange(of: id, epoch: epoch) { stored in
             stored.record.name = name
             stored.changed(.updated, at: at)
+        }
+    }
+
+    public func setPushesOwed(from seq: Int64?, in id: ConversationID, epoch: Int64) async throws {
+        try fencedChange(of: id, epoch: epoch) { $0.pushesOwedFrom = seq }
+    }
+
+    public func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)] {
+        state.withLock { state in
+            Array(state.compactMap { id, stored in stored.pushesOwedFrom.map { (id, $0) } }.sorted { $0.0 < $1.0 }.prefix(max(0, limit)))
         }
     }
 

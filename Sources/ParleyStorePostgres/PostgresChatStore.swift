@@ -188,6 +188,10 @@ public final class PostgresChatStore: ChatStore {
         (5, "the group commit as one server-side call", [CommitStatements.function]),
         (6, "devices for push notifications", DeviceRows.migration),
         (7, "members may mute a conversation", ["ALTER TABLE members ADD COLUMN muted BOOLEAN NOT NULL DEFAULT false"]),
+        (8, "push notifications owed, for the owner after a failover", [
+            "ALTER TABLE conversations ADD COLUMN pushes_owed_from BIGINT",
+            "CREATE INDEX conversations_owing_pushes ON conversations(id) WHERE pushes_owed_from IS NOT NULL",
+        ]),
     ]
 
     public func migrate() async throws {
@@ -590,6 +594,23 @@ public final class PostgresChatStore: ChatStore {
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
             try await connection.query("UPDATE conversations SET name = \(name) WHERE id = \(id.rawValue)", logger: logger)
             try await changed(id, .updated, at: at, connection: connection)
+        }
+    }
+
+    public func setPushesOwed(from seq: Int64?, in id: ConversationID, epoch: Int64) async throws {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            try await connection.query("UPDATE conversations SET pushes_owed_from = \(seq) WHERE id = \(id.rawValue)", logger: logger)
+        }
+    }
+
+    public func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)] {
+        try await run {
+            var owing: [(conversation: ConversationID, from: Int64)] = []
+            for try await (id, from) in try await client.query(
+                "SELECT id, pushes_owed_from FROM conversations WHERE pushes_owed_from IS NOT NULL ORDER BY id LIMIT \(max(0, limit))", logger: logger
+            ).decode((String, Int64).self) { owing.append((ConversationID(rawValue: id), from)) }
+            return owing
         }
     }
 

@@ -138,6 +138,7 @@ public final class SQLiteChatStore: ChatStore {
         "v6: one index entry per 64 messages of a conversation, written by the commit",
         "v7: devices for push notifications",
         "v8: members may mute a conversation",
+        "v9: push notifications owed, for the owner after a failover",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -315,6 +316,12 @@ public final class SQLiteChatStore: ChatStore {
         }
         migrator.registerMigration(Self.migrationNames[7]) { db in
             try db.execute(sql: "ALTER TABLE members ADD COLUMN muted INTEGER NOT NULL DEFAULT 0")
+        }
+        migrator.registerMigration(Self.migrationNames[8]) { db in
+            try db.execute(sql: """
+                ALTER TABLE conversations ADD COLUMN pushes_owed_from INTEGER;
+                CREATE INDEX conversations_owing_pushes ON conversations(id) WHERE pushes_owed_from IS NOT NULL;
+                """)
         }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
@@ -732,6 +739,21 @@ public final class SQLiteChatStore: ChatStore {
             try Self.checkEpoch(epoch, of: id, db: db)
             try db.execute(sql: "UPDATE conversations SET name = ? WHERE id = ?", arguments: [name, id.rawValue])
             try Self.changed(id, .updated, at: at, db: db)
+        }
+    }
+
+    public func setPushesOwed(from seq: Int64?, in id: ConversationID, epoch: Int64) async throws {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try db.execute(sql: "UPDATE conversations SET pushes_owed_from = ? WHERE id = ?", arguments: [seq, id.rawValue])
+        }
+    }
+
+    public func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT id, pushes_owed_from FROM conversations WHERE pushes_owed_from IS NOT NULL ORDER BY id LIMIT ?", arguments: [max(0, limit)]
+            ).map { (ConversationID(rawValue: try $0.decode(forColumn: "id")), try $0.decode(forColumn: "pushes_owed_from")) }
         }
     }
 

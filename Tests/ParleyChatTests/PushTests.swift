@@ -95,8 +95,13 @@ final class RecordingPushProvider: PushProvider {
         // wait: the notice goes again.
         fcm.scripted.withLock { $0[Self.bobsTablet] = [.unregistered("Unregistered")] }
         apns.scripted.withLock { $0[Self.bobsPhone] = [.retry(after: .milliseconds(300), reason: "429 TooManyRequests")] }
-        _ = try await send("are you there?")
+        let asked = try await send("are you there?")
+        // Owed while the provider makes it wait, in the store too (a new owner would owe it).
+        try await eventually(timeout: .seconds(5), "the store says what is owed") {
+            try await store.conversationsOwingPushes(limit: 10).map(\.from) == [asked.seq]
+        }
         try await eventually(timeout: .seconds(5), "the phone's notice goes again") { apns.to(Self.bobsPhone).count == 5 }
+        try await eventually(timeout: .seconds(5), "nothing is owed once it went") { try await store.conversationsOwingPushes(limit: 10).isEmpty }
         let retried = apns.to(Self.bobsPhone).suffix(2)
         #expect(retried.first == retried.last && retried.last?.seq == 5 && retried.last?.badge == 2, "\(retried)")
         #expect(try await store.devices(of: Self.bob).map(\.device.token) == [Self.bobsPhone], "the tablet the provider no longer knows was removed")
