@@ -29,6 +29,9 @@ final class ConversationPushes: Sendable {
         var persisted: Int64?
         var persisting = false
         var persistedAt: ContinuousClock.Instant?
+        /// After a write the store refused (it is down, or another node owns the conversation
+        /// now), the next waits a window.
+        var persistFailedAt: ContinuousClock.Instant?
     }
 
     private let state: Mutex<State>
@@ -37,13 +40,12 @@ final class ConversationPushes: Sendable {
     private let notify: Notify
     private let persist: Persist?
 
-    /// - Parameter owedFrom: the first seq owed as the store has it (an earlier owner's word).
     init(
-        record: ConversationRecord, policy: PushPlanner.Policy, owedFrom: Int64? = nil, clock: any ClusterClock, logger: Logger,
-        persist: Persist? = nil, notify: @escaping Notify
+        record: ConversationRecord, policy: PushPlanner.Policy, clock: any ClusterClock, logger: Logger, persist: Persist? = nil,
+        notify: @escaping Notify
     ) {
         let read = Dictionary(record.members.map { ($0.userId, $0.readSeq) }, uniquingKeysWith: max)
-        self.state = Mutex(State(planner: PushPlanner(policy: policy, read: read), kind: record.kind, name: record.name, persisted: owedFrom))
+        self.state = Mutex(State(planner: PushPlanner(policy: policy, read: read), kind: record.kind, name: record.name))
         self.clock = clock
         self.logger = logger
         self.notify = notify
@@ -72,9 +74,6 @@ final class ConversationPushes: Sendable {
     func renamed(_ name: String) {
         state.withLock { $0.name = name }
     }
-
-    /// Members owed a notice (for tests).
-    var owedCount: Int { state.withLock { $0.planner.owedCount } }
 
     private func perform(_ directives: [PushPlanner.Directive]) {
         for directive in directives {
@@ -139,8 +138,8 @@ final class ConversationPushes: Sendable {
     func syncOwed() {
         guard let persist else { return }
         let write = state.withLock { state -> Int64?? in
-            guard !state.persisting else { return .none }
             let now = clock.now
+            guard !state.persisting, state.persistFailedAt.map({ now - $0 >= state.planner.policy.window }) ?? true else { return .none }
             let owes = state.planner.owedCount > 0
             if owes == (state.persisted != nil) {
                 // Only a move forward is left: looked at once a window at most.
@@ -158,6 +157,7 @@ final class ConversationPushes: Sendable {
             state.withLock { state in
                 state.persisting = false
                 state.persistedAt = clock.now
+                state.persistFailedAt = stored ? nil : clock.now
                 if stored { state.persisted = first }
             }
             // What changed meanwhile; after a failure the next event or tick tries again.
