@@ -296,7 +296,7 @@ public distributed actor ConversationActor {
     /// so (``ConversationRecovery``): its latest messages from there (at most ``republishMax``)
     /// are decided anew, for whoever has not read them and holds no stream. Returns how many.
     public distributed func resumePushes(from seq: Int64) async throws -> Int {
-        guard let current = loaded, services.pushes != nil, let pushes = fanOut?.pushes else { return 0 }
+        guard let current = loaded, let pushes = fanOut?.pushes else { return 0 }
         let conversation = current.id
         let owed = try await services.withStore { try await $0.messages(in: conversation, before: current.record.lastSeq + 1, limit: Self.republishMax) }
             .filter { $0.seq >= seq }

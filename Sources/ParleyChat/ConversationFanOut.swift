@@ -95,14 +95,14 @@ final class ConversationFanOut: Sendable {
     /// message can wait for the ones before it; a seq that never comes (its commit reached the
     /// store but its answer was lost) is read from the store after `holdMax`.
     func committed(_ message: Message, members: [UserID], pushTo: [UserID] = []) {
-        enqueue(.committed(message, pushTo: pushes == nil ? [] : pushTo), members: members)
+        enqueue(.committed(message, pushTo: pushTo), members: members)
     }
 
     /// A message committed before, found again (a send's retry, a new owner's recovery): released
     /// in order if it is still to be (this owner committed it, but the commit's answer was lost),
     /// else sent once more — streams drop a seq they already wrote.
     func republish(_ message: Message, members: [UserID], pushTo: [UserID] = []) {
-        enqueue(.republished(message, pushTo: pushes == nil ? [] : pushTo), members: members)
+        enqueue(.republished(message, pushTo: pushTo), members: members)
     }
 
     /// `message` may be owed to `pushTo` as a push notification (an earlier owner owed it): decided

@@ -55,8 +55,7 @@ public struct TokenAuthority: Sendable {
     }
 
     static func base64URL(_ data: Data) -> String {
-        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        data.base64URLEncodedString
     }
 
     /// Decodes unpadded base64url byte by byte (this runs on every request: no string rewriting).

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import ParleyModel
 import _CryptoExtras
 
 /// A signed JSON Web Token in compact form (RFC 7519), as the push providers take them: APNs a
@@ -23,8 +24,8 @@ enum JWT {
     static func sign(claims: [String: any Sendable], keyID: String?, with key: Key) throws -> String {
         var header: [String: String] = ["alg": key.algorithm, "typ": "JWT"]
         if let keyID { header["kid"] = keyID }
-        let headerPart = base64URL(try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys]))
-        let claimsPart = base64URL(try JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys]))
+        let headerPart = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys]).base64URLEncodedString
+        let claimsPart = try JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys]).base64URLEncodedString
         let input = Data("\(headerPart).\(claimsPart)".utf8)
         let signature: Data
         switch key {
@@ -33,11 +34,6 @@ enum JWT {
         case .rs256(let key):
             signature = try key.signature(for: input, padding: .insecurePKCS1v1_5).rawRepresentation
         }
-        return "\(headerPart).\(claimsPart).\(base64URL(signature))"
-    }
-
-    static func base64URL(_ data: Data) -> String {
-        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        return "\(headerPart).\(claimsPart).\(signature.base64URLEncodedString)"
     }
 }
