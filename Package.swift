@@ -74,6 +74,7 @@ let package = Package(
                 "ParleyModel",
                 "ParleyStore",
                 "ParleyCluster",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

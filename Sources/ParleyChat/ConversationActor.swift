@@ -14,17 +14,20 @@ public struct ChatServices: Sendable {
     public let delivery: DeliveryTimings
     /// How this node sends push notifications; nil: it sends none.
     public let pushes: PushSettings?
+    /// Where this node delivers webhooks; nil: nowhere.
+    public let webhooks: WebhookSettings?
 
     /// - Parameter clock: the time of the default committer's commit interval (a simulation's).
     public init(
         store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), delivery: DeliveryTimings = DeliveryTimings(),
-        pushes: PushSettings? = nil, clock: any ClusterClock = ContinuousClock()
+        pushes: PushSettings? = nil, webhooks: WebhookSettings? = nil, clock: any ClusterClock = ContinuousClock()
     ) {
         self.store = store
         self.committer = committer ?? GroupCommitter(store: store, clock: clock)
         self.limits = limits
         self.delivery = delivery
         self.pushes = pushes
+        self.webhooks = webhooks
     }
 
     /// Runs a store operation; a store failure reaches the caller as `unavailable`.
@@ -58,6 +61,8 @@ public distributed actor ConversationActor {
     private var logger: Logger
     /// Events to the gateways of the members' streams; set once the conversation exists.
     private var fanOut: ConversationFanOut?
+    /// Events to webhook endpoints; set once the conversation exists, when the node has endpoints.
+    private var webhooks: ConversationWebhooks?
 
     public static func id(_ conversation: ConversationID) -> ClusterActorID {
         ClusterActorID(kind: kind, key: conversation.rawValue)
@@ -82,7 +87,7 @@ public distributed actor ConversationActor {
             try await activate(id, system: system, services: services, directory: directory, courier: courier)
         }
         registerDirectTargets(on: system)
-        ConversationRecovery.register(on: system, store: services.store, window: services.delivery.recoveryWindow)
+        ConversationRecovery.register(on: system, store: services.store, window: services.delivery.recoveryWindow, webhooks: services.webhooks != nil)
     }
 
     /// ``send(_:)``'s name on the cluster (its distributed thunk's mangled name; a test checks it
@@ -103,7 +108,10 @@ public distributed actor ConversationActor {
         let conversation = ConversationID(rawValue: id.key)
         do {
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
-            return ConversationActor(id: conversation, record: record, epoch: epoch, services: services, directory: directory, courier: courier, actorSystem: system)
+            let cursors = services.webhooks == nil ? [] : try await services.store.webhookCursors(in: conversation)
+            return ConversationActor(
+                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, services: services, directory: directory, courier: courier,
+                actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
             return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError {
@@ -121,7 +129,7 @@ public distributed actor ConversationActor {
     }
 
     init(
-        id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, services: ChatServices,
+        id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, webhookCursors: [WebhookCursorRecord] = [], services: ChatServices,
         directory: GatewayDirectory, courier: GatewayCourier, actorSystem: ClusterSystem
     ) {
         self.actorSystem = actorSystem
@@ -137,7 +145,34 @@ public distributed actor ConversationActor {
             logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
             self.fanOut = Self.fanOut(
                 for: record, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
+            self.webhooks = Self.webhooks(for: record, epoch: epoch, cursors: webhookCursors, services: services, system: actorSystem, logger: logger)
         }
+    }
+
+    deinit {
+        webhooks?.stop()
+    }
+
+    private static func webhooks(
+        for record: ConversationRecord, epoch: Int64, cursors: [WebhookCursorRecord], services: ChatServices, system: ClusterSystem, logger: Logger
+    ) -> ConversationWebhooks? {
+        guard let settings = services.webhooks, !settings.endpoints.isEmpty else { return nil }
+        let store = services.store
+        let conversation = record.id
+        return ConversationWebhooks(
+            record: record, settings: settings, cursors: cursors, firstSeen: settings.firstSeen, clock: system.clock, logger: logger,
+            load: { after, limit in try await store.messages(in: conversation, after: after, limit: limit) },
+            save: { cursor in
+                do {
+                    try await store.saveWebhookCursor(cursor, in: conversation, epoch: epoch)
+                    return .saved
+                } catch let error as ChatStoreError where error.kind == .staleEpoch || error.kind == .notFound {
+                    return .fenced
+                } catch {
+                    logger.info("a webhook cursor was not stored; trying again", metadata: ["error": "\(error)"])
+                    return .failed
+                }
+            })
     }
 
     private static func fanOut(
@@ -219,11 +254,14 @@ public distributed actor ConversationActor {
         do {
             let (stored, epoch) = try await Self.takeOwnership(of: record.id, store: services.store)
             // Two creates may interleave here (the actor is re-entrant): keep the newest epoch.
+            let cursors = services.webhooks == nil || created ? [] : try await services.store.webhookCursors(in: record.id)
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
                 fanOut = Self.fanOut(
                     for: stored, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
+                webhooks?.stop()
+                webhooks = Self.webhooks(for: stored, epoch: epoch, cursors: cursors, services: services, system: actorSystem, logger: logger)
             }
             if created {
                 fanOut?.publish(.conversation(ConversationChange(conversation: stored, change: .created, at: stored.createdAt)), members: stored.members.map(\.userId))
@@ -260,6 +298,7 @@ public distributed actor ConversationActor {
         case .appended(let message):
             try update { $0.committed(message) }
             fanOut?.committed(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
+            if let webhooks, let record = loaded?.record { webhooks.record(.message(message), record: record) }
             return SendResult(message: message, created: true)
         case .duplicate(let message):
             // A retry of a send that committed earlier — perhaps on an owner that died (or was cut
@@ -306,6 +345,21 @@ public distributed actor ConversationActor {
         return owed.count
     }
 
+    /// Brings this conversation's webhooks up to date after its previous owner left the ring
+    /// (``ConversationRecovery``): activating it starts them from the cursors it left. Returns
+    /// how many endpoints are owed something.
+    public distributed func resumeWebhooks() -> Int {
+        webhooks?.pendingCount ?? 0
+    }
+
+    /// Tells webhook `endpoint` this conversation's messages again from `seq` on (an operator's
+    /// replay). False when the node has no such endpoint.
+    public distributed func replayWebhooks(to endpoint: String, from seq: Int64) throws -> Bool {
+        _ = try state
+        guard seq >= 1 else { throw ChatError(.invalidRequest, "fromSeq must be at least 1") }
+        return webhooks?.replay(endpoint, from: seq) ?? false
+    }
+
     /// Messages after `seq` (ascending), for a member.
     public distributed func messages(for user: UserID, after seq: Int64, limit: Int) async throws -> [Message] {
         let conversation = try state.id
@@ -333,13 +387,19 @@ public distributed actor ConversationActor {
     /// Moves `user`'s watermarks forward; returns them as stored.
     public distributed func markReceipts(for user: UserID, deliveredSeq: Int64?, readSeq: Int64?) async throws -> ConversationMember {
         let (delivered, read) = try state.validateReceipt(from: user, deliveredSeq: deliveredSeq, readSeq: readSeq)
-        let conversation = try state.id
+        let current = try state
+        let conversation = current.id
         let at = actorSystem.clock.wallNow.millisecondPrecision
         let stored = try await services.withStore { try await $0.advanceReceipts(in: conversation, user: user, deliveredSeq: delivered, readSeq: read, at: at) }
         guard let stored else { throw ChatError(.notFound, "conversation not found") }
         var advanced = false
         try update { advanced = $0.receiptsAdvanced(stored) }
         fanOut?.pushes?.read(user, through: stored.readSeq)
+        if advanced, let webhooks, let record = loaded?.record {
+            let before = current.record.member(user)
+            let receipt = ReceiptEvent(conversationId: conversation, userId: user, deliveredSeq: stored.deliveredSeq, readSeq: stored.readSeq, at: at)
+            webhooks.record(.receipt(receipt, read: stored.readSeq > (before?.readSeq ?? 0)), record: record)
+        }
         if advanced {
             fanOut?.publish(
                 .receipt(ReceiptEvent(conversationId: conversation, userId: user, deliveredSeq: stored.deliveredSeq, readSeq: stored.readSeq, at: at)),
@@ -373,6 +433,7 @@ public distributed actor ConversationActor {
         try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch, at: at) }
         try update { $0.membersAdded(added) }
         let record = try state.record
+        webhooks?.record(.membersAdded(added.map(\.userId), record, at: at), record: record)
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .memberAdded, at: at)), members: memberIDs)
         return record
     }
@@ -383,6 +444,7 @@ public distributed actor ConversationActor {
         let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch, at: at) }
         try update { $0.memberRemoved(member) }
+        webhooks?.record(.memberRemoved(member, try state.record, at: at), record: try state.record)
         // The removed member hears of it too; after this, nothing more.
         fanOut?.publish(.conversation(ConversationChange(conversation: try state.record, change: .memberRemoved, at: at)), members: memberIDs + [member])
     }
@@ -396,6 +458,7 @@ public distributed actor ConversationActor {
         try update { $0.renamed(name) }
         fanOut?.pushes?.renamed(name)
         let record = try state.record
+        webhooks?.record(.renamed(record, at: at), record: record)
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
         return record
     }
@@ -447,6 +510,7 @@ public distributed actor ConversationActor {
         logger.warning("write fenced off: another node owns this conversation now", metadata: [
             "epoch": "\(epoch)", "epoch.current": "\(current.map { "\($0)" } ?? "?")",
         ])
+        webhooks?.stop()
         actorSystem.deactivate(id)
         return ClusterCallError(code: .notOwner, message: "\(actorSystem.settings.name) lost ownership of \(id.key) (epoch \(epoch))")
     }

@@ -29,7 +29,7 @@ public enum ConversationRecovery {
     /// The most conversations one ring change looks at.
     static let conversationsMax = 10_000
 
-    static func register(on system: ClusterSystem, store: any ChatStore, window: Duration = ConversationRecovery.window) {
+    static func register(on system: ClusterSystem, store: any ChatStore, window: Duration = ConversationRecovery.window, webhooks: Bool = false) {
         system.onRingChange { ring, previous in
             let departed = takenOver(ring: ring.workers, previous: previous.workers)
             let me = system.settings.name
@@ -39,6 +39,9 @@ public enum ConversationRecovery {
             Task {
                 await republishTakenOver(
                     from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now, window: window)
+                if webhooks {
+                    await resumeWebhooks(from: departed, joined: joined, ring: ring, previous: previous, system: system, store: store, now: now, window: window)
+                }
             }
         }
         system.onMerge { members in
@@ -77,6 +80,42 @@ public enum ConversationRecovery {
             }
         }
         return resumed
+    }
+
+    /// Activates the conversations this node took over whose owner owed webhook endpoints events
+    /// when it last stored their cursors, or that changed within ``window`` (an owner that died
+    /// may not have stored that yet): each starts delivering from its cursors. Returns how many
+    /// owe something.
+    @discardableResult
+    static func resumeWebhooks(
+        from departed: Set<String>, joined: Bool, ring: HashRing, previous: HashRing, system: ClusterSystem, store: any ChatStore, now: Date,
+        window: Duration
+    ) async -> Int {
+        var candidates: Set<ConversationID> = []
+        do {
+            candidates.formUnion(try await store.conversationsOwingWebhooks(limit: conversationsMax))
+            let since = now.addingTimeInterval(-Double(window.components.seconds))
+            candidates.formUnion(try await store.recentlyChangedConversations(since: since, limit: conversationsMax))
+            candidates.formUnion(try await store.recentlyActiveConversations(since: since, limit: conversationsMax))
+        } catch {
+            system.logger.warning("cannot find the conversations owing webhooks after the ring changed: \(error)")
+            return 0
+        }
+        var owing = 0
+        for conversation in candidates.sorted() {
+            guard tookOver(conversation, from: departed, joined: joined, ring: ring, previous: previous, system: system) else { continue }
+            do {
+                if try await ConversationActor.resolve(conversation, using: system).resumeWebhooks() > 0 { owing += 1 }
+            } catch {
+                system.logger.warning("cannot resume the webhooks of \(conversation): \(error)")
+            }
+        }
+        if owing > 0 {
+            system.logger.info("resumed the webhooks owed in conversations taken over", metadata: [
+                "ring.departed": "\(departed.sorted())", "joined": "\(joined)", "conversations": "\(owing)",
+            ])
+        }
+        return owing
     }
 
     /// Whether this node owns `conversation` on `ring` and took it over: it owned nothing before

@@ -75,3 +75,19 @@ struct APIError: Error, HTTPResponseError, CustomStringConvertible {
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 }
+
+/// The admin token: the operations port's bearer token, and the gateway's for operators' routes.
+public enum AdminToken {
+    /// Whether `authorization` is `Bearer <token>`, compared in time that depends only on the
+    /// lengths, so that how long a refusal takes does not tell how much of a guess was right.
+    public static func matches(_ authorization: String?, _ token: String) -> Bool {
+        guard let authorization else { return false }
+        let given = Array(authorization.utf8)
+        let expected = Array("Bearer \(token)".utf8)
+        var difference = UInt8(given.count == expected.count ? 0 : 1)
+        for index in expected.indices {
+            difference |= expected[index] ^ (index < given.count ? given[index] : 0)
+        }
+        return difference == 0
+    }
+}

@@ -132,6 +132,18 @@ extension Gateway {
         // The event stream
         v1.get("events") { request, context in try await self.events(request, context) }
 
+        // Operators' routes, with the admin token
+        v1.post("webhooks/:name/replay") { request, context in
+            try self.requireAdmin(request)
+            let name = try context.parameters.require("name")
+            let body = try await self.decode(API.WebhookReplay.self, from: request)
+            guard body.fromSeq >= 1 else { throw APIError.invalid("fromSeq must be at least 1") }
+            guard try await ConversationActor.resolve(body.conversationId, using: self.system).replayWebhooks(to: name, from: body.fromSeq) else {
+                throw APIError(.notFound, "not_found", "no webhook endpoint named \(name) on the conversation's worker (--webhooks)")
+            }
+            return try Self.json(body, status: .accepted)
+        }
+
         // Health, for load balancers in front of the client port. The cluster view and metrics
         // are served on the operations port only: the client port faces the Internet.
         router.get("healthz") { request, context in Self.text("ok") }
@@ -197,6 +209,14 @@ extension Gateway {
     /// expired, not revoked (asked of the user's actor, or found valid by it within the last
     /// ``UserActor/authenticationLease`` — revocations are pushed to every gateway), else `401`.
     /// `fresh` asks the actor in any case (for the current profile).
+    /// Operators' routes: `Authorization: Bearer <admin token>`.
+    func requireAdmin(_ request: Request) throws {
+        guard let token = configuration.adminToken else {
+            throw APIError(.forbidden, "forbidden", "this gateway has no admin token (--admin-token): operators' routes are off")
+        }
+        guard AdminToken.matches(request.headers[.authorization], token) else { throw APIError.unauthorized("the admin token is required") }
+    }
+
     func authenticate(_ request: Request, fresh: Bool = false) async throws -> Caller {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError.unauthorized("Authorization: Bearer <token> is required")

@@ -53,6 +53,9 @@ public struct GatewayConfiguration: Sendable {
     public var passwordHashesOutstandingMax = 32
     /// bcrypt cost (2^cost rounds); 10 takes ~60 ms here.
     public var bcryptCost: UInt8 = 10
+    /// The admin token operators' routes (`POST /v1/webhooks/{name}/replay`) require; nil: those
+    /// routes answer `403`.
+    public var adminToken: String?
     public init(certificatePath: String, keyPath: String, tokenSecret: String) {
         self.certificatePath = certificatePath
         self.keyPath = keyPath

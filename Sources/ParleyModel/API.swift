@@ -208,6 +208,17 @@ public enum API {
         public init(presence: [Presence]) { self.presence = presence }
     }
 
+    /// `POST /v1/webhooks/{name}/replay`: the conversation's messages from `fromSeq` on go to the
+    /// endpoint again.
+    public struct WebhookReplay: Codable, Sendable, Hashable {
+        public var conversationId: ConversationID
+        public var fromSeq: Int64
+        public init(conversationId: ConversationID, fromSeq: Int64) {
+            self.conversationId = conversationId
+            self.fromSeq = fromSeq
+        }
+    }
+
     // MARK: Event stream data
 
     public struct MessageEvent: Codable, Sendable, Hashable {

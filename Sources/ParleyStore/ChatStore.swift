@@ -78,6 +78,26 @@ public protocol ChatStore: Sendable {
     /// each with the first seq it owed.
     func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)]
 
+    // MARK: Webhooks
+
+    /// When a node first ran with the webhook endpoint named `name`: `at`, the first time it is
+    /// asked. Conversations created since then owe the endpoint every event from their start.
+    func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date
+
+    /// Where each webhook endpoint's events of the conversation have got to, as its owners stored it.
+    func webhookCursors(in id: ConversationID) async throws -> [WebhookCursorRecord]
+
+    /// Stores where an endpoint's events of the conversation have got to. Fenced by `epoch`.
+    func saveWebhookCursor(_ cursor: WebhookCursorRecord, in id: ConversationID, epoch: Int64) async throws
+
+    /// At most `limit` conversations whose owner owed some endpoint events when it last stored
+    /// its cursors: a node that takes one over delivers them in its place.
+    func conversationsOwingWebhooks(limit: Int) async throws -> [ConversationID]
+
+    /// At most `limit` conversations whose members, name or receipts changed after `since`: what
+    /// an owner that died may not yet have recorded as owed to webhook endpoints.
+    func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID]
+
     /// The user's unread messages in all their conversations (what an app's badge shows): each
     /// conversation's `lastSeq - readSeq`, summed.
     func unreadCount(of user: UserID) async throws -> Int64
@@ -257,3 +277,20 @@ extension ChatStore {
 
 /// ``ChatStore/commit(_:)`` on the caller's thread.
 public typealias BlockingCommit = @Sendable ([AppendRequest]) throws -> [AppendOutcome]
+
+/// Where one webhook endpoint's events of one conversation have got to.
+public struct WebhookCursorRecord: Sendable, Hashable {
+    /// The endpoint's name.
+    public var endpoint: String
+    /// What the endpoint has been told, in the conversation owner's encoding (the store keeps it
+    /// as it is).
+    public var state: String
+    /// Whether the endpoint was owed events beyond `state` when this was stored.
+    public var pending: Bool
+
+    public init(endpoint: String, state: String, pending: Bool) {
+        self.endpoint = endpoint
+        self.state = state
+        self.pending = pending
+    }
+}

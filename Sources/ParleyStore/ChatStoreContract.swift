@@ -462,6 +462,53 @@ public enum ChatStoreContract {
             try check(owing.isEmpty, "after both owed nothing: \(owing)")
             try check(try await store.conversationsOwingPushes(limit: 0).isEmpty, "the limit")
         },
+        Case(name: "webhook cursors: an endpoint is first seen once; cursors are kept per endpoint, fenced, and owing ones are found") { store in
+            let name = "endpoint-\(UUID().uuidString)"
+            let firstSeen = try await store.webhookEndpointFirstSeen(name, at: Date(millisecondsSince1970: 1_000_000))
+            let again = try await store.webhookEndpointFirstSeen(name, at: Date(millisecondsSince1970: 2_000_000))
+            try check(firstSeen == Date(millisecondsSince1970: 1_000_000) && again == firstSeen, "first seen: \(firstSeen), then \(again)")
+            let (first, firstEpoch) = try await owned(store)
+            let (second, secondEpoch) = try await owned(store)
+            try check(try await store.webhookCursors(in: first).isEmpty, "cursors before any was stored")
+            try await store.saveWebhookCursor(WebhookCursorRecord(endpoint: "b", state: "{\"seq\":1}", pending: true), in: first, epoch: firstEpoch)
+            try await store.saveWebhookCursor(WebhookCursorRecord(endpoint: "a", state: "{\"seq\":2}", pending: false), in: first, epoch: firstEpoch)
+            try await store.saveWebhookCursor(WebhookCursorRecord(endpoint: "b", state: "{\"seq\":3}", pending: true), in: first, epoch: firstEpoch)
+            try await store.saveWebhookCursor(WebhookCursorRecord(endpoint: "a", state: "{}", pending: false), in: second, epoch: secondEpoch)
+            let cursors = try await store.webhookCursors(in: first)
+            try check(
+                cursors == [WebhookCursorRecord(endpoint: "a", state: "{\"seq\":2}", pending: false), WebhookCursorRecord(endpoint: "b", state: "{\"seq\":3}", pending: true)],
+                "cursors: \(cursors)")
+            let mine = Set([first, second])
+            var owing = try await store.conversationsOwingWebhooks(limit: 10_000).filter { mine.contains($0) }
+            try check(owing == [first], "owing: \(owing)")
+            let newEpoch = try await store.acquireOwnership(of: first)
+            do {
+                try await store.saveWebhookCursor(WebhookCursorRecord(endpoint: "b", state: "{}", pending: false), in: first, epoch: firstEpoch)
+                try check(false, "a stale owner stored a cursor")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "a stale epoch threw \(error)")
+            }
+            try await store.saveWebhookCursor(WebhookCursorRecord(endpoint: "b", state: "{\"seq\":4}", pending: false), in: first, epoch: newEpoch)
+            owing = try await store.conversationsOwingWebhooks(limit: 10_000).filter { mine.contains($0) }
+            try check(owing.isEmpty, "after every endpoint was told everything: \(owing)")
+            try check(try await store.conversationsOwingWebhooks(limit: 0).isEmpty, "the limit")
+        },
+        Case(name: "conversations whose members, name or receipts changed lately are found") { store in
+            let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())
+            let (renamed, renamedEpoch) = try await owned(store, members: [me, other])
+            let (read, readEpoch) = try await owned(store, members: [me, other])
+            let (quiet, _) = try await owned(store, members: [me, other])
+            let (added, addedEpoch) = try await owned(store, members: [me, other])
+            let later = Date().addingTimeInterval(3600)
+            try await store.renameConversation(renamed, name: "renamed", epoch: renamedEpoch, at: later.addingTimeInterval(1))
+            _ = try await store.commit([append(read, epoch: readEpoch, "1", from: other)])
+            _ = try await store.advanceReceipts(in: read, user: me, deliveredSeq: 1, readSeq: 1, at: later.addingTimeInterval(1))
+            try await store.addMembers([ConversationMember(userId: third, role: .member)], to: added, epoch: addedEpoch, at: later.addingTimeInterval(1))
+            let mine = Set([renamed, read, quiet, added])
+            let changed = Set(try await store.recentlyChangedConversations(since: later, limit: 10_000).filter { mine.contains($0) })
+            try check(changed == [renamed, read, added], "changed: \(changed), quiet is \(quiet)")
+            try check(try await store.recentlyChangedConversations(since: later.addingTimeInterval(2), limit: 10_000).filter { mine.contains($0) }.isEmpty, "since later still")
+        },
         Case(name: "a user's unread count is what they have not read in all their conversations") { store in
             let (me, other) = (UserID.make(), UserID.make())
             try check(try await store.unreadCount(of: me) == 0, "a user without conversations")

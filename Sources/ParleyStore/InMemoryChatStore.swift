@@ -15,6 +15,7 @@ public final class InMemoryChatStore: ChatStore {
         /// Removed members and when.
         var removals: [(user: UserID, at: Date)] = []
         var pushesOwedFrom: Int64?
+        var webhookCursors: [String: WebhookCursorRecord] = [:]
 
         init(record: ConversationRecord) {
             self.record = record
@@ -38,6 +39,7 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     private let users = Mutex(Users())
+    private let webhookEndpoints = Mutex<[String: Date]>([:])
     /// Whether a commit's answer is lost after it committed (a simulation's fault).
     private let losesAnswer: @Sendable ([AppendRequest]) -> Bool
 
@@ -173,6 +175,34 @@ public final class InMemoryChatStore: ChatStore {
     public func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)] {
         state.withLock { state in
             Array(state.compactMap { id, stored in stored.pushesOwedFrom.map { (id, $0) } }.sorted { $0.0 < $1.0 }.prefix(max(0, limit)))
+        }
+    }
+
+    public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
+        webhookEndpoints.withLock { endpoints in
+            if let first = endpoints[name] { return first }
+            endpoints[name] = at.millisecondPrecision
+            return at.millisecondPrecision
+        }
+    }
+
+    public func webhookCursors(in id: ConversationID) async throws -> [WebhookCursorRecord] {
+        state.withLock { state in (state[id]?.webhookCursors.values).map { $0.sorted { $0.endpoint < $1.endpoint } } ?? [] }
+    }
+
+    public func saveWebhookCursor(_ cursor: WebhookCursorRecord, in id: ConversationID, epoch: Int64) async throws {
+        try fencedChange(of: id, epoch: epoch) { $0.webhookCursors[cursor.endpoint] = cursor }
+    }
+
+    public func conversationsOwingWebhooks(limit: Int) async throws -> [ConversationID] {
+        state.withLock { state in
+            Array(state.filter { $0.value.webhookCursors.values.contains(where: \.pending) }.keys.sorted().prefix(max(0, limit)))
+        }
+    }
+
+    public func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID] {
+        state.withLock { state in
+            Array(state.filter { $0.value.changedAt > since || $0.value.receiptAt.values.contains { $0 > since } }.keys.sorted().prefix(max(0, limit)))
         }
     }
 

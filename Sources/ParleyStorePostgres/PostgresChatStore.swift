@@ -192,6 +192,19 @@ public final class PostgresChatStore: ChatStore {
             "ALTER TABLE conversations ADD COLUMN pushes_owed_from BIGINT",
             "CREATE INDEX conversations_owing_pushes ON conversations(id) WHERE pushes_owed_from IS NOT NULL",
         ]),
+        (9, "webhook endpoints and where each conversation's events to them have got to", [
+            "CREATE TABLE webhook_endpoints (name TEXT PRIMARY KEY, first_seen_at BIGINT NOT NULL)",
+            """
+            CREATE TABLE webhook_cursors (
+                conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                endpoint TEXT NOT NULL,
+                state TEXT NOT NULL,
+                pending BOOLEAN NOT NULL,
+                PRIMARY KEY (conversation_id, endpoint)
+            )
+            """,
+            "CREATE INDEX webhook_cursors_pending ON webhook_cursors(conversation_id) WHERE pending",
+        ]),
     ]
 
     public func migrate() async throws {
@@ -611,6 +624,64 @@ public final class PostgresChatStore: ChatStore {
                 "SELECT id, pushes_owed_from FROM conversations WHERE pushes_owed_from IS NOT NULL ORDER BY id LIMIT \(max(0, limit))", logger: logger
             ).decode((String, Int64).self) { owing.append((ConversationID(rawValue: id), from)) }
             return owing
+        }
+    }
+
+    public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
+        try await run {
+            try await client.query(
+                "INSERT INTO webhook_endpoints (name, first_seen_at) VALUES (\(name), \(at.millisecondsSince1970)) ON CONFLICT (name) DO NOTHING",
+                logger: logger)
+            for try await first in try await client.query("SELECT first_seen_at FROM webhook_endpoints WHERE name = \(name)", logger: logger).decode(Int64.self) {
+                return Date(millisecondsSince1970: first)
+            }
+            return at.millisecondPrecision
+        }
+    }
+
+    public func webhookCursors(in id: ConversationID) async throws -> [WebhookCursorRecord] {
+        try await run {
+            var cursors: [WebhookCursorRecord] = []
+            for try await (endpoint, state, pending) in try await client.query(
+                "SELECT endpoint, state, pending FROM webhook_cursors WHERE conversation_id = \(id.rawValue) ORDER BY endpoint", logger: logger
+            ).decode((String, String, Bool).self) { cursors.append(WebhookCursorRecord(endpoint: endpoint, state: state, pending: pending)) }
+            return cursors
+        }
+    }
+
+    public func saveWebhookCursor(_ cursor: WebhookCursorRecord, in id: ConversationID, epoch: Int64) async throws {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            try await connection.query(
+                """
+                INSERT INTO webhook_cursors (conversation_id, endpoint, state, pending) VALUES (\(id.rawValue), \(cursor.endpoint), \(cursor.state), \(cursor.pending))
+                ON CONFLICT (conversation_id, endpoint) DO UPDATE SET state = excluded.state, pending = excluded.pending
+                """, logger: logger)
+        }
+    }
+
+    public func conversationsOwingWebhooks(limit: Int) async throws -> [ConversationID] {
+        try await run {
+            var ids: [ConversationID] = []
+            for try await id in try await client.query(
+                "SELECT DISTINCT conversation_id FROM webhook_cursors WHERE pending ORDER BY conversation_id LIMIT \(max(0, limit))", logger: logger
+            ).decode(String.self) { ids.append(ConversationID(rawValue: id)) }
+            return ids
+        }
+    }
+
+    public func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID] {
+        try await run {
+            var ids: [ConversationID] = []
+            let since = since.millisecondsSince1970
+            for try await id in try await client.query(
+                """
+                SELECT id FROM conversations WHERE changed_at > \(since)
+                UNION SELECT conversation_id FROM members WHERE receipt_at > \(since)
+                ORDER BY 1 LIMIT \(max(0, limit))
+                """, logger: logger
+            ).decode(String.self) { ids.append(ConversationID(rawValue: id)) }
+            return ids
         }
     }
 

@@ -139,6 +139,7 @@ public final class SQLiteChatStore: ChatStore {
         "v7: devices for push notifications",
         "v8: members may mute a conversation",
         "v9: push notifications owed, for the owner after a failover",
+        "v10: webhook endpoints and where each conversation's events to them have got to",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -321,6 +322,19 @@ public final class SQLiteChatStore: ChatStore {
             try db.execute(sql: """
                 ALTER TABLE conversations ADD COLUMN pushes_owed_from INTEGER;
                 CREATE INDEX conversations_owing_pushes ON conversations(id) WHERE pushes_owed_from IS NOT NULL;
+                """)
+        }
+        migrator.registerMigration(Self.migrationNames[9]) { db in
+            try db.execute(sql: """
+                CREATE TABLE webhook_endpoints (name TEXT PRIMARY KEY NOT NULL, first_seen_at INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE webhook_cursors (
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    endpoint TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    pending INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, endpoint)
+                ) WITHOUT ROWID;
+                CREATE INDEX webhook_cursors_pending ON webhook_cursors(conversation_id) WHERE pending;
                 """)
         }
         // Several processes may start at once on one file: one of them applies a migration, the
@@ -754,6 +768,58 @@ public final class SQLiteChatStore: ChatStore {
             try Row.fetchAll(
                 db, sql: "SELECT id, pushes_owed_from FROM conversations WHERE pushes_owed_from IS NOT NULL ORDER BY id LIMIT ?", arguments: [max(0, limit)]
             ).map { (ConversationID(rawValue: try $0.decode(forColumn: "id")), try $0.decode(forColumn: "pushes_owed_from")) }
+        }
+    }
+
+    public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
+        try await write { db in
+            try db.execute(
+                sql: "INSERT INTO webhook_endpoints (name, first_seen_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                arguments: [name, at.millisecondsSince1970])
+            let first = try Int64.fetchOne(db, sql: "SELECT first_seen_at FROM webhook_endpoints WHERE name = ?", arguments: [name])
+            return Date(millisecondsSince1970: first ?? at.millisecondsSince1970)
+        }
+    }
+
+    public func webhookCursors(in id: ConversationID) async throws -> [WebhookCursorRecord] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT endpoint, state, pending FROM webhook_cursors WHERE conversation_id = ? ORDER BY endpoint", arguments: [id.rawValue]
+            ).map { WebhookCursorRecord(endpoint: try $0.decode(forColumn: "endpoint"), state: try $0.decode(forColumn: "state"), pending: try $0.decode(forColumn: "pending")) }
+        }
+    }
+
+    public func saveWebhookCursor(_ cursor: WebhookCursorRecord, in id: ConversationID, epoch: Int64) async throws {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try db.execute(
+                sql: """
+                    INSERT INTO webhook_cursors (conversation_id, endpoint, state, pending) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (conversation_id, endpoint) DO UPDATE SET state = excluded.state, pending = excluded.pending
+                    """,
+                arguments: [id.rawValue, cursor.endpoint, cursor.state, cursor.pending])
+        }
+    }
+
+    public func conversationsOwingWebhooks(limit: Int) async throws -> [ConversationID] {
+        try await read { db in
+            try String.fetchAll(
+                db, sql: "SELECT DISTINCT conversation_id FROM webhook_cursors WHERE pending ORDER BY conversation_id LIMIT ?", arguments: [max(0, limit)]
+            ).map(ConversationID.init(rawValue:))
+        }
+    }
+
+    public func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID] {
+        try await read { db in
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT id FROM conversations WHERE changed_at > ?1
+                    UNION SELECT conversation_id FROM members WHERE receipt_at > ?1
+                    ORDER BY 1 LIMIT ?2
+                    """,
+                arguments: [since.millisecondsSince1970, max(0, limit)]
+            ).map(ConversationID.init(rawValue:))
         }
     }
 

@@ -25,6 +25,8 @@ struct NodeConfiguration {
     var gateway: GatewayConfiguration?
     /// Set when a worker was given a push provider's credentials.
     var pushes: PushConfiguration?
+    /// Set when a worker was given webhook endpoints.
+    var webhooks: WebhookConfiguration?
 
     init(_ run: Run, environment: [String: String]) throws {
         func value(_ flag: String?, _ variable: String) -> String? {
@@ -128,6 +130,8 @@ struct NodeConfiguration {
             preview: value(run.pushPreview, "PARLEY_PUSH_PREVIEW"),
             window: try duration([(run.pushWindow, "--push-window"), (environment["PARLEY_PUSH_WINDOW"], "PARLEY_PUSH_WINDOW")], in: .zero ... .seconds(60)))
 
+        self.webhooks = try WebhookConfiguration(file: value(run.webhooks, "PARLEY_WEBHOOKS"), trustRoots: value(run.webhookCa, "PARLEY_WEBHOOK_CA"))
+
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {
                 throw ValidationError("a gateway needs a token secret: --token-secret or PARLEY_TOKEN_SECRET (at least 32 bytes, the same on every gateway; e.g. `openssl rand -hex 32`)")
@@ -183,6 +187,7 @@ struct NodeConfiguration {
             gateway.requestTimeout = try duration(
                 [(run.clientRequestTimeout, "--client-request-timeout"), (environment["PARLEY_CLIENT_REQUEST_TIMEOUT"], "PARLEY_CLIENT_REQUEST_TIMEOUT")],
                 in: .milliseconds(100) ... .seconds(3_600)) ?? .seconds(30)
+            gateway.adminToken = adminToken
             self.gateway = gateway
         }
         if let adminToken {

@@ -111,6 +111,12 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Worker: the least time between two push notifications of one conversation to one user; the messages in between are told of together. 0–60s. (env PARLEY_PUSH_WINDOW; default 3s)")
     var pushWindow: String?
 
+    @Option(help: "Worker: a JSON file of webhook endpoints, {\"endpoints\": [{\"name\", \"url\", \"secret\": \"whsec_…\", \"events\": [\"message.created\", \"conversation.*\", \"receipt.*\"]}]}; the same on every worker (docs/OPERATIONS.md, \"Webhooks\"). (env PARLEY_WEBHOOKS; default none: no webhooks)")
+    var webhooks: String?
+
+    @Option(help: "Worker: a PEM file of certificate authorities https webhook endpoints are checked against instead of the system's. (env PARLEY_WEBHOOK_CA; default the system's)")
+    var webhookCa: String?
+
     @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
     var clientHost: String?
 
@@ -191,18 +197,27 @@ struct Run: AsyncParsableCommand {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
             let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
             let pushes = try config.pushes.map { try $0.settings(logger: Logger(label: "parley.push")) }
-            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval), pushes: pushes)
+            let webhooks = try await config.webhooks?.settings().recordingFirstSeen(in: store, now: Date())
+            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval), pushes: pushes, webhooks: webhooks)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
             logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval": "\(DurationText.format(commitInterval))"])
+            if let webhooks {
+                logger.info("webhooks on", metadata: [
+                    "webhook.endpoints": "\(webhooks.endpoints.map { "\($0.name) \($0.url) \($0.types.map(\.rawValue).sorted())" })",
+                ])
+            }
             if let pushes {
                 logger.info("push notifications on", metadata: [
                     "push.providers": "\(pushes.providers.keys.map(\.rawValue).sorted())", "push.preview": "\(pushes.preview.rawValue)",
                     "push.window": "\(DurationText.format(pushes.policy.window))",
                 ])
             }
+        }
+        if config.webhooks != nil, !config.cluster.roles.contains(.worker) {
+            logger.notice("the webhook endpoints are left unused: workers deliver webhooks, and this node is not one")
         }
         if config.pushes != nil, !config.cluster.roles.contains(.worker) {
             logger.notice("the push provider settings are left unused: workers send push notifications, and this node is not one")
@@ -338,21 +353,5 @@ enum OpsRoutes {
         default:
             return .error(.notFound, code: "not_found", message: "no route \(path)")
         }
-    }
-}
-
-/// The operations port's bearer token.
-enum AdminToken {
-    /// Whether `authorization` is `Bearer <token>`, compared in time that depends only on the
-    /// lengths, so that how long a refusal takes does not tell how much of a guess was right.
-    static func matches(_ authorization: String?, _ token: String) -> Bool {
-        guard let authorization else { return false }
-        let given = Array(authorization.utf8)
-        let expected = Array("Bearer \(token)".utf8)
-        var difference = UInt8(given.count == expected.count ? 0 : 1)
-        for index in expected.indices {
-            difference |= expected[index] ^ (index < given.count ? given[index] : 0)
-        }
-        return difference == 0
     }
 }

@@ -1,0 +1,348 @@
+import Crypto
+import Foundation
+import ParleyModel
+
+/// Something a conversation's owner committed that webhook endpoints may be told of.
+public enum WebhookEvent: Sendable, Hashable {
+    case created(ConversationRecord)
+    case message(Message)
+    /// `users` joined; `record` is the conversation after.
+    case membersAdded([UserID], ConversationRecord, at: Date)
+    /// `user` left or was removed; `record` is the conversation after.
+    case memberRemoved(UserID, ConversationRecord, at: Date)
+    case renamed(ConversationRecord, at: Date)
+    /// A member's watermarks moved: `receipt.read` when `readSeq` did, else `receipt.delivered`.
+    case receipt(ReceiptEvent, read: Bool)
+
+    public var type: WebhookEventType {
+        switch self {
+        case .created: .conversationCreated
+        case .message: .messageCreated
+        case .membersAdded: .memberAdded
+        case .memberRemoved: .memberRemoved
+        case .renamed: .conversationUpdated
+        case .receipt(_, let read): read ? .receiptRead : .receiptDelivered
+        }
+    }
+
+    /// The delivery's ID: a digest of the fact it reports, so every attempt, by this owner or one
+    /// that takes the conversation over, carries the same one (`evt_` and 22 base64url characters).
+    public func deliveryID(in conversation: ConversationID) -> String {
+        let fact: String
+        switch self {
+        case .created: fact = ""
+        case .message(let message): fact = "\(message.seq)"
+        case .membersAdded(let users, let record, _): fact = "\(users.map(\.rawValue).sorted())\(Self.memberList(record))"
+        case .memberRemoved(let user, let record, _): fact = "\(user.rawValue)\(Self.memberList(record))"
+        case .renamed(let record, _): fact = "\(record.name ?? "")\(Self.memberList(record))"
+        case .receipt(let receipt, _): fact = "\(receipt.userId.rawValue) \(receipt.deliveredSeq) \(receipt.readSeq)"
+        }
+        let digest = SHA256.hash(data: Array("\(type.rawValue)\n\(conversation.rawValue)\n\(fact)".utf8))
+        return "evt_" + Data(digest.prefix(16)).base64URLEncodedString
+    }
+
+    private static func memberList(_ record: ConversationRecord) -> String {
+        "\(record.members.map(\.userId.rawValue).sorted())"
+    }
+
+    /// The JSON body: `{"type", "timestamp", "data"}`, `timestamp` being when the fact was
+    /// committed (`now` for what a catch-up found changed without saying when).
+    public func body(in conversation: ConversationID, now: Date) -> [UInt8] {
+        let encoder = API.makeEncoder()
+        let data: Data?
+        switch self {
+        case .created(let record):
+            data = try? encoder.encode(Envelope(type: type, timestamp: record.createdAt, data: ConversationData(conversation: WebhookConversation(record))))
+        case .message(let message):
+            data = try? encoder.encode(Envelope(type: type, timestamp: message.sentAt, data: MessageData(conversationId: conversation, message: message)))
+        case .membersAdded(let users, let record, let at):
+            data = try? encoder.encode(Envelope(type: type, timestamp: at, data: ConversationData(conversation: WebhookConversation(record), userIds: users)))
+        case .memberRemoved(let user, let record, let at):
+            data = try? encoder.encode(Envelope(type: type, timestamp: at, data: ConversationData(conversation: WebhookConversation(record), userIds: [user])))
+        case .renamed(let record, let at):
+            data = try? encoder.encode(Envelope(type: type, timestamp: at, data: ConversationData(conversation: WebhookConversation(record))))
+        case .receipt(let receipt, _):
+            let body = API.ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq)
+            data = try? encoder.encode(Envelope(type: type, timestamp: receipt.at, data: body))
+        }
+        // Encoding these types cannot fail; the fallback still says what happened.
+        return data.map(Array.init) ?? Array("{\"type\":\"\(type.rawValue)\",\"timestamp\":\"\(API.timestamp(now))\",\"data\":{}}".utf8)
+    }
+
+    private struct Envelope<Payload: Encodable>: Encodable {
+        var type: WebhookEventType
+        var timestamp: Date
+        var data: Payload
+    }
+
+    private struct MessageData: Encodable {
+        var conversationId: ConversationID
+        var message: Message
+    }
+
+    private struct ConversationData: Encodable {
+        var conversation: WebhookConversation
+        var userIds: [UserID]?
+    }
+}
+
+/// What one endpoint has been told of one conversation: enough to work out, from the
+/// conversation as it is, what it has not been told yet. This is the endpoint's cursor, stored
+/// as JSON (``ChatStore/saveWebhookCursor(_:in:epoch:)``).
+public struct WebhookTold: Codable, Sendable, Hashable {
+    /// The last message told.
+    public var seq: Int64
+    public var name: String?
+    /// The members told of, with the watermarks told.
+    public var members: [Member]
+
+    public struct Member: Codable, Sendable, Hashable {
+        public var userId: UserID
+        public var deliveredSeq: Int64
+        public var readSeq: Int64
+    }
+
+    /// The conversation as it is: nothing about it is owed.
+    public init(_ record: ConversationRecord) {
+        self.seq = record.lastSeq
+        self.name = record.name
+        self.members = record.members.map { Member(userId: $0.userId, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq) }
+    }
+
+    /// What telling an endpoint that the conversation was created tells it: its first name and
+    /// members, none of its messages.
+    init(created record: ConversationRecord) {
+        self.init(record)
+        seq = 0
+        for index in members.indices { (members[index].deliveredSeq, members[index].readSeq) = (0, 0) }
+    }
+
+    /// Moves what was told by `event`.
+    mutating func apply(_ event: WebhookEvent) {
+        switch event {
+        case .created(let record):
+            self = WebhookTold(created: record)
+        case .message(let message):
+            seq = max(seq, message.seq)
+        case .membersAdded(let users, let record, _):
+            for user in users where !members.contains(where: { $0.userId == user }) {
+                let member = record.member(user)
+                members.append(Member(userId: user, deliveredSeq: member?.deliveredSeq ?? 0, readSeq: member?.readSeq ?? 0))
+            }
+        case .memberRemoved(let user, _, _):
+            members.removeAll { $0.userId == user }
+        case .renamed(let record, _):
+            name = record.name
+        case .receipt(let receipt, _):
+            guard let index = members.firstIndex(where: { $0.userId == receipt.userId }) else { return }
+            members[index].deliveredSeq = max(members[index].deliveredSeq, receipt.deliveredSeq)
+            members[index].readSeq = max(members[index].readSeq, receipt.readSeq)
+        }
+    }
+
+    /// What an endpoint told `told` (nil: nothing, not even that the conversation exists) has
+    /// not been told of `record`: messages one by one, and what else changed as the state it
+    /// changed to. In order: the conversation's creation, its new name, members who joined, the
+    /// messages, members who left, then watermarks that moved.
+    static func catchUp(from told: WebhookTold?, to record: ConversationRecord, now: Date) -> [WebhookLane.Item] {
+        var items: [WebhookLane.Item] = []
+        var told = told ?? {
+            items.append(.event(.created(record)))
+            return WebhookTold(created: record)
+        }()
+        let at = now.millisecondPrecision
+        if told.name != record.name {
+            items.append(.event(.renamed(record, at: at)))
+            told.name = record.name
+        }
+        let joined = record.members.map(\.userId).filter { user in !told.members.contains { $0.userId == user } }
+        if !joined.isEmpty { items.append(.event(.membersAdded(joined, record, at: at))) }
+        if record.lastSeq > told.seq { items.append(.storedMessages(through: record.lastSeq)) }
+        for member in told.members where record.member(member.userId) == nil {
+            items.append(.event(.memberRemoved(member.userId, record, at: at)))
+        }
+        for member in record.members {
+            let before = told.members.first { $0.userId == member.userId }
+            let (delivered, read) = (before?.deliveredSeq ?? 0, before?.readSeq ?? 0)
+            guard member.deliveredSeq > delivered || member.readSeq > read else { continue }
+            let receipt = ReceiptEvent(conversationId: record.id, userId: member.userId, deliveredSeq: member.deliveredSeq, readSeq: member.readSeq, at: at)
+            items.append(.event(.receipt(receipt, read: member.readSeq > read)))
+        }
+        return items
+    }
+}
+
+/// One endpoint's deliveries from one conversation, in the order its owner committed what they
+/// report, one at a time: the pure part of ``ConversationWebhooks``.
+///
+/// Events wait in memory as the owner commits them. An endpoint that falls ``WebhookPolicy/queueMax``
+/// behind, or a node that takes the conversation over, works out what is owed from what was
+/// told (``WebhookTold``) instead: messages are read back from the store one by one, other
+/// changes arrive as the state they left.
+public struct WebhookLane: Sendable {
+    public enum Item: Sendable, Hashable {
+        case event(WebhookEvent)
+        /// The messages after the last told, through this seq, read from the store when reached.
+        case storedMessages(through: Int64)
+    }
+
+    /// What to do next.
+    public enum Step: Sendable, Hashable {
+        case idle
+        /// Retry no sooner than this.
+        case wait(until: ContinuousClock.Instant)
+        /// Read the messages after `after` through `through` (``messagesRead(_:after:)``).
+        case read(after: Int64, through: Int64)
+        case deliver(WebhookEvent)
+    }
+
+    public let types: Set<WebhookEventType>
+    public let policy: WebhookPolicy
+    /// What the endpoint has acknowledged (nil: nothing yet, not even the conversation).
+    public private(set) var told: WebhookTold?
+    private var queue: [Item] = []
+    private var head = 0
+    private var catchUpNeeded: Bool
+    /// Moves on a replay: an answer to a delivery made before it no longer moves ``told``.
+    private var generation = 0
+    private var inFlight: (event: WebhookEvent, generation: Int)?
+    private var failures = 0
+    private var failingSince: ContinuousClock.Instant?
+    private var retryAt: ContinuousClock.Instant?
+
+    /// - Parameter told: what the endpoint was told, as stored; nil with `owed` for everything
+    ///   from the conversation's creation.
+    /// - Parameter owed: whether the conversation may have changed since (work it out on the
+    ///   first ``next(record:now:)``).
+    public init(types: Set<WebhookEventType>, policy: WebhookPolicy, told: WebhookTold?, owed: Bool) {
+        self.types = types
+        self.policy = policy
+        self.told = told
+        self.catchUpNeeded = owed || told == nil
+    }
+
+    /// Whether anything may be owed: events waiting, one in flight, or a catch-up to work out.
+    public var isPending: Bool { inFlight != nil || catchUpNeeded || head < queue.count }
+
+    /// The owner committed `event`.
+    public mutating func record(_ event: WebhookEvent) {
+        // A catch-up still to be worked out will find it in the conversation's state.
+        guard !catchUpNeeded else { return }
+        guard queue.count - head < policy.queueMax else {
+            queue = []
+            head = 0
+            catchUpNeeded = true
+            return
+        }
+        queue.append(.event(event))
+    }
+
+    /// Tells the endpoint the conversation's messages again from `seq` on (and what else has
+    /// changed since what it acknowledged).
+    public mutating func replay(from seq: Int64) {
+        generation += 1
+        if told != nil { told!.seq = min(told!.seq, max(0, seq - 1)) }
+        queue = []
+        head = 0
+        catchUpNeeded = true
+        retryAt = nil
+        failures = 0
+        failingSince = nil
+    }
+
+    public mutating func next(record: ConversationRecord, now: ContinuousClock.Instant, wallNow: Date) -> Step {
+        guard inFlight == nil else { return .idle }
+        if let retryAt, now < retryAt { return .wait(until: retryAt) }
+        if catchUpNeeded {
+            catchUpNeeded = false
+            queue = WebhookTold.catchUp(from: told, to: record, now: wallNow)
+            head = 0
+        }
+        if head >= 256 {
+            queue.removeFirst(head)
+            head = 0
+        }
+        while head < queue.count {
+            switch queue[head] {
+            case .storedMessages(let through):
+                let after = told?.seq ?? 0
+                if through <= after || told == nil {
+                    head += 1
+                } else if !types.contains(.messageCreated) {
+                    told?.seq = through
+                    head += 1
+                } else {
+                    return .read(after: after, through: through)
+                }
+            case .event(let event):
+                head += 1
+                guard types.contains(event.type) else {
+                    apply(event)
+                    continue
+                }
+                inFlight = (event, generation)
+                return .deliver(event)
+            }
+        }
+        queue = []
+        head = 0
+        return .idle
+    }
+
+    /// The messages a ``Step/read(after:through:)`` asked for (in seq order).
+    public mutating func messagesRead(_ messages: [Message], after: Int64) {
+        guard head < queue.count, case .storedMessages(let through) = queue[head], told?.seq == after else { return }
+        let read = messages.filter { $0.seq > after && $0.seq <= through }
+        guard let last = read.last else {
+            // The store has none of them (it cannot lose committed messages): move on rather
+            // than ask forever.
+            told?.seq = through
+            head += 1
+            return
+        }
+        var expanded = read.map { Item.event(.message($0)) }
+        if last.seq < through { expanded.append(.storedMessages(through: through)) }
+        queue.replaceSubrange(head..<(head + 1), with: expanded)
+    }
+
+    /// The endpoint took the delivery in flight.
+    public mutating func delivered() {
+        guard let (event, sent) = inFlight else { return }
+        inFlight = nil
+        failures = 0
+        failingSince = nil
+        retryAt = nil
+        if sent == generation { apply(event) }
+    }
+
+    /// The delivery in flight failed: it goes again after a backoff, unless it has been failing
+    /// for ``WebhookPolicy/giveUpAfter``; then it is dropped and returned.
+    public mutating func failed(retryAfter: Duration?, now: ContinuousClock.Instant) -> WebhookEvent? {
+        guard let (event, sent) = inFlight else { return nil }
+        inFlight = nil
+        guard sent == generation else { return nil }
+        failures += 1
+        let since = failingSince ?? now
+        failingSince = since
+        if now - since >= policy.giveUpAfter {
+            failures = 0
+            failingSince = nil
+            retryAt = nil
+            apply(event)
+            return event
+        }
+        retryAt = now + policy.retryDelay(afterFailures: failures, retryAfter: retryAfter)
+        // Still where it was taken from (nothing is taken while it is in flight), unless the
+        // queue was dropped for a catch-up, which will find it again.
+        if !catchUpNeeded, head > 0 { head -= 1 }
+        return nil
+    }
+
+    private mutating func apply(_ event: WebhookEvent) {
+        if told == nil, case .created(let record) = event {
+            told = WebhookTold(created: record)
+        } else {
+            told?.apply(event)
+        }
+    }
+}

@@ -1,0 +1,229 @@
+import Foundation
+import ParleyChat
+import ParleyModel
+import Testing
+
+@Suite struct WebhookLaneTests {
+    let start = ContinuousClock.Instant.now
+    let wall = Date(millisecondsSince1970: 1_800_000_000_000)
+    let alice: UserID = "u_alice", bob: UserID = "u_bob", carol: UserID = "u_carol"
+
+    func at(_ milliseconds: Int) -> ContinuousClock.Instant { start.advanced(by: .milliseconds(milliseconds)) }
+
+    func message(_ seq: Int64, from sender: UserID = "u_alice") -> Message {
+        Message(conversationId: "c_1", seq: seq, senderId: sender, clientMessageId: "m\(seq)", text: "text \(seq)", sentAt: wall.addingTimeInterval(Double(seq)))
+    }
+
+    func record(lastSeq: Int64 = 0, name: String? = "team", members: [ConversationMember]? = nil) -> ConversationRecord {
+        ConversationRecord(
+            id: "c_1", kind: .group, name: name, ownerId: alice, lastSeq: lastSeq, createdAt: wall,
+            members: members ?? [ConversationMember(userId: alice, role: .owner), ConversationMember(userId: bob, role: .member)])
+    }
+
+    var policy: WebhookPolicy {
+        var policy = WebhookPolicy()
+        policy.retryFirst = .seconds(1)
+        policy.retryMax = .seconds(8)
+        policy.giveUpAfter = .seconds(60)
+        policy.queueMax = 4
+        return policy
+    }
+
+    /// Delivers every step, answering reads from `stored`, until the lane is idle; returns what
+    /// went out.
+    func drain(_ lane: inout WebhookLane, _ current: ConversationRecord, stored: [Message] = [], now: ContinuousClock.Instant? = nil) -> [WebhookEvent] {
+        var sent: [WebhookEvent] = []
+        for _ in 0..<1000 {
+            switch lane.next(record: current, now: now ?? at(0), wallNow: wall) {
+            case .idle:
+                return sent
+            case .wait:
+                Issue.record("waiting while draining")
+                return sent
+            case .read(let after, let through):
+                lane.messagesRead(Array(stored.filter { $0.seq > after && $0.seq <= through }.prefix(2)), after: after)
+            case .deliver(let event):
+                sent.append(event)
+                lane.delivered()
+            }
+        }
+        Issue.record("never idle")
+        return sent
+    }
+
+    @Test func liveEventsGoInTheOrderCommittedOneAtATime() {
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record()), owed: false)
+        #expect(lane.next(record: record(), now: at(0), wallNow: wall) == .idle)
+        let joined = record(members: record().members + [ConversationMember(userId: carol, role: .member)])
+        let events: [WebhookEvent] = [.message(message(1)), .membersAdded([carol], joined, at: wall), .message(message(2, from: carol))]
+        for event in events { lane.record(event) }
+        #expect(lane.isPending)
+        #expect(lane.next(record: joined, now: at(0), wallNow: wall) == .deliver(events[0]))
+        #expect(lane.next(record: joined, now: at(0), wallNow: wall) == .idle, "one at a time")
+        lane.delivered()
+        #expect(drain(&lane, joined) == Array(events.dropFirst()))
+        #expect(lane.told == WebhookTold(joined.withLastSeq(2)))
+        #expect(!lane.isPending)
+    }
+
+    @Test func aConversationNeverToldIsToldFromItsCreationMessagesOneByOneThenWatermarks() {
+        let members = [ConversationMember(userId: alice, role: .owner, deliveredSeq: 3, readSeq: 3), ConversationMember(userId: bob, role: .member, deliveredSeq: 2, readSeq: 1)]
+        let current = record(lastSeq: 3, members: members)
+        let stored = (1...3).map { message($0) }
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: nil, owed: true)
+        let sent = drain(&lane, current, stored: stored)
+        #expect(sent.map(\.type) == [.conversationCreated, .messageCreated, .messageCreated, .messageCreated, .receiptRead, .receiptRead])
+        #expect(sent.dropFirst().prefix(3) == stored.map { WebhookEvent.message($0) }[...])
+        #expect(lane.told == WebhookTold(current))
+    }
+
+    @Test func aCatchUpTellsWhatChangedAsTheStateItLeft() {
+        let told = WebhookTold(record(lastSeq: 1, members: [ConversationMember(userId: alice, role: .owner), ConversationMember(userId: bob, role: .member, deliveredSeq: 1)]))
+        let current = record(
+            lastSeq: 3, name: "renamed",
+            members: [ConversationMember(userId: alice, role: .owner, deliveredSeq: 3, readSeq: 3), ConversationMember(userId: carol, role: .member)])
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: told, owed: true)
+        let sent = drain(&lane, current, stored: (1...3).map { message($0) })
+        #expect(sent.map(\.type) == [.conversationUpdated, .memberAdded, .messageCreated, .messageCreated, .memberRemoved, .receiptRead])
+        #expect(sent[1] == .membersAdded([carol], current, at: wall))
+        #expect(sent[4] == .memberRemoved(bob, current, at: wall))
+        #expect(lane.told == WebhookTold(current))
+        // Nothing changed since: nothing owed.
+        var settled = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(current), owed: true)
+        #expect(drain(&settled, current).isEmpty)
+    }
+
+    @Test func anEndpointIsToldOnlyWhatItSubscribedToAndTheRestStillMovesItsCursor() {
+        var lane = WebhookLane(types: [.memberAdded], policy: policy, told: WebhookTold(record()), owed: false)
+        let joined = record(lastSeq: 2, members: record().members + [ConversationMember(userId: carol, role: .member)])
+        lane.record(.message(message(1)))
+        lane.record(.membersAdded([carol], joined, at: wall))
+        lane.record(.message(message(2)))
+        #expect(drain(&lane, joined).map(\.type) == [.memberAdded])
+        #expect(lane.told?.seq == 2)
+        // A catch-up without message.created reads no messages.
+        var catchingUp = WebhookLane(types: [.receiptRead], policy: policy, told: WebhookTold(record()), owed: true)
+        #expect(catchingUp.next(record: record(lastSeq: 500), now: at(0), wallNow: wall) == .idle)
+        #expect(catchingUp.told?.seq == 500)
+    }
+
+    @Test func aFailedDeliveryGoesAgainFirstAfterABackoffThatHonoursRetryAfter() {
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record()), owed: false)
+        lane.record(.message(message(1)))
+        lane.record(.message(message(2)))
+        let current = record(lastSeq: 2)
+        #expect(lane.next(record: current, now: at(0), wallNow: wall) == .deliver(.message(message(1))))
+        #expect(lane.failed(retryAfter: nil, now: at(0)) == nil)
+        #expect(lane.next(record: current, now: at(999), wallNow: wall) == .wait(until: at(1_000)))
+        #expect(lane.next(record: current, now: at(1_000), wallNow: wall) == .deliver(.message(message(1))), "the same event, before the next")
+        #expect(lane.failed(retryAfter: nil, now: at(1_000)) == nil)
+        #expect(lane.next(record: current, now: at(1_000), wallNow: wall) == .wait(until: at(3_000)), "twice as long")
+        #expect(lane.next(record: current, now: at(3_000), wallNow: wall) == .deliver(.message(message(1))))
+        #expect(lane.failed(retryAfter: .seconds(30), now: at(3_000)) == nil)
+        #expect(lane.next(record: current, now: at(3_000), wallNow: wall) == .wait(until: at(33_000)), "at least what Retry-After said")
+        #expect(drain(&lane, current, now: at(33_000)) == [.message(message(1)), .message(message(2))])
+        #expect(lane.told?.seq == 2)
+    }
+
+    @Test func anEventThatKeepsFailingIsDroppedAfterTheGiveUpTimeAndTheRestGoOn() {
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record()), owed: false)
+        lane.record(.message(message(1)))
+        lane.record(.message(message(2)))
+        var now = 0
+        var dropped = false
+        for _ in 0..<1000 where !dropped {
+            guard case .deliver(let event) = lane.next(record: record(lastSeq: 2), now: at(now), wallNow: wall) else {
+                if case .wait(let until) = lane.next(record: record(lastSeq: 2), now: at(now), wallNow: wall) { now = Int((until - start) / .milliseconds(1)) }
+                continue
+            }
+            #expect(event == .message(message(1)))
+            if let event = lane.failed(retryAfter: nil, now: at(now)) {
+                #expect(event == .message(message(1)))
+                #expect(now >= 60_000)
+                dropped = true
+            }
+            #expect(now < 60_000 + 8_000)
+        }
+        #expect(dropped)
+        #expect(drain(&lane, record(lastSeq: 2), now: at(now)) == [.message(message(2))])
+    }
+
+    @Test func anEndpointTooFarBehindIsCaughtUpFromTheStore() {
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record()), owed: false)
+        let stored = (1...10).map { message($0) }
+        for message in stored { lane.record(.message(message)) }
+        let sent = drain(&lane, record(lastSeq: 10), stored: stored)
+        #expect(sent == stored.map { .message($0) }, "each once, in order")
+    }
+
+    @Test func aReplayTellsTheMessagesAgainFromTheSeqAskedAndAnAnswerFromBeforeItMovesNothing() {
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record(lastSeq: 5)), owed: false)
+        let stored = (1...6).map { message($0) }
+        lane.record(.message(stored[5]))
+        #expect(lane.next(record: record(lastSeq: 6), now: at(0), wallNow: wall) == .deliver(.message(stored[5])))
+        lane.replay(from: 3)
+        lane.delivered()
+        #expect(lane.told?.seq == 2)
+        #expect(drain(&lane, record(lastSeq: 6), stored: stored) == stored[2...].map { .message($0) })
+    }
+
+    @Test func deliveryIDsAreTheSameForTheSameFactAndDifferForDifferentOnes() {
+        let first = WebhookEvent.message(message(1))
+        #expect(first.deliveryID(in: "c_1") == WebhookEvent.message(message(1)).deliveryID(in: "c_1"))
+        #expect(first.deliveryID(in: "c_1") != WebhookEvent.message(message(2)).deliveryID(in: "c_1"))
+        #expect(first.deliveryID(in: "c_1") != first.deliveryID(in: "c_2"))
+        #expect(first.deliveryID(in: "c_1").hasPrefix("evt_") && first.deliveryID(in: "c_1").count == 26)
+        let joined = record(members: record().members + [ConversationMember(userId: carol, role: .member)])
+        // A catch-up finding the same change (another time, the record's watermarks moved) says it with the same ID.
+        var later = joined
+        later.members[0].readSeq = 4
+        #expect(WebhookEvent.membersAdded([carol], joined, at: wall).deliveryID(in: "c_1") == WebhookEvent.membersAdded([carol], later, at: wall.addingTimeInterval(9)).deliveryID(in: "c_1"))
+    }
+
+    @Test func theBodyIsTheTypeTheTimeAndTheData() throws {
+        let body = WebhookEvent.message(message(7)).body(in: "c_1", now: wall)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])
+        #expect(json["type"] as? String == "message.created")
+        #expect(json["timestamp"] as? String == API.timestamp(message(7).sentAt))
+        let data = try #require(json["data"] as? [String: Any])
+        #expect(data["conversationId"] as? String == "c_1")
+        #expect((data["message"] as? [String: Any])?["seq"] as? Int == 7)
+    }
+
+    @Test func theSignatureIsStandardWebhooks() throws {
+        // The Standard Webhooks specification's own example.
+        let secret = try #require(WebhookEndpoint.secretKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
+        let signature = WebhookDelivery.signature(
+            id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: Array(#"{"test": 2432232314}"#.utf8), secret: secret)
+        #expect(signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        #expect(WebhookEndpoint.secretKey("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") == nil, "without whsec_")
+        #expect(WebhookEndpoint.secretKey("whsec_c2hvcnQ=") == nil, "too short")
+    }
+
+    @Test func subscriptionsNameTypesFamiliesOrEverything() {
+        #expect(WebhookEventType.matching("receipt.*") == [.receiptRead, .receiptDelivered])
+        #expect(WebhookEventType.matching("conversation.*")?.count == 4)
+        #expect(WebhookEventType.matching("*") == Set(WebhookEventType.allCases))
+        #expect(WebhookEventType.matching("message.created") == [.messageCreated])
+        #expect(WebhookEventType.matching("message.deleted") == nil)
+        #expect(WebhookEventType.matching("nothing.*") == nil)
+    }
+
+    @Test func retriesWaitLongerEachTimeUpToTheirMost() {
+        let policy = WebhookPolicy()
+        #expect(policy.retryDelay(afterFailures: 1, retryAfter: nil) == .seconds(1))
+        #expect(policy.retryDelay(afterFailures: 4, retryAfter: nil) == .seconds(8))
+        #expect(policy.retryDelay(afterFailures: 40, retryAfter: nil) == .seconds(600))
+        #expect(policy.retryDelay(afterFailures: 1, retryAfter: .seconds(120)) == .seconds(120))
+        // At most 10 minutes apart, so 72 hours make hundreds of attempts: at least 24 hours of retries.
+        #expect(policy.giveUpAfter >= .seconds(24 * 3600))
+    }
+}
+
+extension ConversationRecord {
+    func withLastSeq(_ seq: Int64) -> ConversationRecord {
+        var record = self
+        record.lastSeq = seq
+        return record
+    }
+}
