@@ -76,7 +76,9 @@ final class ConversationWebhooks: Sendable {
                 if stored[endpoint.name] != nil { logger.warning("a stored webhook cursor cannot be read: the endpoint is told from now on", metadata: ["webhook.endpoint": "\(endpoint.name)"]) }
                 lane = WebhookLane(types: endpoint.types, policy: settings.policy, told: WebhookTold(record), owed: false)
             }
-            lanes[endpoint.name] = Lane(lane: lane, saved: saved)
+            var prepared = Lane(lane: lane, saved: saved)
+            prepared.lane.prepare(record: record, wallNow: clock.wallNow)
+            lanes[endpoint.name] = prepared
         }
         self.state = Mutex(State(record: record, lanes: lanes))
         self.endpoints = Dictionary(settings.endpoints.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })

@@ -124,6 +124,11 @@ public struct WebhookTold: Codable, Sendable, Hashable {
             self = WebhookTold(created: record)
         case .message(let message):
             seq = max(seq, message.seq)
+            // The sender has read their own message (``ConversationState/committed(_:)``).
+            if let index = members.firstIndex(where: { $0.userId == message.senderId }) {
+                members[index].deliveredSeq = max(members[index].deliveredSeq, message.seq)
+                members[index].readSeq = max(members[index].readSeq, message.seq)
+            }
         case .membersAdded(let users, let record, _):
             for user in users where !members.contains(where: { $0.userId == user }) {
                 let member = record.member(user)
@@ -161,14 +166,36 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         for member in told.members where record.member(member.userId) == nil {
             items.append(.event(.memberRemoved(member.userId, record, at: at)))
         }
-        for member in record.members {
-            let before = told.members.first { $0.userId == member.userId }
-            let (delivered, read) = (before?.deliveredSeq ?? 0, before?.readSeq ?? 0)
-            guard member.deliveredSeq > delivered || member.readSeq > read else { continue }
-            let receipt = ReceiptEvent(conversationId: record.id, userId: member.userId, deliveredSeq: member.deliveredSeq, readSeq: member.readSeq, at: at)
-            items.append(.event(.receipt(receipt, read: member.readSeq > read)))
-        }
+        // Watermarks last, once the messages are told: a sender's own move with their message
+        // is not a receipt (streams hear of none either).
+        items.append(.storedReceipts)
         return items
+    }
+
+    /// The watermarks of `record` past those told, as receipts.
+    func receipts(in record: ConversationRecord, now: Date) -> [WebhookEvent] {
+        record.members.compactMap { member in
+            let before = members.first { $0.userId == member.userId }
+            let (delivered, read) = (before?.deliveredSeq ?? 0, before?.readSeq ?? 0)
+            guard member.deliveredSeq > delivered || member.readSeq > read else { return nil }
+            let receipt = ReceiptEvent(
+                conversationId: record.id, userId: member.userId, deliveredSeq: max(delivered, member.deliveredSeq), readSeq: max(read, member.readSeq), at: now)
+            return .receipt(receipt, read: member.readSeq > read)
+        }
+    }
+
+    /// Whether telling `event` would tell nothing new: what a catch-up told already, found
+    /// again among what was recorded after it.
+    func holds(_ event: WebhookEvent) -> Bool {
+        switch event {
+        case .created: true
+        case .message(let message): message.seq <= seq
+        case .membersAdded(let users, _, _): users.allSatisfy { user in members.contains { $0.userId == user } }
+        case .memberRemoved(let user, _, _): !members.contains { $0.userId == user }
+        case .renamed(let record, _): record.name == name
+        case .receipt(let receipt, _):
+            members.first { $0.userId == receipt.userId }.map { receipt.deliveredSeq <= $0.deliveredSeq && receipt.readSeq <= $0.readSeq } ?? true
+        }
     }
 }
 
@@ -184,6 +211,8 @@ public struct WebhookLane: Sendable {
         case event(WebhookEvent)
         /// The messages after the last told, through this seq, read from the store when reached.
         case storedMessages(through: Int64)
+        /// The watermarks that moved past those told, found in the conversation when reached.
+        case storedReceipts
     }
 
     /// What to do next.
@@ -250,14 +279,19 @@ public struct WebhookLane: Sendable {
         failingSince = nil
     }
 
+    /// Works out what is owed, if that is still to do, from the conversation as it is now: what
+    /// the owner commits after is recorded as it comes.
+    public mutating func prepare(record: ConversationRecord, wallNow: Date) {
+        guard catchUpNeeded, inFlight == nil else { return }
+        catchUpNeeded = false
+        queue = WebhookTold.catchUp(from: told, to: record, now: wallNow)
+        head = 0
+    }
+
     public mutating func next(record: ConversationRecord, now: ContinuousClock.Instant, wallNow: Date) -> Step {
         guard inFlight == nil else { return .idle }
         if let retryAt, now < retryAt { return .wait(until: retryAt) }
-        if catchUpNeeded {
-            catchUpNeeded = false
-            queue = WebhookTold.catchUp(from: told, to: record, now: wallNow)
-            head = 0
-        }
+        prepare(record: record, wallNow: wallNow)
         if head >= 256 {
             queue.removeFirst(head)
             head = 0
@@ -274,9 +308,14 @@ public struct WebhookLane: Sendable {
                 } else {
                     return .read(after: after, through: through)
                 }
+            case .storedReceipts:
+                head += 1
+                guard let told else { continue }
+                let receipts = told.receipts(in: record, now: wallNow)
+                queue.insert(contentsOf: receipts.map { Item.event($0) }, at: head)
             case .event(let event):
                 head += 1
-                guard types.contains(event.type) else {
+                guard types.contains(event.type), told.map({ !$0.holds(event) }) ?? true else {
                     apply(event)
                     continue
                 }

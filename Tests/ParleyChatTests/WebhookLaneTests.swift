@@ -62,7 +62,13 @@ import Testing
         #expect(lane.next(record: joined, now: at(0), wallNow: wall) == .idle, "one at a time")
         lane.delivered()
         #expect(drain(&lane, joined) == Array(events.dropFirst()))
-        #expect(lane.told == WebhookTold(joined.withLastSeq(2)))
+        // The senders have read their own messages.
+        var after = joined.withLastSeq(2)
+        after.members[0].deliveredSeq = 1
+        after.members[0].readSeq = 1
+        after.members[2].deliveredSeq = 2
+        after.members[2].readSeq = 2
+        #expect(lane.told == WebhookTold(after))
         #expect(!lane.isPending)
     }
 
@@ -72,7 +78,9 @@ import Testing
         let stored = (1...3).map { message($0) }
         var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: nil, owed: true)
         let sent = drain(&lane, current, stored: stored)
-        #expect(sent.map(\.type) == [.conversationCreated, .messageCreated, .messageCreated, .messageCreated, .receiptRead, .receiptRead])
+        // Alice's watermarks moved with her own messages: not a receipt.
+        #expect(sent.map(\.type) == [.conversationCreated, .messageCreated, .messageCreated, .messageCreated, .receiptRead])
+        #expect(sent.last == .receipt(ReceiptEvent(conversationId: "c_1", userId: bob, deliveredSeq: 2, readSeq: 1, at: wall), read: true))
         #expect(sent.dropFirst().prefix(3) == stored.map { WebhookEvent.message($0) }[...])
         #expect(lane.told == WebhookTold(current))
     }
@@ -81,9 +89,9 @@ import Testing
         let told = WebhookTold(record(lastSeq: 1, members: [ConversationMember(userId: alice, role: .owner), ConversationMember(userId: bob, role: .member, deliveredSeq: 1)]))
         let current = record(
             lastSeq: 3, name: "renamed",
-            members: [ConversationMember(userId: alice, role: .owner, deliveredSeq: 3, readSeq: 3), ConversationMember(userId: carol, role: .member)])
+            members: [ConversationMember(userId: alice, role: .owner, deliveredSeq: 3, readSeq: 3), ConversationMember(userId: carol, role: .member, deliveredSeq: 3, readSeq: 3)])
         var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: told, owed: true)
-        let sent = drain(&lane, current, stored: (1...3).map { message($0) })
+        let sent = drain(&lane, current, stored: (1...3).map { message($0, from: carol) })
         #expect(sent.map(\.type) == [.conversationUpdated, .memberAdded, .messageCreated, .messageCreated, .memberRemoved, .receiptRead])
         #expect(sent[1] == .membersAdded([carol], current, at: wall))
         #expect(sent[4] == .memberRemoved(bob, current, at: wall))
