@@ -1,4 +1,8 @@
 """What the end-to-end scripts share: free loopback ports, and waiting for a condition."""
+import http.client
+import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -36,3 +40,77 @@ def wait_until(seconds, predicate):
             pass
         time.sleep(0.1)
     return False
+
+
+class Checks:
+    """Counts checks and prints each as it is made."""
+
+    def __init__(self):
+        self.passed, self.failed = 0, 0
+
+    def __call__(self, condition, what, detail=""):
+        if condition:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print(f"  {'ok  ' if condition else 'FAIL'}  {what}{'' if condition else ' ' + str(detail)}", flush=True)
+        return condition
+
+
+class Nodes:
+    """parley-node processes on loopback: each node's cluster, operations and client ports, its
+    log in `work`, and its PID, which is all that is ever signalled."""
+
+    def __init__(self, node, work, tls, names, seeds):
+        self.node, self.work, self.tls, self.names = node, work, tls, names
+        ports = free_ports(3 * len(names))
+        self.cluster = {n: ports[i] for i, n in enumerate(names)}
+        self.ops = {n: ports[len(names) + i] for i, n in enumerate(names)}
+        self.client = {n: ports[2 * len(names) + i] for i, n in enumerate(names)}
+        self.seeds = ",".join(f"127.0.0.1:{self.cluster[n]}" for n in seeds)
+        self.procs = {}
+
+    def start(self, name, env):
+        roles = "gateway" if name.startswith("gateway") else "worker"
+        log = open(self.log_path(name), "ab")
+        self.procs[name] = subprocess.Popen(
+            [self.node, "run", "--name", name, "--roles", roles, "--tls-dir", self.tls, "--cluster-port", str(self.cluster[name]),
+             "--ops-port", str(self.ops[name]), "--client-port", str(self.client[name]), "--seeds", self.seeds,
+             "--data-dir", os.path.join(self.work, "data")],
+            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+
+    def log_path(self, name):
+        return os.path.join(self.work, f"{name}.log")
+
+    def logged(self, name, *texts):
+        """Whether one line of the node's log holds every one of `texts` (bytes)."""
+        with open(self.log_path(name), "rb") as f:
+            return any(all(text in line for text in texts) for line in f)
+
+    def ready(self, name):
+        conn = http.client.HTTPConnection("127.0.0.1", self.ops[name], timeout=2)
+        conn.request("GET", "/readyz")
+        return conn.getresponse().status == 200
+
+    def kill(self, name):
+        proc = self.procs.get(name)
+        if proc and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def kill_all(self):
+        for name in list(self.procs):
+            self.kill(name)
+
+
+def call(method, port, path, body=None, token=None, context=None):
+    """A JSON request over HTTPS to localhost:`port`: (status, parsed body or None)."""
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=15)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, (json.loads(data) if data else None)

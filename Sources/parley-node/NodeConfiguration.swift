@@ -130,7 +130,10 @@ struct NodeConfiguration {
             preview: value(run.pushPreview, "PARLEY_PUSH_PREVIEW"),
             window: try duration([(run.pushWindow, "--push-window"), (environment["PARLEY_PUSH_WINDOW"], "PARLEY_PUSH_WINDOW")], in: .zero ... .seconds(60)))
 
-        self.webhooks = try WebhookConfiguration(file: value(run.webhooks, "PARLEY_WEBHOOKS"), trustRoots: value(run.webhookCa, "PARLEY_WEBHOOK_CA"))
+        self.webhooks = try WebhookConfiguration(
+            file: value(run.webhooks, "PARLEY_WEBHOOKS"), trustRoots: value(run.webhookCa, "PARLEY_WEBHOOK_CA"),
+            retryMax: try duration(
+                [(run.webhookRetryMax, "--webhook-retry-max"), (environment["PARLEY_WEBHOOK_RETRY_MAX"], "PARLEY_WEBHOOK_RETRY_MAX")], in: .seconds(1) ... .seconds(3600)))
 
         if roles.contains(.gateway) {
             guard let secret = value(run.tokenSecret, "PARLEY_TOKEN_SECRET") else {

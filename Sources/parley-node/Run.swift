@@ -117,6 +117,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Worker: a PEM file of certificate authorities https webhook endpoints are checked against instead of the system's. (env PARLEY_WEBHOOK_CA; default the system's)")
     var webhookCa: String?
 
+    @Option(help: "Worker: the longest wait between two attempts to deliver a webhook to an endpoint that keeps failing (the waits double from 1 s up to it); how soon a recovered endpoint is caught up. 1s–1h. (env PARLEY_WEBHOOK_RETRY_MAX; default 10m)")
+    var webhookRetryMax: String?
+
     @Option(help: "Gateway: address the client port (HTTPS, HTTP/2 and HTTP/1.1) binds to. (env PARLEY_CLIENT_HOST; default 127.0.0.1)")
     var clientHost: String?
 

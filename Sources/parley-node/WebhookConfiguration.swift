@@ -15,6 +15,7 @@ import ParleyPush
 struct WebhookConfiguration {
     var endpoints: [WebhookEndpoint]
     var trustRoots: String?
+    var policy = WebhookPolicy()
 
     private struct File: Decodable {
         var endpoints: [Endpoint]
@@ -29,9 +30,9 @@ struct WebhookConfiguration {
 
     /// Nil without a file; throws, naming the endpoint and what is wrong, for a file that cannot
     /// be used.
-    init?(file: String?, trustRoots: String?) throws {
+    init?(file: String?, trustRoots: String?, retryMax: Duration?) throws {
         guard let file else {
-            if trustRoots != nil { throw ValidationError("--webhook-ca needs --webhooks, the file of endpoints") }
+            if trustRoots != nil || retryMax != nil { throw ValidationError("--webhook-ca and --webhook-retry-max need --webhooks, the file of endpoints") }
             return nil
         }
         let parsed: File
@@ -47,6 +48,7 @@ struct WebhookConfiguration {
         guard Set(endpoints.map(\.name)).count == endpoints.count else { throw ValidationError("\(file): two webhook endpoints have the same name") }
         self.endpoints = endpoints
         self.trustRoots = trustRoots
+        if let retryMax { policy.retryMax = retryMax }
     }
 
     private static func check(_ endpoint: Endpoint, in file: String) throws -> WebhookEndpoint {
@@ -72,6 +74,6 @@ struct WebhookConfiguration {
     }
 
     func settings() throws -> WebhookSettings {
-        WebhookSettings(endpoints: endpoints, sender: try WebhookHTTPSender(trustRoots: trustRoots))
+        WebhookSettings(endpoints: endpoints, sender: try WebhookHTTPSender(trustRoots: trustRoots), policy: policy)
     }
 }
