@@ -28,7 +28,8 @@ import threading
 import time
 import uuid
 
-from e2e_lib import free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, Nodes, free_ports, issue_certificates, wait_until
+from e2e_lib import call as https_call
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 PYTHON = sys.argv[2] if len(sys.argv) > 2 else sys.executable
@@ -36,59 +37,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = tempfile.mkdtemp(prefix="parley-push.")
 TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
-PROCS = {}
-RESULTS = {"passed": 0, "failed": 0}
-
-
-def check(condition, what, detail=""):
-    RESULTS["passed" if condition else "failed"] += 1
-    print(f"  {'ok  ' if condition else 'FAIL'}  {what}{'' if condition else ' ' + str(detail)}", flush=True)
-    return condition
-
-
+check = Checks()
 NODES = ["worker-1", "worker-2", "gateway-1"]
-ports = free_ports(3 * len(NODES) + 1)
-CLUSTER = {n: ports[i] for i, n in enumerate(NODES)}
-OPS = {n: ports[len(NODES) + i] for i, n in enumerate(NODES)}
-CLIENT = {n: ports[2 * len(NODES) + i] for i, n in enumerate(NODES)}
-PUSH = ports[-1]
+nodes = Nodes(NODE, WORK, TLS, NODES, seeds=["worker-1", "worker-2"])
+PUSH = free_ports(1)[0]
 PUSH_URL = f"https://localhost:{PUSH}"
-SEEDS = ",".join(f"127.0.0.1:{CLUSTER[n]}" for n in ["worker-1", "worker-2"])
 CONTEXT = None
-
-
-def start(name, env):
-    roles = "gateway" if name.startswith("gateway") else "worker"
-    log = open(os.path.join(WORK, f"{name}.log"), "ab")
-    PROCS[name] = subprocess.Popen(
-        [NODE, "run", "--name", name, "--roles", roles, "--tls-dir", TLS, "--cluster-port", str(CLUSTER[name]),
-         "--ops-port", str(OPS[name]), "--client-port", str(CLIENT[name]), "--seeds", SEEDS, "--data-dir", os.path.join(WORK, "data")],
-        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
-
-
-def kill(name):
-    proc = PROCS.get(name)
-    if proc and proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def ready(name):
-    conn = http.client.HTTPConnection("127.0.0.1", OPS[name], timeout=2)
-    conn.request("GET", "/readyz")
-    return conn.getresponse().status == 200
+SERVER = {}
 
 
 def call(method, path, body=None, token=None, port=None):
-    conn = http.client.HTTPSConnection("localhost", port or CLIENT["gateway-1"], context=CONTEXT, timeout=15)
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, (json.loads(data) if data else None)
+    return https_call(method, port or nodes.client["gateway-1"], path, body, token, CONTEXT)
 
 
 def received():
@@ -122,7 +81,7 @@ class Stream(threading.Thread):
 
     def run(self):
         try:
-            conn = http.client.HTTPSConnection("localhost", CLIENT["gateway-1"], context=CONTEXT, timeout=120)
+            conn = http.client.HTTPSConnection("localhost", nodes.client["gateway-1"], context=CONTEXT, timeout=120)
             conn.connect()
             self.sock = conn.sock
             conn.request("GET", "/v1/events", headers={"Authorization": f"Bearer {self.token}"})
@@ -156,7 +115,7 @@ def main():
         json.dump({"type": "service_account", "project_id": "parley-test", "client_email": "pusher@parley-test.iam.gserviceaccount.com",
                    "private_key": f.read(), "token_uri": f"{PUSH_URL}/token"}, out)
     server_log = open(os.path.join(WORK, "push-server.log"), "ab")
-    PROCS["push-server"] = subprocess.Popen(
+    SERVER["proc"] = subprocess.Popen(
         [PYTHON, os.path.join(HERE, "push_server.py"), "--port", str(PUSH), "--cert", os.path.join(TLS, "push-client.pem"),
          "--key", os.path.join(TLS, "push-client-key.pem"), "--apns-key", apns_key, "--apns-key-id", "TESTKEY123", "--apns-team-id", "TEAM123456",
          "--fcm-key", fcm_key, "--fcm-email", "pusher@parley-test.iam.gserviceaccount.com", "--fcm-token-url", f"{PUSH_URL}/token"],
@@ -166,11 +125,11 @@ def main():
            "PARLEY_APNS_TOPIC": "app.parley.example", "PARLEY_APNS_URL": PUSH_URL, "PARLEY_APNS_SANDBOX_URL": f"{PUSH_URL}/sandbox",
            "PARLEY_FCM_SERVICE_ACCOUNT": account, "PARLEY_FCM_URL": PUSH_URL, "PARLEY_PUSH_CA": CA, "PARLEY_PUSH_WINDOW": "1s"}
     for name in NODES:
-        start(name, env)
-    if not check(wait_until(40, lambda: all(ready(n) for n in NODES)), "2 workers and a gateway are ready, with push providers"):
+        nodes.start(name, env)
+    if not check(wait_until(40, lambda: all(nodes.ready(n) for n in NODES)), "2 workers and a gateway are ready, with push providers"):
         return
     started = time.time()
-    check(any(b"push notifications on" in open(os.path.join(WORK, f"{n}.log"), "rb").read() for n in ["worker-1", "worker-2"]),
+    check(any(nodes.logged(n, b"push notifications on") for n in ["worker-1", "worker-2"]),
           "the workers log that push notifications are on")
 
     users = {}
@@ -243,8 +202,7 @@ def main():
     # longer than a new owner republishes recent messages (10 s): the worker that takes the
     # conversation over finds in the store what was owed, and sends it.
     def activated(name):
-        with open(os.path.join(WORK, f"{name}.log"), "rb") as f:
-            return any((b"conversation activated" in line or b"conversation created" in line) and group_id.encode() in line for line in f)
+        return nodes.logged(name, b"conversation activated", group_id.encode()) or nodes.logged(name, b"conversation created", group_id.encode())
     owner = next((n for n in ["worker-1", "worker-2"] if activated(n)), None)
     script({phones["bob"]: [[500, "InternalServerError", None]] * 6})
     before = len(to(phones["bob"]))
@@ -253,12 +211,11 @@ def main():
     check(len(to(phones["bob"])) == before, "while APNs answers 500 nothing is accepted (12 s)")
     check(owner is not None, "the conversation's owner is found in the workers' logs")
     if owner:
-        kill(owner)
+        nodes.kill(owner)
         survivor = "worker-2" if owner == "worker-1" else "worker-1"
         check(wait_until(30, lambda: any(r["payload"]["seq"] == last["seq"] for r in to(phones["bob"])[before:])),
               f"after {owner} was SIGKILLed, bob is told of the message it owed him", to(phones["bob"])[before:])
-        with open(os.path.join(WORK, f"{survivor}.log"), "rb") as f:
-            check(any(b"resumed the push notifications owed" in line for line in f), f"{survivor} took the conversation over and owed what its owner had owed")
+        check(nodes.logged(survivor, b"resumed the push notifications owed"), f"{survivor} took the conversation over and owed what its owner had owed")
         check(wait_until(15, lambda: owing() == 0), "once told, nothing is owed any more in the store", owing())
 
 
@@ -266,7 +223,9 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        for name in list(PROCS):
-            kill(name)
-    print(f"push end-to-end: {RESULTS['passed']} passed, {RESULTS['failed']} failed (logs in {WORK})", flush=True)
-    sys.exit(1 if RESULTS["failed"] else 0)
+        nodes.kill_all()
+        if SERVER.get("proc") and SERVER["proc"].poll() is None:
+            os.kill(SERVER["proc"].pid, signal.SIGKILL)
+            SERVER["proc"].wait()
+    print(f"push end-to-end: {check.passed} passed, {check.failed} failed (logs in {WORK})", flush=True)
+    sys.exit(1 if check.failed else 0)
