@@ -52,7 +52,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "The operations port. (env PARLEY_OPS_PORT; default 7700)")
     var opsPort: Int?
 
-    @Option(help: "Bearer token required by GET /v1/cluster on the operations port, at least 16 bytes; a node refuses to start without one unless given --insecure-no-admin-token. (env PARLEY_ADMIN_TOKEN)")
+    @Option(help: "Bearer token required by GET /v1/cluster on the operations port and by operators' routes on the client port (POST /v1/webhooks/NAME/replay), at least 16 bytes; a node refuses to start without one unless given --insecure-no-admin-token. (env PARLEY_ADMIN_TOKEN)")
     var adminToken: String?
 
     @Flag(help: "Start without an admin token: GET /v1/cluster is then open to whoever reaches the operations port. (env PARLEY_INSECURE_NO_ADMIN_TOKEN=1)")
