@@ -53,7 +53,9 @@ public distributed actor UserActor {
     public distributed func create(_ request: NewUser) async throws -> User {
         guard profile == nil else { throw ChatError(.conflict, "user exists") }
         try request.validate()
-        let user = User(id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: actorSystem.clock.wallNow.millisecondPrecision)
+        let user = User(
+            id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: actorSystem.clock.wallNow.millisecondPrecision,
+            bot: request.bot)
         do {
             try await services.store.createUser(StoredUser(user: user, passwordHash: request.passwordHash))
         } catch let error as ChatStoreError where error.kind == .conflict {
@@ -259,11 +261,30 @@ public struct NewUser: Codable, Sendable, Hashable {
     public var handle: String
     public var displayName: String
     public var passwordHash: String
+    public var bot: Bool
 
-    public init(handle: String, displayName: String, passwordHash: String) {
+    /// What a bot's password hash is: none that any password matches (a bot signs in with the
+    /// token an operator gets for it).
+    public static let noPassword = "!"
+
+    public init(handle: String, displayName: String, passwordHash: String, bot: Bool = false) {
         self.handle = handle
         self.displayName = displayName
         self.passwordHash = passwordHash
+        self.bot = bot
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case handle, displayName, passwordHash, bot
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.handle = try container.decode(String.self, forKey: .handle)
+        self.displayName = try container.decode(String.self, forKey: .displayName)
+        self.passwordHash = try container.decode(String.self, forKey: .passwordHash)
+        // Absent from what a node of an earlier version sends.
+        self.bot = try container.decodeIfPresent(Bool.self, forKey: .bot) ?? false
     }
 
     /// API.md: a handle of 3–32 characters of `a-z 0-9 _ . -`, a display name of 1–64.

@@ -133,6 +133,21 @@ extension Gateway {
         v1.get("events") { request, context in try await self.events(request, context) }
 
         // Operators' routes, with the admin token
+        v1.post("bots") { request, context in
+            try self.requireAdmin(request)
+            let body = try await self.decode(API.NewBot.self, from: request)
+            let user = try await UserActor.resolve(UserID.make(), using: self.system)
+                .create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: NewUser.noPassword, bot: true))
+            self.logger.info("bot created", metadata: ["user.id": "\(user.id)"])
+            return try Self.json(API.Session(user: user, token: self.tokens.issue(for: user.id, lifetime: Self.botTokenLifetime).token), status: .created)
+        }
+        v1.post("bots/:userId/tokens") { request, context in
+            try self.requireAdmin(request)
+            let id = try Self.userID(context.parameters.require("userId"))
+            let user = try await UserActor.resolve(id, using: self.system).user()
+            guard user.bot else { throw APIError(.notFound, "not_found", "no bot \(id): people sign in with their password") }
+            return try Self.json(API.Session(user: user, token: self.tokens.issue(for: user.id, lifetime: Self.botTokenLifetime).token), status: .created)
+        }
         v1.post("webhooks/:name/replay") { request, context in
             try self.requireAdmin(request)
             let name = try context.parameters.require("name")
@@ -182,8 +197,9 @@ extension Gateway {
         guard Self.passwordProblem(body.password) == nil else { throw APIError.unauthorized("wrong handle or password") }
         let login = body.handle.count <= 64 ? try await AccountDirectory.resolve(handle: body.handle, using: system).login(handle: body.handle) : nil
         // An unknown handle costs the same bcrypt as a wrong password, and answers the same.
-        let matches = try await verifyPassword(body.password, hash: login?.passwordHash ?? decoyHash)
-        guard let login, matches else { throw APIError.unauthorized("wrong handle or password") }
+        // A bot has no password: its handle answers as an unknown one, after the same bcrypt.
+        let matches = try await verifyPassword(body.password, hash: login.map { $0.user.bot ? decoyHash : $0.passwordHash } ?? decoyHash)
+        guard let login, matches, !login.user.bot else { throw APIError.unauthorized("wrong handle or password") }
         return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id).token))
     }
 
@@ -209,6 +225,10 @@ extension Gateway {
     /// expired, not revoked (asked of the user's actor, or found valid by it within the last
     /// ``UserActor/authenticationLease`` — revocations are pushed to every gateway), else `401`.
     /// `fresh` asks the actor in any case (for the current profile).
+    /// A bot's token lasts a year: a service holds it in its configuration, and an operator
+    /// issues the next one (`POST /v1/bots/{id}/tokens`) before it runs out.
+    static let botTokenLifetime: Duration = .seconds(365 * 24 * 3600)
+
     /// Operators' routes: `Authorization: Bearer <admin token>`.
     func requireAdmin(_ request: Request) throws {
         guard let token = configuration.adminToken else {

@@ -30,10 +30,11 @@ public struct TokenAuthority: Sendable {
         self.lifetime = lifetime
     }
 
-    public func issue(for user: UserID, now: Date = Date()) -> (token: String, claims: Claims) {
+    /// A new token for `user`, valid for `lifetime` (nil: the authority's).
+    public func issue(for user: UserID, lifetime: Duration? = nil, now: Date = Date()) -> (token: String, claims: Claims) {
         let claims = Claims(
             userId: user, tokenId: UUID().uuidString.lowercased(),
-            expiresAt: now.addingTimeInterval(Double(lifetime.components.seconds)).millisecondPrecision)
+            expiresAt: now.addingTimeInterval(Double((lifetime ?? self.lifetime).components.seconds)).millisecondPrecision)
         let payload = Data("\(user.rawValue)|\(claims.tokenId)|\(claims.expiresAt.millisecondsSince1970)".utf8)
         let mac = Data(HMAC<SHA256>.authenticationCode(for: payload, using: key))
         return ("pt1.\(Self.base64URL(payload)).\(Self.base64URL(mac))", claims)

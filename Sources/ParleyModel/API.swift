@@ -57,6 +57,16 @@ public enum API {
         }
     }
 
+    /// `POST /v1/bots`, with the admin token.
+    public struct NewBot: Codable, Sendable {
+        public var handle: String
+        public var displayName: String
+        public init(handle: String, displayName: String) {
+            self.handle = handle
+            self.displayName = displayName
+        }
+    }
+
     public struct Credentials: Codable, Sendable {
         public var handle: String
         public var password: String

@@ -14,6 +14,9 @@ public struct Message: Hashable, Sendable, Codable {
     public var text: String
     /// The server's time of the commit, millisecond precision.
     public var sentAt: Date
+    /// What bots added to it (a translation, a summary), by key; nil when nothing. Served with
+    /// history; the event stream tells of each as a `message_annotated` event.
+    public var annotations: [String: String]?
 
     public init(conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date) {
         self.id = "\(conversationId.rawValue):\(seq)"
@@ -23,6 +26,34 @@ public struct Message: Hashable, Sendable, Codable {
         self.clientMessageId = clientMessageId
         self.text = text
         self.sentAt = sentAt
+    }
+}
+
+/// A bot's note on a message: `key` (`translation.es`) and its `value`, replaced by the next one
+/// of the same key.
+public struct Annotation: Hashable, Sendable, Codable {
+    public var conversationId: ConversationID
+    public var seq: Int64
+    public var key: String
+    public var value: String
+    public var authorId: UserID
+    /// When it was stored, millisecond precision.
+    public var at: Date
+
+    public init(conversationId: ConversationID, seq: Int64, key: String, value: String, authorId: UserID, at: Date) {
+        self.conversationId = conversationId
+        self.seq = seq
+        self.key = key
+        self.value = value
+        self.authorId = authorId
+        self.at = at.millisecondPrecision
+    }
+
+    /// 1–64 characters of `a-z 0-9 . _ -`, starting with a letter or digit.
+    public static func isValidKey(_ key: String) -> Bool {
+        guard let first = key.utf8.first, (1...64).contains(key.utf8.count) else { return false }
+        func allowed(_ byte: UInt8) -> Bool { (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) }
+        return allowed(first) && key.utf8.allSatisfy { allowed($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") }
     }
 }
 

@@ -8,13 +8,32 @@ public struct User: Hashable, Sendable, Codable {
     public var displayName: String
     public var avatarURL: String?
     public var createdAt: Date
+    /// A bot: made by an operator (`POST /v1/bots`), signs in with a token only, and may annotate
+    /// the messages of the conversations it is a member of.
+    public var bot: Bool
 
-    public init(id: UserID, handle: String, displayName: String, avatarURL: String? = nil, createdAt: Date) {
+    public init(id: UserID, handle: String, displayName: String, avatarURL: String? = nil, createdAt: Date, bot: Bool = false) {
         self.id = id
         self.handle = handle
         self.displayName = displayName
         self.avatarURL = avatarURL
         self.createdAt = createdAt
+        self.bot = bot
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case id, handle, displayName, avatarURL, createdAt, bot
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.id = try container.decode(UserID.self, forKey: .id)
+        self.handle = try container.decode(String.self, forKey: .handle)
+        self.displayName = try container.decode(String.self, forKey: .displayName)
+        self.avatarURL = try container.decodeIfPresent(String.self, forKey: .avatarURL)
+        self.createdAt = try container.decode(Date.self, forKey: .createdAt)
+        // Absent from what a node of an earlier version sends.
+        self.bot = try container.decodeIfPresent(Bool.self, forKey: .bot) ?? false
     }
 }
 

@@ -78,6 +78,14 @@ public protocol ChatStore: Sendable {
     /// each with the first seq it owed.
     func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)]
 
+    // MARK: Annotations
+
+    /// Stores a bot's annotation of a message, replacing the one of the same key. Fenced by `epoch`.
+    func annotate(_ annotation: Annotation, epoch: Int64) async throws
+
+    /// The annotations of the conversation's messages `seqs`, by seq then key.
+    func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation]
+
     // MARK: Webhooks
 
     /// When a node first ran with the webhook endpoint named `name`: `at`, the first time it is
@@ -196,11 +204,14 @@ public struct DurableChanges: Hashable, Sendable {
     public var receipts: [Receipt] = []
     /// Conversations the user was removed from after the instant (`change` is `member_removed`).
     public var removals: [Change] = []
+    /// Annotations stored after the instant, in the user's conversations, oldest first.
+    public var annotations: [Annotation] = []
 
-    public init(conversations: [Change] = [], receipts: [Receipt] = [], removals: [Change] = []) {
+    public init(conversations: [Change] = [], receipts: [Receipt] = [], removals: [Change] = [], annotations: [Annotation] = []) {
         self.conversations = conversations
         self.receipts = receipts
         self.removals = removals
+        self.annotations = annotations
     }
 }
 

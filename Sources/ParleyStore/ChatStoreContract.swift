@@ -326,6 +326,42 @@ public enum ChatStoreContract {
             try check(try await store.updateProfile(of: .make(), displayName: "x", avatarURL: nil) == nil, "unknown user")
             try check(try await store.existingUsers([ann.user.id, .make()]) == [ann.user.id], "existing users")
         },
+        Case(name: "users: a bot is kept as a bot") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let bot = User(id: UserID.make(), handle: "bot\(run)", displayName: "Translator", createdAt: t0, bot: true)
+            let person = User(id: UserID.make(), handle: "person\(run)", displayName: "Person", createdAt: t0)
+            try await store.createUser(StoredUser(user: bot, passwordHash: "!"))
+            try await store.createUser(StoredUser(user: person, passwordHash: "hash"))
+            let byID = try await store.user(id: bot.id)?.user, byHandle = try await store.user(handle: bot.handle)?.user
+            try check(byID == bot && byHandle?.bot == true, "the bot read back")
+            try check(try await store.user(id: person.id)?.user.bot == false, "a person read back as a bot")
+            try check(try await store.searchUsers(handlePrefix: "bot\(run)", limit: 5) == [bot], "found as a bot")
+        },
+        Case(name: "annotations: stored per message and key, replaced, fenced, and found by seqs and for a member's resume") { store in
+            let (me, other) = (UserID.make(), UserID.make())
+            let (id, epoch) = try await owned(store, members: [me, other])
+            _ = try await store.commit((1...3).map { append(id, epoch: epoch, "m\($0)") })
+            let first = Annotation(conversationId: id, seq: 2, key: "translation.es", value: "hola", authorId: other, at: t0.addingTimeInterval(10))
+            let other1 = Annotation(conversationId: id, seq: 1, key: "summary", value: "greetings", authorId: other, at: t0.addingTimeInterval(11))
+            try await store.annotate(first, epoch: epoch)
+            try await store.annotate(other1, epoch: epoch)
+            let replaced = Annotation(conversationId: id, seq: 2, key: "translation.es", value: "¡hola!", authorId: other, at: t0.addingTimeInterval(12))
+            try await store.annotate(replaced, epoch: epoch)
+            let all = try await store.annotations(in: id, seqs: 1...3)
+            try check(all == [other1, replaced], "by seq: \(all)")
+            try check(try await store.annotations(in: id, seqs: 2...2) == [replaced], "one seq")
+            try check(try await store.annotations(in: id, seqs: 3...3).isEmpty, "a message without")
+            let changes = try await store.durableChanges(for: me, since: t0.addingTimeInterval(10.5)).annotations
+            try check(changes == [other1, replaced], "a member's resume finds them, oldest first: \(changes)")
+            try check(try await store.durableChanges(for: UserID.make(), since: t0).annotations.isEmpty, "a stranger's resume")
+            _ = try await store.acquireOwnership(of: id)
+            do {
+                try await store.annotate(first, epoch: epoch)
+                try check(false, "a stale owner annotated")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "a stale epoch threw \(error)")
+            }
+        },
         Case(name: "users: handle prefix search takes _ and . literally") { store in
             let suffix = UUID().uuidString.prefix(8).lowercased()
             for handle in ["q\(suffix)_a", "q\(suffix)_b", "q\(suffix)xa", "q\(suffix).c"] {

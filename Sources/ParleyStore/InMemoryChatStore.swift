@@ -16,6 +16,8 @@ public final class InMemoryChatStore: ChatStore {
         var removals: [(user: UserID, at: Date)] = []
         var pushesOwedFrom: Int64?
         var webhookCursors: [String: WebhookCursorRecord] = [:]
+        /// By seq, then key.
+        var annotations: [Int64: [String: Annotation]] = [:]
 
         init(record: ConversationRecord) {
             self.record = record
@@ -178,6 +180,18 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
+    public func annotate(_ annotation: Annotation, epoch: Int64) async throws {
+        try fencedChange(of: annotation.conversationId, epoch: epoch) { $0.annotations[annotation.seq, default: [:]][annotation.key] = annotation }
+    }
+
+    public func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation] {
+        state.withLock { state in
+            guard let stored = state[id] else { return [] }
+            return stored.annotations.filter { seqs.contains($0.key) }.sorted { $0.key < $1.key }
+                .flatMap { $0.value.values.sorted { $0.key < $1.key } }
+        }
+    }
+
     public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
         webhookEndpoints.withLock { endpoints in
             if let first = endpoints[name] { return first }
@@ -259,6 +273,7 @@ public final class InMemoryChatStore: ChatStore {
                             changes.receipts.append(.init(conversationId: stored.record.id, member: member, at: at))
                         }
                     }
+                    changes.annotations += stored.annotations.values.flatMap(\.values).filter { $0.at > since }
                 }
                 for removal in stored.removals where removal.user == user && removal.at > since {
                     changes.removals.append(.init(conversation: stored.record, change: .memberRemoved, at: removal.at))
@@ -267,6 +282,7 @@ public final class InMemoryChatStore: ChatStore {
             changes.conversations.sort { ($0.at, $0.conversation.id) < ($1.at, $1.conversation.id) }
             changes.receipts.sort { $0.at < $1.at }
             changes.removals.sort { $0.at < $1.at }
+            changes.annotations.sort { ($0.at, $0.conversationId, $0.seq, $0.key) < ($1.at, $1.conversationId, $1.seq, $1.key) }
             return changes
         }
     }

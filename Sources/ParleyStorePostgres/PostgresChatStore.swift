@@ -205,6 +205,21 @@ public final class PostgresChatStore: ChatStore {
             """,
             "CREATE INDEX webhook_cursors_pending ON webhook_cursors(conversation_id) WHERE pending",
         ]),
+        (10, "users may be bots", ["ALTER TABLE users ADD COLUMN bot BOOLEAN NOT NULL DEFAULT false"]),
+        (11, "bots' annotations of messages", [
+            """
+            CREATE TABLE annotations (
+                conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                seq BIGINT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                author_id TEXT NOT NULL,
+                annotated_at BIGINT NOT NULL,
+                PRIMARY KEY (conversation_id, seq, key)
+            )
+            """,
+            "CREATE INDEX annotations_by_time ON annotations(conversation_id, annotated_at)",
+        ]),
     ]
 
     public func migrate() async throws {
@@ -382,9 +397,9 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             let rows = try await client.query(
                 """
-                INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at)
+                INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at, bot)
                 VALUES (\(user.user.id.rawValue), \(user.user.handle), \(user.passwordHash), \(user.user.displayName), \(user.user.avatarURL),
-                        \(user.user.createdAt.millisecondsSince1970))
+                        \(user.user.createdAt.millisecondsSince1970), \(user.user.bot))
                 ON CONFLICT DO NOTHING RETURNING id
                 """, logger: logger)
             var inserted = false
@@ -394,18 +409,18 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func user(id: UserID) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at FROM users WHERE id = \(id.rawValue)").first
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot FROM users WHERE id = \(id.rawValue)").first
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at FROM users WHERE handle = \(handle)").first
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot FROM users WHERE handle = \(handle)").first
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
         try await fetchUsers(
             """
             UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
-            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at
+            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at, bot
             """
         ).first?.user
     }
@@ -414,7 +429,7 @@ public final class PostgresChatStore: ChatStore {
         // Handles are ASCII below 0x7F and compared bytewise (COLLATE "C").
         try await fetchUsers(
             """
-            SELECT id, handle, password_hash, display_name, avatar_url, created_at FROM users
+            SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot FROM users
             WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") ORDER BY handle LIMIT \(max(0, limit))
             """
         ).map(\.user)
@@ -553,11 +568,13 @@ public final class PostgresChatStore: ChatStore {
     private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {
         try await run {
             var users: [StoredUser] = []
-            for try await (id, handle, hash, name, avatar, created) in try await client.query(query, logger: logger)
-                .decode((String, String, String, String, String?, Int64).self)
+            for try await (id, handle, hash, name, avatar, created, bot) in try await client.query(query, logger: logger)
+                .decode((String, String, String, String, String?, Int64, Bool).self)
             {
                 users.append(StoredUser(
-                    user: User(id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created)),
+                    user: User(
+                        id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created),
+                        bot: bot),
                     passwordHash: hash))
             }
             return users
@@ -625,6 +642,41 @@ public final class PostgresChatStore: ChatStore {
             ).decode((String, Int64).self) { owing.append((ConversationID(rawValue: id), from)) }
             return owing
         }
+    }
+
+    public func annotate(_ annotation: Annotation, epoch: Int64) async throws {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: annotation.conversationId, connection: connection)
+            try await connection.query(
+                """
+                INSERT INTO annotations (conversation_id, seq, key, value, author_id, annotated_at)
+                VALUES (\(annotation.conversationId.rawValue), \(annotation.seq), \(annotation.key), \(annotation.value), \(annotation.authorId.rawValue),
+                        \(annotation.at.millisecondsSince1970))
+                ON CONFLICT (conversation_id, seq, key) DO UPDATE SET value = excluded.value, author_id = excluded.author_id, annotated_at = excluded.annotated_at
+                """, logger: logger)
+        }
+    }
+
+    public func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation] {
+        try await run {
+            try await fetchAnnotations(
+                """
+                SELECT conversation_id, seq, key, value, author_id, annotated_at FROM annotations
+                WHERE conversation_id = \(id.rawValue) AND seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound) ORDER BY seq, key
+                """)
+        }
+    }
+
+    private func fetchAnnotations(_ query: PostgresQuery) async throws -> [Annotation] {
+        var annotations: [Annotation] = []
+        for try await (conversation, seq, key, value, author, at) in try await client.query(query, logger: logger)
+            .decode((String, Int64, String, String, String, Int64).self)
+        {
+            annotations.append(Annotation(
+                conversationId: ConversationID(rawValue: conversation), seq: seq, key: key, value: value, authorId: UserID(rawValue: author),
+                at: Date(millisecondsSince1970: at)))
+        }
+        return annotations
     }
 
     public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
@@ -718,6 +770,7 @@ public final class PostgresChatStore: ChatStore {
         var changed: [(String, String, Int64)] = []
         var receipts: [DurableChanges.Receipt] = []
         var removed: [(String, Int64)] = []
+        var annotations: [Annotation] = []
         try await run {
             for try await row in try await client.query(
                 """
@@ -741,6 +794,12 @@ public final class PostgresChatStore: ChatStore {
                 "SELECT conversation_id, removed_at FROM removals WHERE user_id = \(user.rawValue) AND removed_at > \(since) ORDER BY removed_at",
                 logger: logger
             ).decode((String, Int64).self) { removed.append(row) }
+            annotations = try await fetchAnnotations(
+                """
+                SELECT a.conversation_id, a.seq, a.key, a.value, a.author_id, a.annotated_at FROM members m
+                JOIN annotations a ON a.conversation_id = m.conversation_id
+                WHERE m.user_id = \(user.rawValue) AND a.annotated_at > \(since) ORDER BY a.annotated_at, a.conversation_id, a.seq, a.key
+                """)
         }
         let records = try await records(changed.map(\.0) + removed.map(\.0)).reduce(into: [String: ConversationRecord]()) { $0[$1.id.rawValue] = $1 }
         return DurableChanges(
@@ -750,7 +809,8 @@ public final class PostgresChatStore: ChatStore {
             receipts: receipts,
             removals: removed.compactMap { id, at in
                 records[id].map { .init(conversation: $0, change: .memberRemoved, at: Date(millisecondsSince1970: at)) }
-            })
+            },
+            annotations: annotations)
     }
 
     public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember? {

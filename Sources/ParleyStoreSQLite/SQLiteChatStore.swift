@@ -140,6 +140,8 @@ public final class SQLiteChatStore: ChatStore {
         "v8: members may mute a conversation",
         "v9: push notifications owed, for the owner after a failover",
         "v10: webhook endpoints and where each conversation's events to them have got to",
+        "v11: users may be bots",
+        "v12: bots' annotations of messages",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -337,6 +339,23 @@ public final class SQLiteChatStore: ChatStore {
                 CREATE INDEX webhook_cursors_pending ON webhook_cursors(conversation_id) WHERE pending;
                 """)
         }
+        migrator.registerMigration(Self.migrationNames[10]) { db in
+            try db.execute(sql: "ALTER TABLE users ADD COLUMN bot INTEGER NOT NULL DEFAULT 0")
+        }
+        migrator.registerMigration(Self.migrationNames[11]) { db in
+            try db.execute(sql: """
+                CREATE TABLE annotations (
+                    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    key TEXT NOT NULL,
+                    value TEXT NOT NULL,
+                    author_id TEXT NOT NULL,
+                    annotated_at INTEGER NOT NULL,
+                    PRIMARY KEY (conversation_id, seq, key)
+                ) WITHOUT ROWID;
+                CREATE INDEX annotations_by_time ON annotations(conversation_id, annotated_at);
+                """)
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -399,9 +418,9 @@ public final class SQLiteChatStore: ChatStore {
                 throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken")
             }
             try db.execute(
-                sql: "INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                sql: "INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at, bot) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 arguments: [user.user.id.rawValue, user.user.handle, user.passwordHash, user.user.displayName, user.user.avatarURL,
-                            user.user.createdAt.millisecondsSince1970])
+                            user.user.createdAt.millisecondsSince1970, user.user.bot])
         }
     }
 
@@ -539,7 +558,7 @@ public final class SQLiteChatStore: ChatStore {
             user: User(
                 id: UserID(rawValue: try row.decode(forColumn: "id")), handle: try row.decode(forColumn: "handle"),
                 displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
-                createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at"))),
+                createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot")),
             passwordHash: try row.decode(forColumn: "password_hash"))
     }
 
@@ -771,6 +790,35 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func annotate(_ annotation: Annotation, epoch: Int64) async throws {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: annotation.conversationId, db: db)
+            try db.execute(
+                sql: """
+                    INSERT INTO annotations (conversation_id, seq, key, value, author_id, annotated_at) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (conversation_id, seq, key) DO UPDATE SET value = excluded.value, author_id = excluded.author_id, annotated_at = excluded.annotated_at
+                    """,
+                arguments: [annotation.conversationId.rawValue, annotation.seq, annotation.key, annotation.value, annotation.authorId.rawValue,
+                            annotation.at.millisecondsSince1970])
+        }
+    }
+
+    public func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM annotations WHERE conversation_id = ? AND seq BETWEEN ? AND ? ORDER BY seq, key",
+                arguments: [id.rawValue, seqs.lowerBound, seqs.upperBound]
+            ).map(Self.annotation(from:))
+        }
+    }
+
+    static func annotation(from row: Row) throws -> Annotation {
+        Annotation(
+            conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), seq: try row.decode(forColumn: "seq"),
+            key: try row.decode(forColumn: "key"), value: try row.decode(forColumn: "value"), authorId: UserID(rawValue: try row.decode(forColumn: "author_id")),
+            at: Date(millisecondsSince1970: try row.decode(forColumn: "annotated_at")))
+    }
+
     public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
         try await write { db in
             try db.execute(
@@ -893,6 +941,14 @@ public final class SQLiteChatStore: ChatStore {
                     conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), member: try Self.member(from: row),
                     at: Date(millisecondsSince1970: try row.decode(forColumn: "receipt_at")))
             }
+            changes.annotations = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT a.* FROM members m JOIN annotations a ON a.conversation_id = m.conversation_id
+                    WHERE m.user_id = ? AND a.annotated_at > ? ORDER BY a.annotated_at, a.conversation_id, a.seq, a.key
+                    """,
+                arguments: [user.rawValue, since]
+            ).map(Self.annotation(from:))
             let removed = try Row.fetchAll(
                 db, sql: "SELECT conversation_id, removed_at FROM removals WHERE user_id = ? AND removed_at > ? ORDER BY removed_at",
                 arguments: [user.rawValue, since])
