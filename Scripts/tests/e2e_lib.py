@@ -5,6 +5,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 
@@ -114,3 +115,51 @@ def call(method, port, path, body=None, token=None, context=None):
     data = response.read()
     conn.close()
     return response.status, (json.loads(data) if data else None)
+
+
+class EventStream(threading.Thread):
+    """A user's event stream on a gateway, read in the background: `events` holds each
+    (event, id, data) as it comes, `ready` is set at `ready`. Resumes from `cursor` if given."""
+
+    def __init__(self, port, token, context, cursor=None):
+        super().__init__(daemon=True)
+        self.port, self.token, self.context, self.cursor = port, token, context, cursor
+        self.sock, self.ready, self.events = None, threading.Event(), []
+
+    def run(self):
+        try:
+            conn = http.client.HTTPSConnection("localhost", self.port, context=self.context, timeout=120)
+            conn.connect()
+            self.sock = conn.sock
+            headers = {"Authorization": f"Bearer {self.token}"}
+            if self.cursor:
+                headers["Last-Event-ID"] = self.cursor
+            conn.request("GET", "/v1/events", headers=headers)
+            response = conn.getresponse()
+            event, event_id, data = None, None, []
+            while True:
+                line = response.fp.readline()
+                if not line:
+                    return
+                line = line.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("id: "):
+                    event_id = line[4:]
+                elif line.startswith("data: "):
+                    data.append(line[6:])
+                elif line == "" and event:
+                    self.events.append((event, event_id, json.loads("\n".join(data)) if data else None))
+                    if event == "ready":
+                        self.ready.set()
+                    event, event_id, data = None, None, []
+        except Exception:
+            return
+
+    def of(self, name):
+        return [(event_id, data) for event, event_id, data in self.events if event == name]
+
+    def close(self):
+        """As an app that is closed: the connection goes, without a word."""
+        if self.sock:
+            self.sock.shutdown(socket.SHUT_RDWR)

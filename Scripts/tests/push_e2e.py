@@ -14,21 +14,18 @@ what was owed in the store and sends it, and then the store says nothing is owed
 
 Every process it starts is recorded and stopped by its PID.
 """
-import http.client
 import json
 import os
 import signal
-import socket
 import sqlite3
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 
-from e2e_lib import Checks, Nodes, free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, free_ports, issue_certificates, wait_until
 from e2e_lib import call as https_call
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
@@ -70,34 +67,6 @@ def owing():
 
 def apns_alert(record):
     return record["payload"]["aps"]["alert"]
-
-
-class Stream(threading.Thread):
-    """A user's open event stream, held until closed."""
-
-    def __init__(self, token):
-        super().__init__(daemon=True)
-        self.token, self.sock, self.ready = token, None, threading.Event()
-
-    def run(self):
-        try:
-            conn = http.client.HTTPSConnection("localhost", nodes.client["gateway-1"], context=CONTEXT, timeout=120)
-            conn.connect()
-            self.sock = conn.sock
-            conn.request("GET", "/v1/events", headers={"Authorization": f"Bearer {self.token}"})
-            response = conn.getresponse()
-            while True:
-                line = response.fp.readline()
-                if not line:
-                    return
-                if line.startswith(b"event: ready"):
-                    self.ready.set()
-        except Exception:
-            return
-
-    def close(self):
-        """As an app that is closed: the connection goes, without a word."""
-        self.sock.shutdown(socket.SHUT_RDWR)
 
 
 def main():
@@ -148,7 +117,7 @@ def main():
                          ("dave", {"platform": "apns", "token": phones["dave"], "topic": "app.parley.dave"})]:
         status, reply = call("POST", "/v1/devices", body, token[handle])
         check(status == 201, f"{handle} registers a device ({body['platform']})", f"{status} {reply}")
-    dave_stream = Stream(token["dave"])
+    dave_stream = EventStream(nodes.client["gateway-1"], token["dave"], CONTEXT)
     dave_stream.start()
     check(dave_stream.ready.wait(15), "dave's event stream is open")
     # A presence shard names every live gateway for a session lease (6 s) after it starts.

@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 
-from e2e_lib import Checks, Nodes, call, free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, free_ports, issue_certificates, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 DOWN_SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 60
@@ -190,6 +190,60 @@ def main():
           received(group)[before:])
     first = {r["seq"]: r["id"] for r in once(received(group)) if r["seq"]}
     check(all(r["id"] == first[r["seq"]] for r in received(group)[before:]), "under the IDs they had")
+
+    # A translation bot: made with the admin token, added to the group, it reads the webhook of a
+    # new message and answers as a member, annotating the message and replying.
+    status, _ = api("POST", "/v1/bots", {"handle": "translator", "displayName": "Translator"})
+    check(status == 401, "making a bot without the admin token is 401", status)
+    status, made = api("POST", "/v1/bots", {"handle": "translator", "displayName": "Translator"}, ADMIN)
+    check(status == 201 and made["user"]["bot"] is True and made["token"], "a bot made with the admin token gets a token", f"{status} {made}")
+    bot, bot_token = made["user"]["id"], made["token"]
+    token["translator"] = bot_token
+    status, _ = api("POST", "/v1/sessions", {"handle": "translator", "password": "any-password-at-all"})
+    check(status == 401, "a bot cannot sign in with a password", status)
+    status, me = api("GET", "/v1/users/me", token=bot_token)
+    check(status == 200 and me["bot"] is True and api("GET", "/v1/users/me", token=token["bob"])[1]["bot"] is False,
+          "users say whether they are bots", me)
+    api("POST", f"/v1/conversations/{group}/members", {"userIds": [bot]}, token["alice"])
+    bob_stream = EventStream(gateway, token["bob"], context)
+    bob_stream.start()
+    check(bob_stream.ready.wait(15), "bob's event stream is open")
+    cursor_before = bob_stream.of("ready")[0][1]["cursor"]
+    question = send(group, "alice", "¿Dónde está la biblioteca?")
+    check(wait_until(15, lambda: any(r["seq"] == question["seq"] for r in received(group))), "the bot's webhook tells it of the message")
+    status, reply = api("PUT", f"/v1/conversations/{group}/messages/{question['seq']}/annotations/translation.en",
+                        {"value": "Where is the library?"}, bot_token)
+    check(status == 200 and reply["annotation"]["value"] == "Where is the library?" and reply["annotation"]["authorId"] == bot,
+          "the bot annotates the message with its translation", f"{status} {reply}")
+    answer = send(group, "translator", "Translated: Where is the library?")
+    check(answer["senderId"] == bot, "the bot answers as a member")
+    check(wait_until(10, lambda: any(d["annotation"]["seq"] == question["seq"] and d["annotation"]["key"] == "translation.en"
+                                     and d["annotation"]["value"] == "Where is the library?" for _, d in bob_stream.of("message_annotated"))),
+          "bob's stream gets message_annotated", bob_stream.events[-5:])
+    check(wait_until(10, lambda: any(d["message"]["seq"] == answer["seq"] for _, d in bob_stream.of("message"))), "and the bot's reply")
+    status, history = api("GET", f"/v1/conversations/{group}/messages?after={question['seq'] - 1}", token=token["dave"])
+    check(status == 200 and history["messages"][0].get("annotations") == {"translation.en": "Where is the library?"}
+          and "annotations" not in history["messages"][1], "history returns the message with its annotation, and the reply without", history)
+    bob_stream.close()
+    resumed = EventStream(gateway, token["bob"], context, cursor=cursor_before)
+    resumed.start()
+    check(resumed.ready.wait(15) and any(d["annotation"]["seq"] == question["seq"] for _, d in resumed.of("message_annotated")),
+          "a stream resumed from before it replays the annotation", resumed.events)
+    resumed.close()
+    status, _ = api("PUT", f"/v1/conversations/{group}/messages/{question['seq']}/annotations/translation.fr", {"value": "Où est…"}, token["bob"])
+    check(status == 403, "a person cannot annotate", status)
+    for path, body, expected, what in [
+        (f"/v1/conversations/{group}/messages/{question['seq']}/annotations/Bad Key", {"value": "x"}, 400, "a key outside a-z 0-9 . _ -"),
+        (f"/v1/conversations/{group}/messages/{question['seq']}/annotations/summary", {"value": ""}, 400, "an empty value"),
+        (f"/v1/conversations/{group}/messages/999/annotations/summary", {"value": "x"}, 404, "a message that does not exist"),
+        (f"/v1/conversations/{direct}/messages/1/annotations/summary", {"value": "x"}, 404, "a conversation the bot is not in"),
+    ]:
+        status, _ = api("PUT", path.replace(" ", "%20"), body, bot_token)
+        check(status == expected, f"annotating {what} is {expected}", status)
+    status, renewed = api("POST", f"/v1/bots/{bot}/tokens", None, ADMIN)
+    check(status == 201 and api("GET", "/v1/users/me", token=renewed["token"])[0] == 200, "the operator issues the bot a new token", f"{status} {renewed}")
+    status, _ = api("POST", f"/v1/bots/{uid['bob']}/tokens", None, ADMIN)
+    check(status == 404, "a person gets no bot token", status)
 
 
 if __name__ == "__main__":

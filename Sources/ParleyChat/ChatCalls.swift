@@ -83,6 +83,8 @@ public struct ChatLimits: Sendable {
     public var textScalarsMax = 4000
     public var groupSizeMax = 1000
     public var historyLimitMax = 200
+    /// Unicode scalars in an annotation's value (a translation may be longer than its message).
+    public var annotationScalarsMax = 16_000
 
     public init() {}
 }

@@ -13,6 +13,8 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case conversation(ConversationChange)
     /// A user the recipients share a conversation with came online, went away or offline (live only).
     case presence(Presence)
+    /// A bot annotated a message (durable).
+    case annotation(Annotation)
 
     /// When a durable event was committed (what a resume cursor counts in); nil for live-only.
     public var durableAt: Date? {
@@ -20,6 +22,7 @@ public enum ChatEvent: Codable, Sendable, Hashable {
         case .message(let message): message.sentAt
         case .receipt(let receipt): receipt.at
         case .conversation(let change): change.at
+        case .annotation(let annotation): annotation.at
         case .typing, .presence: nil
         }
     }
@@ -77,6 +80,7 @@ public struct EventDelivery: Codable, Sendable, Hashable {
         switch event {
         case .message(let message): text = message.text.utf8.count
         case .conversation(let change): text = change.conversation.members.count * 64 + (change.conversation.name?.utf8.count ?? 0)
+        case .annotation(let annotation): text = annotation.value.utf8.count + annotation.key.utf8.count
         default: text = 0
         }
         return 256 + text + recipients.reduce(0) { $0 + $1.rawValue.utf8.count + 8 }

@@ -376,6 +376,46 @@ public distributed actor ConversationActor {
         return try await services.withStore { try await $0.messages(in: conversation, before: seq, limit: limit) }
     }
 
+    /// A page of history with what bots added to its messages (``Message/annotations``).
+    public distributed func history(for user: UserID, after: Int64?, before: Int64?, limit: Int) async throws -> [Message] {
+        let conversation = try state.id
+        var messages: [Message]
+        if let before {
+            messages = try await self.messages(for: user, before: before, limit: limit)
+        } else {
+            messages = try await self.messages(for: user, after: after ?? 0, limit: limit)
+        }
+        guard let first = messages.first?.seq, let last = messages.last?.seq else { return messages }
+        let annotations = try await services.withStore { try await $0.annotations(in: conversation, seqs: first...last) }
+        guard !annotations.isEmpty else { return messages }
+        let bySeq = Dictionary(grouping: annotations, by: \.seq)
+        for index in messages.indices {
+            guard let notes = bySeq[messages[index].seq] else { continue }
+            messages[index].annotations = Dictionary(notes.map { ($0.key, $0.value) }, uniquingKeysWith: { _, latest in latest })
+        }
+        return messages
+    }
+
+    /// `PUT /v1/conversations/{id}/messages/{seq}/annotations/{key}`: a bot that is a member adds
+    /// (or replaces) its note `key` on message `seq`; every member's stream hears of it.
+    public distributed func annotate(seq: Int64, key: String, value: String, by user: UserID) async throws -> Annotation {
+        let current = try state
+        _ = try current.requireMember(user)
+        guard Annotation.isValidKey(key) else { throw ChatError(.invalidRequest, "key must be 1–64 characters of a-z 0-9 . _ -, starting with a letter or digit") }
+        let scalars = value.unicodeScalars.count
+        guard (1...services.limits.annotationScalarsMax).contains(scalars) else {
+            throw ChatError(.invalidRequest, "value must be 1–\(services.limits.annotationScalarsMax) characters")
+        }
+        try StoredText.require(value, field: "value")
+        guard (1...current.record.lastSeq).contains(seq) else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
+        let author = try await services.withStore { try await $0.user(id: user) }
+        guard author?.user.bot == true else { throw ChatError(.forbidden, "only bots annotate messages (POST /v1/bots)") }
+        let annotation = Annotation(conversationId: current.id, seq: seq, key: key, value: value, authorId: user, at: actorSystem.clock.wallNow)
+        try await fencedWrite { try await $0.annotate(annotation, epoch: epoch) }
+        fanOut?.publish(.annotation(annotation), members: memberIDs)
+        return annotation
+    }
+
     /// The conversation as a member sees it.
     public distributed func snapshot(for user: UserID) throws -> ConversationRecord {
         _ = try state.requireMember(user)

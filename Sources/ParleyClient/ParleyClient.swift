@@ -183,6 +183,13 @@ public final class ParleyClient: Sendable {
         try await call(.PUT, "/v1/conversations/\(Self.query(id.rawValue))/settings", body: API.ConversationSettings(muted: muted))
     }
 
+    /// A bot's note `key` on message `seq` (bots only; a person's token is `403`).
+    public func annotate(_ seq: Int64, in id: ConversationID, key: String, value: String) async throws -> Annotation {
+        let reply: API.AnnotationEvent = try await call(
+            .PUT, "/v1/conversations/\(Self.query(id.rawValue))/messages/\(seq)/annotations/\(Self.query(key))", body: API.AnnotationValue(value: value))
+        return reply.annotation
+    }
+
     public func addMembers(_ users: [UserID], to id: ConversationID) async throws -> API.Conversation {
         try await call(.POST, "/v1/conversations/\(Self.query(id.rawValue))/members", body: API.NewMembers(userIds: users))
     }

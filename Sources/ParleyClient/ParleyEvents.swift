@@ -13,6 +13,8 @@ public enum ParleyEvent: Sendable, Hashable {
     case conversation(API.ConversationEvent)
     case typing(API.TypingEvent)
     case presence(Presence)
+    /// A bot annotated a message (`message_annotated`).
+    case annotation(Annotation)
     /// The stream (re)connected and replayed what was missed: live events follow.
     case ready(cursor: String)
     /// The cursor was too old to replay: reload conversations and page messages with `after=`;
@@ -178,6 +180,7 @@ extension ParleyClient {
         case "conversation": return (try? decoder.decode(API.ConversationEvent.self, from: data)).map { .conversation($0) }
         case "typing": return (try? decoder.decode(API.TypingEvent.self, from: data)).map { .typing($0) }
         case "presence": return (try? decoder.decode(API.PresenceEvent.self, from: data)).map { .presence($0.presence) }
+        case "message_annotated": return (try? decoder.decode(API.AnnotationEvent.self, from: data)).map { .annotation($0.annotation) }
         case "ready": return (try? decoder.decode(API.ReadyEvent.self, from: data)).map { .ready(cursor: $0.cursor) }
         default: return nil
         }

@@ -167,6 +167,8 @@ enum ServerSentEvent {
             return frame(event: "typing", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
         case .presence:
             return frame(event: "presence", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .annotation:
+            return frame(event: "message_annotated", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
         }
     }
 
@@ -182,6 +184,8 @@ enum ServerSentEvent {
             encoded(typing)
         case .presence(let presence):
             encoded(API.PresenceEvent(presence: presence))
+        case .annotation(let annotation):
+            encoded(API.AnnotationEvent(annotation: annotation))
         case .conversation:
             nil
         }

@@ -104,6 +104,15 @@ extension Gateway {
         // Messages, receipts, typing
         v1.post("conversations/:id/messages") { request, context in try await self.send(request, context) }
         v1.get("conversations/:id/messages") { request, context in try await self.history(request, context) }
+        v1.put("conversations/:id/messages/:seq/annotations/:key") { request, context in
+            let caller = try await self.authenticateWriter(request)
+            let id = try Self.conversationID(context)
+            guard let seq = Int64(try context.parameters.require("seq")), seq >= 1 else { throw APIError.invalid("seq must be a whole number, at least 1") }
+            let key = try context.parameters.require("key")
+            let body = try await self.decode(API.AnnotationValue.self, from: request)
+            let annotation = try await ConversationActor.resolve(id, using: self.system).annotate(seq: seq, key: key, value: body.value, by: caller.id)
+            return try Self.json(API.AnnotationEvent(annotation: annotation))
+        }
         v1.post("conversations/:id/receipts") { request, context in
             let caller = try await self.authenticateWriter(request)
             let id = try Self.conversationID(context)
@@ -385,11 +394,11 @@ extension Gateway {
         if query["before"] != nil {
             let before = try Self.intParameter(request, "before", default: 0, range: 1...Int.max)
             let limit = try Self.intParameter(request, "limit", default: 50, range: 1...200)
-            messages = try await actor.messages(for: caller.id, before: Int64(before), limit: limit)
+            messages = try await actor.history(for: caller.id, after: nil, before: Int64(before), limit: limit)
         } else {
             let after = try Self.intParameter(request, "after", default: 0, range: 0...Int.max)
             let limit = try Self.intParameter(request, "limit", default: 100, range: 1...200)
-            messages = try await actor.messages(for: caller.id, after: Int64(after), limit: limit)
+            messages = try await actor.history(for: caller.id, after: Int64(after), before: nil, limit: limit)
         }
         return try Self.json(API.Messages(messages: messages))
     }

@@ -258,6 +258,18 @@ public enum API {
         }
     }
 
+    /// `message_annotated`.
+    public struct AnnotationEvent: Codable, Sendable, Hashable {
+        public var annotation: Annotation
+        public init(annotation: Annotation) { self.annotation = annotation }
+    }
+
+    /// `PUT /v1/conversations/{id}/messages/{seq}/annotations/{key}`.
+    public struct AnnotationValue: Codable, Sendable, Hashable {
+        public var value: String
+        public init(value: String) { self.value = value }
+    }
+
     public struct TypingEvent: Codable, Sendable, Hashable {
         public var conversationId: ConversationID
         public var userId: UserID

@@ -410,6 +410,11 @@ struct Tail: AsyncParsableCommand {
             connection.print(["event": "presence", "userId": presence.userId.rawValue, "status": presence.status.rawValue]) {
                 "\(presence.userId) is \(presence.status.rawValue)" + (presence.lastSeenAt.map { " (last seen \(API.timestamp($0)))" } ?? "")
             }
+        case .annotation(let annotation):
+            connection.print(["event": "message_annotated", "conversationId": annotation.conversationId.rawValue, "seq": "\(annotation.seq)",
+                              "key": annotation.key, "value": annotation.value, "authorId": annotation.authorId.rawValue]) {
+                "[\(annotation.conversationId)] #\(annotation.seq) \(annotation.key): \(annotation.value)"
+            }
         case .ready(let cursor):
             connection.print(["event": "ready", "cursor": cursor]) { "— live (cursor \(cursor)) —" }
         case .cursorExpired:
