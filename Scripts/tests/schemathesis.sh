@@ -79,9 +79,9 @@ fi
 python3 - "$ROOT/docs/openapi.yaml" "$WORK/mutant.yaml" <<'PY'
 import sys
 text = open(sys.argv[1]).read()
-needle = "      required: [id, handle, displayName, createdAt]"
+needle = "      required: [id, handle, displayName, createdAt, bot]"
 assert needle in text, "the User schema's required line moved; update the mutant"
-open(sys.argv[2], "w").write(text.replace(needle, "      required: [id, handle, displayName, createdAt, email]"))
+open(sys.argv[2], "w").write(text.replace(needle, "      required: [id, handle, displayName, createdAt, bot, email]"))
 PY
 if run_schemathesis "$WORK/mutant.yaml" --include-operation-id me --max-examples 3 >"$WORK/mutant.txt" 2>&1; then
     fail "a description demanding a field the server never sends passed: the check cannot fail"
