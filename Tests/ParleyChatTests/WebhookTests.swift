@@ -164,7 +164,7 @@ final class RecordingWebhookEndpoint: Sendable {
         try await Task.sleep(for: .milliseconds(1500))
 
         let owner = try #require(system.owner(of: ConversationActor.id(group)))
-        endpoint.dead.withLock { $0.insert(owner) }
+        endpoint.dead.withLock { _ = $0.insert(owner) }
         let victim = cluster[owner]
         cluster.remove(owner)
         await victim.stop()
