@@ -232,6 +232,8 @@ public struct WebhookLane: Sendable {
     private var queue: [Item] = []
     private var head = 0
     private var catchUpNeeded: Bool
+    /// The highest seq the queue (or the catch-up it waits for) accounts for.
+    private var recordedSeq: Int64
     /// Moves on a replay: an answer to a delivery made before it no longer moves ``told``.
     private var generation = 0
     private var inFlight: (event: WebhookEvent, generation: Int)?
@@ -248,12 +250,18 @@ public struct WebhookLane: Sendable {
         self.policy = policy
         self.told = told
         self.catchUpNeeded = owed || told == nil
+        self.recordedSeq = told?.seq ?? 0
     }
 
     /// Whether anything may be owed: events waiting, one in flight, or a catch-up to work out.
     public var isPending: Bool { inFlight != nil || catchUpNeeded || head < queue.count }
 
     /// The owner committed `event`.
+    ///
+    /// Messages may come out of seq order: sends wait for their commit concurrently, and one
+    /// commit's sends resume in any order. A message past the one after the last recorded stands
+    /// for the messages up to it, read from the store when reached (a seq is committed only with
+    /// every seq before it); one at or before the last recorded is already accounted for.
     public mutating func record(_ event: WebhookEvent) {
         // A catch-up still to be worked out will find it in the conversation's state.
         guard !catchUpNeeded else { return }
@@ -263,7 +271,19 @@ public struct WebhookLane: Sendable {
             catchUpNeeded = true
             return
         }
-        queue.append(.event(event))
+        guard case .message(let message) = event else {
+            queue.append(.event(event))
+            return
+        }
+        guard message.seq > recordedSeq else { return }
+        if message.seq == recordedSeq + 1 {
+            queue.append(.event(event))
+        } else if head < queue.count, case .storedMessages = queue[queue.count - 1] {
+            queue[queue.count - 1] = .storedMessages(through: message.seq)
+        } else {
+            queue.append(.storedMessages(through: message.seq))
+        }
+        recordedSeq = message.seq
     }
 
     /// Tells the endpoint the conversation's messages again from `seq` on (and what else has
@@ -286,6 +306,7 @@ public struct WebhookLane: Sendable {
         catchUpNeeded = false
         queue = WebhookTold.catchUp(from: told, to: record, now: wallNow)
         head = 0
+        recordedSeq = max(recordedSeq, record.lastSeq)
     }
 
     public mutating func next(record: ConversationRecord, now: ContinuousClock.Instant, wallNow: Date) -> Step {

@@ -164,6 +164,20 @@ import Testing
         #expect(sent == stored.map { .message($0) }, "each once, in order")
     }
 
+    @Test func messagesRecordedOutOfSeqOrderAreToldInOrderEachOnce() {
+        // One commit's sends resume in any order: 3 is recorded before 2, 6 before 4 and 5.
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record()), owed: false)
+        let stored = (1...6).map { message($0) }
+        lane.record(.message(stored[0]))
+        #expect(lane.next(record: record(lastSeq: 1), now: at(0), wallNow: wall) == .deliver(.message(stored[0])))
+        for seq in [3, 2, 6, 4, 5] { lane.record(.message(stored[seq - 1])) }
+        lane.delivered()
+        #expect(drain(&lane, record(lastSeq: 6), stored: stored) == stored[1...].map { .message($0) })
+        #expect(lane.told?.seq == 6)
+        lane.record(.message(stored[4]))
+        #expect(!lane.isPending, "a message already told is not told again")
+    }
+
     @Test func aReplayTellsTheMessagesAgainFromTheSeqAskedAndAnAnswerFromBeforeItMovesNothing() {
         var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(record(lastSeq: 5)), owed: false)
         let stored = (1...6).map { message($0) }
