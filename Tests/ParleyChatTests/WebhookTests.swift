@@ -141,6 +141,19 @@ final class RecordingWebhookEndpoint: Sendable {
         #expect(endpoint.of(group).count == 1, "nothing gets through while it is down")
         endpoint.down.withLock { $0 = false }
         try await eventually(timeout: .seconds(10), "every message delivered") { endpoint.of(group).count >= 31 }
+        // Every member sends at once: one commit's sends resume in any order.
+        let burst = try await withThrowingTaskGroup(of: [Message].self) { tasks in
+            for sender in [Self.alice, Self.bob, Self.carol, Self.dave] {
+                tasks.addTask {
+                    var mine: [Message] = []
+                    for index in 0..<25 { mine.append(try await send("burst \(index)", from: sender, to: group, on: system)) }
+                    return mine
+                }
+            }
+            return try await tasks.reduce(into: []) { $0 += $1 }
+        }
+        sent += burst.sorted { $0.seq < $1.seq }
+        try await eventually(timeout: .seconds(10), "the burst delivered") { endpoint.of(group).count >= 131 }
         try await Task.sleep(for: .milliseconds(300))
         #expect(endpoint.of(group).compactMap(\.seq) == sent.map(\.seq), "each once, in order")
     }
