@@ -95,7 +95,7 @@ final class ConversationWebhooks: Sendable {
     func record(_ event: WebhookEvent, record: ConversationRecord) {
         state.withLock { state in
             state.record = record
-            for name in state.lanes.keys { state.lanes[name]!.lane.record(event) }
+            for name in Array(state.lanes.keys) { state.lanes[name]?.lane.record(event) }
         }
         kick()
     }
@@ -104,7 +104,7 @@ final class ConversationWebhooks: Sendable {
     func replay(_ endpoint: String, from seq: Int64) -> Bool {
         let known = state.withLock { state in
             guard state.lanes[endpoint] != nil else { return false }
-            state.lanes[endpoint]!.lane.replay(from: seq)
+            state.lanes[endpoint]?.lane.replay(from: seq)
             return true
         }
         if known { kick() }
@@ -127,7 +127,7 @@ final class ConversationWebhooks: Sendable {
             guard !state.stopped else { return [] }
             var start: [String] = []
             for (name, lane) in state.lanes where !lane.running && lane.lane.isPending {
-                state.lanes[name]!.running = true
+                state.lanes[name]?.running = true
                 start.append(name)
             }
             return start
@@ -141,8 +141,8 @@ final class ConversationWebhooks: Sendable {
         guard let endpoint = endpoints[name] else { return }
         while true {
             let next = state.withLock { state -> (WebhookLane.Step, ConversationID)? in
-                guard !state.stopped else { return nil }
-                return (state.lanes[name]!.lane.next(record: state.record, now: clock.now, wallNow: clock.wallNow), state.record.id)
+                guard !state.stopped, let step = state.lanes[name]?.lane.next(record: state.record, now: clock.now, wallNow: clock.wallNow) else { return nil }
+                return (step, state.record.id)
             }
             guard let (step, conversation) = next else { return }
             if step != .idle {
@@ -154,8 +154,8 @@ final class ConversationWebhooks: Sendable {
                 // Settled: the store hears of it, then the loop ends unless something came meanwhile.
                 guard await keepCursor(name, pending: false) else { return }
                 let more = state.withLock { state -> Bool in
-                    if state.lanes[name]!.lane.isPending, !state.stopped { return true }
-                    state.lanes[name]!.running = false
+                    if state.lanes[name]?.lane.isPending == true, !state.stopped { return true }
+                    state.lanes[name]?.running = false
                     return false
                 }
                 if !more { return }
@@ -164,7 +164,7 @@ final class ConversationWebhooks: Sendable {
             case .read(let after, let through):
                 do {
                     let messages = try await load(after, Int(min(Int64(Self.readBatch), through - after)))
-                    state.withLock { $0.lanes[name]!.lane.messagesRead(messages, after: after) }
+                    state.withLock { $0.lanes[name]?.lane.messagesRead(messages, after: after) }
                 } catch {
                     logger.info("cannot read messages for a webhook; trying again", metadata: ["webhook.endpoint": "\(name)", "error": "\(error)"])
                     try? await clock.sleep(for: policy.retryFirst)
@@ -184,10 +184,10 @@ final class ConversationWebhooks: Sendable {
         switch outcome {
         case .delivered:
             Self.delivered.increment()
-            state.withLock { $0.lanes[name]!.lane.delivered() }
+            state.withLock { $0.lanes[name]?.lane.delivered() }
         case .failed(let retryAfter, let reason):
             Self.failedAttempts.increment()
-            let dropped = state.withLock { $0.lanes[name]!.lane.failed(retryAfter: retryAfter, now: now) }
+            let dropped = state.withLock { $0.lanes[name]?.lane.failed(retryAfter: retryAfter, now: now) ?? nil }
             if dropped != nil {
                 Self.droppedEvents.increment()
                 logger.error("a webhook delivery kept failing and is dropped", metadata: [
@@ -207,7 +207,7 @@ final class ConversationWebhooks: Sendable {
     /// the loop must end: another node owns the conversation.
     private func keepCursor(_ name: String, pending: Bool) async -> Bool {
         let write = state.withLock { state -> (record: WebhookCursorRecord, told: WebhookTold?)? in
-            let lane = state.lanes[name]!
+            guard let lane = state.lanes[name] else { return nil }
             let told = lane.lane.told
             let now = clock.now
             if let failedAt = lane.failedAt, now - failedAt < policy.saveEvery { return nil }
@@ -224,11 +224,11 @@ final class ConversationWebhooks: Sendable {
         state.withLock { state in
             switch result {
             case .saved:
-                state.lanes[name]!.saved = (write.told, write.record.pending)
-                state.lanes[name]!.savedAt = clock.now
-                state.lanes[name]!.failedAt = nil
+                state.lanes[name]?.saved = (write.told, write.record.pending)
+                state.lanes[name]?.savedAt = clock.now
+                state.lanes[name]?.failedAt = nil
             case .failed, .fenced:
-                state.lanes[name]!.failedAt = clock.now
+                state.lanes[name]?.failedAt = clock.now
             }
         }
         guard case .fenced = result else { return true }

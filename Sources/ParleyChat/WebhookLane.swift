@@ -290,7 +290,7 @@ public struct WebhookLane: Sendable {
     /// changed since what it acknowledged).
     public mutating func replay(from seq: Int64) {
         generation += 1
-        if told != nil { told!.seq = min(told!.seq, max(0, seq - 1)) }
+        if let current = told?.seq { told?.seq = min(current, max(0, seq - 1)) }
         queue = []
         head = 0
         catchUpNeeded = true
