@@ -212,8 +212,10 @@ final class ConversationWebhooks: Sendable {
             let now = clock.now
             if let failedAt = lane.failedAt, now - failedAt < policy.saveEvery { return nil }
             if lane.saved.pending == pending {
-                guard lane.saved.told != told else { return nil }
+                // The time first: this runs before every delivery, and comparing what was told
+                // walks every member of a large group.
                 if pending, let savedAt = lane.savedAt, now - savedAt < policy.saveEvery { return nil }
+                guard lane.saved.told != told else { return nil }
             }
             // Nothing told yet (an empty state): everything is owed, from the conversation's start.
             let encoded = told.flatMap { try? JSONEncoder().encode($0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""

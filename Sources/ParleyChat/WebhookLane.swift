@@ -48,7 +48,7 @@ public enum WebhookEvent: Sendable, Hashable {
     /// The JSON body: `{"type", "timestamp", "data"}`, `timestamp` being when the fact was
     /// committed (`now` for what a catch-up found changed without saying when).
     public func body(in conversation: ConversationID, now: Date) -> [UInt8] {
-        let encoder = API.makeEncoder()
+        let encoder = Self.encoder
         let data: Data?
         switch self {
         case .created(let record):
@@ -68,6 +68,9 @@ public enum WebhookEvent: Sendable, Hashable {
         // Encoding these types cannot fail; the fallback still says what happened.
         return data.map(Array.init) ?? Array("{\"type\":\"\(type.rawValue)\",\"timestamp\":\"\(API.timestamp(now))\",\"data\":{}}".utf8)
     }
+
+    /// One for every delivery: encoding keeps no state in the encoder.
+    private static let encoder = API.makeEncoder()
 
     private struct Envelope<Payload: Encodable>: Encodable {
         var type: WebhookEventType

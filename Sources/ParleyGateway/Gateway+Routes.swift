@@ -148,14 +148,14 @@ extension Gateway {
             let user = try await UserActor.resolve(UserID.make(), using: self.system)
                 .create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: NewUser.noPassword, bot: true))
             self.logger.info("bot created", metadata: ["user.id": "\(user.id)"])
-            return try Self.json(API.Session(user: user, token: self.tokens.issue(for: user.id, lifetime: Self.botTokenLifetime).token), status: .created)
+            return try self.botSession(user)
         }
         v1.post("bots/:userId/tokens") { request, context in
             try self.requireAdmin(request)
             let id = try Self.userID(context.parameters.require("userId"))
             let user = try await UserActor.resolve(id, using: self.system).user()
             guard user.bot else { throw APIError(.notFound, "not_found", "no bot \(id): people sign in with their password") }
-            return try Self.json(API.Session(user: user, token: self.tokens.issue(for: user.id, lifetime: Self.botTokenLifetime).token), status: .created)
+            return try self.botSession(user)
         }
         v1.post("webhooks/:name/replay") { request, context in
             try self.requireAdmin(request)
@@ -237,6 +237,11 @@ extension Gateway {
     /// A bot's token lasts a year: a service holds it in its configuration, and an operator
     /// issues the next one (`POST /v1/bots/{id}/tokens`) before it runs out.
     static let botTokenLifetime: Duration = .seconds(365 * 24 * 3600)
+
+    /// `201 {user, token}`: a bot and a new token for it.
+    func botSession(_ user: User) throws -> Response {
+        try Self.json(API.Session(user: user, token: tokens.issue(for: user.id, lifetime: Self.botTokenLifetime).token), status: .created)
+    }
 
     /// Operators' routes: `Authorization: Bearer <admin token>`.
     func requireAdmin(_ request: Request) throws {

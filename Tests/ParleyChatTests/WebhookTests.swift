@@ -173,8 +173,11 @@ final class RecordingWebhookEndpoint: Sendable {
         try await eventually(timeout: .seconds(10), "the first ten delivered") { endpoint.of(group).count >= 11 }
         endpoint.down.withLock { $0 = true }
         for index in 0..<10 { sent.append(try await send("down \(index)", from: Self.carol, to: group, on: system)) }
-        // Its cursor stored as owed; the conversation idle for longer than the recovery window.
-        try await Task.sleep(for: .milliseconds(1500))
+        try await eventually(timeout: .seconds(10), "the cursor stored as owed") {
+            try await store.conversationsOwingWebhooks(limit: 100).contains(group)
+        }
+        // Idle for longer than the recovery window: only the stored cursor can bring it back.
+        try await Task.sleep(for: .milliseconds(1100))
 
         let owner = try #require(system.owner(of: ConversationActor.id(group)))
         endpoint.dead.withLock { _ = $0.insert(owner) }
