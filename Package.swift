@@ -86,12 +86,14 @@ let package = Package(
             name: "ParleyPush",
             dependencies: [
                 "ParleyChat",
+                "ParleyHTTP2Client",
                 "ParleyModel",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -223,10 +225,24 @@ let package = Package(
             ],
             swiftSettings: upcoming
         ),
+        // HTTP/2 requests without a channel per stream: the load generator's connections and the
+        // APNs provider's.
+        .target(
+            name: "ParleyHTTP2Client",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: upcoming
+        ),
         .executableTarget(
             name: "parley-load",
             dependencies: [
                 "ParleyLoad",
+                "ParleyHTTP2Client",
                 "ParleyClient",
                 "ParleyModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -318,6 +334,13 @@ let package = Package(
             name: "ParleyLoadTests",
             dependencies: [
                 "ParleyLoad", "ParleyModel", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyHTTP2ClientTests",
+            dependencies: [
+                "ParleyHTTP2Client", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ],

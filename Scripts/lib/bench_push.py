@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The driver of Scripts/bench-push: users who are all offline, each with an APNs device, in
 groups; each group's sender sends two messages per push window, so that every other member is owed
-one notification each window; the stand-in APNs server counts what it accepts.
+one notification each window. What the stand-in APNs server accepted is counted by the server
+(--push-url, --push-ca: Scripts/tests/push_server.py's /control/count) or by the workers
+(--metrics: their /metrics URLs, parley_push_sent).
 
-    bench_push.py --url URL --ca CA --push-url URL --push-ca CA --groups G --members S --duration SECONDS --window SECONDS --pids PID,...
+    bench_push.py --url URL --ca CA (--push-url URL --push-ca CA | --metrics URL,...) --groups G --members S --duration SECONDS --window SECONDS --pids PID,...
 """
 import argparse
 import http.client
@@ -13,21 +15,25 @@ import ssl
 import threading
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 parser = argparse.ArgumentParser()
-for flag in ["--url", "--ca", "--push-url", "--push-ca", "--pids"]:
+for flag in ["--url", "--ca", "--pids"]:
     parser.add_argument(flag, required=True)
+parser.add_argument("--push-url")
+parser.add_argument("--push-ca")
+parser.add_argument("--metrics")
 parser.add_argument("--groups", type=int, default=10)
 parser.add_argument("--members", type=int, default=500)
 parser.add_argument("--duration", type=float, default=30)
 parser.add_argument("--window", type=float, default=1)
 args = parser.parse_args()
+if not args.metrics and not (args.push_url and args.push_ca):
+    parser.error("count with --metrics, or with --push-url and --push-ca")
 CONTEXT = ssl.create_default_context(cafile=args.ca)
-PUSH_CONTEXT = ssl.create_default_context(cafile=args.push_ca)
 gateway = urllib.parse.urlparse(args.url)
-push = urllib.parse.urlparse(args.push_url)
 local = threading.local()
 
 
@@ -48,7 +54,15 @@ def call(method, path, body=None, token=None):
 
 
 def received_count():
-    conn = http.client.HTTPSConnection(push.hostname, push.port, context=PUSH_CONTEXT, timeout=30)
+    if args.metrics:
+        total = 0
+        for url in args.metrics.split(","):
+            with urllib.request.urlopen(url, timeout=30) as response:
+                text = response.read().decode()
+            total += sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("parley_push_sent"))
+        return int(total)
+    push = urllib.parse.urlparse(args.push_url)
+    conn = http.client.HTTPSConnection(push.hostname, push.port, context=ssl.create_default_context(cafile=args.push_ca), timeout=30)
     conn.request("GET", "/control/count")
     return json.loads(conn.getresponse().read())
 

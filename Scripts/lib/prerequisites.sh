@@ -1,6 +1,7 @@
 # What Parley's scripts need on this machine, checked before they build or start anything.
-# Sourced; then `parley_prerequisites run` (Scripts/cluster up: build and run a local cluster) or
-# `parley_prerequisites test` (Scripts/test: everything the tests use as well).
+# Sourced; then `parley_prerequisites run` (Scripts/cluster up: build and run a local cluster),
+# `parley_prerequisites test` (Scripts/test: everything the tests use as well) or
+# `parley_prerequisites bench` (what a benchmark needs beyond running a cluster).
 #
 # Missing Debian packages are installed when this runs as root with apt-get (a fresh CI machine);
 # otherwise the exact command to run is printed and the caller stops. The Swift toolchain is not a
@@ -38,6 +39,11 @@ parley_missing_packages() {
     command -v curl >/dev/null 2>&1 || echo curl
     command -v openssl >/dev/null 2>&1 || echo openssl
     command -v python3 >/dev/null 2>&1 || echo python3
+    if [ "$purpose" = bench ]; then
+        # A stand-in HTTP/2 server fast enough not to be what a benchmark measures.
+        command -v nghttpd >/dev/null 2>&1 || echo nghttp2-server
+        return 0
+    fi
     [ "$purpose" = test ] || return 0
     # The tests' Python tools live in a virtual environment.
     if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then echo python3-venv; fi

@@ -1,10 +1,11 @@
-import AsyncHTTPClient
 import Crypto
 import Foundation
 import Logging
 import NIOCore
-import NIOHTTP1
+import NIOHPACK
+import NIOSSL
 import ParleyChat
+import ParleyHTTP2Client
 import ParleyModel
 import Synchronization
 
@@ -38,37 +39,69 @@ public final class APNsProvider: PushProvider {
     /// minutes (`TooManyProviderTokenUpdates`).
     static let tokenLifetime: Duration = .seconds(50 * 60)
 
+    /// Each request's bound: a user's actor answers its conversation's owner within the owner's
+    /// call timeout (5 s), else the owner sends the notice again.
+    static let requestTimeout: TimeAmount = .seconds(4)
+
+    /// Where notifications go: `https://host[:port][/prefix]`, to `prefix/3/device/TOKEN`.
+    private struct Server {
+        var host: String
+        var port: Int
+        var pathPrefix: String
+
+        init(_ url: String) throws {
+            guard let components = URLComponents(string: url), components.scheme == "https", let host = components.host, !host.isEmpty,
+                components.query == nil
+            else { throw APNsError(description: "\(url) is not an https:// URL") }
+            self.host = host
+            self.port = components.port ?? 443
+            self.pathPrefix = components.percentEncodedPath.hasSuffix("/") ? String(components.percentEncodedPath.dropLast()) : components.percentEncodedPath
+        }
+    }
+
     private let configuration: Configuration
     /// The key's raw scalar (the key type is not `Sendable`): made into a key again for each
     /// signature, once per ``tokenLifetime``.
     private let key: Data
-    private let http: PushHTTP
+    private let production: Server
+    private let sandbox: Server
+    /// Two connections to each server: one per core here; each takes 1,000 streams at once.
+    private let http: HTTP2ClientPool
     private let logger: Logger
     private let token = Mutex<(jwt: String, issuedAt: ContinuousClock.Instant)?>(nil)
 
-    /// Throws when the key is not a P-256 private key in PEM.
+    /// Throws when the key is not a P-256 private key in PEM, or a URL is not an https:// one.
     public init(_ configuration: Configuration, logger: Logger) throws {
         self.configuration = configuration
         self.key = try P256.Signing.PrivateKey(pemRepresentation: configuration.privateKeyPEM).rawRepresentation
-        self.http = try PushHTTP(trustRoots: configuration.trustRoots)
+        self.production = try Server(configuration.productionURL)
+        self.sandbox = try Server(configuration.sandboxURL)
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        if let trustRoots = configuration.trustRoots { tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRoots)) }
+        self.http = HTTP2ClientPool(tls: try NIOSSLContext(configuration: tls), connectionsPerServer: 2) { connection in
+            connection.connectTimeout = .seconds(3)
+            // An APNs answer is a status and at most a short JSON reason.
+            connection.maxResponseBody = 64 * 1024
+        }
         self.logger = logger
     }
 
     public func shutdown() async throws {
-        try await http.shutdown()
+        await http.shutdown()
     }
 
     public func send(_ content: PushContent, to devices: [Device]) async -> [PushOutcome] {
-        let payload: Data
+        let payload: ByteBuffer
         do {
-            payload = try JSONEncoder().encode(Payload(content))
+            payload = ByteBuffer(bytes: try JSONEncoder().encode(Payload(content)))
         } catch {
             return devices.map { _ in .refused("cannot encode the payload: \(error)") }
         }
         return await PushHTTP.each(devices) { await self.send(payload, content: content, to: $0) }
     }
 
-    private func send(_ payload: Data, content: PushContent, to device: Device) async -> PushOutcome {
+    private func send(_ payload: ByteBuffer, content: PushContent, to device: Device) async -> PushOutcome {
         guard let topic = device.topic ?? configuration.defaultTopic else {
             return .refused("the device has no topic and the node no --apns-topic")
         }
@@ -78,31 +111,34 @@ public final class APNsProvider: PushProvider {
         } catch {
             return .refused("cannot sign the provider token: \(error)")
         }
-        let base = device.environment == .sandbox ? configuration.sandboxURL : configuration.productionURL
-        var headers = HTTPHeaders()
+        let server = device.environment == .sandbox ? sandbox : production
+        let expiration = Int(Date().timeIntervalSince1970) + Int(configuration.expiration.components.seconds)
+        var headers = HPACKHeaders()
         headers.add(name: "authorization", value: "bearer \(jwt)")
         headers.add(name: "apns-topic", value: topic)
         headers.add(name: "apns-push-type", value: "alert")
         headers.add(name: "apns-priority", value: "10")
         headers.add(name: "apns-collapse-id", value: Self.collapseID(content.conversationId))
-        headers.add(name: "apns-expiration", value: "\(Int(Date().timeIntervalSince1970) + Int(configuration.expiration.components.seconds))")
+        headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
         headers.add(name: "content-type", value: "application/json")
+        let request = HTTP2ClientRequest(method: "POST", path: "\(server.pathPrefix)/3/device/\(device.token)", headers: headers, body: payload, timeout: Self.requestTimeout)
+        let response: HTTP2ClientResponse
         do {
-            let response = try await http.post("\(base)/3/device/\(device.token)", headers: headers, body: payload)
-            if response.status == .ok { return .sent }
-            let reason = (try? JSONDecoder().decode(Reason.self, from: response.body))?.reason ?? "no reason given"
-            switch (response.status.code, reason) {
-            case (410, _), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
-                return .unregistered("\(response.status.code) \(reason)")
-            case (403, "ExpiredProviderToken"), (403, "InvalidProviderToken"):
-                // Sign a new one for the next attempt.
-                token.withLock { $0 = nil }
-                return .retry(after: nil, reason: "403 \(reason)")
-            default:
-                return PushHTTP.outcome(status: response.status, headers: response.headers, reason: reason)
-            }
+            response = try await http.execute(request, host: server.host, port: server.port).get()
         } catch {
             return .retry(after: nil, reason: "APNs did not answer: \(error)")
+        }
+        if response.status == 200 { return .sent }
+        let reason = (try? JSONDecoder().decode(Reason.self, from: Data(response.body.readableBytesView)))?.reason ?? "no reason given"
+        switch (response.status, reason) {
+        case (410, _), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
+            return .unregistered("\(response.status) \(reason)")
+        case (403, "ExpiredProviderToken"), (403, "InvalidProviderToken"):
+            // Sign a new one for the next attempt.
+            token.withLock { $0 = nil }
+            return .retry(after: nil, reason: "403 \(reason)")
+        default:
+            return PushHTTP.outcome(status: response.status, retryAfter: response.headers.first(name: "retry-after"), reason: reason)
         }
     }
 
@@ -151,6 +187,10 @@ public final class APNsProvider: PushProvider {
             conversationId = content.conversationId.rawValue
             seq = content.seq
         }
+    }
+
+    struct APNsError: Error, CustomStringConvertible {
+        var description: String
     }
 
     struct Reason: Decodable {

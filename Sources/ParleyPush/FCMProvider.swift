@@ -99,7 +99,7 @@ public final class FCMProvider: PushProvider {
                 self.accessToken.withLock { $0 = nil }
                 return .retry(after: nil, reason: "401 \(code)")
             default:
-                return PushHTTP.outcome(status: response.status, headers: response.headers, reason: code)
+                return PushHTTP.outcome(status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"), reason: code)
             }
         } catch {
             return .retry(after: nil, reason: "FCM did not answer: \(error)")

@@ -6,8 +6,8 @@ import NIOSSL
 import ParleyChat
 import ParleyModel
 
-/// The HTTP/2 client a push provider talks through: one pool of connections per provider, each
-/// request bounded in time.
+/// The HTTP client FCM and webhooks talk through (APNs has its own, ``APNsProvider``): one pool
+/// of connections per sender, each request bounded in time.
 struct PushHTTP: Sendable {
     let client: HTTPClient
     /// Each request's bound: a user's actor answers its conversation's owner within the owner's
@@ -54,8 +54,8 @@ struct PushHTTP: Sendable {
 
     /// A `Retry-After` header's delay: seconds, or an HTTP date (RFC 9110 §10.2.3); nil when absent
     /// or unreadable.
-    static func retryAfter(_ headers: HTTPHeaders, now: Date = Date()) -> Duration? {
-        guard let value = headers.first(name: "retry-after")?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+    static func retryAfter(_ header: String?, now: Date = Date()) -> Duration? {
+        guard let value = header?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
         if let seconds = Int(value), seconds >= 0 { return .seconds(min(seconds, 86_400)) }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
@@ -67,10 +67,10 @@ struct PushHTTP: Sendable {
 
     /// What a status that names no more specific outcome means: try a 429 or 5xx again, else the
     /// provider refused the notification.
-    static func outcome(status: HTTPResponseStatus, headers: HTTPHeaders, reason: String) -> PushOutcome {
-        if status == .tooManyRequests || status.code >= 500 {
-            return .retry(after: retryAfter(headers), reason: "\(status.code) \(reason)")
+    static func outcome(status: Int, retryAfter header: String?, reason: String) -> PushOutcome {
+        if status == 429 || status >= 500 {
+            return .retry(after: retryAfter(header), reason: "\(status) \(reason)")
         }
-        return .refused("\(status.code) \(reason)")
+        return .refused("\(status) \(reason)")
     }
 }

@@ -27,7 +27,7 @@ public struct WebhookHTTPSender: WebhookSender {
         do {
             let response = try await http.post(endpoint.url, headers: headers, body: Data(delivery.body))
             if (200..<300).contains(response.status.code) { return .delivered }
-            return .failed(retryAfter: PushHTTP.retryAfter(response.headers), reason: "\(response.status.code) \(response.status.reasonPhrase)")
+            return .failed(retryAfter: PushHTTP.retryAfter(response.headers.first(name: "retry-after")), reason: "\(response.status.code) \(response.status.reasonPhrase)")
         } catch {
             return .failed(retryAfter: nil, reason: "\(error)")
         }

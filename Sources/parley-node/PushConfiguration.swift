@@ -73,7 +73,7 @@ struct PushConfiguration {
             do {
                 providers[.apns] = try APNsProvider(apns, logger: logger)
             } catch {
-                throw ValidationError("the APNs key is not a P-256 private key in PEM (a .p8 file): \(error)")
+                throw ValidationError("the APNs provider cannot start: \(error) (the key must be a P-256 private key in PEM, a .p8 file)")
             }
         }
         if let fcm {

@@ -2,10 +2,10 @@ import NIOCore
 import NIOEmbedded
 import NIOHPACK
 import NIOHTTP2
-import ParleyLoad
+import ParleyHTTP2Client
 import Testing
 
-/// parley-load's own HTTP/2 framing against NIOHTTP2's server (the gateway's), and on frames that
+/// Parley's own HTTP/2 client framing against NIOHTTP2's server (the gateway's), and on frames that
 /// server does not send but a peer may (padding, CONTINUATION), and on broken ones.
 @Suite struct HTTP2ClientFramesTests {
     /// NIOHTTP2's server, answering every request `201` with its body echoed.
@@ -44,7 +44,7 @@ import Testing
         return channel
     }
 
-    /// The preface, SETTINGS and a POST on stream 1, as parley-load writes them.
+    /// The preface, SETTINGS and a POST on stream 1, as the client writes them.
     func request(body: String, encoder: inout HPACKEncoder) throws -> ByteBuffer {
         var bytes = ByteBuffer(bytes: HTTP2ClientFrame.preface)
         HTTP2ClientFrameWriter.settings([.init(HTTP2ClientFrame.Setting.enablePush, 0)], into: &bytes)
