@@ -97,11 +97,15 @@ public distributed actor PresenceShard {
     }
 
     /// A stream closed; returns the user's presence (offline with `lastSeenAt` if it was the last).
-    public distributed func closeSession(_ session: SessionRef) -> Presence {
+    /// When it was the last, this answers once the nodes that remembered the stream have
+    /// forgotten it: a message committed after the gateway heard this answer finds the user
+    /// offline and owes them a push notification (with nothing waiting, the next message after an
+    /// app closed could still go to the closed stream, and no notification to the phone).
+    public distributed func closeSession(_ session: SessionRef) async -> Presence {
         expire()
         let change = state.sessionClosed(session.userId, sessionID: session.sessionID, now: actorSystem.clock.now, wallClock: actorSystem.clock.wallNow)
         announce(change)
-        forgetWentOffline([change].compactMap { $0 })
+        if let change, change.status == .offline { await invalidateDirectories(of: [change.userId]) }
         return state.presence(of: session.userId)
     }
 
@@ -201,10 +205,10 @@ public distributed actor PresenceShard {
         forgetWentOffline(changes)
     }
 
-    /// Users whose last stream closed: the nodes that remember where their streams were forget
-    /// it, so that a conversation's owner sees them offline at once and owes them push
-    /// notifications, instead of delivering to a gateway that no longer holds their stream for
-    /// the rest of a directory lease. Nothing waits for it.
+    /// Users whose leases ran out: the nodes that remember where their streams were forget it, so
+    /// that a conversation's owner sees them offline at once and owes them push notifications,
+    /// instead of delivering to a gateway that no longer holds their stream for the rest of a
+    /// directory lease. Nothing waits for it.
     private func forgetWentOffline(_ changes: [Presence]) {
         let users = changes.filter { $0.status == .offline }.map(\.userId)
         guard !users.isEmpty else { return }

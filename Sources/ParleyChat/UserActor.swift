@@ -200,13 +200,13 @@ extension UserActor {
     public distributed func notify(_ notice: PushNotice) async throws -> PushNoticeResult {
         guard profile != nil, let settings = services.pushes else { return .done }
         let me = UserID(rawValue: id.key)
-        let devices = try await services.withStore { try await $0.devices(of: me) }
+        let sender = settings.preview == .none ? nil : notice.latest.senderId
+        let recipient = try await services.withStore { try await $0.pushRecipient(me, sender: sender) }
+        let devices = recipient.devices
         guard !devices.isEmpty else { return .done }
-        let badge = try await services.withStore { try await $0.unreadCount(of: me) }
-        let senderName = settings.preview == .none ? nil : try await services.withStore { try await $0.user(id: notice.latest.senderId) }?.user.displayName
         let content = PushContent(
-            latest: notice.latest, count: notice.count, kind: notice.kind, conversationName: notice.conversationName, senderName: senderName,
-            badge: Int(clamping: badge), preview: settings.preview)
+            latest: notice.latest, count: notice.count, kind: notice.kind, conversationName: notice.conversationName, senderName: recipient.senderName,
+            badge: Int(clamping: recipient.unread), preview: settings.preview)
         var retryAfter: Duration?
         for platform in PushPlatform.allCases {
             let targets = devices.filter { $0.device.platform == platform }

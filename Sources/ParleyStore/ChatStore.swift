@@ -151,6 +151,11 @@ public protocol ChatStore: Sendable {
     /// A user's devices, oldest first.
     func devices(of user: UserID) async throws -> [StoredDevice]
 
+    /// What a push notification to `user` needs, read together: their devices (oldest first), their
+    /// unread count (``unreadCount(of:)``), and the display name of `sender` (nil when not asked
+    /// for or unknown). Nothing but the devices is read when there are none.
+    func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient
+
     /// Removes one of a user's devices; false if the user has none with this ID.
     func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool
 
@@ -283,6 +288,15 @@ extension ChatStore {
     /// One commit at a time, unless the store says otherwise.
     public var concurrentCommits: Int { 1 }
 
+    /// Three reads, one after the other; a store that can answer in one read does.
+    public func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient {
+        let devices = try await devices(of: user)
+        guard !devices.isEmpty else { return PushRecipient(devices: [], unread: 0, senderName: nil) }
+        let unread = try await unreadCount(of: user)
+        let senderName = try await sender.asyncMap { try await self.user(id: $0)?.user.displayName } ?? nil
+        return PushRecipient(devices: devices, unread: unread, senderName: senderName)
+    }
+
     public var blockingCommit: BlockingCommit? { nil }
 }
 
@@ -303,5 +317,25 @@ public struct WebhookCursorRecord: Sendable, Hashable {
         self.endpoint = endpoint
         self.state = state
         self.pending = pending
+    }
+}
+
+/// What a push notification to a user needs from the store (``ChatStore/pushRecipient(_:sender:)``).
+public struct PushRecipient: Sendable, Hashable {
+    public var devices: [StoredDevice]
+    public var unread: Int64
+    public var senderName: String?
+
+    public init(devices: [StoredDevice], unread: Int64, senderName: String?) {
+        self.devices = devices
+        self.unread = unread
+        self.senderName = senderName
+    }
+}
+
+extension Optional {
+    fileprivate func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
     }
 }

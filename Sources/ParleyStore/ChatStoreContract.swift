@@ -560,6 +560,17 @@ public enum ChatStoreContract {
             let after = try await store.unreadCount(of: me), others = try await store.unreadCount(of: other)
             try check(after == 1, "after reading: \(after)")
             try check(others == 1, "the other member's count: \(others)")
+            // What a push to a user reads: nothing more without a device; with one, the same count.
+            try check(try await store.pushRecipient(me, sender: other) == PushRecipient(devices: [], unread: 0, senderName: nil), "without devices")
+            try await store.createUser(StoredUser(user: User(id: other, handle: "o\(other.rawValue.suffix(8).lowercased())", displayName: "Olive", createdAt: t0), passwordHash: "!"))
+            let phone = StoredDevice(
+                device: Device(id: .make(), platform: .apns, token: "ee\(me.rawValue.lowercased())", topic: nil, environment: .production, createdAt: t0),
+                userId: me, tokenId: "login-1")
+            _ = try await store.registerDevice(phone, keepingAtMost: 3)
+            let recipient = try await store.pushRecipient(me, sender: other)
+            try check(recipient == PushRecipient(devices: [phone], unread: 1, senderName: "Olive"), "a push's reads: \(recipient)")
+            try check(try await store.pushRecipient(me, sender: nil).senderName == nil, "no sender asked for")
+            try check(try await store.pushRecipient(me, sender: .make()).senderName == nil, "an unknown sender")
         },
         Case(name: "a member mutes a conversation for themself only, fenced by the epoch; leaving drops the setting") { store in
             let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())

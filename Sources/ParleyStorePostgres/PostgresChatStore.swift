@@ -523,6 +523,28 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
+    /// One round trip: the count and the name ride on each device's row.
+    public func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient {
+        try await run {
+            var recipient = PushRecipient(devices: [], unread: 0, senderName: nil)
+            for try await (id, tokenId, platform, token, topic, environment, created, unread, senderName) in try await client.query(
+                """
+                SELECT id, token_id, platform, token, topic, environment, created_at,
+                    (SELECT coalesce(sum(greatest(0, c.last_seq - m.read_seq)), 0)::BIGINT FROM members m JOIN conversations c ON c.id = m.conversation_id
+                     WHERE m.user_id = \(user.rawValue)),
+                    (SELECT display_name FROM users WHERE id = \(sender?.rawValue))
+                FROM devices WHERE user_id = \(user.rawValue) ORDER BY created_at, id COLLATE "C"
+                """, logger: logger
+            ).decode((String, String, String, String, String?, String?, Int64, Int64, String?).self) {
+                recipient.devices.append(try DeviceRows.device(
+                    id: id, userId: user.rawValue, tokenId: tokenId, platform: platform, token: token, topic: topic, environment: environment, createdAt: created))
+                recipient.unread = unread
+                recipient.senderName = senderName
+            }
+            return recipient
+        }
+    }
+
     public func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool {
         try await run {
             for try await _ in try await client.query(

@@ -521,6 +521,17 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    /// One read transaction: a push is one hop to a reader and back, not three.
+    public func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient {
+        try await read { db in
+            let devices = try Row.fetchAll(db, sql: "SELECT * FROM devices WHERE user_id = ? ORDER BY created_at, id", arguments: [user.rawValue]).map(Self.storedDevice)
+            guard !devices.isEmpty else { return PushRecipient(devices: [], unread: 0, senderName: nil) }
+            let unread = try Int64.fetchOne(db, sql: Self.unreadCountSQL, arguments: [user.rawValue]) ?? 0
+            let senderName = try sender.flatMap { try String.fetchOne(db, sql: "SELECT display_name FROM users WHERE id = ?", arguments: [$0.rawValue]) }
+            return PushRecipient(devices: devices, unread: unread, senderName: senderName)
+        }
+    }
+
     public func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool {
         try await write { db in
             try db.execute(sql: "DELETE FROM devices WHERE id = ? AND user_id = ?", arguments: [id.rawValue, user.rawValue])
@@ -872,16 +883,13 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     public func unreadCount(of user: UserID) async throws -> Int64 {
-        try await read { db in
-            try Int64.fetchOne(
-                db,
-                sql: """
-                    SELECT coalesce(sum(max(0, c.last_seq - m.read_seq)), 0) FROM members m JOIN conversations c ON c.id = m.conversation_id
-                    WHERE m.user_id = ?
-                    """,
-                arguments: [user.rawValue]) ?? 0
-        }
+        try await read { db in try Int64.fetchOne(db, sql: Self.unreadCountSQL, arguments: [user.rawValue]) ?? 0 }
     }
+
+    private static let unreadCountSQL = """
+        SELECT coalesce(sum(max(0, c.last_seq - m.read_seq)), 0) FROM members m JOIN conversations c ON c.id = m.conversation_id
+        WHERE m.user_id = ?
+        """
 
     public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
         try await write { db in
