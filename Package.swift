@@ -139,6 +139,7 @@ let package = Package(
             name: "ParleyCluster",
             dependencies: [
                 "ParleyModel",
+                .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

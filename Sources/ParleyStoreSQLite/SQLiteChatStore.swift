@@ -521,13 +521,19 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
-    /// One read transaction: a push is one hop to a reader and back, not three.
+    /// One read transaction: a push is one hop to a reader and back, not three. Its statements
+    /// are prepared once per connection: preparing them for each push (GRDB's authorizer runs on
+    /// every column a statement reads) was a tenth of a worker's CPU at 1,000 pushes a second.
     public func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient {
         try await read { db in
-            let devices = try Row.fetchAll(db, sql: "SELECT * FROM devices WHERE user_id = ? ORDER BY created_at, id", arguments: [user.rawValue]).map(Self.storedDevice)
+            let devices = try Row.fetchAll(
+                db.cachedStatement(sql: "SELECT * FROM devices WHERE user_id = ? ORDER BY created_at, id"), arguments: [user.rawValue]
+            ).map(Self.storedDevice)
             guard !devices.isEmpty else { return PushRecipient(devices: [], unread: 0, senderName: nil) }
-            let unread = try Int64.fetchOne(db, sql: Self.unreadCountSQL, arguments: [user.rawValue]) ?? 0
-            let senderName = try sender.flatMap { try String.fetchOne(db, sql: "SELECT display_name FROM users WHERE id = ?", arguments: [$0.rawValue]) }
+            let unread = try Int64.fetchOne(db.cachedStatement(sql: Self.unreadCountSQL), arguments: [user.rawValue]) ?? 0
+            let senderName = try sender.flatMap {
+                try String.fetchOne(db.cachedStatement(sql: "SELECT display_name FROM users WHERE id = ?"), arguments: [$0.rawValue])
+            }
             return PushRecipient(devices: devices, unread: unread, senderName: senderName)
         }
     }
