@@ -76,12 +76,22 @@ def cpu_seconds(pids):
     return total
 
 
+def retried(method, path, body=None, token=None):
+    """A call, again while the API says it may be retried (a node the cluster declared down a moment)."""
+    for attempt in range(10):
+        status, reply = call(method, path, body, token)
+        if status < 500 or not (reply or {}).get("error", {}).get("retryable"):
+            return status, reply
+        time.sleep(0.5)
+    return status, reply
+
+
 def user(index):
     handle = f"p{index}-{uuid.uuid4().hex[:6]}"
-    status, reply = call("POST", "/v1/users", {"handle": handle, "password": "bench-password", "displayName": f"User {index}"})
+    status, reply = retried("POST", "/v1/users", {"handle": handle, "password": "bench-password", "displayName": f"User {index}"})
     assert status == 201, (status, reply)
     token = reply["token"]
-    status, reply2 = call("POST", "/v1/devices", {"platform": "apns", "token": f"{index:064x}"}, token)
+    status, reply2 = retried("POST", "/v1/devices", {"platform": "apns", "token": f"{index:064x}"}, token)
     assert status == 201, (status, reply2)
     return reply["user"]["id"], token
 
@@ -95,7 +105,7 @@ groups = []
 for g in range(args.groups):
     members = users[g * args.members:(g + 1) * args.members]
     sender_id, sender_token = members[0]
-    status, reply = call("POST", "/v1/conversations", {"memberIds": [m[0] for m in members[1:]], "name": f"group {g}"}, sender_token)
+    status, reply = retried("POST", "/v1/conversations", {"memberIds": [m[0] for m in members[1:]], "name": f"group {g}"}, sender_token)
     assert status == 201, (status, reply)
     groups.append((reply["conversation"]["id"], sender_token))
 # Past the presence shards' first lease: every member is known to be offline.

@@ -92,6 +92,11 @@ public final class HTTP2ClientConnection: Sendable {
         /// A response's body past this is refused (its stream reset): a server's answer is read
         /// into memory.
         public var maxResponseBody = 1 << 20
+        /// How long a request written waits for others to share its flush (one TLS record, one
+        /// write): nil, only for the tasks already queued on the event loop. For a client whose
+        /// requests arrive one by one from many tasks and for which a few milliseconds do not
+        /// matter (push notifications).
+        public var flushDelay: TimeAmount?
 
         public init(host: String, port: Int, tls: NIOSSLContext?) {
             self.host = host
@@ -127,7 +132,9 @@ public final class HTTP2ClientConnection: Sendable {
                     if let tls = configuration.tls {
                         try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isAddress ? nil : configuration.host))
                     }
-                    try sync.addHandler(HTTP2ClientHandler(authority: configuration.authority, scheme: configuration.tls == nil ? "http" : "https", maxResponseBody: configuration.maxResponseBody))
+                    try sync.addHandler(HTTP2ClientHandler(
+                        authority: configuration.authority, scheme: configuration.tls == nil ? "http" : "https",
+                        maxResponseBody: configuration.maxResponseBody, flushDelay: configuration.flushDelay))
                 }
             }
             .connect(host: configuration.host, port: configuration.port)
@@ -198,6 +205,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let authority: String
     private let scheme: String
     private let maxResponseBody: Int
+    private let flushDelay: TimeAmount?
     /// Called once, when the connection stops taking new requests.
     var onUnusable: (@Sendable () -> Void)?
     private var context: ChannelHandlerContext?
@@ -225,10 +233,11 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// scheduled and cancelled thousands of times a second.
     private var sweep: Scheduled<Void>?
 
-    init(authority: String, scheme: String, maxResponseBody: Int) {
+    init(authority: String, scheme: String, maxResponseBody: Int, flushDelay: TimeAmount?) {
         self.authority = authority
         self.scheme = scheme
         self.maxResponseBody = maxResponseBody
+        self.flushDelay = flushDelay
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -327,14 +336,22 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         unflushed = true
     }
 
-    /// Flushes after the tasks already queued on the loop: requests made in one turn of the loop
-    /// leave together.
+    /// Flushes after the tasks already queued on the loop (requests made in one turn of the loop
+    /// leave together), or after the flush delay.
     private func scheduleFlush() {
         guard !flushScheduled, let context else { return }
         flushScheduled = true
-        context.eventLoop.assumeIsolated().execute { [self] in
-            flushScheduled = false
-            flushIfNeeded()
+        let loop = context.eventLoop.assumeIsolated()
+        if let flushDelay {
+            loop.scheduleTask(in: flushDelay) { [self] in
+                flushScheduled = false
+                flushIfNeeded()
+            }
+        } else {
+            loop.execute { [self] in
+                flushScheduled = false
+                flushIfNeeded()
+            }
         }
     }
 

@@ -13,21 +13,21 @@ public struct DirectJSON {
     }
 
     /// `"key":` — a key from the source, which needs no escaping.
-    mutating func key(_ key: StaticString) {
+    public mutating func key(_ key: StaticString) {
         bytes.append(UInt8(ascii: "\""))
         key.withUTF8Buffer { bytes.append(contentsOf: $0) }
         bytes.append(UInt8(ascii: "\""))
         bytes.append(UInt8(ascii: ":"))
     }
 
-    mutating func raw(_ byte: Unicode.Scalar) {
+    public mutating func raw(_ byte: Unicode.Scalar) {
         bytes.append(UInt8(ascii: byte))
     }
 
     /// A string, escaped as Foundation's encoder does: `"` and `\` with a backslash, backspace,
     /// tab, newline, form feed and carriage return by name, other controls as `\u00xx`; every
     /// other byte (DEL, `/`, all of non-ASCII) as it is.
-    mutating func string(_ value: String) {
+    public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
         var value = value
         value.withUTF8 { utf8 in
@@ -58,7 +58,7 @@ public struct DirectJSON {
 
     private static let hex = Array("0123456789abcdef".utf8)
 
-    mutating func integer(_ value: Int64) {
+    public mutating func integer(_ value: Int64) {
         if value < 0 { bytes.append(UInt8(ascii: "-")) }
         // The magnitude as unsigned, so Int64.min has one too.
         var magnitude = value.magnitude

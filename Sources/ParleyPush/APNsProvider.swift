@@ -83,6 +83,9 @@ public final class APNsProvider: PushProvider {
             connection.connectTimeout = .seconds(3)
             // An APNs answer is a status and at most a short JSON reason.
             connection.maxResponseBody = 64 * 1024
+            // Notices arrive one by one from their users' actors; a notification later by a few
+            // milliseconds is no later for its reader.
+            connection.flushDelay = .milliseconds(2)
         }
         self.logger = logger
     }
@@ -92,12 +95,7 @@ public final class APNsProvider: PushProvider {
     }
 
     public func send(_ content: PushContent, to devices: [Device]) async -> [PushOutcome] {
-        let payload: ByteBuffer
-        do {
-            payload = ByteBuffer(bytes: try JSONEncoder().encode(Payload(content)))
-        } catch {
-            return devices.map { _ in .refused("cannot encode the payload: \(error)") }
-        }
+        let payload = ByteBuffer(bytes: Self.payload(content))
         return await PushHTTP.each(devices) { await self.send(payload, content: content, to: $0) }
     }
 
@@ -158,35 +156,31 @@ public final class APNsProvider: PushProvider {
         return SHA256.hash(data: Data(conversation.rawValue.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
-    /// The JSON APNs shows: `aps` for the system, the rest for the app.
-    struct Payload: Encodable {
-        struct APS: Encodable {
-            struct Alert: Encodable {
-                var title: String?
-                var subtitle: String?
-                var body: String
-            }
-
-            var alert: Alert
-            var badge: Int
-            var sound = "default"
-            var threadID: String
-
-            enum CodingKeys: String, CodingKey {
-                case alert, badge, sound
-                case threadID = "thread-id"
-            }
+    /// The JSON APNs shows: `aps` for the system, the rest for the app. Written by hand: through
+    /// JSONEncoder it was 5 % of a worker's CPU at 3,000 pushes a second.
+    static func payload(_ content: PushContent) -> [UInt8] {
+        var json = DirectJSON(capacity: 256 + content.body.utf8.count)
+        json.raw("{")
+        json.key("aps")
+        json.raw("{")
+        json.key("alert")
+        json.raw("{")
+        if let title = content.title {
+            json.key("title"); json.string(title); json.raw(",")
         }
-
-        var aps: APS
-        var conversationId: String
-        var seq: Int64
-
-        init(_ content: PushContent) {
-            aps = APS(alert: .init(title: content.title, subtitle: content.subtitle, body: content.body), badge: content.badge, threadID: content.conversationId.rawValue)
-            conversationId = content.conversationId.rawValue
-            seq = content.seq
+        if let subtitle = content.subtitle {
+            json.key("subtitle"); json.string(subtitle); json.raw(",")
         }
+        json.key("body"); json.string(content.body)
+        json.raw("}"); json.raw(",")
+        json.key("badge"); json.integer(Int64(content.badge)); json.raw(",")
+        json.key("sound"); json.string("default"); json.raw(",")
+        json.key("thread-id"); json.string(content.conversationId.rawValue)
+        json.raw("}"); json.raw(",")
+        json.key("conversationId"); json.string(content.conversationId.rawValue); json.raw(",")
+        json.key("seq"); json.integer(content.seq)
+        json.raw("}")
+        return json.bytes
     }
 
     struct APNsError: Error, CustomStringConvertible {

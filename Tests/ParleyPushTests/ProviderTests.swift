@@ -68,14 +68,18 @@ import _CryptoExtras
 
     @Test func theAPNsPayloadIsWhatAppleDocuments() throws {
         let content = PushContent(title: "trio", subtitle: "3 new messages", body: "Ann: hi", badge: 4, conversationId: "c_1", seq: 9)
-        let json = try #require(try JSONSerialization.jsonObject(with: JSONEncoder().encode(APNsProvider.Payload(content))) as? [String: Any])
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(APNsProvider.payload(content))) as? [String: Any])
         let aps = try #require(json["aps"] as? [String: Any])
         #expect(aps["alert"] as? [String: String] == ["title": "trio", "subtitle": "3 new messages", "body": "Ann: hi"])
         #expect(aps["badge"] as? Int == 4 && aps["thread-id"] as? String == "c_1" && aps["sound"] as? String == "default")
         #expect(json["conversationId"] as? String == "c_1" && json["seq"] as? Int == 9)
         let plain = PushContent(title: nil, subtitle: nil, body: "New message", badge: 1, conversationId: "c_1", seq: 1)
-        let alert = try #require((try JSONSerialization.jsonObject(with: JSONEncoder().encode(APNsProvider.Payload(plain))) as? [String: Any])?["aps"] as? [String: Any])
+        let alert = try #require((try JSONSerialization.jsonObject(with: Data(APNsProvider.payload(plain))) as? [String: Any])?["aps"] as? [String: Any])
         #expect(alert["alert"] as? [String: String] == ["body": "New message"], "absent fields are left out")
+        // Whatever the text holds stays one JSON string.
+        let tricky = PushContent(title: "a \"quoted\" \\ name", subtitle: nil, body: "line\nbreak\ttab \u{1} 🎉 שלום", badge: 0, conversationId: "c_2", seq: 2)
+        let decoded = try #require((try JSONSerialization.jsonObject(with: Data(APNsProvider.payload(tricky))) as? [String: Any])?["aps"] as? [String: Any])
+        #expect(decoded["alert"] as? [String: String] == ["title": tricky.title ?? "", "body": tricky.body])
     }
 
     @Test func aCollapseIDIsAtMost64Bytes() {
