@@ -92,7 +92,7 @@ def user(index):
     assert status == 201, (status, reply)
     token = reply["token"]
     status, reply2 = retried("POST", "/v1/devices", {"platform": "apns", "token": f"{index:064x}"}, token)
-    assert status == 201, (status, reply2)
+    assert status in (200, 201), (status, reply2)  # 200: a retry found it registered
     return reply["user"]["id"], token
 
 
