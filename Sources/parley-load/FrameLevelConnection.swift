@@ -7,6 +7,7 @@ import NIOSSL
 import ParleyClient
 import ParleyLoad
 import ParleyModel
+import Synchronization
 
 /// One user's connection to a gateway, driven frame by frame (``HTTP2ClientConnection``): TLS with
 /// ALPN `h2`, HTTP/2 without a channel per stream, the user's event stream on one HTTP/2 stream and
@@ -29,11 +30,7 @@ final class FrameLevelConnection: Sendable {
     private let connection: HTTP2ClientConnection
     private let authorization: String
     /// Whether the load generator closed the connection: what ends from then on is no failure.
-    private let closing: NIOLoopBound<Closing>
-
-    private final class Closing {
-        var closed = false
-    }
+    private let closed = Atomic(false)
 
     /// How long a request may wait for its whole response (as ParleyClient's request timeout).
     private static let requestTimeout = TimeAmount.seconds(15)
@@ -41,7 +38,6 @@ final class FrameLevelConnection: Sendable {
     private init(connection: HTTP2ClientConnection, token: String) {
         self.connection = connection
         self.authorization = "Bearer \(token)"
-        self.closing = NIOLoopBound(Closing(), eventLoop: connection.eventLoop)
     }
 
     /// Connects to `gateway` (`https://host:port`) and opens the user's event stream.
@@ -79,9 +75,8 @@ final class FrameLevelConnection: Sendable {
                 }
             })
         let promise = eventLoop.makePromise(of: HTTP2ClientResponse.self)
-        let closing = self.closing
-        promise.futureResult.whenComplete { result in
-            guard !closing.value.closed else { return }
+        promise.futureResult.whenComplete { [self] result in
+            guard !closed.load(ordering: .relaxed) else { return }
             switch result {
             case .success:
                 onEvent(.failed("the gateway ended the event stream"))
@@ -140,8 +135,7 @@ final class FrameLevelConnection: Sendable {
 
     /// Closes the connection; its event stream ends without counting as a failure.
     func close() async {
-        let closing = self.closing
-        try? await eventLoop.submit { closing.value.closed = true }.get()
+        closed.store(true, ordering: .relaxed)
         try? await connection.close(reason: "the connection was closed by the load generator").get()
     }
 
