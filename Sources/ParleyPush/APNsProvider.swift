@@ -65,7 +65,8 @@ public final class APNsProvider: PushProvider {
     private let key: Data
     private let production: Server
     private let sandbox: Server
-    /// Two connections to each server: one per core here; each takes 1,000 streams at once.
+    /// Two connections to each server, on the event loops in turn; APNs lets each hold 1,000
+    /// streams at once.
     private let http: HTTP2ClientPool
     private let logger: Logger
     private let token = Mutex<(jwt: String, issuedAt: ContinuousClock.Instant)?>(nil)
