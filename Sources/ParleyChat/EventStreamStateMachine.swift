@@ -47,6 +47,12 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
         guard !ended else { return [] }
         var order = orders[conversation] ?? Order(lastWritten: seq - 1)
         guard seq > order.lastWritten else { return [] }
+        if seq == order.lastWritten + 1, order.waiting.isEmpty {
+            // The usual case, the next seq with nothing waiting (so no gap either): written at once.
+            order.lastWritten = seq
+            orders[conversation] = order
+            return [.write([(conversation, seq, event)])]
+        }
         order.waiting[seq] = event
         var written: [(conversation: Conversation, seq: Int64, event: Event)] = []
         while let next = order.waiting.removeValue(forKey: order.lastWritten + 1) {
