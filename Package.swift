@@ -83,6 +83,16 @@ let package = Package(
         // Push providers (APNs, FCM) over AsyncHTTPClient's HTTP/2; the workers' users' actors
         // send through them.
         .target(
+            name: "ParleyMedia",
+            dependencies: [
+                "ParleyModel",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: upcoming
+        ),
+        .target(
             name: "ParleyPush",
             dependencies: [
                 "ParleyChat",
@@ -309,6 +319,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyMediaTests",
+            dependencies: ["ParleyMedia", "ParleyModel", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: upcoming
         ),
         .testTarget(

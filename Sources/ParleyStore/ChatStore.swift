@@ -162,6 +162,13 @@ public protocol ChatStore: Sendable {
     /// Removes the devices a login registered (its logout).
     func removeDevices(registeredWith tokenID: String) async throws
 
+    /// Keeps an upload's description (its bytes are in a blob store already). An ID stored
+    /// already is a `conflict`.
+    func recordMedia(_ media: StoredMedia) async throws
+
+    /// An upload's description, nil if there is none with this ID.
+    func media(_ id: MediaID) async throws -> StoredMedia?
+
     /// The conversations `user` is a member of, newest activity first, after `cursor`.
     func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord]
 

@@ -433,6 +433,29 @@ public enum ChatStoreContract {
             try check(try await store.durableChanges(for: third, since: at(30)).conversations.map(\.change) == [.memberRemoved],
                 "the others see the removal as the conversation's last change")
         },
+        Case(name: "an upload's description is kept as given, once per ID") { store in
+            let uploader = UserID.make()
+            let photo = StoredMedia(
+                media: Media(id: .make(), contentType: "image/jpeg", size: 1_234_567, sha256: String(repeating: "ab", count: 32),
+                             width: 4032, height: 3024, createdAt: Date(millisecondsSince1970: t0.millisecondsSince1970 + 1)),
+                uploaderId: uploader)
+            let note = StoredMedia(
+                media: Media(id: .make(), contentType: "audio/mp4", size: 5 << 30, sha256: String(repeating: "0f", count: 32), createdAt: t0),
+                uploaderId: uploader)
+            try await store.recordMedia(photo)
+            try await store.recordMedia(note)
+            let readPhoto = try await store.media(photo.media.id)
+            try check(readPhoto == photo, "the photo: \(String(describing: readPhoto))")
+            try check(try await store.media(note.media.id) == note, "the voice note, over 4 GiB, no size in pixels")
+            try check(try await store.media(.make()) == nil, "an unknown ID")
+            do {
+                try await store.recordMedia(StoredMedia(media: photo.media, uploaderId: UserID.make()))
+                try check(false, "a second upload under the same ID was kept")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .conflict, "the same ID again: \(error)")
+            }
+            try check(try await store.media(photo.media.id)?.uploaderId == uploader, "the first stays")
+        },
         Case(name: "a device token belongs to one user; registering it again keeps its ID; the oldest make room") { store in
             // Fresh users and tokens: a shared store (the PostgreSQL suite's) keeps earlier runs' devices.
             let (me, other) = (UserID.make(), UserID.make())

@@ -38,6 +38,7 @@ public final class InMemoryChatStore: ChatStore {
         var revoked: [String: Date] = [:]
         /// Every user's devices, in the order they were registered.
         var devices: [StoredDevice] = []
+        var media: [MediaID: StoredMedia] = [:]
     }
 
     private let users = Mutex(Users())
@@ -380,6 +381,19 @@ public final class InMemoryChatStore: ChatStore {
             let recent = state.values.map(\.record).filter { $0.lastActivityAt > since }.sorted { $0.lastActivityAt > $1.lastActivityAt }
             return recent.prefix(max(0, limit)).map(\.id)
         }
+    }
+
+    public func recordMedia(_ media: StoredMedia) async throws {
+        try users.withLock { users in
+            guard users.media[media.media.id] == nil else { throw ChatStoreError(.conflict, "media \(media.media.id) exists") }
+            var stored = media
+            stored.media.createdAt = media.media.createdAt.millisecondPrecision
+            users.media[media.media.id] = stored
+        }
+    }
+
+    public func media(_ id: MediaID) async throws -> StoredMedia? {
+        users.withLock { $0.media[id] }
     }
 
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {

@@ -220,6 +220,7 @@ public final class PostgresChatStore: ChatStore {
             """,
             "CREATE INDEX annotations_by_time ON annotations(conversation_id, annotated_at)",
         ]),
+        (12, "uploads' descriptions", MediaRows.migration),
     ]
 
     public func migrate() async throws {
@@ -558,6 +559,34 @@ public final class PostgresChatStore: ChatStore {
 
     public func removeDevices(registeredWith tokenID: String) async throws {
         try await run { _ = try await client.query("DELETE FROM devices WHERE token_id = \(tokenID)", logger: logger) }
+    }
+
+    public func recordMedia(_ media: StoredMedia) async throws {
+        let m = media.media
+        try await run {
+            let rows = try await client.query(
+                """
+                INSERT INTO media (id, uploader_id, content_type, size, sha256, width, height, created_at)
+                VALUES (\(m.id.rawValue), \(media.uploaderId.rawValue), \(m.contentType), \(m.size), \(m.sha256), \(m.width), \(m.height),
+                        \(m.createdAt.millisecondsSince1970))
+                ON CONFLICT DO NOTHING RETURNING id
+                """, logger: logger)
+            var inserted = false
+            for try await _ in rows { inserted = true }
+            guard inserted else { throw ChatStoreError(.conflict, "media \(m.id) exists") }
+        }
+    }
+
+    public func media(_ id: MediaID) async throws -> StoredMedia? {
+        try await run {
+            for try await (uploader, contentType, size, sha256, width, height, created) in try await client.query(
+                "SELECT uploader_id, content_type, size, sha256, width, height, created_at FROM media WHERE id = \(id.rawValue)", logger: logger
+            ).decode((String, String, Int64, String, Int?, Int?, Int64).self) {
+                return MediaRows.media(
+                    id: id.rawValue, uploaderId: uploader, contentType: contentType, size: size, sha256: sha256, width: width, height: height, createdAt: created)
+            }
+            return nil
+        }
     }
 
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {

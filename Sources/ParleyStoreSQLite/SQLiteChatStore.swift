@@ -142,6 +142,7 @@ public final class SQLiteChatStore: ChatStore {
         "v10: webhook endpoints and where each conversation's events to them have got to",
         "v11: users may be bots",
         "v12: bots' annotations of messages",
+        "v13: uploads' descriptions",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -356,6 +357,9 @@ public final class SQLiteChatStore: ChatStore {
                 CREATE INDEX annotations_by_time ON annotations(conversation_id, annotated_at);
                 """)
         }
+        migrator.registerMigration(Self.migrationNames[12]) { db in
+            for statement in MediaRows.migration { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -547,6 +551,32 @@ public final class SQLiteChatStore: ChatStore {
 
     public func removeDevices(registeredWith tokenID: String) async throws {
         try await write { db in try db.execute(sql: "DELETE FROM devices WHERE token_id = ?", arguments: [tokenID]) }
+    }
+
+    // MARK: Media
+
+    public func recordMedia(_ media: StoredMedia) async throws {
+        try await write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM media WHERE id = ?", arguments: [media.media.id.rawValue]) == true {
+                throw ChatStoreError(.conflict, "media \(media.media.id) exists")
+            }
+            let m = media.media
+            try db.execute(
+                sql: "INSERT INTO media (id, uploader_id, content_type, size, sha256, width, height, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                arguments: [m.id.rawValue, media.uploaderId.rawValue, m.contentType, m.size, m.sha256, m.width, m.height, m.createdAt.millisecondsSince1970])
+        }
+    }
+
+    public func media(_ id: MediaID) async throws -> StoredMedia? {
+        try await read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM media WHERE id = ?", arguments: [id.rawValue]).map { row in
+                MediaRows.media(
+                    id: try row.decode(forColumn: "id"), uploaderId: try row.decode(forColumn: "uploader_id"),
+                    contentType: try row.decode(forColumn: "content_type"), size: try row.decode(forColumn: "size"),
+                    sha256: try row.decode(forColumn: "sha256"), width: try row.decode(forColumn: "width"),
+                    height: try row.decode(forColumn: "height"), createdAt: try row.decode(forColumn: "created_at"))
+            }
+        }
     }
 
     static func storedDevice(from row: Row) throws -> StoredDevice {
