@@ -112,6 +112,7 @@ let package = Package(
         .target(
             name: "ParleyGateway",
             dependencies: [
+                "ParleyMedia",
                 "ParleyModel",
                 "ParleyChat",
                 "ParleyCluster",
@@ -208,6 +209,7 @@ let package = Package(
         .executableTarget(
             name: "parley-node",
             dependencies: [
+                "ParleyMedia",
                 "ParleyChat",
                 "ParleyPush",
                 "ParleyModel",

@@ -192,6 +192,25 @@ extension UserActor {
         }
     }
 
+    /// `POST /v1/media`, once the gateway has kept the bytes: records the upload as this user's.
+    public distributed func recordUpload(_ media: Media) async throws -> Media {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        let me = UserID(rawValue: id.key)
+        try await services.withStore { try await $0.recordMedia(StoredMedia(media: media, uploaderId: me)) }
+        return media
+    }
+
+    /// `GET /v1/media/{id}`: the upload, if this user may download it — one they uploaded.
+    /// Anything else is `not_found`, so that whether it exists does not leak.
+    public distributed func downloadable(_ media: MediaID) async throws -> Media {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        let me = UserID(rawValue: id.key)
+        guard let stored = try await services.withStore({ try await $0.media(media) }), stored.uploaderId == me else {
+            throw ChatError(.notFound, "media not found")
+        }
+        return stored.media
+    }
+
     /// A conversation's owner owes this user a push notification (``PushPlanner``): sends it to
     /// each of the user's devices through the node's provider for its platform. A device the
     /// provider says is gone is removed. Answers when to try again if a provider asked for that

@@ -64,6 +64,8 @@ extension Gateway {
             return Response(status: .noContent)
         }
 
+        addMediaRoutes(to: v1)
+
         // Conversations
         v1.post("conversations") { request, context in try await self.createConversation(request) }
         v1.get("conversations") { request, context in try await self.listConversations(request) }

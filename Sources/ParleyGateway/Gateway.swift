@@ -56,6 +56,8 @@ public struct GatewayConfiguration: Sendable {
     /// The admin token operators' routes (`POST /v1/webhooks/{name}/replay`) require; nil: those
     /// routes answer `403`.
     public var adminToken: String?
+    /// Where uploads are kept, and their limits; nil: the media routes answer `404`.
+    public var media: MediaSettings?
     public init(certificatePath: String, keyPath: String, tokenSecret: String) {
         self.certificatePath = certificatePath
         self.keyPath = keyPath
@@ -95,6 +97,7 @@ public final class Gateway: Sendable {
     let loginByHandle: RateLimiter
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
+    let uploadLimiter: RateLimiter
     let passwords: PasswordHashing
     let logger: Logger
     /// A bcrypt hash checked when a handle is unknown, so both failures take as long.
@@ -118,6 +121,7 @@ public final class Gateway: Sendable {
         self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
         self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
         self.registrationByAddress = RateLimiter(configuration.registrationRatePerAddress)
+        self.uploadLimiter = RateLimiter(configuration.media?.uploadRate ?? RateLimiter.Rule(perSecond: 1, burst: 1))
         self.passwords = PasswordHashing(cost: configuration.bcryptCost, outstandingMax: configuration.passwordHashesOutstandingMax)
         self.logger = logger
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
@@ -144,7 +148,8 @@ public final class Gateway: Sendable {
         let idleTimeout = configuration.clientIdleTimeout.map { TimeAmount.nanoseconds($0.nanoseconds) }
         let http2 = HTTP2Responder(
             respond: { try await routes.respond(to: $0, context: $1) }, bodyLimit: configuration.bodyLimitBytes, serverName: "parley",
-            idleTimeout: idleTimeout, requestTimeout: .nanoseconds(configuration.requestTimeout.nanoseconds), logger: logger)
+            idleTimeout: idleTimeout, requestTimeout: .nanoseconds(configuration.requestTimeout.nanoseconds), streamsBody: Self.streamsBody,
+            logger: logger)
         let connections = self.connections
         let handshakeTimeout = TimeAmount.nanoseconds(configuration.handshakeTimeout.nanoseconds)
         let server = HTTPServerBuilder { responder in

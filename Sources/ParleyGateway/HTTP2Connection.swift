@@ -120,6 +120,10 @@ struct HTTP2Responder: Sendable {
     /// A request whose body has not all come this long after its headers is answered `408` and
     /// its stream reset.
     var requestTimeout: TimeAmount = .seconds(30)
+    /// Requests whose body the route reads as it arrives (uploads), with no limit but the route's
+    /// own: at most the stream's flow-control window (1 MiB) of it waits in memory, and for these
+    /// the request timeout counts from the last bytes that came.
+    var streamsBody: @Sendable (HTTPRequest) -> Bool = { _ in false }
     let logger: Logger
 
     func response(to request: Request, context: GatewayContext) async -> Response {
@@ -135,6 +139,10 @@ struct HTTP2Responder: Sendable {
         return response
     }
 
+    /// A response body of known length up to this goes out in one flush; a longer one (a
+    /// download) as it is written, each piece once the client has room for it.
+    static let collectedBodyMax = 256 * 1024
+
     /// Runs the router for one request and writes its response.
     func answer(_ request: Request, on sink: HTTP2StreamSink, channel: any Channel) async {
         var context = GatewayContext(source: ApplicationRequestContextSource(channel: channel, logger: logger))
@@ -146,7 +154,7 @@ struct HTTP2Responder: Sendable {
             if request.method == .head {
                 // Whatever the route answered (an error's JSON too), a HEAD response has no content.
                 sink.send(headers: headers, data: [], end: true)
-            } else if body.contentLength != nil {
+            } else if let length = body.contentLength, length <= Self.collectedBodyMax {
                 // Head, body and end in one flush.
                 try await body.write(HTTP2BodyWriter(sink: sink, pendingHead: headers, collects: true))
             } else {
@@ -206,8 +214,10 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         var body = ByteBuffer()
         /// Answered already (the body passed the limit): the rest of the body is dropped.
         var answered = false
-        /// When its headers came (``HTTP2Responder/requestTimeout``).
+        /// When its headers came, or for a streamed body its last bytes (``HTTP2Responder/requestTimeout``).
         var since: NIODeadline
+        /// A body the route reads as it comes (``HTTP2Responder/streamsBody``).
+        var streamed: StreamedRequestBody?
     }
 
     private let responder: HTTP2Responder
@@ -236,6 +246,11 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     /// server send before it reads. At 0 the stream is not writable, though the connection may be
     /// (NIOHTTP2 would buffer its DATA frames without bound).
     private var sendWindows: [HTTP2StreamID: Int] = [:]
+    /// Bytes of each streamed body the route has read and the client has not been given back as
+    /// window yet (given back 64 KiB at a time).
+    private var uncredited: [HTTP2StreamID: Int] = [:]
+    /// Responses waiting for room to write their next piece (``whenWritable(_:_:)``).
+    private var writableWaiters: [HTTP2StreamID: [() -> Void]] = [:]
     /// Where this connection's requests are answered: its own event loop.
     private var taskExecutor: EventLoopTaskExecutor?
     /// Flushes three turns of the loop's task queue after a write: a send's response and the
@@ -291,12 +306,26 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             }
             incoming[id] = Incoming(head: head, since: context.eventLoop.now)
             updateIdleTimer(context: context)
-            if headers.endStream { requestComplete(id, context: context) }
+            if headers.endStream {
+                requestComplete(id, context: context)
+            } else if responder.streamsBody(head) {
+                dispatchStreamed(id, context: context)
+            }
         case .data(let payload):
             guard case .byteBuffer(var bytes) = payload.data else { return }
             guard var request = incoming[id] else { return }
             if request.answered {
                 if payload.endStream { incoming[id] = nil }
+                return
+            }
+            if let streamed = request.streamed {
+                streamed.append(bytes)
+                if payload.endStream {
+                    streamed.finish()
+                    incoming[id] = nil
+                } else {
+                    incoming[id]?.since = context.eventLoop.now
+                }
                 return
             }
             incoming[id] = nil  // no copy of the body while it grows
@@ -316,7 +345,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         case .rstStream:
             // The client gave up on the request: its work stops (a send may still have committed;
             // the client's retry with the same clientMessageId finds it).
-            incoming[id] = nil
+            dropIncoming(id)
             responding[id]?.task?.cancel()
             streamEnded(id)
             closeIfDrained(context: context)
@@ -325,6 +354,11 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             // SETTINGS, PING, WINDOW_UPDATE, GOAWAY, PRIORITY: NIOHTTP2Handler's.
             break
         }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { for id in Array(writableWaiters.keys) { wakeWriters(of: id) } }
+        context.fireChannelWritabilityChanged()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -342,7 +376,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         switch event {
         case let closed as StreamClosedEvent:
             streamEnded(closed.streamID)
-            incoming[closed.streamID] = nil
+            dropIncoming(closed.streamID)
             closeIfDrained(context: context)
             updateIdleTimer(context: context)
         case let window as NIOHTTP2WindowUpdatedEvent:
@@ -350,6 +384,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
                 if let left = window.inboundWindowSize { connectionWindowLeft = left }
             } else if let send = window.outboundWindowSize, responding[window.streamID] != nil || incoming[window.streamID] != nil {
                 sendWindows[window.streamID] = send
+                if send > 0 { wakeWriters(of: window.streamID) }
             }
             context.fireUserInboundEventTriggered(event)
         case let created as NIOHTTP2StreamCreatedEvent:
@@ -385,6 +420,54 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         dispatch(id, request, context: context)
     }
 
+    /// Starts answering a request whose body is still coming: the route reads it as it arrives,
+    /// and what it read goes back to the client as window.
+    private func dispatchStreamed(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard let head = incoming[id]?.head else { return }
+        let sink = HTTP2StreamSink(id, connection: self, loop: context.eventLoop, executor: taskExecutor)
+        let streamed = StreamedRequestBody { [sink] bytes in sink.credit(bytes) }
+        incoming[id]?.streamed = streamed
+        responding[id] = sink
+        let responder = self.responder
+        let channel = context.channel
+        let request = Request(head: head, body: RequestBody(asyncSequence: streamed))
+        sink.task = Task(executorPreference: taskExecutor) { await responder.answer(request, on: sink, channel: channel) }
+    }
+
+    /// A request no longer arriving (reset, closed, timed out): a route reading its body learns so.
+    private func dropIncoming(_ id: HTTP2StreamID) {
+        incoming.removeValue(forKey: id)?.streamed?.finish(StreamedRequestBody.Ended())
+        uncredited[id] = nil
+    }
+
+    /// The route read `bytes` of a streamed body: once 64 KiB are owed, the client may send them again.
+    fileprivate func credit(_ id: HTTP2StreamID, _ bytes: Int) {
+        guard let context, incoming[id] != nil else { return }
+        let owed = uncredited[id, default: 0] + bytes
+        guard owed >= 64 * 1024 else {
+            uncredited[id] = owed
+            return
+        }
+        uncredited[id] = 0
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: owed))), promise: nil)
+    }
+
+    /// Runs `action` once stream `id` may be written to (the connection and the stream's window have
+    /// room), or is over (the next write then finds it closed).
+    fileprivate func whenWritable(_ id: HTTP2StreamID, _ action: @escaping () -> Void) {
+        if !isOpen(id) || isWritable(id) {
+            action()
+        } else {
+            writableWaiters[id, default: []].append(action)
+        }
+    }
+
+    private func wakeWriters(of id: HTTP2StreamID) {
+        guard let waiters = writableWaiters[id], !isOpen(id) || isWritable(id) else { return }
+        writableWaiters[id] = nil
+        for waiter in waiters { waiter() }
+    }
+
     private func dispatch(_ id: HTTP2StreamID, _ incoming: Incoming, context: ChannelHandlerContext) {
         let sink = HTTP2StreamSink(id, connection: self, loop: context.eventLoop, executor: taskExecutor)
         responding[id] = sink
@@ -415,7 +498,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             // (RFC 9113 section 8.1) — after the response is on its way: a RST_STREAM written
             // first would drop the response's DATA still held for the stream, and the client
             // would get no answer.
-            incoming[id] = nil
+            dropIncoming(id)
             context.flush()
             reset(id, .noError, context: context)
         }
@@ -454,14 +537,20 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     private func streamEnded(_ id: HTTP2StreamID) {
         sendWindows[id] = nil
         responding.removeValue(forKey: id)?.ended()
+        if let waiters = writableWaiters.removeValue(forKey: id) { for waiter in waiters { waiter() } }
     }
 
     /// The connection is gone: every request's work stops.
     private func endAll() {
         let sinks = responding.values
         responding = [:]
+        for request in incoming.values { request.streamed?.finish(StreamedRequestBody.Ended()) }
         incoming = [:]
+        uncredited = [:]
         sendWindows = [:]
+        let waiters = writableWaiters.values.flatMap { $0 }
+        writableWaiters = [:]
+        for waiter in waiters { waiter() }
         for sink in sinks {
             sink.task?.cancel()
             sink.ended()
@@ -481,7 +570,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
                 responder.logger.info("request timed out before its body came", metadata: [
                     "http.path": "\(request.head.path ?? "")", "timeout": "\(timeout)",
                 ])
-                incoming[id] = nil
+                dropIncoming(id)
                 var headers = HPACKHeaders([(":status", "408"), ("content-type", "application/json")])
                 let body = ByteBuffer(string: #"{"error":{"code":"request_timeout","message":"the request's body did not all arrive in time","retryable":true}}"#)
                 headers.add(name: "content-length", value: "\(body.readableBytes)")
@@ -611,6 +700,21 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
         loop.execute { [self] in onLoop.send(id, headers: headers, data: data, end: end) }
     }
 
+    /// From any thread: the route read `bytes` of the request's streamed body.
+    func credit(_ bytes: Int) {
+        let id = self.id
+        loop.execute { [self] in onLoop.credit(id, bytes) }
+    }
+
+    /// From any thread: returns once the client has room for more of the response (or the
+    /// stream is over).
+    func writable() async {
+        let id = self.id
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            loop.execute { [self] in onLoop.whenWritable(id) { continuation.resume() } }
+        }
+    }
+
     var isActive: Bool { onLoop.isOpen(id) }
     var isWritable: Bool { onLoop.isWritable(id) }
     func write(_ buffer: ByteBuffer) { onLoop.write(id, buffer) }
@@ -645,6 +749,8 @@ struct HTTP2BodyWriter: ResponseBodyWriter {
         } else {
             sink.send(headers: pendingHead, data: [buffer], end: false)
             pendingHead = nil
+            // A download is read from its store no faster than its client takes it.
+            await sink.writable()
         }
     }
 

@@ -184,6 +184,12 @@ public enum API {
         public init(device: Device) { self.device = device }
     }
 
+    /// `POST /v1/media`'s answer.
+    public struct MediaBody: Codable, Sendable {
+        public var media: Media
+        public init(media: Media) { self.media = media }
+    }
+
     public struct Devices: Codable, Sendable {
         public var devices: [Device]
         public init(devices: [Device]) { self.devices = devices }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import ParleyCluster
 import ParleyGateway
+import ParleyMedia
 import ParleyModel
 import ParleyTransport
 
@@ -191,6 +192,19 @@ struct NodeConfiguration {
                 [(run.clientRequestTimeout, "--client-request-timeout"), (environment["PARLEY_CLIENT_REQUEST_TIMEOUT"], "PARLEY_CLIENT_REQUEST_TIMEOUT")],
                 in: .milliseconds(100) ... .seconds(3_600)) ?? .seconds(30)
             gateway.adminToken = adminToken
+            let mediaDirectory = value(run.mediaDir, "PARLEY_MEDIA_DIR") ?? {
+                if case .sqlite(let path) = store { return URL(fileURLWithPath: path).deletingLastPathComponent().appendingPathComponent("media").path }
+                return dataDirectory.appendingPathComponent("media").path
+            }()
+            do {
+                var media = MediaSettings(blobs: try FileBlobStore(directory: URL(fileURLWithPath: mediaDirectory)))
+                media.maxBytes = Int64(try number(run.mediaMaxBytes.map(Double.init), "PARLEY_MEDIA_MAX_BYTES", default: 25 * 1024 * 1024, range: 1...1_099_511_627_776))
+                gateway.media = media
+            } catch let error as ValidationError {
+                throw error
+            } catch {
+                throw ValidationError("the media directory \(mediaDirectory) cannot be used: \(error)")
+            }
             self.gateway = gateway
         }
         if let adminToken {

@@ -140,6 +140,12 @@ struct Run: AsyncParsableCommand {
 
     @Option(help: .hidden) var sendRetrySeconds: String?
 
+    @Option(help: "Gateway: the directory uploads (POST /v1/media) are kept in, by their SHA-256; every gateway of a cluster must see the same one. (env PARLEY_MEDIA_DIR; default a media directory beside the SQLite file, or DATA-DIR/media with PostgreSQL)")
+    var mediaDir: String?
+
+    @Option(help: "Gateway: the largest upload in bytes; a larger one is 413. (env PARLEY_MEDIA_MAX_BYTES; default 26214400, 25 MiB)")
+    var mediaMaxBytes: Int?
+
     @Option(help: "Gateway: messages a user may send per second (bursts of 2.5× are allowed). (env PARLEY_SEND_RATE; default 20)")
     var sendRate: Double?
 

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Uploads and downloads end to end, through real parley-node processes (2 workers, 2 gateways
+sharing one SQLite file and one media directory, TLS) and curl as the independent client.
+
+An image uploaded over HTTP/2 and over HTTP/1.1 is kept once, under its SHA-256, with its size
+in pixels; its uploader downloads it whole, by range (curl -r: a range inside, the last bytes,
+past the end), revalidates it by ETag, over either gateway; anyone else gets 404. A body that is
+not what its Content-Type says is 415, one without Content-Length 411, one over the limit 413
+before it is all sent, an empty one 400. An upload cut off by its client, and one whose gateway
+is SIGKILLed midway, leave no media; the retry on the other gateway works, and so does one while
+the uploader's worker is SIGKILLed.
+
+    Scripts/tests/media_e2e.py PATH-TO-parley-node
+
+Every process it starts is recorded and stopped by its PID.
+"""
+import hashlib
+import os
+import shutil
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+from e2e_lib import Checks, Nodes, call, issue_certificates, wait_until
+
+NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+WORK = tempfile.mkdtemp(prefix="parley-media.")
+TLS = os.path.join(WORK, "tls")
+CA = os.path.join(TLS, "ca.pem")
+MEDIA = os.path.join(WORK, "data", "media")
+LIMIT = 12_000_000
+check = Checks()
+NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
+nodes = Nodes(NODE, WORK, TLS, NAMES, seeds=["worker-1", "worker-2"])
+ENV = {
+    "PARLEY_TOKEN_SECRET": "media-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
+    "PARLEY_REGISTRATION_RATE": "100", "PARLEY_MEDIA_MAX_BYTES": str(LIMIT), "PARLEY_EVENT_LOOPS": "1",
+}
+
+
+def png(width, height, seed=0):
+    """A real PNG, stored without compression so that its size follows its pixels."""
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3 + seed) % 256 for x in range(width * 3)) for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b""))
+
+
+def write(name, data):
+    path = os.path.join(WORK, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def curl(gateway, *args, token=None, http="--http2"):
+    """curl against a gateway: (status, headers as a dict of lists, body bytes)."""
+    headers_file = os.path.join(WORK, "headers.txt")
+    command = ["curl", "-s", http, "--cacert", CA, "-D", headers_file, "-o", os.path.join(WORK, "body.bin"), "--max-time", "60"]
+    if token:
+        command += ["-H", f"Authorization: Bearer {token}"]
+    command += list(args)
+    command[-1] = f"https://localhost:{nodes.client[gateway]}{command[-1]}"
+    subprocess.run(command, check=False)
+    status, headers = 0, {}
+    if os.path.exists(headers_file):
+        with open(headers_file, "rb") as f:
+            for raw in f.read().decode("latin-1").splitlines():
+                if raw.startswith("HTTP/"):
+                    status, headers = int(raw.split()[1]), {}
+                elif ":" in raw:
+                    name, value = raw.split(":", 1)
+                    headers.setdefault(name.strip().lower(), []).append(value.strip())
+        os.remove(headers_file)
+    body = b""
+    if os.path.exists(os.path.join(WORK, "body.bin")):
+        with open(os.path.join(WORK, "body.bin"), "rb") as f:
+            body = f.read()
+        os.remove(os.path.join(WORK, "body.bin"))
+    return status, headers, body
+
+
+def upload(gateway, path, content_type, token, http="--http2", extra=()):
+    import json
+    status, headers, body = curl(gateway, "-H", f"Content-Type: {content_type}", *extra, "--data-binary", f"@{path}", "/v1/media",
+                                 token=token, http=http)
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+def blobs():
+    found = []
+    for root, _, files in os.walk(os.path.join(MEDIA, "blobs")):
+        found += files
+    return sorted(found)
+
+
+def leftovers():
+    uploads = os.path.join(MEDIA, "uploads")
+    return os.listdir(uploads) if os.path.isdir(uploads) else []
+
+
+def main():
+    issue_certificates(NODE, TLS, NAMES)
+    for name in NAMES:
+        nodes.start(name, ENV)
+    if not check(wait_until(60, lambda: all(nodes.ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
+        return
+    context = ssl.create_default_context(cafile=CA)
+    g1, g2 = nodes.client["gateway-1"], nodes.client["gateway-2"]
+    status, alice = call("POST", g1, "/v1/users", {"handle": "alice", "password": "correct horse", "displayName": "Alice"}, context=context)
+    _, bob = call("POST", g1, "/v1/users", {"handle": "bob", "password": "correct horse", "displayName": "Bob"}, context=context)
+    token, stranger = alice["token"], bob["token"]
+
+    print("upload")
+    photo = png(640, 480)
+    photo_path = write("photo.png", photo)
+    digest = hashlib.sha256(photo).hexdigest()
+    status, first = upload("gateway-1", photo_path, "image/png", token)
+    media = first.get("media", {}) if isinstance(first, dict) else {}
+    check(status == 201 and media.get("sha256") == digest and media.get("size") == len(photo)
+          and media.get("contentType") == "image/png" and (media.get("width"), media.get("height")) == (640, 480)
+          and media.get("id", "").startswith("m_"), "an upload over HTTP/2 is 201 {media} with its SHA-256, size and pixels", f"{status} {first}")
+    status, second = upload("gateway-2", photo_path, "image/png; charset=binary", token, http="--http1.1")
+    check(status == 201 and second["media"]["sha256"] == digest and second["media"]["id"] != media.get("id"),
+          "the same bytes over HTTP/1.1 on the other gateway: a new ID, the same SHA-256", f"{status} {second}")
+    check(blobs() == [digest], "kept once, named by their SHA-256", blobs())
+    photo_id = media.get("id", "m_none")
+
+    print("download")
+    status, headers, body = curl("gateway-2", f"/v1/media/{photo_id}", token=token)
+    check(status == 200 and body == photo, "the uploader downloads it whole from the other gateway", f"{status} {len(body)}")
+    check(headers.get("etag") == [f'"{digest}"'] and headers.get("content-type") == ["image/png"]
+          and headers.get("x-content-type-options") == ["nosniff"] and "immutable" in headers.get("cache-control", [""])[0]
+          and "private" in headers.get("cache-control", [""])[0] and headers.get("accept-ranges") == ["bytes"]
+          and "content-disposition" not in headers, "ETag, type, nosniff, private immutable caching, ranges; an image is not an attachment", headers)
+    status, headers, body = curl("gateway-1", "-I", f"/v1/media/{photo_id}", token=token)
+    # (curl -I writes the headers where the body would go.)
+    check(status == 200 and b"\x89PNG" not in body and headers.get("content-length") == [str(len(photo))], "HEAD: the headers, no body", f"{status} {headers}")
+    status, headers, body = curl("gateway-1", "-r", "1000-1999", f"/v1/media/{photo_id}", token=token)
+    check(status == 206 and body == photo[1000:2000] and headers.get("content-range") == [f"bytes 1000-1999/{len(photo)}"],
+          "curl -r 1000-1999: 206 with those bytes and Content-Range", f"{status} {len(body)} {headers.get('content-range')}")
+    status, headers, body = curl("gateway-2", "-r", "-100", f"/v1/media/{photo_id}", token=token, http="--http1.1")
+    check(status == 206 and body == photo[-100:], "curl -r -100 over HTTP/1.1: the last 100 bytes", f"{status} {len(body)}")
+    status, headers, body = curl("gateway-1", "-r", f"{len(photo)}-", f"/v1/media/{photo_id}", token=token)
+    check(status == 416 and headers.get("content-range") == [f"bytes */{len(photo)}"], "a range past the end is 416 with the size", f"{status} {headers}")
+    status, _, body = curl("gateway-1", "-H", f'If-None-Match: "{digest}"', f"/v1/media/{photo_id}", token=token)
+    check(status == 304 and body == b"", "If-None-Match with the ETag: 304", status)
+    status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}", token=stranger)
+    check(status == 404, "another user: 404", status)
+    status, _, _ = curl("gateway-1", "/v1/media/m_00000000000000000000000000000000", token=token)
+    check(status == 404, "an unknown ID: 404", status)
+    status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}")
+    check(status == 401, "no token: 401", status)
+
+    pdf = b"%PDF-1.4\n" + b"0" * 5000 + b"\n%%EOF\n"
+    status, doc = upload("gateway-1", write("doc.pdf", pdf), "application/pdf", token)
+    status, headers, body = curl("gateway-1", f"/v1/media/{doc['media']['id']}", token=token)
+    check(status == 200 and body == pdf and headers.get("content-disposition") == ["attachment"]
+          and "sandbox" in headers.get("content-security-policy", [""])[0], "a PDF downloads as an attachment, sandboxed", headers)
+
+    print("refused")
+    status, reply = upload("gateway-1", photo_path, "image/jpeg", token)
+    check(status == 415 and reply["error"]["code"] == "unsupported_media_type" and "image/png" in reply["error"]["message"],
+          "PNG bytes declared as JPEG: 415 naming what they are", f"{status} {reply}")
+    status, reply = upload("gateway-1", write("page.html", b"<html><script>alert(1)</script></html>" * 10), "text/html", token)
+    check(status == 415, "a type that is not accepted: 415", status)
+    status, reply = upload("gateway-1", write("fake.png", b"\x89PNG\r\n\x1a\n" + b"x" * 10), "image/gif", token)
+    check(status == 415, "short bytes of another type: 415", status)
+    status, reply = upload("gateway-2", photo_path, "image/png", token, http="--http1.1", extra=("-H", "Transfer-Encoding: chunked"))
+    check(status == 411 and reply["error"]["code"] == "length_required", "no Content-Length: 411", f"{status} {reply}")
+    status, reply = upload("gateway-1", write("empty.png", b""), "image/png", token)
+    check(status == 400, "an empty body: 400", status)
+    huge = png(2400, 1800)
+    check(len(huge) > LIMIT, "a PNG over the limit", len(huge))
+    huge_path = write("huge.png", huge)
+    started = time.time()
+    result = subprocess.run(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: image/png",
+                             "--data-binary", f"@{huge_path}", "-w", "%{http_code} %{size_upload}", "-o", "/dev/null",
+                             f"https://localhost:{g1}/v1/media"], capture_output=True, text=True)
+    code, sent = (result.stdout.split() + ["0", "0"])[:2]
+    check(code == "413" and int(float(sent)) < len(huge) // 2, f"over the limit ({LIMIT} bytes): 413 before the body is sent", result.stdout)
+    check(leftovers() == [] and blobs() == sorted([digest, hashlib.sha256(pdf).hexdigest()]), "nothing refused was kept", (leftovers(), blobs()))
+
+    print("cut off")
+    big = png(1500, 1000, seed=1)
+    big_path = write("big.png", big)
+    big_digest = hashlib.sha256(big).hexdigest()
+    client = subprocess.Popen(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: image/png",
+                               "--limit-rate", "1M", "--data-binary", f"@{big_path}", "-o", "/dev/null", f"https://localhost:{g1}/v1/media"])
+    check(wait_until(10, lambda: len(leftovers()) == 1), "an upload under way is written aside", leftovers())
+    os.kill(client.pid, 9)
+    client.wait()
+    check(wait_until(10, lambda: leftovers() == []), "cut off by its client: nothing of it stays", leftovers())
+    check(big_digest not in blobs(), "and no blob of it")
+
+    client = subprocess.Popen(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: image/png",
+                               "--limit-rate", "1M", "--data-binary", f"@{big_path}", "-o", "/dev/null", f"https://localhost:{g1}/v1/media"])
+    check(wait_until(10, lambda: len(leftovers()) == 1), "another upload under way")
+    nodes.kill("gateway-1")
+    client.wait()
+    check(big_digest not in blobs(), "its gateway SIGKILLed midway: no media of it")
+    status, retried = upload("gateway-2", big_path, "image/png", token)
+    check(status == 201 and retried["media"]["sha256"] == big_digest, "the retry on the other gateway is kept", f"{status} {retried}")
+    status, _, body = curl("gateway-2", f"/v1/media/{retried['media']['id']}", token=token)
+    check(status == 200 and body == big, "and downloads whole", f"{status} {len(body)}")
+
+    print("a worker killed")
+    nodes.kill("worker-1")
+    third = png(300, 200, seed=2)
+    third_path = write("third.png", third)
+    kept = {}
+
+    def retry_upload():
+        status, reply = upload("gateway-2", third_path, "image/png", token)
+        if status == 201:
+            kept["media"] = reply["media"]
+            return True
+        return False
+
+    check(wait_until(30, retry_upload), "with a worker SIGKILLed, uploads retried until 201 are kept")
+    if "media" in kept:
+        status, _, body = curl("gateway-2", f"/v1/media/{kept['media']['id']}", token=token)
+        check(status == 200 and body == third, "and download", status)
+        status, _, body = curl("gateway-2", f"/v1/media/{photo_id}", token=token)
+        check(status == 200 and body == photo, "the first upload too, after the ring moved", status)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        nodes.kill_all()
+        if check.failed:
+            print(f"logs kept in {WORK}")
+        else:
+            shutil.rmtree(WORK, ignore_errors=True)
+    print(f"media end to end: {check.passed} passed, {check.failed} failed")
+    sys.exit(1 if check.failed else 0)

@@ -1,0 +1,191 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ParleyChat
+import ParleyMedia
+import ParleyModel
+
+/// Where a gateway keeps uploads, and their limits.
+public struct MediaSettings: Sendable {
+    public var blobs: any BlobStore
+    /// The largest upload accepted, in bytes; a larger one is `413`.
+    public var maxBytes: Int64 = 25 << 20
+    /// Uploads per user.
+    public var uploadRate = RateLimiter.Rule(perSecond: 2, burst: 20)
+
+    public init(blobs: any BlobStore) {
+        self.blobs = blobs
+    }
+}
+
+extension Gateway {
+    /// `POST /v1/media` is read as it arrives (``HTTP2Responder/streamsBody``), never whole.
+    static func streamsBody(_ request: HTTPRequest) -> Bool {
+        guard request.method == .post, let path = request.path else { return false }
+        return path == "/v1/media" || path.hasPrefix("/v1/media?")
+    }
+
+    func addMediaRoutes(to v1: RouterGroup<GatewayContext>) {
+        v1.post("media") { request, context in try await self.upload(request) }
+        v1.get("media/:id") { request, context in try await self.download(request, context) }
+    }
+
+    private func mediaSettings() throws -> MediaSettings {
+        guard let media = configuration.media else { throw APIError.notFound("this server keeps no media") }
+        return media
+    }
+
+    /// Keeps the body's bytes under their SHA-256, once its first bytes showed it is what its
+    /// `Content-Type` says, then records the upload as the caller's. Nothing is recorded for an
+    /// upload refused or cut off, and its bytes are dropped.
+    private func upload(_ request: Request) async throws -> Response {
+        let settings = try mediaSettings()
+        let caller = try await authenticate(request)
+        if let wait = uploadLimiter.acquire(caller.id.rawValue) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many uploads; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
+        }
+        let declared = (request.headers[.contentType] ?? "").split(separator: ";").first.map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        } ?? ""
+        guard MediaSniffing.contentTypes.contains(declared) else {
+            throw APIError(.unsupportedMediaType, "unsupported_media_type",
+                           "Content-Type must be one of \(MediaSniffing.contentTypes.sorted().joined(separator: ", "))\(declared.isEmpty ? "" : ", not \(declared)")")
+        }
+        guard let lengthText = request.headers[.contentLength], let length = Int64(lengthText), length >= 0 else {
+            throw APIError(.lengthRequired, "length_required", "Content-Length is required: the upload's size in bytes")
+        }
+        guard length > 0 else { throw APIError.invalid("the body is empty") }
+        guard length <= settings.maxBytes else {
+            throw APIError(.contentTooLarge, "payload_too_large", "an upload is at most \(settings.maxBytes) bytes; this one is \(length)")
+        }
+        let upload = try await settings.blobs.beginUpload()
+        do {
+            let headLength = Int(min(Int64(MediaSniffing.headLength), length))
+            var head: [UInt8] = []
+            head.reserveCapacity(headLength)
+            var dimensions: (width: Int, height: Int)?
+            var received: Int64 = 0
+            for try await var piece in request.body {
+                received += Int64(piece.readableBytes)
+                guard received <= length else { throw APIError.invalid("the body is longer than its Content-Length, \(length)") }
+                if head.count < headLength {
+                    // The first bytes wait until there are enough to tell what they are.
+                    let taken = min(headLength - head.count, piece.readableBytes)
+                    head += piece.readBytes(length: taken) ?? []
+                    guard head.count == headLength else { continue }
+                    let detected = MediaSniffing.contentType(of: head)
+                    guard detected == declared else {
+                        throw APIError(.unsupportedMediaType, "unsupported_media_type",
+                                       "the body is \(detected ?? "none of the accepted types"), not \(declared) as its Content-Type says")
+                    }
+                    dimensions = MediaSniffing.dimensions(of: head, contentType: declared)
+                    try await upload.write(ByteBuffer(bytes: head))
+                }
+                if piece.readableBytes > 0 { try await upload.write(piece) }
+            }
+            guard received == length else { throw APIError.invalid("the body ended after \(received) of its \(length) bytes") }
+            let blob = try await upload.finish()
+            let media = Media(
+                id: .make(), contentType: declared, size: blob.size, sha256: blob.sha256, width: dimensions?.width, height: dimensions?.height,
+                createdAt: Date().millisecondPrecision)
+            let recorded = try await UserActor.resolve(caller.id, using: system).recordUpload(media)
+            return try Self.json(API.MediaBody(media: recorded), status: .created)
+        } catch is StreamedRequestBody.Ended {
+            await upload.abandon()
+            throw APIError.invalid("the upload stopped before its end")
+        } catch let error as BlobStoreError {
+            await upload.abandon()
+            logger.error("an upload could not be kept", metadata: ["error": "\(error)"])
+            throw APIError.unavailable("the upload could not be kept; retry")
+        } catch {
+            await upload.abandon()
+            throw error
+        }
+    }
+
+    /// An upload's bytes, whole or a range of them, to who may see them (``UserActor/downloadable(_:)``).
+    private func download(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let settings = try mediaSettings()
+        let caller = try await authenticate(request)
+        let text = try context.parameters.require("id")
+        guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("media not found") }
+        let media = try await UserActor.resolve(caller.id, using: system).downloadable(MediaID(rawValue: text))
+        let etag = "\"\(media.sha256)\""
+        var headers: HTTPFields = [
+            .contentType: media.contentType,
+            .eTag: etag,
+            // The bytes under an ID never change, and they are this user's to see.
+            .cacheControl: "private, max-age=31536000, immutable",
+            .acceptRanges: "bytes",
+            // A browser opening it shows it as this type, or not at all, and runs nothing in it.
+            HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+            .contentSecurityPolicy: "default-src 'none'; sandbox",
+        ]
+        if !media.contentType.hasPrefix("image/") { headers[.contentDisposition] = "attachment" }
+        if let matches = request.headers[.ifNoneMatch], matches.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0.trimmingCharacters(in: .whitespaces) == "*" }) {
+            return Response(status: .notModified, headers: headers)
+        }
+        var status = HTTPResponse.Status.ok
+        var range: Range<Int64> = 0..<media.size
+        switch ByteRange.parse(request.headers[.range], size: media.size) {
+        case .whole:
+            break
+        case .part(let part):
+            status = .partialContent
+            range = part
+            headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(media.size)"
+        case .unsatisfiable:
+            headers[.contentRange] = "bytes */\(media.size)"
+            let error = APIError(.rangeNotSatisfiable, "range_not_satisfiable", "the range is past the end of the \(media.size) bytes")
+            var response = try error.response(from: request, context: context)
+            response.headers[.contentRange] = "bytes */\(media.size)"
+            return response
+        }
+        let blobs = settings.blobs
+        let sha256 = media.sha256
+        let bytes = range
+        let body = ResponseBody(contentLength: bytes.count) { writer in
+            try await blobs.read(sha256, range: bytes, chunkSize: 64 * 1024) { piece in try await writer.write(piece) }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+}
+
+/// The one range of a `Range` header a download answers (RFC 9110 section 14): `bytes=a-b`,
+/// `bytes=a-` or `bytes=-n`. Anything else — another unit, several ranges, nonsense — is
+/// answered whole, as the RFC allows.
+enum ByteRange: Equatable {
+    case whole
+    case part(Range<Int64>)
+    case unsatisfiable
+
+    static func parse(_ header: String?, size: Int64) -> ByteRange {
+        guard let header, header.hasPrefix("bytes=") else { return .whole }
+        let spec = header.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
+        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return .whole }
+        let first = spec[..<dash], last = spec[spec.index(after: dash)...]
+        func number(_ text: Substring) -> Int64? {
+            guard !text.isEmpty, text.count <= 18, text.allSatisfy(\.isASCII), text.allSatisfy(\.isNumber) else { return nil }
+            return Int64(text)
+        }
+        if first.isEmpty {
+            // The last n bytes.
+            guard let count = number(last) else { return .whole }
+            guard count > 0, size > 0 else { return .unsatisfiable }
+            return .part(max(0, size - count)..<size)
+        }
+        guard let start = number(first) else { return .whole }
+        let end: Int64
+        if last.isEmpty {
+            end = size - 1
+        } else {
+            guard let given = number(last), given >= start else { return .whole }
+            end = min(given, size - 1)
+        }
+        guard start < size else { return .unsatisfiable }
+        return .part(start..<(end + 1))
+    }
+}
