@@ -3,7 +3,8 @@
 import pathlib, re, sys
 root, help_text = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]).read_text()
 help_flat = " ".join(help_text.split())
-help_flags = set(re.findall(r"(?m)^\s+(--[a-z][a-z0-9-]*)", help_text)) - {"--help"}
+# An inverted flag is listed as `--name/--no-name`: both are options.
+help_flags = {flag for pair in re.findall(r"(?m)^\s+(--[a-z][a-z0-9-]*)(?:/(--[a-z][a-z0-9-]*))?", help_text) for flag in pair if flag} - {"--help"}
 docs = [root / "README.md"] + sorted((root / "docs").glob("*.md")) + sorted(p for p in (root / "Deploy").rglob("*") if p.is_file())
 config = (root / "docs" / "OPERATIONS.md").read_text()
 clients = config.split("### Clients and scripts", 1)[1].split("\n## ", 1)[0]
@@ -29,7 +30,7 @@ for path in docs:
             if flag not in help_flags:
                 problems.append(f"{path.relative_to(root)}: {flag} is not an option of parley-node run: {line.strip()[:100]}")
 for flag in sorted(help_flags):
-    if f"`{flag}`" not in config:
+    if f"`{flag}`" not in config and f"`{flag.replace('--no-', '--', 1)}`" not in config:
         problems.append(f"docs/OPERATIONS.md does not document {flag}")
 print(f"checked {len(flags_seen)} flags and {len(vars_seen)} variables in {len(docs)} files against {len(help_flags)} options")
 for problem in problems:

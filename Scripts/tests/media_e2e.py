@@ -53,6 +53,21 @@ def png(width, height, seed=0):
             + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b""))
 
 
+def exif_jpeg():
+    """A JPEG whose EXIF holds an orientation and a GPS latitude (48° 51' 30.07\" N): the GPS
+    directory at TIFF offset 38 (42 bytes) and its rationals at 80 (24 bytes)."""
+    def entry(tag, kind, count, value):
+        return struct.pack(">HHI", tag, kind, count) + value.ljust(4, b"\0")
+    tiff = b"MM" + struct.pack(">HI", 42, 8)
+    tiff += struct.pack(">H", 2) + entry(0x0112, 3, 1, struct.pack(">H", 6)) + entry(0x8825, 4, 1, struct.pack(">I", 38)) + struct.pack(">I", 0)
+    tiff += struct.pack(">H", 3) + entry(0, 1, 4, bytes([2, 3, 0, 0])) + entry(1, 2, 2, b"N\0") + entry(2, 5, 3, struct.pack(">I", 80)) + struct.pack(">I", 0)
+    tiff += struct.pack(">IIIIII", 48, 1, 51, 1, 3007, 100)
+    exif = b"Exif\0\0" + tiff
+    app1 = b"\xff\xe1" + struct.pack(">H", len(exif) + 2) + exif
+    sof = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, 120, 160, 1) + bytes([1, 0x11, 0])
+    return b"\xff\xd8" + app1 + b"\xff\xdb\x00\x43\x00" + bytes([1] * 64) + sof + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x12\x34" * 500 + b"\xff\xd9"
+
+
 def write(name, data):
     path = os.path.join(WORK, name)
     with open(path, "wb") as f:
@@ -168,6 +183,17 @@ def main():
     check(status == 200 and body == pdf and headers.get("content-disposition") == ["attachment"]
           and "sandbox" in headers.get("content-security-policy", [""])[0], "a PDF downloads as an attachment, sandboxed", headers)
 
+    print("location")
+    located = exif_jpeg()
+    status, reply_located = upload("gateway-1", write("located.jpg", located), "image/jpeg", token)
+    reply = reply_located
+    status, _, body = curl("gateway-2", f"/v1/media/{reply['media']['id']}", token=token)
+    tiff = 2 + 4 + 6
+    check(status == 200 and len(body) == len(located) and body[tiff + 38:tiff + 104] == bytes(66)
+          and body[:tiff + 38] == located[:tiff + 38] and body[tiff + 104:] == located[tiff + 104:]
+          and reply["media"]["sha256"] == hashlib.sha256(body).hexdigest(),
+          "a JPEG's GPS fields are zeroed before it is kept, the rest as sent, and its SHA-256 is of what was kept", f"{status} {len(body)}")
+
     print("refused")
     status, reply = upload("gateway-1", photo_path, "image/jpeg", token)
     check(status == 415 and reply["error"]["code"] == "unsupported_media_type" and "image/png" in reply["error"]["message"],
@@ -189,7 +215,8 @@ def main():
                              f"https://localhost:{g1}/v1/media"], capture_output=True, text=True)
     code, sent = (result.stdout.split() + ["0", "0"])[:2]
     check(code == "413" and int(float(sent)) < len(huge) // 2, f"over the limit ({LIMIT} bytes): 413 before the body is sent", result.stdout)
-    check(leftovers() == [] and blobs() == sorted([digest, hashlib.sha256(pdf).hexdigest()]), "nothing refused was kept", (leftovers(), blobs()))
+    kept = sorted([digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"]])
+    check(leftovers() == [] and blobs() == kept, "nothing refused was kept", (leftovers(), blobs()))
 
     print("cut off")
     big = png(1500, 1000, seed=1)

@@ -14,6 +14,8 @@ public struct MediaSettings: Sendable {
     public var maxBytes: Int64 = 25 << 20
     /// Uploads per user.
     public var uploadRate = RateLimiter.Rule(perSecond: 2, burst: 20)
+    /// Whether a JPEG's location (its EXIF GPS fields) is removed before it is kept.
+    public var stripLocation = true
 
     public init(blobs: any BlobStore) {
         self.blobs = blobs
@@ -81,6 +83,7 @@ extension Gateway {
                                        "the body is \(detected ?? "none of the accepted types"), not \(declared) as its Content-Type says")
                     }
                     dimensions = MediaSniffing.dimensions(of: head, contentType: declared)
+                    if declared == "image/jpeg", settings.stripLocation { JPEGLocation.strip(&head) }
                     try await upload.write(ByteBuffer(bytes: head))
                 }
                 if piece.readableBytes > 0 { try await upload.write(piece) }
