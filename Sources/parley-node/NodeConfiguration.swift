@@ -198,6 +198,8 @@ struct NodeConfiguration {
             }()
             do {
                 var media = MediaSettings(blobs: try FileBlobStore(directory: URL(fileURLWithPath: mediaDirectory)))
+                let uploadRate = try number(run.uploadRate, "PARLEY_UPLOAD_RATE", default: 2, range: 0.01...1_000_000)
+                media.uploadRate = .init(perSecond: uploadRate, burst: max(1, uploadRate * 10))
                 media.stripLocation = run.stripLocation ?? (environment["PARLEY_STRIP_LOCATION"].map { $0 != "0" } ?? true)
                 media.maxBytes = Int64(try number(run.mediaMaxBytes.map(Double.init), "PARLEY_MEDIA_MAX_BYTES", default: 25 * 1024 * 1024, range: 1...1_099_511_627_776))
                 gateway.media = media

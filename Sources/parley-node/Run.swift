@@ -146,6 +146,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: the largest upload in bytes; a larger one is 413. (env PARLEY_MEDIA_MAX_BYTES; default 26214400, 25 MiB)")
     var mediaMaxBytes: Int?
 
+    @Option(help: "Gateway: uploads a user may make per second (bursts of 10× are allowed). (env PARLEY_UPLOAD_RATE; default 2)")
+    var uploadRate: Double?
+
     @Flag(inversion: .prefixedNo, help: "Gateway: remove where a JPEG was taken (its EXIF GPS fields) before it is kept; phones record it, and people sending a photo rarely mean to share it. (env PARLEY_STRIP_LOCATION=0 or 1; default on)")
     var stripLocation: Bool?
 
