@@ -60,6 +60,8 @@ let package = Package(
         .target(
             name: "ParleyStorePostgres",
             dependencies: [
+                "ParleyMedia",
+                .product(name: "Crypto", package: "swift-crypto"),
                 "ParleyModel",
                 "ParleyStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -297,8 +299,9 @@ let package = Package(
         .testTarget(
             name: "ParleyStoreTests",
             dependencies: [
-                "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres", "ParleyTestKit",
+                "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres", "ParleyTestKit", "ParleyMedia",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: upcoming

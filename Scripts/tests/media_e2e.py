@@ -10,7 +10,10 @@ before it is all sent, an empty one 400. An upload cut off by its client, and on
 is SIGKILLed midway, leave no media; the retry on the other gateway works, and so does one while
 the uploader's worker is SIGKILLed.
 
-    Scripts/tests/media_e2e.py PATH-TO-parley-node
+With a PostgreSQL URL as the second argument, the nodes use it as their store, and the
+gateways keep uploads' bytes in it (what is kept is then read with psql).
+
+    Scripts/tests/media_e2e.py PATH-TO-parley-node [POSTGRES-URL]
 
 Every process it starts is recorded and stopped by its PID.
 """
@@ -28,6 +31,7 @@ import zlib
 from e2e_lib import Checks, Nodes, call, issue_certificates, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+POSTGRES = sys.argv[2] if len(sys.argv) > 2 else None
 WORK = tempfile.mkdtemp(prefix="parley-media.")
 TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
@@ -40,6 +44,8 @@ ENV = {
     "PARLEY_TOKEN_SECRET": "media-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
     "PARLEY_REGISTRATION_RATE": "100", "PARLEY_MEDIA_MAX_BYTES": str(LIMIT), "PARLEY_EVENT_LOOPS": "1",
 }
+if POSTGRES:
+    ENV["PARLEY_STORE"] = POSTGRES
 
 
 def png(width, height, seed=0):
@@ -112,7 +118,15 @@ def upload(gateway, path, content_type, token, http="--http2", extra=()):
         return status, body
 
 
+def psql(sql):
+    result = subprocess.run(["psql", POSTGRES, "-At", "-c", sql], capture_output=True, text=True, check=True)
+    return set(result.stdout.split())
+
+
 def blobs():
+    """The blobs kept since the run began (a shared database may hold others)."""
+    if POSTGRES:
+        return sorted(psql("SELECT sha256 FROM media_blobs") - BEFORE["blobs"])
     found = []
     for root, _, files in os.walk(os.path.join(MEDIA, "blobs")):
         found += files
@@ -120,8 +134,14 @@ def blobs():
 
 
 def leftovers():
+    """Uploads under way: files in uploads/, or chunks not yet named by a SHA-256."""
+    if POSTGRES:
+        return sorted(psql("SELECT DISTINCT blob FROM media_chunks WHERE blob LIKE 'upload:%'") - BEFORE["uploads"])
     uploads = os.path.join(MEDIA, "uploads")
     return os.listdir(uploads) if os.path.isdir(uploads) else []
+
+
+BEFORE = {"blobs": set(), "uploads": set()}
 
 
 def main():
@@ -130,6 +150,9 @@ def main():
         nodes.start(name, ENV)
     if not check(wait_until(60, lambda: all(nodes.ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
         return
+    if POSTGRES:
+        BEFORE["blobs"], BEFORE["uploads"] = set(blobs()), set(leftovers())
+        print("uploads kept in PostgreSQL")
     context = ssl.create_default_context(cafile=CA)
     g1, g2 = nodes.client["gateway-1"], nodes.client["gateway-2"]
     status, alice = call("POST", g1, "/v1/users", {"handle": "alice", "password": "correct horse", "displayName": "Alice"}, context=context)
@@ -149,6 +172,9 @@ def main():
     check(status == 201 and second["media"]["sha256"] == digest and second["media"]["id"] != media.get("id"),
           "the same bytes over HTTP/1.1 on the other gateway: a new ID, the same SHA-256", f"{status} {second}")
     check(blobs() == [digest], "kept once, named by their SHA-256", blobs())
+    if POSTGRES:
+        chunks = psql(f"SELECT part FROM media_chunks WHERE blob = '{digest}'")
+        check(len(chunks) == (len(photo) + 262143) // 262144, "as 256 KiB chunks", chunks)
     photo_id = media.get("id", "m_none")
 
     print("download")

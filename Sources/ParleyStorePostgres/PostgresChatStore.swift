@@ -221,6 +221,12 @@ public final class PostgresChatStore: ChatStore {
             "CREATE INDEX annotations_by_time ON annotations(conversation_id, annotated_at)",
         ]),
         (12, "uploads' descriptions", MediaRows.migration),
+        (13, "uploads' bytes, in chunks", [
+            "CREATE TABLE media_blobs (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL, created_at BIGINT NOT NULL)",
+            "CREATE TABLE media_chunks (blob TEXT NOT NULL, part INTEGER NOT NULL, data BYTEA NOT NULL, written_at BIGINT NOT NULL, PRIMARY KEY (blob, part))",
+            // Photos and videos are compressed already: stored as they are, without trying again.
+            "ALTER TABLE media_chunks ALTER COLUMN data SET STORAGE EXTERNAL",
+        ]),
     ]
 
     public func migrate() async throws {

@@ -24,6 +24,9 @@ struct NodeConfiguration {
     var commitInterval: Duration?
     /// Set when the node has the gateway role.
     var gateway: GatewayConfiguration?
+    /// Set when the node has the gateway role: where its uploads go (``GatewayConfiguration/media``
+    /// is filled in once that store is open).
+    var media: MediaConfiguration?
     /// Set when a worker was given a push provider's credentials.
     var pushes: PushConfiguration?
     /// Set when a worker was given webhook endpoints.
@@ -192,22 +195,20 @@ struct NodeConfiguration {
                 [(run.clientRequestTimeout, "--client-request-timeout"), (environment["PARLEY_CLIENT_REQUEST_TIMEOUT"], "PARLEY_CLIENT_REQUEST_TIMEOUT")],
                 in: .milliseconds(100) ... .seconds(3_600)) ?? .seconds(30)
             gateway.adminToken = adminToken
-            let mediaDirectory = value(run.mediaDir, "PARLEY_MEDIA_DIR") ?? {
-                if case .sqlite(let path) = store { return URL(fileURLWithPath: path).deletingLastPathComponent().appendingPathComponent("media").path }
-                return dataDirectory.appendingPathComponent("media").path
-            }()
-            do {
-                var media = MediaSettings(blobs: try FileBlobStore(directory: URL(fileURLWithPath: mediaDirectory)))
-                let uploadRate = try number(run.uploadRate, "PARLEY_UPLOAD_RATE", default: 2, range: 0.01...1_000_000)
-                media.uploadRate = .init(perSecond: uploadRate, burst: max(1, uploadRate * 10))
-                media.stripLocation = run.stripLocation ?? (environment["PARLEY_STRIP_LOCATION"].map { $0 != "0" } ?? true)
-                media.maxBytes = Int64(try number(run.mediaMaxBytes.map(Double.init), "PARLEY_MEDIA_MAX_BYTES", default: 25 * 1024 * 1024, range: 1...1_099_511_627_776))
-                gateway.media = media
-            } catch let error as ValidationError {
-                throw error
-            } catch {
-                throw ValidationError("the media directory \(mediaDirectory) cannot be used: \(error)")
+            let placement: MediaConfiguration.Placement
+            if let directory = value(run.mediaDir, "PARLEY_MEDIA_DIR") {
+                placement = .directory(directory)
+            } else if case .sqlite(let path) = store {
+                placement = .directory(URL(fileURLWithPath: path).deletingLastPathComponent().appendingPathComponent("media").path)
+            } else {
+                placement = .database
             }
+            let uploadRate = try number(run.uploadRate, "PARLEY_UPLOAD_RATE", default: 2, range: 0.01...1_000_000)
+            self.media = MediaConfiguration(
+                placement: placement,
+                maxBytes: Int64(try number(run.mediaMaxBytes.map(Double.init), "PARLEY_MEDIA_MAX_BYTES", default: 25 * 1024 * 1024, range: 1...1_099_511_627_776)),
+                uploadRate: .init(perSecond: uploadRate, burst: max(1, uploadRate * 10)),
+                stripLocation: run.stripLocation ?? (environment["PARLEY_STRIP_LOCATION"].map { $0 != "0" } ?? true))
             self.gateway = gateway
         }
         if let adminToken {
@@ -218,5 +219,28 @@ struct NodeConfiguration {
                 Without one GET /v1/cluster is open to whoever reaches the operations port: say so with --insecure-no-admin-token.
                 """)
         }
+    }
+}
+
+/// Where a gateway keeps uploads' bytes, and their limits.
+struct MediaConfiguration {
+    enum Placement {
+        /// Files under this directory (``FileBlobStore``): `--media-dir`, or beside the SQLite file.
+        case directory(String)
+        /// The PostgreSQL store's database (``PostgresBlobStore``): gateways on several machines.
+        case database
+    }
+
+    var placement: Placement
+    var maxBytes: Int64
+    var uploadRate: RateLimiter.Rule
+    var stripLocation: Bool
+
+    func settings(blobs: any BlobStore) -> MediaSettings {
+        var settings = MediaSettings(blobs: blobs)
+        settings.maxBytes = maxBytes
+        settings.uploadRate = uploadRate
+        settings.stripLocation = stripLocation
+        return settings
     }
 }

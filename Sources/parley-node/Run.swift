@@ -6,9 +6,11 @@ import NIOCore
 import NIOHTTP1
 import ParleyChat
 import ParleyGateway
+import ParleyMedia
 import ParleyModel
 import ParleyCluster
 import ParleyStore
+import ParleyStorePostgres
 import ParleyTransport
 import Prometheus
 import ServiceLifecycle
@@ -208,8 +210,10 @@ struct Run: AsyncParsableCommand {
         }
         let transport = NIOClusterTransport(bindAddress: config.cluster.bindAddress, tls: tls, logger: Logger(label: "parley.transport"))
         let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
+        var workerStore: (any ChatStore)?
         if config.cluster.roles.contains(.worker) {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
+            workerStore = store
             let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
             let pushes = try config.pushes.map { try $0.settings(logger: Logger(label: "parley.push")) }
             let webhooks = try await config.webhooks?.settings().recordingFirstSeen(in: store, now: Date())
@@ -243,7 +247,8 @@ struct Run: AsyncParsableCommand {
         let ops = OpsServer(host: config.opsHost, port: config.opsPort, logger: logger, router: respond)
         var gateway: Gateway?
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
-        if let gatewayConfig = config.gateway {
+        if var gatewayConfig = config.gateway, let media = config.media {
+            gatewayConfig.media = media.settings(blobs: try await Self.openBlobs(media.placement, store: config.store, opened: workerStore, logger: logger))
             let made: Gateway
             do {
                 made = try Gateway(system: system, configuration: gatewayConfig, logger: Logger(label: "parley.gateway"))
@@ -270,6 +275,27 @@ struct Run: AsyncParsableCommand {
         groupConfig.maximumCancellationDuration = nil
         try await ServiceGroup(configuration: groupConfig).run()
         logger.info("stopped")
+    }
+
+    /// The store a gateway keeps uploads' bytes in. Uploads a gateway left unfinished when it
+    /// died are removed once an hour old (others may be writing theirs now).
+    static func openBlobs(_ placement: MediaConfiguration.Placement, store: StoreLocation, opened: (any ChatStore)?, logger: Logger) async throws -> any BlobStore {
+        switch placement {
+        case .directory(let path):
+            do {
+                return try FileBlobStore(directory: URL(fileURLWithPath: path))
+            } catch {
+                throw ValidationError("the media directory \(path) cannot be used: \(error)")
+            }
+        case .database:
+            var database = opened as? PostgresChatStore
+            if database == nil { database = try await store.open(logger: Logger(label: "parley.store")) as? PostgresChatStore }
+            guard let database else { throw ValidationError("uploads go to the PostgreSQL store only when it is the store; give --media-dir") }
+            let blobs = PostgresBlobStore(store: database)
+            let removed = try await blobs.removeLeftovers(olderThan: .seconds(3600))
+            logger.info("uploads kept in the PostgreSQL store", metadata: ["store": "\(store)", "media.leftover_chunks_removed": "\(removed)"])
+            return blobs
+        }
     }
 }
 
