@@ -37,12 +37,14 @@ TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
 MEDIA = os.path.join(WORK, "data", "media")
 LIMIT = 12_000_000
+QUOTA = 20_000_000
 check = Checks()
 NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
 nodes = Nodes(NODE, WORK, TLS, NAMES, seeds=["worker-1", "worker-2"])
 ENV = {
     "PARLEY_TOKEN_SECRET": "media-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
     "PARLEY_REGISTRATION_RATE": "100", "PARLEY_MEDIA_MAX_BYTES": str(LIMIT), "PARLEY_EVENT_LOOPS": "1",
+    "PARLEY_MEDIA_QUOTA_BYTES": str(QUOTA),
 }
 if POSTGRES:
     ENV["PARLEY_STORE"] = POSTGRES
@@ -286,6 +288,18 @@ def main():
         check(status == 200 and body == third, "and download", status)
         status, _, body = curl("gateway-2", f"/v1/media/{photo_id}", token=token)
         check(status == 200 and body == photo, "the first upload too, after the ring moved", status)
+
+    print("quota")
+    statuses = []
+    for _ in range(6):
+        status, reply = upload("gateway-2", big_path, "image/png", token)
+        statuses.append(status)
+        if status != 201:
+            break
+    check(statuses[:-1] and all(s == 201 for s in statuses[:-1]) and statuses[-1] == 413 and reply["error"]["code"] == "quota_exceeded",
+          f"uploads past the user's quota ({QUOTA} bytes, counted per upload though the bytes are kept once) are 413 quota_exceeded", f"{statuses} {reply}")
+    status, _ = upload("gateway-2", third_path, "image/png", stranger)
+    check(status == 201, "another user's quota is their own", status)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,14 @@ extension UserActor {
         return media
     }
 
+    /// The bytes of every upload this user made, together (`POST /v1/media` checks them against
+    /// the quota before it takes more).
+    public distributed func mediaBytes() async throws -> Int64 {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        let me = UserID(rawValue: id.key)
+        return try await services.withStore { try await $0.mediaBytes(of: me) }
+    }
+
     /// `GET /v1/media/{id}`: the upload, if this user may download it — one they uploaded.
     /// Anything else is `not_found`, so that whether it exists does not leak.
     public distributed func downloadable(_ media: MediaID) async throws -> Media {

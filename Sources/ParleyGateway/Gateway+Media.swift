@@ -16,6 +16,9 @@ public struct MediaSettings: Sendable {
     public var uploadRate = RateLimiter.Rule(perSecond: 2, burst: 20)
     /// Whether a JPEG's location (its EXIF GPS fields) is removed before it is kept.
     public var stripLocation = true
+    /// The bytes of all of one user's uploads together; past it an upload is `413
+    /// quota_exceeded`. Nil: no quota.
+    public var quotaBytes: Int64? = 1 << 30
 
     public init(blobs: any BlobStore) {
         self.blobs = blobs
@@ -61,6 +64,14 @@ extension Gateway {
         guard length > 0 else { throw APIError.invalid("the body is empty") }
         guard length <= settings.maxBytes else {
             throw APIError(.contentTooLarge, "payload_too_large", "an upload is at most \(settings.maxBytes) bytes; this one is \(length)")
+        }
+        if let quota = settings.quotaBytes {
+            // Checked as the upload starts: uploads under way at once may pass it together, by
+            // as many as the upload rate lets start.
+            let used = try await UserActor.resolve(caller.id, using: system).mediaBytes()
+            guard used + length <= quota else {
+                throw APIError(.contentTooLarge, "quota_exceeded", "your uploads hold \(used) of your \(quota) bytes; this one (\(length)) does not fit")
+            }
         }
         let upload = try await settings.blobs.beginUpload()
         do {

@@ -169,6 +169,9 @@ public protocol ChatStore: Sendable {
     /// An upload's description, nil if there is none with this ID.
     func media(_ id: MediaID) async throws -> StoredMedia?
 
+    /// The bytes of every upload `user` made, together (against their quota).
+    func mediaBytes(of user: UserID) async throws -> Int64
+
     /// The conversations `user` is a member of, newest activity first, after `cursor`.
     func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord]
 

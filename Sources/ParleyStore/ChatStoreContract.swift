@@ -455,6 +455,8 @@ public enum ChatStoreContract {
                 try check(error.kind == .conflict, "the same ID again: \(error)")
             }
             try check(try await store.media(photo.media.id)?.uploaderId == uploader, "the first stays")
+            try check(try await store.mediaBytes(of: uploader) == 1_234_567 + 5 << 30, "the uploader's bytes together")
+            try check(try await store.mediaBytes(of: UserID.make()) == 0, "someone who uploaded nothing")
         },
         Case(name: "a device token belongs to one user; registering it again keeps its ID; the oldest make room") { store in
             // Fresh users and tokens: a shared store (the PostgreSQL suite's) keeps earlier runs' devices.

@@ -396,6 +396,10 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.media[id] }
     }
 
+    public func mediaBytes(of user: UserID) async throws -> Int64 {
+        users.withLock { $0.media.values.filter { $0.uploaderId == user }.reduce(0) { $0 + $1.media.size } }
+    }
+
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
         state.withLock { state in
             let mine = state.values.map(\.record).filter { $0.member(user) != nil }.sorted {

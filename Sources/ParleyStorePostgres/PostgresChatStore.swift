@@ -595,6 +595,17 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
+    public func mediaBytes(of user: UserID) async throws -> Int64 {
+        try await run {
+            for try await total in try await client.query(
+                "SELECT coalesce(sum(size), 0)::BIGINT FROM media WHERE uploader_id = \(user.rawValue)", logger: logger
+            ).decode(Int64.self) {
+                return total
+            }
+            return 0
+        }
+    }
+
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
         let ids: [String] = try await run {
             let activity = cursor?.lastActivityAt.millisecondsSince1970 ?? Int64.max

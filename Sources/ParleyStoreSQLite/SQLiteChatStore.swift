@@ -579,6 +579,10 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func mediaBytes(of user: UserID) async throws -> Int64 {
+        try await read { db in try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM media WHERE uploader_id = ?", arguments: [user.rawValue]) ?? 0 }
+    }
+
     static func storedDevice(from row: Row) throws -> StoredDevice {
         try DeviceRows.device(
             id: row.decode(forColumn: "id"), userId: row.decode(forColumn: "user_id"), tokenId: row.decode(forColumn: "token_id"),

@@ -204,9 +204,11 @@ struct NodeConfiguration {
                 placement = .database
             }
             let uploadRate = try number(run.uploadRate, "PARLEY_UPLOAD_RATE", default: 2, range: 0.01...1_000_000)
+            let quota = Int64(try number(run.mediaQuotaBytes.map(Double.init), "PARLEY_MEDIA_QUOTA_BYTES", default: 1_073_741_824, range: 0...1e18))
             self.media = MediaConfiguration(
                 placement: placement,
                 maxBytes: Int64(try number(run.mediaMaxBytes.map(Double.init), "PARLEY_MEDIA_MAX_BYTES", default: 25 * 1024 * 1024, range: 1...1_099_511_627_776)),
+                quotaBytes: quota > 0 ? quota : nil,
                 uploadRate: .init(perSecond: uploadRate, burst: max(1, uploadRate * 10)),
                 stripLocation: run.stripLocation ?? (environment["PARLEY_STRIP_LOCATION"].map { $0 != "0" } ?? true))
             self.gateway = gateway
@@ -233,12 +235,14 @@ struct MediaConfiguration {
 
     var placement: Placement
     var maxBytes: Int64
+    var quotaBytes: Int64?
     var uploadRate: RateLimiter.Rule
     var stripLocation: Bool
 
     func settings(blobs: any BlobStore) -> MediaSettings {
         var settings = MediaSettings(blobs: blobs)
         settings.maxBytes = maxBytes
+        settings.quotaBytes = quotaBytes
         settings.uploadRate = uploadRate
         settings.stripLocation = stripLocation
         return settings

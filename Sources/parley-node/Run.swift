@@ -148,6 +148,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: the largest upload in bytes; a larger one is 413. (env PARLEY_MEDIA_MAX_BYTES; default 26214400, 25 MiB)")
     var mediaMaxBytes: Int?
 
+    @Option(help: "Gateway: the bytes of all of one user's uploads together; past it an upload is 413 quota_exceeded; 0: no quota. (env PARLEY_MEDIA_QUOTA_BYTES; default 1073741824, 1 GiB)")
+    var mediaQuotaBytes: Int?
+
     @Option(help: "Gateway: uploads a user may make per second (bursts of 10× are allowed). (env PARLEY_UPLOAD_RATE; default 2)")
     var uploadRate: Double?
 
