@@ -1,3 +1,4 @@
+import Crypto
 import NIOCore
 
 /// Where uploads' bytes are kept, by their SHA-256: the same bytes uploaded twice are kept once.
@@ -63,4 +64,11 @@ public struct BlobStoreError: Error, Hashable, Sendable, CustomStringConvertible
     }
 
     public var description: String { "\(kind.rawValue): \(message)" }
+}
+
+extension SHA256.Digest {
+    /// 64 lowercase hex digits: a blob's name.
+    public var hex: String {
+        map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    }
 }

@@ -26,7 +26,7 @@ public enum BlobStoreContract {
     }
 
     static func sha256(_ bytes: [UInt8]) -> String {
-        SHA256.hash(data: bytes).map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        SHA256.hash(data: bytes).hex
     }
 
     static func store(_ bytes: [UInt8], in store: any BlobStore, pieces: Int = 7) async throws -> StoredBlob {

@@ -189,10 +189,7 @@ private final class FileUpload: BlobUpload {
                     unlink(path)
                     throw FileBlobStore.failure("cannot fsync \(path)")
                 }
-                let digest = state.hasher.finalize().map { byte in
-                    let hex = String(byte, radix: 16)
-                    return byte < 16 ? "0" + hex : hex
-                }.joined()
+                let digest = state.hasher.finalize().hex
                 return StoredBlob(sha256: digest, size: state.size)
             }
         }

@@ -196,7 +196,7 @@ private final class PostgresBlobUpload: BlobUpload {
         let (last, blob): ((ByteBuffer, Int)?, StoredBlob) = try state.withLock { state in
             guard !state.closed else { throw BlobStoreError(.closed, "the upload is over") }
             state.closed = true
-            let digest = state.hasher.finalize().map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+            let digest = state.hasher.finalize().hex
             let last = state.pending.readableBytes > 0 ? (state.pending, state.parts) : nil
             state.pending = ByteBuffer()
             return (last, StoredBlob(sha256: digest, size: state.size))
