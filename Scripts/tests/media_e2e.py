@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import zlib
 
 from e2e_lib import Checks, Nodes, call, issue_certificates, wait_until
@@ -199,7 +200,7 @@ def main():
     status, _, body = curl("gateway-1", "-H", f'If-None-Match: "{digest}"', f"/v1/media/{photo_id}", token=token)
     check(status == 304 and body == b"", "If-None-Match with the ETag: 304", status)
     status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}", token=stranger)
-    check(status == 404, "another user: 404", status)
+    check(status == 404, "another user, sharing no conversation where it was sent: 404", status)
     status, _, _ = curl("gateway-1", "/v1/media/m_00000000000000000000000000000000", token=token)
     check(status == 404, "an unknown ID: 404", status)
     status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}")
@@ -210,6 +211,44 @@ def main():
     status, headers, body = curl("gateway-1", f"/v1/media/{doc['media']['id']}", token=token)
     check(status == 200 and body == pdf and headers.get("content-disposition") == ["attachment"]
           and "sandbox" in headers.get("content-security-policy", [""])[0], "a PDF downloads as an attachment, sandboxed", headers)
+
+    print("attached")
+    _, carol = call("POST", g1, "/v1/users", {"handle": "carol", "password": "correct horse", "displayName": "Carol"}, context=context)
+    bob_id, carol_id = bob["user"]["id"], carol["user"]["id"]
+    _, group = call("POST", g1, "/v1/conversations", {"memberIds": [bob_id, carol_id], "name": "trip"}, token=token, context=context)
+    group_id = group["conversation"]["id"]
+    status, sent = call("POST", g2, f"/v1/conversations/{group_id}/messages",
+                        {"clientMessageId": str(uuid.uuid4()), "attachments": [{"mediaId": photo_id, "caption": "the view 🏔"}]}, token=token, context=context)
+    attached = (sent or {}).get("message", {}).get("attachments") or [{}]
+    check(status == 201 and sent["message"]["text"] == "" and attached[0].get("media", {}).get("id") == photo_id
+          and attached[0]["media"].get("sha256") == digest and attached[0].get("caption") == "the view 🏔",
+          "a message of a photo alone: 201, carrying the photo's description and caption", f"{status} {sent}")
+    status, history = call("GET", g1, f"/v1/conversations/{group_id}/messages", token=stranger, context=context)
+    check(status == 200 and history["messages"][-1].get("attachments") == attached, "history shows it to a member", f"{status} {history}")
+    status, _, body = curl("gateway-1", f"/v1/media/{photo_id}", token=stranger)
+    check(status == 200 and body == photo, "a member downloads the photo", status)
+    status, _, _ = curl("gateway-2", f"/v1/media/{photo_id}", token=carol["token"])
+    check(status == 200, "so does the other member", status)
+    status, reply = call("POST", g1, f"/v1/conversations/{group_id}/messages",
+                         {"clientMessageId": str(uuid.uuid4()), "text": "mine?", "attachments": [{"mediaId": photo_id}]}, token=stranger, context=context)
+    check(status == 400 and photo_id in reply["error"]["message"], "someone else's upload cannot be attached: 400 naming it", f"{status} {reply}")
+    status, reply = call("POST", g1, f"/v1/conversations/{group_id}/messages",
+                         {"clientMessageId": str(uuid.uuid4()), "attachments": [{"mediaId": "m_00000000000000000000000000000000"}]}, token=token, context=context)
+    check(status == 400, "an unknown upload: 400", status)
+    status, reply = call("POST", g1, f"/v1/conversations/{group_id}/messages", {"clientMessageId": str(uuid.uuid4())}, token=token, context=context)
+    check(status == 400, "no text and no attachments: 400", status)
+    status, _ = call("DELETE", g1, f"/v1/conversations/{group_id}/members/{carol_id}", token=token, context=context)
+    check(status == 204, "carol is removed from the group")
+    later = png(200, 100, seed=5)
+    status, after = upload("gateway-1", write("later.png", later), "image/png", token)
+    later_id = after["media"]["id"]
+    status, sent = call("POST", g1, f"/v1/conversations/{group_id}/messages",
+                        {"clientMessageId": str(uuid.uuid4()), "text": "after carol left", "attachments": [{"mediaId": later_id}]}, token=token, context=context)
+    check(status == 201, "a photo sent after", status)
+    status, _, _ = curl("gateway-1", f"/v1/media/{later_id}", token=carol["token"])
+    check(status == 404, "a removed member does not get media sent after she left", status)
+    status, _, body = curl("gateway-1", f"/v1/media/{later_id}", token=stranger)
+    check(status == 200 and body == later, "a member does", status)
 
     print("location")
     located = exif_jpeg()
@@ -243,7 +282,7 @@ def main():
                              f"https://localhost:{g1}/v1/media"], capture_output=True, text=True)
     code, sent = (result.stdout.split() + ["0", "0"])[:2]
     check(code == "413" and int(float(sent)) < len(huge) // 2, f"over the limit ({LIMIT} bytes): 413 before the body is sent", result.stdout)
-    kept = sorted([digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"]])
+    kept = sorted([digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"]])
     check(leftovers() == [] and blobs() == kept, "nothing refused was kept", (leftovers(), blobs()))
 
     print("cut off")

@@ -8,11 +8,14 @@ public struct SendMessage: Codable, Sendable, Hashable {
     public var senderId: UserID
     public var clientMessageId: String
     public var text: String
+    /// The sender's uploads, as ``UserActor/attach(_:to:)`` found them: the gateway asks first.
+    public var attachments: [Attachment]
 
-    public init(senderId: UserID, clientMessageId: String, text: String) {
+    public init(senderId: UserID, clientMessageId: String, text: String, attachments: [Attachment] = []) {
         self.senderId = senderId
         self.clientMessageId = clientMessageId
         self.text = text
+        self.attachments = attachments
     }
 }
 
@@ -85,6 +88,9 @@ public struct ChatLimits: Sendable {
     public var historyLimitMax = 200
     /// Unicode scalars in an annotation's value (a translation may be longer than its message).
     public var annotationScalarsMax = 16_000
+    /// Attachments on one message, and Unicode scalars in each one's caption.
+    public var attachmentsMax = 10
+    public var captionScalarsMax = 1_000
 
     public init() {}
 }
@@ -98,13 +104,25 @@ extension ChatError: ClusterErrorConvertible {
 
 extension SendMessage {
     /// Checks the request as API.md defines it: a UUID `clientMessageId`, 1–4,000 scalars of
-    /// text that are not all whitespace.
+    /// text that are not all whitespace — or no text and 1–10 attachments, each caption at most
+    /// 1,000 scalars.
     func validate(limits: ChatLimits) throws(ChatError) {
         guard ClientMessageID.isValid(clientMessageId) else {
             throw ChatError(.invalidRequest, "clientMessageId must be a UUID")
         }
+        guard attachments.count <= limits.attachmentsMax else {
+            throw ChatError(.invalidRequest, "attachments: at most \(limits.attachmentsMax), not \(attachments.count)")
+        }
+        for (index, attachment) in attachments.enumerated() {
+            guard let caption = attachment.caption else { continue }
+            guard caption.unicodeScalars.count <= limits.captionScalarsMax else {
+                throw ChatError(.invalidRequest, "attachments[\(index)].caption: at most \(limits.captionScalarsMax) Unicode scalars")
+            }
+            try StoredText.require(caption, field: "attachments[\(index)].caption")
+        }
         let scalars = text.unicodeScalars.count
-        guard scalars >= 1 else { throw ChatError(.invalidRequest, "text must not be empty") }
+        if scalars == 0, !attachments.isEmpty { return }
+        guard scalars >= 1 else { throw ChatError(.invalidRequest, "text must not be empty (unless the message has attachments)") }
         guard scalars <= limits.textScalarsMax else {
             throw ChatError(.invalidRequest, "text has \(scalars) Unicode scalars; at most \(limits.textScalarsMax)")
         }

@@ -285,7 +285,8 @@ public distributed actor ConversationActor {
         let sentAt = max(actorSystem.clock.wallNow, current.record.lastActivityAt)
         let append = AppendRequest(
             conversationId: current.id, epoch: epoch, senderId: request.senderId,
-            clientMessageId: request.clientMessageId.lowercased(), text: request.text, sentAt: sentAt)
+            clientMessageId: request.clientMessageId.lowercased(), text: request.text, sentAt: sentAt,
+            attachments: request.attachments.isEmpty ? nil : request.attachments)
         let outcome: AppendOutcome
         do {
             outcome = try await services.committer.append(append)

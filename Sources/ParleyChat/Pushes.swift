@@ -45,8 +45,10 @@ public struct PushContent: Sendable, Hashable {
     ) {
         let sender = senderName ?? "Someone"
         let news = count > 1 ? "\(count) new messages" : "New message"
-        var text = String(latest.text.prefix(Self.previewCharactersMax))
-        if text.count < latest.text.count { text += "…" }
+        // A message of attachments alone is told of by what they are ("Photo").
+        let said = latest.text.isEmpty ? Attachment.summary(of: latest.attachments ?? []) ?? "" : latest.text
+        var text = String(said.prefix(Self.previewCharactersMax))
+        if text.count < said.count { text += "…" }
         switch preview {
         case .full:
             title = kind == .group ? conversationName ?? sender : sender

@@ -208,15 +208,38 @@ extension UserActor {
         return try await services.withStore { try await $0.mediaBytes(of: me) }
     }
 
-    /// `GET /v1/media/{id}`: the upload, if this user may download it — one they uploaded.
-    /// Anything else is `not_found`, so that whether it exists does not leak.
+    /// `GET /v1/media/{id}`: the upload, if this user may download it — one they uploaded, or
+    /// one attached to a message of a conversation they are a member of now (someone removed
+    /// from a group no longer sees its files). Anything else is `not_found`, so that whether it
+    /// exists does not leak.
     public distributed func downloadable(_ media: MediaID) async throws -> Media {
         guard profile != nil else { throw ChatError(.notFound, "user not found") }
         let me = UserID(rawValue: id.key)
-        guard let stored = try await services.withStore({ try await $0.media(media) }), stored.uploaderId == me else {
-            throw ChatError(.notFound, "media not found")
+        guard let stored = try await services.withStore({ try await $0.media(media) }) else { throw ChatError(.notFound, "media not found") }
+        if stored.uploaderId == me { return stored.media }
+        for conversation in try await services.withStore({ try await $0.conversationsReferencing(media) }) {
+            if let record = try await services.withStore({ try await $0.conversation(conversation) }), record.member(me) != nil {
+                return stored.media
+            }
         }
-        return stored.media
+        throw ChatError(.notFound, "media not found")
+    }
+
+    /// A send with attachments, before the gateway hands it to the conversation's owner: each
+    /// must be an upload of this user's (else `invalid_request`, naming it), and from now on the
+    /// conversation's members may download it. Answers them as the message will carry them.
+    public distributed func attach(_ attachments: [API.NewAttachment], to conversation: ConversationID) async throws -> [Attachment] {
+        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        let me = UserID(rawValue: id.key)
+        var found: [Attachment] = []
+        for (index, attachment) in attachments.enumerated() {
+            guard let stored = try await services.withStore({ try await $0.media(attachment.mediaId) }), stored.uploaderId == me else {
+                throw ChatError(.invalidRequest, "attachments[\(index)].mediaId: \(attachment.mediaId) is not an upload of yours")
+            }
+            found.append(Attachment(media: stored.media, caption: attachment.caption))
+        }
+        try await services.withStore { try await $0.referenceMedia(found.map(\.media.id), in: conversation) }
+        return found
     }
 
     /// A conversation's owner owes this user a push notification (``PushPlanner``): sends it to

@@ -11,16 +11,19 @@ extension SendMessage: ClusterWireCodable {
         wire.write(senderId.rawValue)
         wire.write(clientMessageId)
         wire.write(text)
+        try wire.write(attachments: attachments.isEmpty ? nil : attachments)
     }
 
     public init(from wire: inout WireReader) throws {
-        self.init(senderId: UserID(rawValue: try wire.read(String.self)), clientMessageId: try wire.read(String.self), text: try wire.read(String.self))
+        self.init(
+            senderId: UserID(rawValue: try wire.read(String.self)), clientMessageId: try wire.read(String.self), text: try wire.read(String.self),
+            attachments: try wire.readAttachments() ?? [])
     }
 }
 
 extension SendResult: ClusterWireCodable {
     public func write(to wire: inout WireWriter) throws {
-        wire.write(message)
+        try wire.write(message)
         wire.write(created)
     }
 
@@ -46,7 +49,7 @@ extension ChatEvent: ClusterWireCodable {
     public func write(to wire: inout WireWriter) throws {
         if case .message(let message) = self {
             wire.write(UInt8(0))
-            wire.write(message)
+            try wire.write(message)
         } else {
             wire.write(UInt8(1))
             try wire.write(codable: self)
@@ -63,7 +66,7 @@ extension ChatEvent: ClusterWireCodable {
 }
 
 extension WireWriter {
-    mutating func write(_ message: Message) {
+    mutating func write(_ message: Message) throws {
         write(message.id)
         write(message.conversationId.rawValue)
         write(message.seq)
@@ -71,6 +74,17 @@ extension WireWriter {
         write(message.clientMessageId)
         write(message.text)
         write(message.sentAt.timeIntervalSinceReferenceDate.bitPattern)
+        try write(attachments: message.attachments)
+    }
+
+    /// A flag, then (rare beside text) the attachments in their Codable form.
+    mutating func write(attachments: [Attachment]?) throws {
+        guard let attachments else {
+            write(false)
+            return
+        }
+        write(true)
+        try write(codable: attachments)
     }
 }
 
@@ -80,8 +94,13 @@ extension WireReader {
         var message = Message(
             conversationId: ConversationID(rawValue: try read(String.self)), seq: try read(Int64.self),
             senderId: UserID(rawValue: try read(String.self)), clientMessageId: try read(String.self), text: try read(String.self),
-            sentAt: try read(Date.self))
+            sentAt: try read(Date.self), attachments: try readAttachments())
         message.id = id
         return message
+    }
+
+    mutating func readAttachments() throws -> [Attachment]? {
+        guard try read(Bool.self) else { return nil }
+        return try read(codable: [Attachment].self)
     }
 }

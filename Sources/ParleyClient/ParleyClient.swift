@@ -204,7 +204,9 @@ public final class ParleyClient: Sendable {
     /// rate limit, no network) is retried with the **same** `clientMessageId`, so the message is
     /// stored once however many attempts it takes; it returns once the server acknowledged it
     /// (durable), or throws a non-retryable error, or after `sendRetryWindow`.
-    public func send(_ text: String, to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()) async throws -> Message {
+    public func send(
+        _ text: String, attachments: [API.NewAttachment]? = nil, to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()
+    ) async throws -> Message {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
         var pause = Duration.milliseconds(100)
@@ -212,7 +214,7 @@ public final class ParleyClient: Sendable {
             do {
                 let sent: API.SentMessage = try await call(
                     .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
-                    body: API.NewMessage(clientMessageId: clientMessageId, text: text))
+                    body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments))
                 return sent.message
             } catch let error as ParleyError where error.retryable {
                 let wait = max(pause, error.retryAfter ?? .zero)
@@ -222,6 +224,34 @@ public final class ParleyClient: Sendable {
                 pause = min(pause * 2, .seconds(2))
             }
         }
+    }
+
+    // MARK: Media
+
+    /// Uploads a file (`POST /v1/media`), read from disk as it is sent, never whole in memory;
+    /// `progress` is told the bytes sent so far and the file's size. Its first bytes must be what
+    /// `contentType` says (``MediaSniffing/contentType(of:)`` tells). Attach what it answers to a
+    /// message with ``send(_:attachments:to:clientMessageId:)``. Not retried: an upload that
+    /// failed is simply made again.
+    public func upload(file: URL, contentType: String, progress: (@Sendable (_ sent: Int64, _ size: Int64) -> Void)? = nil) async throws -> Media {
+        let size = try (FileManager.default.attributesOfItem(atPath: file.path)[.size] as? NSNumber)?.int64Value ?? 0
+        let data = try await perform(.POST, "/v1/media", authenticated: true) { request in
+            request.headers.add(name: "Content-Type", value: contentType)
+            let chunks = try FileChunks(url: file, size: size, progress: progress)
+            request.body = .stream(chunks, length: .known(size))
+        }
+        do {
+            return try API.makeDecoder().decode(API.MediaBody.self, from: data).media
+        } catch {
+            throw ParleyError(status: 200, code: "invalid_response", message: "the server's answer did not decode: \(error)", retryable: false)
+        }
+    }
+
+    /// An upload's bytes (`GET /v1/media/{id}`), for its uploader and the members of the
+    /// conversations it was sent to, written to `destination`.
+    public func download(_ id: MediaID, to destination: URL) async throws {
+        let data = try await perform(.GET, "/v1/media/\(Self.query(id.rawValue))", authenticated: true, limit: 1 << 30) { _ in }
+        try data.write(to: destination)
     }
 
     /// Messages with `seq > after`, ascending.
@@ -285,18 +315,28 @@ public final class ParleyClient: Sendable {
     /// reached. A request that reached a gateway is not repeated here (only ``send`` retries, and
     /// it is idempotent).
     private func perform(_ method: HTTPMethod, _ path: String, body: (some Encodable & Sendable)?, authenticated: Bool) async throws -> Data {
+        let encoded = try body.map { try API.makeEncoder().encode($0) }
+        return try await perform(method, path, authenticated: authenticated) { request in
+            if let encoded {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(data: encoded))
+            }
+        }
+    }
+
+    /// ``perform(_:_:body:authenticated:)`` with the request's body made by `prepare`, once for each
+    /// gateway tried.
+    private func perform(
+        _ method: HTTPMethod, _ path: String, authenticated: Bool, limit: Int = 16 * 1024 * 1024, prepare: (inout HTTPClientRequest) throws -> Void
+    ) async throws -> Data {
         let (token, first) = state.withLock { ($0.token, $0.preferredGateway) }
         if authenticated, token == nil { throw ParleyError(status: 401, code: "unauthorized", message: "not signed in", retryable: false) }
-        let encoded = try body.map { try API.makeEncoder().encode($0) }
         var lastFailure = ParleyError.unreachable("no gateway")
         for offset in 0..<configuration.gateways.count {
             let index = (first + offset) % configuration.gateways.count
             var request = HTTPClientRequest(url: configuration.gateways[index].absoluteString + path)
             request.method = method
-            if let encoded {
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(data: encoded))
-            }
+            try prepare(&request)
             if authenticated, let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
             let response: HTTPClientResponse
             do {
@@ -306,7 +346,7 @@ public final class ParleyClient: Sendable {
                 continue
             }
             state.withLock { $0.preferredGateway = index }
-            let bytes = try await response.body.collect(upTo: 16 * 1024 * 1024)
+            let bytes = try await response.body.collect(upTo: limit)
             let data = Data(buffer: bytes)
             guard (200..<300).contains(Int(response.status.code)) else {
                 throw Self.error(status: Int(response.status.code), headers: response.headers, body: data)
@@ -365,5 +405,46 @@ extension ClientMessageID {
     public static func make() -> String {
         var generator = SystemRandomNumberGenerator()
         return make(now: Date(), using: &generator)
+    }
+}
+
+/// A file's bytes as an upload's body, 64 KiB at a time, read as they are sent.
+struct FileChunks: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    let url: URL
+    let size: Int64
+    let progress: (@Sendable (Int64, Int64) -> Void)?
+
+    init(url: URL, size: Int64, progress: (@Sendable (Int64, Int64) -> Void)?) throws {
+        guard FileManager.default.isReadableFile(atPath: url.path) else {
+            throw ParleyError(status: 0, code: "unreadable_file", message: "\(url.path) cannot be read", retryable: false)
+        }
+        self.url = url
+        self.size = size
+        self.progress = progress
+    }
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let handle: FileHandle?
+        let size: Int64
+        let progress: (@Sendable (Int64, Int64) -> Void)?
+        var sent: Int64 = 0
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard let handle, sent < size else {
+                try? handle?.close()
+                return nil
+            }
+            guard let data = try handle.read(upToCount: 64 * 1024), !data.isEmpty else {
+                throw ParleyError(status: 0, code: "unreadable_file", message: "the file ended after \(sent) of its \(size) bytes", retryable: false)
+            }
+            sent += Int64(data.count)
+            progress?(sent, size)
+            return ByteBuffer(data: data)
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(handle: try? FileHandle(forReadingFrom: url), size: size, progress: progress)
     }
 }

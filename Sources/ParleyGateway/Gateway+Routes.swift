@@ -334,7 +334,13 @@ extension Gateway {
         if let wait = sendLimiter.acquire(caller.id.rawValue) {
             throw APIError(.tooManyRequests, "rate_limited", "too many messages; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
-        let result = try await sendRetrying(SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text), to: id)
+        var attachments: [Attachment] = []
+        if let asked = body.attachments, !asked.isEmpty {
+            guard asked.count <= ChatLimits().attachmentsMax else { throw APIError.invalid("attachments: at most \(ChatLimits().attachmentsMax)") }
+            attachments = try await UserActor.resolve(caller.id, using: system).attach(asked, to: id)
+        }
+        let result = try await sendRetrying(
+            SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text, attachments: attachments), to: id)
         // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable) —
         // the same bytes as a `message` event's data, so encoded once for both.
         let json = result.message.wrappedJSON

@@ -113,10 +113,32 @@ public enum API {
 
     public struct NewMessage: Codable, Sendable {
         public var clientMessageId: String
+        /// Empty when absent: a message of attachments alone.
         public var text: String
-        public init(clientMessageId: String, text: String) {
+        public var attachments: [NewAttachment]?
+
+        public init(clientMessageId: String, text: String, attachments: [NewAttachment]? = nil) {
             self.clientMessageId = clientMessageId
             self.text = text
+            self.attachments = attachments
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            clientMessageId = try container.decode(String.self, forKey: .clientMessageId)
+            text = try container.decodeIfPresent(String.self, forKey: .text) ?? ""
+            attachments = try container.decodeIfPresent([NewAttachment].self, forKey: .attachments)
+        }
+    }
+
+    /// An upload of the sender's to attach to a message (`POST /v1/media` made it).
+    public struct NewAttachment: Codable, Sendable, Hashable {
+        public var mediaId: MediaID
+        public var caption: String?
+
+        public init(mediaId: MediaID, caption: String? = nil) {
+            self.mediaId = mediaId
+            self.caption = caption
         }
     }
 

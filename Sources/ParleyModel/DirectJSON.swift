@@ -24,6 +24,11 @@ public struct DirectJSON {
         bytes.append(UInt8(ascii: byte))
     }
 
+    /// JSON another writer made (the encoder's, for a nested value), as it is.
+    public mutating func append(json: some Sequence<UInt8>) {
+        bytes.append(contentsOf: json)
+    }
+
     /// A string, escaped as Foundation's encoder does: `"` and `\` with a backslash, backspace,
     /// tab, newline, form feed and carriage return by name, other controls as `\u00xx`; every
     /// other byte (DEL, `/`, all of non-ASCII) as it is.
@@ -89,6 +94,10 @@ extension Message {
     /// This message as a JSON object, as ``API/makeEncoder()`` writes it.
     public func write(to json: inout DirectJSON) {
         json.raw("{")
+        if let attachments, let encoded = try? API.makeEncoder().encode(attachments) {
+            // Rare beside text, and nested: the encoder's bytes.
+            json.key("attachments"); json.append(json: encoded); json.raw(",")
+        }
         json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")
         json.key("conversationId"); json.string(conversationId.rawValue); json.raw(",")
         json.key("id"); json.string(id); json.raw(",")
@@ -114,6 +123,7 @@ extension API.NewMessage {
     /// A send's body, as ``API/makeEncoder()`` writes it (the load generator makes thousands a
     /// second).
     public var json: [UInt8] {
+        if attachments != nil, let encoded = try? API.makeEncoder().encode(self) { return Array(encoded) }
         var json = DirectJSON(capacity: 64 + clientMessageId.utf8.count + text.utf8.count)
         json.raw("{")
         json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")

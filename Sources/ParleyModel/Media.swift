@@ -49,3 +49,28 @@ public struct StoredMedia: Hashable, Sendable, Codable {
         self.uploaderId = uploaderId
     }
 }
+
+/// A file in a message: the upload, described as it was kept, and what the sender wrote under it.
+public struct Attachment: Hashable, Sendable, Codable {
+    public var media: Media
+    public var caption: String?
+
+    public init(media: Media, caption: String? = nil) {
+        self.media = media
+        self.caption = caption
+    }
+
+    /// What a conversation list or a notification says of a message with no text: "Photo",
+    /// "Video", "Voice message" or "File", by its first attachment.
+    public static func summary(of attachments: [Attachment]) -> String? {
+        guard let first = attachments.first else { return nil }
+        let kind: String
+        switch first.media.contentType {
+        case let type where type.hasPrefix("image/"): kind = "Photo"
+        case let type where type.hasPrefix("video/"): kind = "Video"
+        case let type where type.hasPrefix("audio/"): kind = "Voice message"
+        default: kind = "File"
+        }
+        return attachments.count == 1 ? kind : "\(kind) and \(attachments.count - 1) more"
+    }
+}

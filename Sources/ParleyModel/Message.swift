@@ -17,8 +17,12 @@ public struct Message: Hashable, Sendable, Codable {
     /// What bots added to it (a translation, a summary), by key; nil when nothing. Served with
     /// history; the event stream tells of each as a `message_annotated` event.
     public var annotations: [String: String]?
+    /// The files it carries (``Attachment``), nil when none: a message may be only these.
+    public var attachments: [Attachment]?
 
-    public init(conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date) {
+    public init(
+        conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date, attachments: [Attachment]? = nil
+    ) {
         self.id = "\(conversationId.rawValue):\(seq)"
         self.conversationId = conversationId
         self.seq = seq
@@ -26,6 +30,7 @@ public struct Message: Hashable, Sendable, Codable {
         self.clientMessageId = clientMessageId
         self.text = text
         self.sentAt = sentAt
+        self.attachments = attachments
     }
 }
 

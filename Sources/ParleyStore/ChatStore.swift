@@ -172,6 +172,13 @@ public protocol ChatStore: Sendable {
     /// The bytes of every upload `user` made, together (against their quota).
     func mediaBytes(of user: UserID) async throws -> Int64
 
+    /// Uploads are about to be attached to a message of `conversation`: its members may download
+    /// them from now on. Idempotent.
+    func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws
+
+    /// The conversations an upload was attached to a message of.
+    func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID]
+
     /// The conversations `user` is a member of, newest activity first, after `cursor`.
     func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord]
 
@@ -239,14 +246,27 @@ public struct AppendRequest: Hashable, Sendable {
     public var clientMessageId: String
     public var text: String
     public var sentAt: Date
+    /// The message's files, nil when none.
+    public var attachments: [Attachment]?
 
-    public init(conversationId: ConversationID, epoch: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date) {
+    public init(
+        conversationId: ConversationID, epoch: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date,
+        attachments: [Attachment]? = nil
+    ) {
         self.conversationId = conversationId
         self.epoch = epoch
         self.senderId = senderId
         self.clientMessageId = clientMessageId
         self.text = text
         self.sentAt = sentAt.millisecondPrecision
+        self.attachments = attachments
+    }
+
+    /// The message this append stores as `seq` at `sentAt` (milliseconds).
+    public func message(seq: Int64, sentAt: Int64) -> Message {
+        Message(
+            conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: text,
+            sentAt: Date(millisecondsSince1970: sentAt), attachments: attachments)
     }
 }
 

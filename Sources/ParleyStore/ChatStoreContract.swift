@@ -433,6 +433,48 @@ public enum ChatStoreContract {
             try check(try await store.durableChanges(for: third, since: at(30)).conversations.map(\.change) == [.memberRemoved],
                 "the others see the removal as the conversation's last change")
         },
+        Case(name: "a message's attachments are kept with it: appended, found again by a retry, read back, last; uploads referenced per conversation") { store in
+            let (id, epoch) = try await owned(store)
+            func attachment(_ type: String, caption: String?) -> Attachment {
+                Attachment(
+                    media: Media(id: .make(), contentType: type, size: 123_456, sha256: String(repeating: "c3", count: 32), width: type == "image/jpeg" ? 4032 : nil,
+                                 height: type == "image/jpeg" ? 3024 : nil, createdAt: t0),
+                    caption: caption)
+            }
+            let album = [attachment("image/jpeg", caption: "la tour 🗼, \"quoted\"\nnew line"), attachment("application/pdf", caption: nil)]
+            var withFiles = append(id, epoch: epoch, "", at: 1)
+            withFiles.attachments = album
+            var again = withFiles
+            again.attachments = nil  // a retry carries what it carries: the stored message answers
+            var twiceInBatch = append(id, epoch: epoch, "caption only in the file", at: 2)
+            twiceInBatch.attachments = [attachment("video/mp4", caption: nil)]
+            let outcomes = try await store.commit([withFiles, again, twiceInBatch, twiceInBatch, append(id, epoch: epoch, "plain", at: 3)])
+            guard case .appended(let first) = outcomes[0], case .duplicate(let retried) = outcomes[1],
+                  case .appended(let second) = outcomes[2], case .duplicate(let inBatch) = outcomes[3], case .appended(let plain) = outcomes[4]
+            else { throw ContractViolation(description: "outcomes: \(outcomes)") }
+            try check(first.attachments == album && first.text.isEmpty, "appended with its files: \(String(describing: first.attachments))")
+            try check(retried.attachments == album && retried.seq == first.seq, "a retry finds the original's files: \(String(describing: retried.attachments))")
+            try check(second.attachments == twiceInBatch.attachments && inBatch.attachments == twiceInBatch.attachments, "twice in a batch: one message, its files")
+            try check(plain.attachments == nil, "a message without files has none: \(String(describing: plain.attachments))")
+            let read = try await store.messages(in: id, after: 0, limit: 10)
+            try check(read.map(\.attachments) == [album, twiceInBatch.attachments, nil], "read back: \(read.map(\.attachments))")
+            try check(try await store.messages(in: id, before: 3, limit: 10).map(\.attachments) == [album, twiceInBatch.attachments], "read back before")
+            let stored = try await store.message(in: id, clientMessageId: withFiles.clientMessageId)
+            try check(stored?.attachments == album, "found by clientMessageId")
+            var last = append(id, epoch: epoch, "", at: 4)
+            last.attachments = [attachment("audio/mp4", caption: nil)]
+            _ = try await store.commit([last])
+            try check(try await store.lastMessages(in: [id])[id]?.attachments == last.attachments, "the conversation's last message, with its file")
+
+            let (other, _) = try await owned(store)
+            let photo = album[0].media.id
+            try await store.referenceMedia([photo, album[1].media.id], in: id)
+            try await store.referenceMedia([photo], in: other)
+            try await store.referenceMedia([photo], in: other)
+            try check(try await store.conversationsReferencing(photo) == [id, other].sorted(), "a photo in two conversations")
+            try check(try await store.conversationsReferencing(album[1].media.id) == [id], "the document in one")
+            try check(try await store.conversationsReferencing(.make()) == [], "an upload attached nowhere")
+        },
         Case(name: "an upload's description is kept as given, once per ID") { store in
             let uploader = UserID.make()
             let photo = StoredMedia(

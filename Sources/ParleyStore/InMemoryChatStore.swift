@@ -39,6 +39,7 @@ public final class InMemoryChatStore: ChatStore {
         /// Every user's devices, in the order they were registered.
         var devices: [StoredDevice] = []
         var media: [MediaID: StoredMedia] = [:]
+        var mediaReferences: [MediaID: Set<ConversationID>] = [:]
     }
 
     private let users = Mutex(Users())
@@ -93,9 +94,7 @@ public final class InMemoryChatStore: ChatStore {
         if let index = stored.byClientMessageID[append.clientMessageId] {
             return .duplicate(stored.messages[index])
         }
-        let message = Message(
-            conversationId: append.conversationId, seq: stored.record.lastSeq + 1, senderId: append.senderId,
-            clientMessageId: append.clientMessageId, text: append.text, sentAt: append.sentAt)
+        let message = append.message(seq: stored.record.lastSeq + 1, sentAt: append.sentAt.millisecondsSince1970)
         stored.messages.append(message)
         stored.byClientMessageID[append.clientMessageId] = stored.messages.count - 1
         stored.record.lastSeq = message.seq
@@ -394,6 +393,14 @@ public final class InMemoryChatStore: ChatStore {
 
     public func media(_ id: MediaID) async throws -> StoredMedia? {
         users.withLock { $0.media[id] }
+    }
+
+    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws {
+        users.withLock { users in for id in ids { users.mediaReferences[id, default: []].insert(conversation) } }
+    }
+
+    public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
+        users.withLock { ($0.mediaReferences[id] ?? []).sorted() }
     }
 
     public func mediaBytes(of user: UserID) async throws -> Int64 {

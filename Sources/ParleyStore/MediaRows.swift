@@ -22,6 +22,29 @@ public enum MediaRows {
         "CREATE INDEX media_by_sha256 ON media(sha256)",
     ]
 
+    /// Which conversations' members may download an upload (its messages' conversations).
+    public static let referencesMigration = [
+        "CREATE TABLE media_references (media_id TEXT NOT NULL, conversation_id TEXT NOT NULL, PRIMARY KEY (media_id, conversation_id))",
+    ]
+
+    /// A message's attachments as its `attachments` column holds them: JSON as the API writes
+    /// them, NULL for none.
+    public static func column(_ attachments: [Attachment]?) -> String? {
+        guard let attachments, !attachments.isEmpty, let json = try? API.makeEncoder().encode(attachments) else { return nil }
+        return String(decoding: json, as: UTF8.self)
+    }
+
+    /// The attachments of an `attachments` column; a column that does not read is the store's
+    /// fault, not the caller's.
+    public static func attachments(_ column: String?) throws(ChatStoreError) -> [Attachment]? {
+        guard let column, !column.isEmpty else { return nil }
+        do {
+            return try API.makeDecoder().decode([Attachment].self, from: Data(column.utf8))
+        } catch {
+            throw ChatStoreError(.unavailable, "a message's attachments do not read: \(error)")
+        }
+    }
+
     public static func media(
         id: String, uploaderId: String, contentType: String, size: Int64, sha256: String, width: Int?, height: Int?, createdAt: Int64
     ) -> StoredMedia {

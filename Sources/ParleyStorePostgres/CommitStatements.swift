@@ -1,6 +1,7 @@
 import PostgresNIO
 
-/// A group commit as one round trip: ``Commit`` calls `parley_commit` (migration 5), which takes
+/// A group commit as one round trip: ``Commit`` calls `parley_commit` (migration 5; since
+/// migration 14 with the messages' attachments as one more array), which takes
 /// the batch's conversation locks and then decides and writes every append in one statement.
 enum CommitStatements {
     /// What `parley_commit` answers for each append (the `outcome` column).
@@ -30,31 +31,32 @@ enum CommitStatements {
     /// sender's own watermarks. One row per append comes back, in batch order (`ord`, from 1).
     static let function = """
         CREATE OR REPLACE FUNCTION parley_commit(
-            p_conversations TEXT[], p_epochs BIGINT[], p_senders TEXT[], p_client_ids TEXT[], p_texts TEXT[], p_sent_at BIGINT[])
-        RETURNS TABLE (o_ord BIGINT, o_outcome INT, o_seq BIGINT, o_sender TEXT, o_text TEXT, o_sent_at BIGINT, o_epoch BIGINT)
+            p_conversations TEXT[], p_epochs BIGINT[], p_senders TEXT[], p_client_ids TEXT[], p_texts TEXT[], p_sent_at BIGINT[],
+            p_attachments TEXT[])
+        RETURNS TABLE (o_ord BIGINT, o_outcome INT, o_seq BIGINT, o_sender TEXT, o_text TEXT, o_sent_at BIGINT, o_epoch BIGINT, o_attachments TEXT)
         LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off AS $fn$
         BEGIN
             PERFORM 1 FROM conversations c WHERE c.id = ANY(p_conversations) ORDER BY c.id FOR UPDATE;
             RETURN QUERY
             WITH input AS (
-                SELECT i.ord, i.conv, i.epoch, i.sender, i.cmid, i.body, i.sent
-                FROM UNNEST(p_conversations, p_epochs, p_senders, p_client_ids, p_texts, p_sent_at)
-                    WITH ORDINALITY AS i(conv, epoch, sender, cmid, body, sent, ord)
+                SELECT i.ord, i.conv, i.epoch, i.sender, i.cmid, i.body, i.sent, NULLIF(i.att, '') AS att
+                FROM UNNEST(p_conversations, p_epochs, p_senders, p_client_ids, p_texts, p_sent_at, p_attachments)
+                    WITH ORDINALITY AS i(conv, epoch, sender, cmid, body, sent, att, ord)
             ), decided AS (
                 SELECT i.*, h.epoch AS head_epoch, h.last_seq,
-                       e.seq AS e_seq, e.sender_id AS e_sender, e.text AS e_body, e.sent_at AS e_sent,
+                       e.seq AS e_seq, e.sender_id AS e_sender, e.text AS e_body, e.sent_at AS e_sent, e.attachments AS e_att,
                        min(i.ord) FILTER (WHERE h.epoch = i.epoch) OVER (PARTITION BY i.conv, i.cmid) AS first_ord
                 FROM input i
                 LEFT JOIN conversations h ON h.id = i.conv
                 LEFT JOIN messages e ON e.conversation_id = i.conv AND e.client_message_id = i.cmid
             ), fresh AS (
-                SELECT d.ord, d.conv, d.sender, d.cmid, d.body, d.sent,
+                SELECT d.ord, d.conv, d.sender, d.cmid, d.body, d.sent, d.att,
                        d.last_seq + row_number() OVER (PARTITION BY d.conv ORDER BY d.ord) AS seq
                 FROM decided d
                 WHERE d.head_epoch = d.epoch AND d.e_seq IS NULL AND d.ord = d.first_ord
             ), inserted AS (
-                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at)
-                SELECT f.conv, f.seq, f.sender, f.cmid, f.body, f.sent FROM fresh f
+                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments)
+                SELECT f.conv, f.seq, f.sender, f.cmid, f.body, f.sent, f.att FROM fresh f
             ), heads AS (
                 UPDATE conversations c SET last_seq = last.seq, last_activity_at = last.sent
                 FROM (SELECT DISTINCT ON (f.conv) f.conv, f.seq, f.sent FROM fresh f ORDER BY f.conv, f.seq DESC) last
@@ -70,7 +72,8 @@ enum CommitStatements {
                    COALESCE(d.e_sender, earlier.sender, d.sender),
                    COALESCE(d.e_body, earlier.body, d.body),
                    COALESCE(d.e_sent, earlier.sent, d.sent),
-                   COALESCE(d.head_epoch, 0)
+                   COALESCE(d.head_epoch, 0),
+                   CASE WHEN own.ord IS NOT NULL THEN d.att WHEN d.e_seq IS NOT NULL THEN d.e_att ELSE earlier.att END
             FROM decided d
             LEFT JOIN fresh own ON own.ord = d.ord
             LEFT JOIN fresh earlier ON earlier.ord = d.first_ord AND d.e_seq IS NULL
@@ -82,8 +85,8 @@ enum CommitStatements {
     /// One group commit: the appends as parallel arrays, in batch order.
     struct Commit: PostgresPreparedStatement {
         static let name = "parley_commit_call"
-        static let sql = "SELECT o_ord, o_outcome, o_seq, o_sender, o_text, o_sent_at, o_epoch FROM parley_commit($1, $2, $3, $4, $5, $6)"
-        typealias Row = (Int64, Int32, Int64, String, String, Int64, Int64)
+        static let sql = "SELECT o_ord, o_outcome, o_seq, o_sender, o_text, o_sent_at, o_epoch, o_attachments FROM parley_commit($1, $2, $3, $4, $5, $6, $7)"
+        typealias Row = (Int64, Int32, Int64, String, String, Int64, Int64, String?)
 
         var conversations: [String] = []
         var epochs: [Int64] = []
@@ -91,15 +94,18 @@ enum CommitStatements {
         var clientMessageIds: [String] = []
         var texts: [String] = []
         var sentAt: [Int64] = []
+        /// Each append's attachments as JSON; empty for none (an array of text holds no NULL here).
+        var attachments: [String] = []
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 6)
+            var bindings = PostgresBindings(capacity: 7)
             bindings.append(conversations)
             bindings.append(epochs)
             bindings.append(senders)
             bindings.append(clientMessageIds)
             bindings.append(texts)
             bindings.append(sentAt)
+            bindings.append(attachments)
             return bindings
         }
 

@@ -227,6 +227,12 @@ public final class PostgresChatStore: ChatStore {
             // Photos and videos are compressed already: stored as they are, without trying again.
             "ALTER TABLE media_chunks ALTER COLUMN data SET STORAGE EXTERNAL",
         ]),
+        (14, "messages' attachments, and which conversations may download an upload", [
+            "ALTER TABLE messages ADD COLUMN attachments TEXT",
+            // The commit before took no attachments; its replacement takes them as one more array.
+            "DROP FUNCTION IF EXISTS parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[])",
+            CommitStatements.function,
+        ] + MediaRows.referencesMigration),
     ]
 
     public func migrate() async throws {
@@ -328,10 +334,11 @@ public final class PostgresChatStore: ChatStore {
             call.clientMessageIds.append(append.clientMessageId)
             call.texts.append(append.text)
             call.sentAt.append(append.sentAt.millisecondsSince1970)
+            call.attachments.append(MediaRows.column(append.attachments) ?? "")
         }
         return try await run {
             var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)
-            for try await (ord, outcome, seq, sender, text, sentAt, epoch) in try await client.execute(call, logger: logger) {
+            for try await (ord, outcome, seq, sender, text, sentAt, epoch, attachments) in try await client.execute(call, logger: logger) {
                 let index = Int(ord) - 1
                 guard outcomes.indices.contains(index), let kind = CommitStatements.Outcome(rawValue: outcome) else {
                     throw ChatStoreError(.unavailable, "parley_commit answered row \(ord) with outcome \(outcome) for a batch of \(appends.count)")
@@ -339,13 +346,12 @@ public final class PostgresChatStore: ChatStore {
                 let append = appends[index]
                 switch kind {
                 case .appended:
-                    outcomes[index] = .appended(Message(
-                        conversationId: append.conversationId, seq: seq, senderId: append.senderId,
-                        clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt)))
+                    outcomes[index] = .appended(append.message(seq: seq, sentAt: sentAt))
                 case .duplicate:
                     outcomes[index] = .duplicate(Message(
                         conversationId: append.conversationId, seq: seq, senderId: UserID(rawValue: sender),
-                        clientMessageId: append.clientMessageId, text: text, sentAt: Date(millisecondsSince1970: sentAt)))
+                        clientMessageId: append.clientMessageId, text: text, sentAt: Date(millisecondsSince1970: sentAt),
+                        attachments: try MediaRows.attachments(attachments)))
                 case .staleEpoch:
                     outcomes[index] = .staleEpoch(current: epoch)
                 case .unknownConversation:
@@ -362,7 +368,7 @@ public final class PostgresChatStore: ChatStore {
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
         try await fetchMessages(
             """
-            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages
+            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
             WHERE conversation_id = \(id.rawValue) AND seq > \(seq) ORDER BY seq LIMIT \(max(0, limit))
             """)
     }
@@ -370,7 +376,7 @@ public final class PostgresChatStore: ChatStore {
     public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
         try await fetchMessages(
             """
-            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages
+            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
             WHERE conversation_id = \(id.rawValue) AND seq < \(seq) ORDER BY seq DESC LIMIT \(max(0, limit))
             """
         ).reversed()
@@ -379,7 +385,7 @@ public final class PostgresChatStore: ChatStore {
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         try await fetchMessages(
             """
-            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at FROM messages
+            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
             WHERE conversation_id = \(id.rawValue) AND client_message_id = \(clientMessageId)
             """
         ).first
@@ -595,6 +601,27 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
+    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws {
+        guard !ids.isEmpty else { return }
+        try await run {
+            try await client.query(
+                """
+                INSERT INTO media_references (media_id, conversation_id)
+                SELECT id, \(conversation.rawValue) FROM UNNEST(\(ids.map(\.rawValue))::TEXT[]) AS id ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
+        try await run {
+            var ids: [ConversationID] = []
+            for try await conversation in try await client.query(
+                "SELECT conversation_id FROM media_references WHERE media_id = \(id.rawValue) ORDER BY conversation_id COLLATE \"C\"", logger: logger
+            ).decode(String.self) { ids.append(ConversationID(rawValue: conversation)) }
+            return ids
+        }
+    }
+
     public func mediaBytes(of user: UserID) async throws -> Int64 {
         try await run {
             for try await total in try await client.query(
@@ -626,7 +653,7 @@ public final class PostgresChatStore: ChatStore {
     public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
         let messages = try await fetchMessages(
             """
-            SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at
+            SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at, m.attachments
             FROM conversations c JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
             WHERE c.id = ANY(\(ids.map(\.rawValue)))
             """)
@@ -928,17 +955,17 @@ public final class PostgresChatStore: ChatStore {
     private func fetchMessages(_ query: PostgresQuery) async throws -> [Message] {
         try await run {
             var messages: [Message] = []
-            for try await row in try await client.query(query, logger: logger).decode((String, Int64, String, String, String, Int64).self) {
-                messages.append(Self.message(row))
+            for try await row in try await client.query(query, logger: logger).decode((String, Int64, String, String, String, Int64, String?).self) {
+                messages.append(try Self.message(row))
             }
             return messages
         }
     }
 
-    private static func message(_ row: (String, Int64, String, String, String, Int64)) -> Message {
+    private static func message(_ row: (String, Int64, String, String, String, Int64, String?)) throws -> Message {
         Message(
             conversationId: ConversationID(rawValue: row.0), seq: row.1, senderId: UserID(rawValue: row.2),
-            clientMessageId: row.3, text: row.4, sentAt: Date(millisecondsSince1970: row.5))
+            clientMessageId: row.3, text: row.4, sentAt: Date(millisecondsSince1970: row.5), attachments: try MediaRows.attachments(row.6))
     }
 
     /// Runs `body`; database failures become `unavailable`, store errors pass through.

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import ParleyModel
+import ParleyStore
 
 /// How a conversation's messages are found in `message_log`, which holds every conversation's
 /// messages in commit order, each linked to its conversation's previous message.
@@ -35,24 +36,28 @@ enum MessageBlocks {
         block.bind((highest - 1) / size, at: 2)
         var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) } ?? lastMessage
         let byID = try db.cachedStatement(sql: """
-            SELECT seq, previous, sender_id, client_message_id, text, sent_at FROM message_log WHERE id = ?
+            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments FROM message_log WHERE id = ?
             """)
         let conversationID = ConversationID(rawValue: conversation)
         var messages: [Message] = []
         messages.reserveCapacity(Int(min(highest - lowest + 1, 1_000)))
         while let id = next {
             byID.bind(id, at: 1)
-            let found = try byID.runForOneRow(in: db) { row -> (seq: Int64, previous: Int64?, message: Message?) in
+            let found = try byID.runForOneRow(in: db) { row -> (seq: Int64, previous: Int64?, message: Message?, attachments: String?) in
                 let seq = SQLiteColumn.int64(row, 0)
                 // Above the range only the link is needed.
-                let message = seq > highest ? nil : Message(
+                guard seq <= highest else { return (seq, SQLiteColumn.optionalInt64(row, 1), nil, nil) }
+                let message = Message(
                     conversationId: conversationID, seq: seq, senderId: UserID(rawValue: SQLiteColumn.string(row, 2)),
                     clientMessageId: SQLiteColumn.string(row, 3), text: SQLiteColumn.string(row, 4),
                     sentAt: Date(millisecondsSince1970: SQLiteColumn.int64(row, 5)))
-                return (seq, SQLiteColumn.optionalInt64(row, 1), message)
+                return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6))
             }
             guard let found, found.seq >= lowest else { break }
-            if let message = found.message { messages.append(message) }
+            if var message = found.message {
+                message.attachments = try MediaRows.attachments(found.attachments)
+                messages.append(message)
+            }
             next = found.previous
         }
         return messages

@@ -143,6 +143,7 @@ public final class SQLiteChatStore: ChatStore {
         "v11: users may be bots",
         "v12: bots' annotations of messages",
         "v13: uploads' descriptions",
+        "v14: messages' attachments, and which conversations may download an upload",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -359,6 +360,10 @@ public final class SQLiteChatStore: ChatStore {
         }
         migrator.registerMigration(Self.migrationNames[12]) { db in
             for statement in MediaRows.migration { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration(Self.migrationNames[13]) { db in
+            try db.execute(sql: "ALTER TABLE message_log ADD COLUMN attachments TEXT")
+            for statement in MediaRows.referencesMigration { try db.execute(sql: statement) }
         }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
@@ -579,6 +584,23 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws {
+        try await write { db in
+            for id in ids {
+                try db.execute(
+                    sql: "INSERT INTO media_references (media_id, conversation_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    arguments: [id.rawValue, conversation.rawValue])
+            }
+        }
+    }
+
+    public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
+        try await read { db in
+            try String.fetchAll(db, sql: "SELECT conversation_id FROM media_references WHERE media_id = ? ORDER BY conversation_id", arguments: [id.rawValue])
+                .map { ConversationID(rawValue: $0) }
+        }
+    }
+
     public func mediaBytes(of user: UserID) async throws -> Int64 {
         try await read { db in try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM media WHERE uploader_id = ?", arguments: [user.rawValue]) ?? 0 }
     }
@@ -645,7 +667,8 @@ public final class SQLiteChatStore: ChatStore {
     private static func commit(_ appends: [AppendRequest], db: Database) throws -> [AppendOutcome] {
         let head = try db.cachedStatement(sql: "SELECT epoch, last_seq, last_message FROM conversations WHERE id = ?")
         let insert = try db.cachedStatement(sql: """
-            INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous) VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous, attachments)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (client_message_id, conversation_id) DO NOTHING
             """)
         let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
@@ -680,6 +703,7 @@ public final class SQLiteChatStore: ChatStore {
             insert.bind(append.text, at: 5)
             insert.bind(sentAt, at: 6)
             insert.bind(current.lastMessage, at: 7)
+            insert.bind(MediaRows.column(append.attachments), at: 8)
             try insert.run(in: db)
             guard db.changesCount == 1 else {
                 // This clientMessageId was stored before: the original, untouched.
@@ -697,9 +721,7 @@ public final class SQLiteChatStore: ChatStore {
                 try block.run(in: db)
             }
             ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
-            outcomes.append(.appended(Message(
-                conversationId: append.conversationId, seq: seq, senderId: append.senderId,
-                clientMessageId: append.clientMessageId, text: append.text, sentAt: Date(millisecondsSince1970: sentAt))))
+            outcomes.append(.appended(append.message(seq: seq, sentAt: sentAt)))
         }
         let advance = try db.cachedStatement(sql: "UPDATE conversations SET last_seq = ?, last_activity_at = ?, last_message = ? WHERE id = ?")
         let receipts = try db.cachedStatement(sql: """
@@ -1042,7 +1064,8 @@ public final class SQLiteChatStore: ChatStore {
         Message(
             conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), seq: try row.decode(forColumn: "seq"),
             senderId: UserID(rawValue: try row.decode(forColumn: "sender_id")), clientMessageId: try row.decode(forColumn: "client_message_id"),
-            text: try row.decode(forColumn: "text"), sentAt: Date(millisecondsSince1970: try row.decode(forColumn: "sent_at")))
+            text: try row.decode(forColumn: "text"), sentAt: Date(millisecondsSince1970: try row.decode(forColumn: "sent_at")),
+            attachments: try MediaRows.attachments(try row.decode(forColumn: "attachments")))
     }
 
     /// A write transaction; database failures become `unavailable`, store errors pass through.

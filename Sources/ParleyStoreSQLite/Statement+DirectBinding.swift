@@ -31,6 +31,10 @@ extension Statement {
         if let value { sqlite3_bind_int64(sqliteStatement, index, value) } else { sqlite3_bind_null(sqliteStatement, index) }
     }
 
+    func bind(_ value: String?, at index: Int32) {
+        if let value { bind(value, at: index) } else { sqlite3_bind_null(sqliteStatement, index) }
+    }
+
     /// Runs a statement that returns no rows.
     func run(in db: Database) throws {
         let code = sqlite3_step(sqliteStatement)
@@ -82,5 +86,9 @@ enum SQLiteColumn {
 
     static func optionalInt64(_ statement: OpaquePointer, _ index: Int32) -> Int64? {
         sqlite3_column_type(statement, index) == SQLITE_NULL ? nil : sqlite3_column_int64(statement, index)
+    }
+
+    static func optionalString(_ statement: OpaquePointer, _ index: Int32) -> String? {
+        sqlite3_column_type(statement, index) == SQLITE_NULL ? nil : string(statement, index)
     }
 }

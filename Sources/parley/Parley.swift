@@ -297,14 +297,33 @@ struct New: AsyncParsableCommand {
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Send a message; retried with the same clientMessageId until acknowledged.")
     @Argument var conversation: String
-    @Argument(help: "The text (words are joined with spaces).") var text: [String]
+    @Argument(help: "The text (words are joined with spaces; none with --attach sends the files alone).") var text: [String] = []
     @Option(help: "The idempotency key (default: a new UUID).") var clientMessageId: String?
+    @Option(name: .customLong("attach"), help: "A file to upload and attach (a photo, a video, a voice note, a PDF); repeat for more, up to 10. Its type is read from its first bytes.")
+    var files: [String] = []
     @OptionGroup var connection: Connection
+
+    func validate() throws {
+        if text.isEmpty && files.isEmpty { throw ValidationError("give a text, or --attach FILE, or both") }
+        if files.count > 10 { throw ValidationError("at most 10 files, not \(files.count)") }
+    }
 
     func run() async throws {
         try await withClient(connection) { client, _ in
+            var attachments: [API.NewAttachment] = []
+            for file in files {
+                let url = URL(fileURLWithPath: file)
+                let head = try FileHandle(forReadingFrom: url).read(upToCount: MediaSniffing.headLength) ?? Data()
+                guard let type = MediaSniffing.contentType(of: Array(head)) else {
+                    throw ValidationError("\(file) is none of the types an upload may have (\(MediaSniffing.contentTypes.sorted().joined(separator: ", ")))")
+                }
+                let media = try await client.upload(file: url, contentType: type)
+                if !connection.json { print("uploaded \(file): \(media.id) (\(type), \(media.size) bytes)") }
+                attachments.append(API.NewAttachment(mediaId: media.id))
+            }
             let message = try await client.send(
-                text.joined(separator: " "), to: ConversationID(rawValue: conversation), clientMessageId: clientMessageId ?? ClientMessageID.make())
+                text.joined(separator: " "), attachments: attachments.isEmpty ? nil : attachments, to: ConversationID(rawValue: conversation),
+                clientMessageId: clientMessageId ?? ClientMessageID.make())
             connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
         }
     }

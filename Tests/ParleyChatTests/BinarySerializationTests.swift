@@ -78,9 +78,19 @@ private struct Shapes: Codable, Equatable {
         let message = Message(conversationId: "c_1", seq: .max, senderId: "u_ann", clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: "", sentAt: at)
         var odd = message
         odd.id = "an id that is not conversation:seq"
+        let photo = Attachment(
+            media: Media(id: "m_1", contentType: "image/jpeg", size: 2_345_678, sha256: String(repeating: "ab", count: 32), width: 4032, height: 3024, createdAt: at),
+            caption: "la vue 🏔\n")
+        let file = Attachment(media: Media(id: "m_2", contentType: "application/pdf", size: 1, sha256: String(repeating: "0", count: 64), createdAt: at))
+        var withFiles = message
+        withFiles.attachments = [photo, file]
         let send = SendMessage(senderId: "u_ann", clientMessageId: "k", text: "héllo 👋\u{0}\n")
+        let sendFiles = SendMessage(senderId: "u_ann", clientMessageId: "k", text: "", attachments: [photo, file])
+        #expect(try roundTrip(sendFiles) == sendFiles)
+        #expect(try roundTrip(SendResult(message: withFiles, created: true)) == SendResult(message: withFiles, created: true))
         let deliveries = [
             EventDelivery(event: .message(message), recipients: ["u_ann", "u_ben"]),
+            EventDelivery(event: .message(withFiles), recipients: ["u_ben"]),
             EventDelivery(event: .message(odd), recipients: []),
             EventDelivery(event: .typing(TypingEvent(conversationId: "c_1", userId: "u_ann", typing: false)), recipients: ["u_ben"]),
         ]

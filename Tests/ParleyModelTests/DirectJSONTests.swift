@@ -36,6 +36,24 @@ import Testing
         }
     }
 
+    @Test func aMessageWithAttachmentsIsWhatTheEncoderWrites() throws {
+        var photo = message(text: "")
+        photo.attachments = [
+            Attachment(
+                media: Media(id: "m_1", contentType: "image/jpeg", size: 2_345_678, sha256: String(repeating: "ab", count: 32), width: 4032, height: 3024,
+                             createdAt: Date(millisecondsSince1970: 1_795_000_000_001)),
+                caption: "la vue 🏔 \"quoted\"\n"),
+            Attachment(media: Media(id: "m_2", contentType: "application/pdf", size: 9, sha256: String(repeating: "0", count: 64), createdAt: Date(millisecondsSince1970: 0))),
+        ]
+        try expectSameBytes(photo)
+        #expect(Message.fromWrappedJSON(photo.wrappedJSON) == nil, "the decoder reads what the fast reader does not")
+        #expect(try API.makeDecoder().decode(API.MessageEvent.self, from: Data(photo.wrappedJSON)).message == photo)
+        let body = API.NewMessage(clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: "", attachments: [API.NewAttachment(mediaId: "m_1", caption: "x")])
+        #expect(String(decoding: body.json, as: UTF8.self) == String(decoding: try encoder.encode(body), as: UTF8.self))
+        let read = try API.makeDecoder().decode(API.NewMessage.self, from: Data(#"{"clientMessageId":"k","attachments":[{"mediaId":"m_1"}]}"#.utf8))
+        #expect(read.text == "" && read.attachments == [API.NewAttachment(mediaId: "m_1")], "no text: an empty one")
+    }
+
     @Test func aSendsBodyIsWhatTheEncoderWrites() throws {
         for text in ["load 17", "", "a\"b\\c/\n\u{0}\u{1F}é😀\u{2028}", String(decoding: Array(UInt8(0)...0x7F), as: UTF8.self)] {
             let body = API.NewMessage(clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: text)

@@ -107,6 +107,24 @@ import _CryptoExtras
         }
     }
 
+    @Test func aMessageOfFilesAloneIsToldByWhatTheyAre() {
+        func file(_ type: String) -> ParleyModel.Attachment {
+            ParleyModel.Attachment(media: Media(id: .make(), contentType: type, size: 1, sha256: String(repeating: "0", count: 64), createdAt: Date(millisecondsSince1970: 0)))
+        }
+        var photos = message
+        photos.text = ""
+        photos.attachments = [file("image/heic"), file("image/jpeg"), file("image/png")]
+        #expect(PushContent(latest: photos, count: 1, kind: .group, conversationName: "climbing", senderName: "Ann", badge: 1, preview: .full).body
+            == "Ann: Photo and 2 more")
+        for (type, said) in [("video/mp4", "Video"), ("audio/mp4", "Voice message"), ("application/pdf", "File")] {
+            photos.attachments = [file(type)]
+            #expect(PushContent(latest: photos, count: 1, kind: .direct, conversationName: nil, senderName: "Ann", badge: 1, preview: .full).body == said)
+        }
+        photos.text = "the summit"
+        #expect(PushContent(latest: photos, count: 1, kind: .direct, conversationName: nil, senderName: "Ann", badge: 1, preview: .full).body == "the summit",
+                "a text says itself")
+    }
+
     @Test func aLongTextIsCutToItsFirst200Characters() {
         var long = message
         long.text = String(repeating: "𝄞", count: 4_000)
