@@ -4,11 +4,13 @@ sharing one SQLite file and one media directory, TLS) and curl as the independen
 
 An image uploaded over HTTP/2 and over HTTP/1.1 is kept once, under its SHA-256, with its size
 in pixels; its uploader downloads it whole, by range (curl -r: a range inside, the last bytes,
-past the end), revalidates it by ETag, over either gateway; anyone else gets 404. A body that is
+past the end), revalidates it by ETag, over either gateway; anyone else gets 404 until it is
+attached to a message of a group, whose members then download it (but not a member removed
+before it was sent); only one's own uploads can be attached. A body that is
 not what its Content-Type says is 415, one without Content-Length 411, one over the limit 413
 before it is all sent, an empty one 400. An upload cut off by its client, and one whose gateway
 is SIGKILLed midway, leave no media; the retry on the other gateway works, and so does one while
-the uploader's worker is SIGKILLed.
+the uploader's worker is SIGKILLed. `parley send --attach` uploads a file and sends it.
 
 With a PostgreSQL URL as the second argument, the nodes use it as their store, and the
 gateways keep uploads' bytes in it (what is kept is then read with psql).
@@ -18,6 +20,7 @@ gateways keep uploads' bytes in it (what is kept is then read with psql).
 Every process it starts is recorded and stopped by its PID.
 """
 import hashlib
+import json
 import os
 import shutil
 import ssl
@@ -112,7 +115,6 @@ def curl(gateway, *args, token=None, http="--http2"):
 
 
 def upload(gateway, path, content_type, token, http="--http2", extra=()):
-    import json
     status, headers, body = curl(gateway, "-H", f"Content-Type: {content_type}", *extra, "--data-binary", f"@{path}", "/v1/media",
                                  token=token, http=http)
     try:
@@ -327,6 +329,24 @@ def main():
         check(status == 200 and body == third, "and download", status)
         status, _, body = curl("gateway-2", f"/v1/media/{photo_id}", token=token)
         check(status == 200 and body == photo, "the first upload too, after the ring moved", status)
+
+    print("the command-line client")
+    parley = os.path.join(os.path.dirname(NODE), "parley")
+    home = os.path.join(WORK, "home")
+    os.makedirs(home, exist_ok=True)
+    cli = dict(os.environ, HOME=home, PARLEY_URL=f"https://localhost:{g2}", PARLEY_CA=CA)
+    login = subprocess.run([parley, "login", "alice", "--password", "correct horse"], env=cli, capture_output=True, text=True)
+    sent = subprocess.run([parley, "send", group_id, "from", "the", "terminal", "--attach", third_path, "--json"], env=cli, capture_output=True, text=True)
+    try:
+        message = json.loads(sent.stdout.strip().splitlines()[-1])["message"]
+    except (ValueError, IndexError, KeyError):
+        message = {}
+    files = message.get("attachments") or [{}]
+    check(login.returncode == 0 and sent.returncode == 0 and message.get("text") == "from the terminal"
+          and files[0].get("media", {}).get("sha256") == hashlib.sha256(third).hexdigest(),
+          "parley send --attach uploads the file and sends it with the text", f"{login.stderr} {sent.stdout} {sent.stderr}")
+    status, _, body = curl("gateway-2", f"/v1/media/{files[0].get('media', {}).get('id', 'm_none')}", token=stranger)
+    check(status == 200 and body == third, "a member downloads it", status)
 
     print("quota")
     statuses = []
