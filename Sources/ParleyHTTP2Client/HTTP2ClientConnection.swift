@@ -417,13 +417,16 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
             if endStream { complete(stream) }
         case .data(let stream, var payload, let endStream, let flowControlled):
             connectionUncredited += flowControlled
-            guard var request = open[stream] else { return }
+            // Taken out of the table while its body grows, so the body's storage is not shared with
+            // the table's copy and each frame appends in place (a copy per frame, before).
+            guard var request = open.removeValue(forKey: stream) else { return }
             if let streaming = request.streaming {
+                open[stream] = request
                 streaming.data(payload)
                 // What it did may have ended the connection.
-                guard open[stream] != nil else { return }
+                guard let stillOpen = open.removeValue(forKey: stream) else { return }
+                request = stillOpen
             } else if request.body.readableBytes + payload.readableBytes > maxResponseBody {
-                open[stream] = nil
                 request.promise.fail(HTTP2ClientError(.responseTooLarge, "a response body over \(maxResponseBody) bytes"))
                 writeFrames { HTTP2ClientFrameWriter.rstStream(stream: stream, code: 0x8, into: &$0) }  // CANCEL
                 startWaiting()
