@@ -238,7 +238,11 @@ extension UserActor {
             }
             found.append(Attachment(media: stored.media, caption: attachment.caption))
         }
-        try await services.withStore { try await $0.referenceMedia(found.map(\.media.id), in: conversation) }
+        let referenced = try await services.withStore { try await $0.referenceMedia(found.map(\.media.id), in: conversation) }
+        // The sweeper removed one between the read above and now (it was a day old, never attached).
+        if let index = found.firstIndex(where: { !referenced.contains($0.media.id) }) {
+            throw ChatError(.invalidRequest, "attachments[\(index)].mediaId: \(found[index].media.id) is not an upload of yours")
+        }
         return found
     }
 

@@ -105,6 +105,12 @@ extension Gateway {
                 id: .make(), contentType: declared, size: blob.size, sha256: blob.sha256, width: dimensions?.width, height: dimensions?.height,
                 createdAt: Date().millisecondPrecision)
             let recorded = try await UserActor.resolve(caller.id, using: system).recordUpload(media)
+            // The same bytes, a day unattached under another upload, may have been swept while this
+            // one was being recorded (finishing kept them again, so only within moments); this
+            // upload is then left unattached for the sweeper, and the client uploads again.
+            guard try await settings.blobs.size(of: blob.sha256) != nil else {
+                throw APIError.unavailable("the upload's bytes were removed as it was recorded; upload it again")
+            }
             return try Self.json(API.MediaBody(media: recorded), status: .created)
         } catch is StreamedRequestBody.Ended {
             await upload.abandon()

@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import NIOCore
 
 /// Where uploads' bytes are kept, by their SHA-256: the same bytes uploaded twice are kept once.
@@ -17,9 +18,28 @@ public protocol BlobStore: Sendable {
     /// ``BlobStoreError/Kind/notFound`` when there is no such blob, or the range passes its end.
     func read(_ sha256: String, range: Range<Int64>, chunkSize: Int, into body: (ByteBuffer) async throws -> Void) async throws
 
-    /// Deletes blob `sha256`; false when there was none.
+    /// Deletes blob `sha256` and its thumbnails, unless its bytes were last kept at or after
+    /// `cutoff`: finishing an upload of bytes kept already counts as keeping them again, so the
+    /// sweeper, deleting bytes no upload has, leaves those an upload just finished and is about to
+    /// record. False when nothing was deleted.
+    func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool
+
+    /// Blob `sha256`'s thumbnail `size` pixels on its longer side: nil when none was kept, empty
+    /// when the blob cannot be made one (kept so that it is not tried again).
+    func thumbnail(of sha256: String, size: Int) async throws -> ByteBuffer?
+
+    /// Keeps a thumbnail of blob `sha256` (empty bytes: it cannot be made one), replacing one
+    /// kept already. Deleting the blob deletes it.
+    func keepThumbnail(_ bytes: ByteBuffer, of sha256: String, size: Int) async throws
+}
+
+extension BlobStore {
+    /// Deletes blob `sha256` and its thumbnails, however recently it was kept; false when there
+    /// was none.
     @discardableResult
-    func delete(_ sha256: String) async throws -> Bool
+    public func delete(_ sha256: String) async throws -> Bool {
+        try await delete(sha256, keptBefore: .distantFuture)
+    }
 }
 
 /// A blob being written: one writer, writes in order.

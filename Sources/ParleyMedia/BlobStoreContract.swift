@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import NIOCore
 
 /// The one contract every ``BlobStore`` passes: test targets run each case against each store
@@ -100,6 +101,38 @@ public enum BlobStoreContract {
             let kept = try await Self.store(bytes, in: store)
             try check(kept.sha256 == sha256(bytes), "the same bytes, uploaded again after")
             try await store.delete(kept.sha256)
+        },
+        Case(name: "a delete with a cutoff leaves bytes kept since; keeping the same bytes again counts as keeping them") { store in
+            let bytes = bytes(30_000)
+            let first = try await Self.store(bytes, in: store)
+            let beforeIt = Date().addingTimeInterval(-60)
+            try check(!(try await store.delete(first.sha256, keptBefore: beforeIt)), "kept after the cutoff: not deleted")
+            try check(try await store.size(of: first.sha256) == 30_000, "still there")
+            try await Task.sleep(for: .milliseconds(20))
+            let between = Date()
+            try await Task.sleep(for: .milliseconds(20))
+            let again = try await Self.store(bytes, in: store)
+            try check(again == first, "the same bytes again: \(again)")
+            try check(!(try await store.delete(first.sha256, keptBefore: between)), "kept again after the cutoff: not deleted")
+            try check(try await store.delete(first.sha256, keptBefore: Date().addingTimeInterval(60)), "kept before the cutoff: deleted")
+            try check(try await store.size(of: first.sha256) == nil, "gone")
+        },
+        Case(name: "thumbnails are kept beside their blob, replaced, read back, and deleted with it") { store in
+            let blob = try await Self.store(bytes(5_000), in: store)
+            try check(try await store.thumbnail(of: blob.sha256, size: 320) == nil, "none before one is kept")
+            let small = bytes(1_234), large = bytes(9_999)
+            try await store.keepThumbnail(ByteBuffer(bytes: small), of: blob.sha256, size: 160)
+            try await store.keepThumbnail(ByteBuffer(bytes: [1, 2, 3]), of: blob.sha256, size: 640)
+            try await store.keepThumbnail(ByteBuffer(bytes: large), of: blob.sha256, size: 640)
+            try await store.keepThumbnail(ByteBuffer(), of: blob.sha256, size: 320)
+            try check(try await store.thumbnail(of: blob.sha256, size: 160).map { Array($0.readableBytesView) } == small, "the small one")
+            try check(try await store.thumbnail(of: blob.sha256, size: 640).map { Array($0.readableBytesView) } == large, "the large one, replaced")
+            try check(try await store.thumbnail(of: blob.sha256, size: 320)?.readableBytes == 0, "an empty one: none can be made")
+            try check(try await store.thumbnail(of: "../" + blob.sha256, size: 160) == nil, "a name that is no SHA-256")
+            try check(try await store.delete(blob.sha256), "the blob deleted")
+            for size in [160, 320, 640] {
+                try check(try await store.thumbnail(of: blob.sha256, size: size) == nil, "thumbnail \(size) deleted with it")
+            }
         },
         Case(name: "an empty blob; names that are no SHA-256 find nothing") { store in
             let empty = try await store.beginUpload().finish()

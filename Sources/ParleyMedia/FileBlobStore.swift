@@ -15,13 +15,16 @@ import Darwin
 /// machine): `blobs/ab/abcdef…` by SHA-256. An upload is written to `uploads/` as it comes,
 /// hashed on the way, then fsynced and renamed to its name, and the directory fsynced: a blob
 /// is either whole under its name or absent, whatever dies when. A file already under that
-/// name holds the same bytes, so the upload's copy is dropped.
+/// name holds the same bytes, so the upload's copy is dropped and the file's modification time
+/// set to now (when its bytes were last kept). Thumbnails are `thumbnails/ab/abcdef….SIZE`,
+/// written the same way.
 ///
 /// Every file operation runs on a thread pool, never on the event loop that called.
 public final class FileBlobStore: BlobStore {
     public let directory: URL
     private let blobs: String
     private let uploads: String
+    private let thumbnails: String
     private let pool: NIOThreadPool
 
     /// Opens (creating) the store under `directory`, and removes uploads left over by a process
@@ -31,12 +34,12 @@ public final class FileBlobStore: BlobStore {
         self.directory = directory
         self.blobs = directory.appendingPathComponent("blobs").path
         self.uploads = directory.appendingPathComponent("uploads").path
+        self.thumbnails = directory.appendingPathComponent("thumbnails").path
         self.pool = pool
         let files = FileManager.default
-        try files.createDirectory(atPath: blobs, withIntermediateDirectories: true)
-        try files.createDirectory(atPath: uploads, withIntermediateDirectories: true)
+        for folder in [blobs, uploads, thumbnails] { try files.createDirectory(atPath: folder, withIntermediateDirectories: true) }
         let cutoff = Date().addingTimeInterval(-Double(leftoversAfter.components.seconds))
-        for name in (try? files.contentsOfDirectory(atPath: uploads)) ?? [] where name.hasSuffix(".part") {
+        for name in (try? files.contentsOfDirectory(atPath: uploads)) ?? [] where name.hasSuffix(".part") || name.hasSuffix(".thumbnail") {
             let path = uploads + "/" + name
             if let modified = (try? files.attributesOfItem(atPath: path))?[.modificationDate] as? Date, modified < cutoff {
                 unlink(path)
@@ -101,15 +104,67 @@ public final class FileBlobStore: BlobStore {
         }
     }
 
-    @discardableResult
-    public func delete(_ sha256: String) async throws -> Bool {
-        guard let path = path(of: sha256) else { return false }
+    public func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool {
+        guard let path = path(of: sha256), let thumbnailShard = thumbnailPath(of: sha256, size: 0).map(Self.folder(of:)) else { return false }
         return try await pool.runIfActive {
+            var info = stat()
+            guard stat(path, &info) == 0 else {
+                if errno == ENOENT { return false }
+                throw Self.failure("cannot stat \(path)")
+            }
+            guard Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9 < cutoff.timeIntervalSince1970 else { return false }
             guard unlink(path) == 0 else {
                 if errno == ENOENT { return false }
                 throw Self.failure("cannot delete \(path)")
             }
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: thumbnailShard)) ?? [] where name.hasPrefix(sha256 + ".") {
+                unlink(thumbnailShard + "/" + name)
+            }
             return true
+        }
+    }
+
+    public func thumbnail(of sha256: String, size: Int) async throws -> ByteBuffer? {
+        guard let path = thumbnailPath(of: sha256, size: size) else { return nil }
+        return try await pool.runIfActive {
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                if errno == ENOENT { return nil }
+                throw Self.failure("cannot open \(path)")
+            }
+            defer { close(fd) }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { throw Self.failure("cannot stat \(path)") }
+            let length = Int(info.st_size)
+            var buffer = ByteBufferAllocator().buffer(capacity: length)
+            var read = 0
+            while read < length {
+                let count = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length - read) { bytes in
+                    max(0, pread(fd, bytes.baseAddress, length - read, off_t(read)))
+                }
+                guard count > 0 else { throw Self.failure("cannot read \(path)") }
+                read += count
+            }
+            return buffer
+        }
+    }
+
+    public func keepThumbnail(_ bytes: ByteBuffer, of sha256: String, size: Int) async throws {
+        guard let target = thumbnailPath(of: sha256, size: size) else { throw BlobStoreError(.notFound, "no blob \(sha256)") }
+        let temporary = uploads + "/" + UUID().uuidString.lowercased() + ".thumbnail"
+        try await pool.runIfActive {
+            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o640)
+            guard fd >= 0 else { throw Self.failure("cannot create \(temporary)") }
+            // Synced before the rename: a thumbnail that came back empty after a crash would read
+            // as "cannot be made one" for good.
+            let written = bytes.withUnsafeReadableBytes { writeAll(fd, $0) } && fsync(fd) == 0
+            close(fd)
+            guard written else {
+                let failure = Self.failure("cannot write \(temporary)")
+                unlink(temporary)
+                throw failure
+            }
+            try self.move(temporary, to: target)
         }
     }
 
@@ -119,20 +174,40 @@ public final class FileBlobStore: BlobStore {
         return blobs + "/" + sha256.prefix(2) + "/" + sha256
     }
 
-    /// Moves a finished upload to its name and makes both durable (run on the pool).
-    fileprivate func keep(_ temporary: String, as sha256: String) throws {
-        guard let target = path(of: sha256) else { throw Self.failure("not a SHA-256: \(sha256)") }
-        let shard = String(target[..<(target.lastIndex(of: "/") ?? target.endIndex)])
+    private func thumbnailPath(of sha256: String, size: Int) -> String? {
+        guard Media.isSHA256(sha256), size >= 0 else { return nil }
+        return thumbnails + "/" + sha256.prefix(2) + "/" + sha256 + "." + String(size)
+    }
+
+    private static func folder(of path: String) -> String {
+        String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+    }
+
+    /// Renames `temporary` to `target`, making the shard folder first, and fsyncs the folder
+    /// (run on the pool).
+    private func move(_ temporary: String, to target: String) throws {
+        let shard = Self.folder(of: target)
         if mkdir(shard, 0o750) != 0 && errno != EEXIST { throw Self.failure("cannot create \(shard)") }
-        if access(target, F_OK) == 0 {
-            unlink(temporary)  // the same bytes are kept already
-            return
+        guard rename(temporary, target) == 0 else {
+            let failure = Self.failure("cannot rename \(temporary) to \(target)")
+            unlink(temporary)
+            throw failure
         }
-        guard rename(temporary, target) == 0 else { throw Self.failure("cannot rename \(temporary) to \(target)") }
         let directory = open(shard, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { throw Self.failure("cannot open \(shard)") }
         defer { close(directory) }
         guard fsync(directory) == 0 else { throw Self.failure("cannot fsync \(shard)") }
+    }
+
+    /// Moves a finished upload to its name and makes both durable (run on the pool).
+    fileprivate func keep(_ temporary: String, as sha256: String) throws {
+        guard let target = path(of: sha256) else { throw Self.failure("not a SHA-256: \(sha256)") }
+        // The same bytes are kept already: they are kept again now (the sweeper goes by this time).
+        if utimensat(AT_FDCWD, target, nil, 0) == 0 {
+            unlink(temporary)
+            return
+        }
+        try move(temporary, to: target)
     }
 
     fileprivate func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {

@@ -46,3 +46,8 @@ extension String {
         return slice
     }
 }
+
+extension Duration {
+    /// This duration in seconds, with its fraction (for `Date` arithmetic).
+    public var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

@@ -173,8 +173,19 @@ public protocol ChatStore: Sendable {
     func mediaBytes(of user: UserID) async throws -> Int64
 
     /// Uploads are about to be attached to a message of `conversation`: its members may download
-    /// them from now on. Idempotent.
-    func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws
+    /// them from now on, and ``removeUnattachedMedia(uploadedBefore:limit:)`` keeps them. Answers
+    /// the IDs found: one the sweeper removed first is missing. Whichever of the two comes second
+    /// sees what the first did, so an upload is never both attached and removed. Idempotent.
+    @discardableResult
+    func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws -> Set<MediaID>
+
+    /// Removes up to `limit` uploads made before `cutoff` that were never attached to a message,
+    /// oldest first, and answers them (their bytes are the caller's to delete, once
+    /// ``hasMedia(withSHA256:)`` says no other upload has them).
+    func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia]
+
+    /// Whether any upload's bytes have this SHA-256.
+    func hasMedia(withSHA256 sha256: String) async throws -> Bool
 
     /// The conversations an upload was attached to a message of.
     func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID]

@@ -468,12 +468,90 @@ public enum ChatStoreContract {
 
             let (other, _) = try await owned(store)
             let photo = album[0].media.id
-            try await store.referenceMedia([photo, album[1].media.id], in: id)
+            for attachment in album { try await store.recordMedia(StoredMedia(media: attachment.media, uploaderId: UserID.make())) }
+            let neverUploaded = MediaID.make()
+            let found = try await store.referenceMedia([photo, album[1].media.id, neverUploaded], in: id)
+            try check(found == [photo, album[1].media.id], "an upload that is not there is not referenced: \(found)")
             try await store.referenceMedia([photo], in: other)
             try await store.referenceMedia([photo], in: other)
+            try check(try await store.conversationsReferencing(neverUploaded) == [], "nothing recorded for the missing upload")
             try check(try await store.conversationsReferencing(photo) == [id, other].sorted(), "a photo in two conversations")
             try check(try await store.conversationsReferencing(album[1].media.id) == [id], "the document in one")
             try check(try await store.conversationsReferencing(.make()) == [], "an upload attached nowhere")
+        },
+        Case(name: "uploads never attached are removed once old, oldest first; an attached one stays; an attach after the removal finds nothing") { store in
+            // Long before t0: whatever else a shared store holds from other cases is younger.
+            let past = Date(millisecondsSince1970: 1_000_000_000_000 + Int64.random(in: 0..<1_000_000))
+            let uploader = UserID.make()
+            let sharedBytes = (0..<32).map { _ in String(format: "%02x", Int.random(in: 0...255)) }.joined()
+            func upload(_ offset: Int64, sha256: String? = nil) -> StoredMedia {
+                StoredMedia(
+                    media: Media(id: .make(), contentType: "image/png", size: 1000 + offset,
+                                 sha256: sha256 ?? (0..<32).map { _ in String(format: "%02x", Int.random(in: 0...255)) }.joined(),
+                                 width: 10, height: 10, createdAt: Date(millisecondsSince1970: past.millisecondsSince1970 + offset)),
+                    uploaderId: uploader)
+            }
+            let (conversation, _) = try await owned(store)
+            let oldest = upload(0), attached = upload(1), second = upload(2, sha256: sharedBytes), young = upload(10_000, sha256: sharedBytes)
+            for media in [young, second, attached, oldest] { try await store.recordMedia(media) }
+            try await store.referenceMedia([attached.media.id], in: conversation)
+            let cutoff = Date(millisecondsSince1970: past.millisecondsSince1970 + 5_000)
+            var removed: [StoredMedia] = []
+            while true {
+                let batch = try await store.removeUnattachedMedia(uploadedBefore: cutoff, limit: 1)
+                try check(batch.count <= 1, "a limit of 1 removes at most 1: \(batch.count)")
+                guard let first = batch.first else { break }
+                removed.append(first)
+            }
+            let mine = removed.filter { $0.uploaderId == uploader }
+            try check(mine == [oldest, second], "the two old unattached uploads, oldest first: \(mine.map(\.media.id))")
+            let (oldestNow, secondNow) = (try await store.media(oldest.media.id), try await store.media(second.media.id))
+            try check(oldestNow == nil && secondNow == nil, "removed uploads are gone")
+            try check(try await store.media(attached.media.id) == attached, "the attached one stays")
+            try check(try await store.media(young.media.id) == young, "the young one stays")
+            try check(try await store.hasMedia(withSHA256: sharedBytes), "the young upload still has the bytes the removed one shared")
+            try check(!(try await store.hasMedia(withSHA256: oldest.media.sha256)), "nothing has the oldest upload's bytes any more")
+            try check(try await store.referenceMedia([oldest.media.id], in: conversation).isEmpty, "attaching a removed upload finds nothing")
+            try check(try await store.conversationsReferencing(oldest.media.id).isEmpty, "and references nothing")
+            try check(try await store.mediaBytes(of: uploader) == attached.media.size + young.media.size, "the quota counts what stays")
+            try check(try await store.removeUnattachedMedia(uploadedBefore: cutoff, limit: 0).isEmpty, "a limit of 0 removes nothing")
+        },
+        Case(name: "attaches racing the sweeper: each upload ends attached and kept, or removed and attached nowhere") { store in
+            let past = Date(millisecondsSince1970: 1_000_000_000_000 + Int64.random(in: 0..<1_000_000))
+            let uploader = UserID.make()
+            let (conversation, _) = try await owned(store)
+            var uploads: [MediaID] = []
+            for offset in 0..<60 {
+                let media = Media(id: .make(), contentType: "image/png", size: 100, sha256: String(repeating: "5a", count: 32),
+                                  createdAt: Date(millisecondsSince1970: past.millisecondsSince1970 + Int64(offset)))
+                try await store.recordMedia(StoredMedia(media: media, uploaderId: uploader))
+                uploads.append(media.id)
+            }
+            let cutoff = Date(millisecondsSince1970: past.millisecondsSince1970 + 1_000)
+            let (attached, removed) = try await withThrowingTaskGroup(of: (Set<MediaID>, Set<MediaID>).self) { group in
+                for id in uploads {
+                    group.addTask { (try await store.referenceMedia([id], in: conversation), []) }
+                    if id.rawValue.hashValue % 4 == 0 {
+                        group.addTask { ([], Set(try await store.removeUnattachedMedia(uploadedBefore: cutoff, limit: 3).map(\.media.id))) }
+                    }
+                }
+                var attached: Set<MediaID> = [], removed: Set<MediaID> = []
+                for try await (found, gone) in group {
+                    attached.formUnion(found)
+                    removed.formUnion(gone)
+                }
+                return (attached, removed)
+            }
+            let rest = Set(try await store.removeUnattachedMedia(uploadedBefore: cutoff, limit: 1_000).map(\.media.id))
+            for id in uploads {
+                let kept = try await store.media(id) != nil
+                let referencing = try await store.conversationsReferencing(id)
+                if attached.contains(id) {
+                    try check(kept && referencing == [conversation] && !removed.contains(id) && !rest.contains(id), "\(id) attached, then removed")
+                } else {
+                    try check(!kept && referencing.isEmpty && (removed.contains(id) || rest.contains(id)), "\(id) neither attached nor removed")
+                }
+            }
         },
         Case(name: "an upload's description is kept as given, once per ID") { store in
             let uploader = UserID.make()

@@ -395,8 +395,28 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.media[id] }
     }
 
-    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws {
-        users.withLock { users in for id in ids { users.mediaReferences[id, default: []].insert(conversation) } }
+    @discardableResult
+    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws -> Set<MediaID> {
+        users.withLock { users in
+            let found = Set(ids.filter { users.media[$0] != nil })
+            for id in found { users.mediaReferences[id, default: []].insert(conversation) }
+            return found
+        }
+    }
+
+    public func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia] {
+        users.withLock { users in
+            let unattached = users.media.values
+                .filter { $0.media.createdAt < cutoff && users.mediaReferences[$0.media.id] == nil }
+                .sorted { ($0.media.createdAt, $0.media.id) < ($1.media.createdAt, $1.media.id) }
+                .prefix(max(0, limit))
+            for stored in unattached { users.media[stored.media.id] = nil }
+            return Array(unattached)
+        }
+    }
+
+    public func hasMedia(withSHA256 sha256: String) async throws -> Bool {
+        users.withLock { $0.media.values.contains { $0.media.sha256 == sha256 } }
     }
 
     public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {

@@ -27,6 +27,16 @@ public enum MediaRows {
         "CREATE TABLE media_references (media_id TEXT NOT NULL, conversation_id TEXT NOT NULL, PRIMARY KEY (media_id, conversation_id))",
     ]
 
+    /// Whether an upload was ever attached (the sweeper removes the others after a day), and
+    /// the index the sweeper reads. `referenced` is a column of the upload's own row, not only
+    /// its rows in `media_references`: an attach and the sweeper's delete then touch the same
+    /// row, and PostgreSQL orders them by its lock (a delete that waited re-checks the flag).
+    public static let sweepMigration = [
+        "ALTER TABLE media ADD COLUMN referenced BOOLEAN NOT NULL DEFAULT FALSE",
+        "UPDATE media SET referenced = TRUE WHERE id IN (SELECT media_id FROM media_references)",
+        "CREATE INDEX media_unattached ON media(created_at) WHERE NOT referenced",
+    ]
+
     /// A message's attachments as its `attachments` column holds them: JSON as the API writes
     /// them, NULL for none.
     public static func column(_ attachments: [Attachment]?) -> String? {

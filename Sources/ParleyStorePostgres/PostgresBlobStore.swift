@@ -13,7 +13,7 @@ import Synchronization
 /// writes its chunks under a name of its own as they come, hashing on the way; finishing it is
 /// one transaction that either renames them to the SHA-256 (the chunks' data is not rewritten)
 /// or, when those bytes are kept already, deletes them. A blob is readable only once that
-/// transaction committed, so it is whole or absent.
+/// transaction committed, so it is whole or absent. Thumbnails are rows of `media_thumbnails`.
 public final class PostgresBlobStore: BlobStore {
     private let client: PostgresClient
     private let logger: Logger
@@ -87,18 +87,45 @@ public final class PostgresBlobStore: BlobStore {
         }
     }
 
-    @discardableResult
-    public func delete(_ sha256: String) async throws -> Bool {
+    public func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool {
         guard Media.isSHA256(sha256) else { return false }
+        let before = cutoff == .distantFuture ? Int64.max : cutoff.millisecondsSince1970
         return try await run {
             try await client.withTransaction(logger: logger) { connection in
                 var deleted = false
-                for try await _ in try await connection.query("DELETE FROM media_blobs WHERE sha256 = \(sha256) RETURNING size", logger: logger) {
+                for try await _ in try await connection.query(
+                    "DELETE FROM media_blobs WHERE sha256 = \(sha256) AND created_at < \(before) RETURNING size", logger: logger
+                ) {
                     deleted = true
                 }
+                guard deleted else { return false }
                 try await connection.query("DELETE FROM media_chunks WHERE blob = \(sha256)", logger: logger)
-                return deleted
+                try await connection.query("DELETE FROM media_thumbnails WHERE sha256 = \(sha256)", logger: logger)
+                return true
             }
+        }
+    }
+
+    public func thumbnail(of sha256: String, size: Int) async throws -> ByteBuffer? {
+        guard Media.isSHA256(sha256) else { return nil }
+        return try await run {
+            for try await data in try await client.query(
+                "SELECT data FROM media_thumbnails WHERE sha256 = \(sha256) AND size = \(Int32(clamping: size))", logger: logger
+            ).decode(ByteBuffer.self) {
+                return data
+            }
+            return nil
+        }
+    }
+
+    public func keepThumbnail(_ bytes: ByteBuffer, of sha256: String, size: Int) async throws {
+        guard Media.isSHA256(sha256) else { throw BlobStoreError(.notFound, "no blob \(sha256)") }
+        try await run {
+            try await client.query(
+                """
+                INSERT INTO media_thumbnails (sha256, size, data) VALUES (\(sha256), \(Int32(clamping: size)), \(bytes))
+                ON CONFLICT (sha256, size) DO UPDATE SET data = EXCLUDED.data
+                """, logger: logger)
         }
     }
 
@@ -115,11 +142,16 @@ public final class PostgresBlobStore: BlobStore {
         let now = Date().millisecondsSince1970
         try await run {
             try await client.withTransaction(logger: logger) { connection in
+                // Bytes kept already are kept again now: `created_at` is when they were last kept,
+                // which the sweeper goes by. `xmax = 0` on the row answered: it was inserted.
                 var created = false
-                for try await _ in try await connection.query(
-                    "INSERT INTO media_blobs (sha256, size, created_at) VALUES (\(blob.sha256), \(blob.size), \(now)) ON CONFLICT DO NOTHING RETURNING size",
+                for try await inserted in try await connection.query(
+                    """
+                    INSERT INTO media_blobs (sha256, size, created_at) VALUES (\(blob.sha256), \(blob.size), \(now))
+                    ON CONFLICT (sha256) DO UPDATE SET created_at = EXCLUDED.created_at RETURNING (xmax = 0)
+                    """,
                     logger: logger
-                ) { created = true }
+                ).decode(Bool.self) { created = inserted }
                 if created {
                     try await connection.query("UPDATE media_chunks SET blob = \(blob.sha256) WHERE blob = \(name)", logger: logger)
                 } else {

@@ -233,6 +233,9 @@ public final class PostgresChatStore: ChatStore {
             "DROP FUNCTION IF EXISTS parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[])",
             CommitStatements.function,
         ] + MediaRows.referencesMigration),
+        (15, "uploads never attached, for the sweeper; thumbnails", MediaRows.sweepMigration + [
+            "CREATE TABLE media_thumbnails (sha256 TEXT NOT NULL, size INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (sha256, size))",
+        ]),
     ]
 
     public func migrate() async throws {
@@ -601,14 +604,53 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
-    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws {
-        guard !ids.isEmpty else { return }
-        try await run {
-            try await client.query(
+    @discardableResult
+    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws -> Set<MediaID> {
+        guard !ids.isEmpty else { return [] }
+        return try await run {
+            // The UPDATE locks each upload's row: a sweeper's DELETE of it either came first (the
+            // row is gone, nothing is found) or waits and then sees `referenced`.
+            var found: Set<MediaID> = []
+            for try await id in try await client.query(
                 """
-                INSERT INTO media_references (media_id, conversation_id)
-                SELECT id, \(conversation.rawValue) FROM UNNEST(\(ids.map(\.rawValue))::TEXT[]) AS id ON CONFLICT DO NOTHING
-                """, logger: logger)
+                WITH found AS (UPDATE media SET referenced = TRUE WHERE id = ANY(\(ids.map(\.rawValue))::TEXT[]) RETURNING id),
+                     referenced AS (
+                         INSERT INTO media_references (media_id, conversation_id)
+                         SELECT id, \(conversation.rawValue) FROM found ON CONFLICT DO NOTHING)
+                SELECT id FROM found
+                """, logger: logger
+            ).decode(String.self) { found.insert(MediaID(rawValue: id)) }
+            return found
+        }
+    }
+
+    public func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia] {
+        try await run {
+            var removed: [StoredMedia] = []
+            // `NOT referenced` again on the deleted row itself: an attach that locked it first is
+            // seen once it commits.
+            for try await (id, uploader, contentType, size, sha256, width, height, created) in try await client.query(
+                """
+                DELETE FROM media WHERE id IN (
+                    SELECT id FROM media WHERE NOT referenced AND created_at < \(cutoff.millisecondsSince1970)
+                    ORDER BY created_at, id LIMIT \(max(0, limit)))
+                AND NOT referenced
+                RETURNING id, uploader_id, content_type, size, sha256, width, height, created_at
+                """, logger: logger
+            ).decode((String, String, String, Int64, String, Int?, Int?, Int64).self) {
+                removed.append(MediaRows.media(
+                    id: id, uploaderId: uploader, contentType: contentType, size: size, sha256: sha256, width: width, height: height, createdAt: created))
+            }
+            return removed.sorted { ($0.media.createdAt, $0.media.id) < ($1.media.createdAt, $1.media.id) }
+        }
+    }
+
+    public func hasMedia(withSHA256 sha256: String) async throws -> Bool {
+        try await run {
+            for try await found in try await client.query("SELECT EXISTS (SELECT 1 FROM media WHERE sha256 = \(sha256))", logger: logger).decode(Bool.self) {
+                return found
+            }
+            return false
         }
     }
 

@@ -144,6 +144,7 @@ public final class SQLiteChatStore: ChatStore {
         "v12: bots' annotations of messages",
         "v13: uploads' descriptions",
         "v14: messages' attachments, and which conversations may download an upload",
+        "v15: uploads never attached, for the sweeper",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -365,6 +366,9 @@ public final class SQLiteChatStore: ChatStore {
             try db.execute(sql: "ALTER TABLE message_log ADD COLUMN attachments TEXT")
             for statement in MediaRows.referencesMigration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[14]) { db in
+            for statement in MediaRows.sweepMigration { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -574,24 +578,47 @@ public final class SQLiteChatStore: ChatStore {
 
     public func media(_ id: MediaID) async throws -> StoredMedia? {
         try await read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM media WHERE id = ?", arguments: [id.rawValue]).map { row in
-                MediaRows.media(
-                    id: try row.decode(forColumn: "id"), uploaderId: try row.decode(forColumn: "uploader_id"),
-                    contentType: try row.decode(forColumn: "content_type"), size: try row.decode(forColumn: "size"),
-                    sha256: try row.decode(forColumn: "sha256"), width: try row.decode(forColumn: "width"),
-                    height: try row.decode(forColumn: "height"), createdAt: try row.decode(forColumn: "created_at"))
-            }
+            try Row.fetchOne(db, sql: "SELECT * FROM media WHERE id = ?", arguments: [id.rawValue]).map(Self.storedMedia(from:))
         }
     }
 
-    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws {
+    static func storedMedia(from row: Row) throws -> StoredMedia {
+        MediaRows.media(
+            id: try row.decode(forColumn: "id"), uploaderId: try row.decode(forColumn: "uploader_id"),
+            contentType: try row.decode(forColumn: "content_type"), size: try row.decode(forColumn: "size"),
+            sha256: try row.decode(forColumn: "sha256"), width: try row.decode(forColumn: "width"),
+            height: try row.decode(forColumn: "height"), createdAt: try row.decode(forColumn: "created_at"))
+    }
+
+    @discardableResult
+    public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws -> Set<MediaID> {
         try await write { db in
+            var found: Set<MediaID> = []
             for id in ids {
+                try db.execute(sql: "UPDATE media SET referenced = TRUE WHERE id = ?", arguments: [id.rawValue])
+                guard db.changesCount > 0 else { continue }
+                found.insert(id)
                 try db.execute(
                     sql: "INSERT INTO media_references (media_id, conversation_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                     arguments: [id.rawValue, conversation.rawValue])
             }
+            return found
         }
+    }
+
+    public func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia] {
+        try await write { db in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT * FROM media WHERE NOT referenced AND created_at < ? ORDER BY created_at, id LIMIT ?",
+                arguments: [cutoff.millisecondsSince1970, max(0, limit)])
+            let removed = try rows.map(Self.storedMedia(from:))
+            for media in removed { try db.execute(sql: "DELETE FROM media WHERE id = ?", arguments: [media.media.id.rawValue]) }
+            return removed
+        }
+    }
+
+    public func hasMedia(withSHA256 sha256: String) async throws -> Bool {
+        try await read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM media WHERE sha256 = ?)", arguments: [sha256]) ?? false }
     }
 
     public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
@@ -1137,8 +1164,4 @@ final class BackgroundCheckpointer: Sendable {
     }
 
     func stop() { stopped.withLock { $0 = true } }
-}
-
-extension Duration {
-    fileprivate var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -778,7 +778,7 @@ struct Summary: Codable {
 /// A duration option: a number and a unit (`20s`, `500ms`, `2m`), or a plain number of seconds.
 struct DurationOption: ExpressibleByArgument, CustomStringConvertible {
     var duration: Duration
-    var seconds: Double { Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
+    var seconds: Double { duration.seconds }
 
     init(_ duration: Duration) { self.duration = duration }
 
