@@ -10,7 +10,9 @@ before it was sent); only one's own uploads can be attached. A body that is
 not what its Content-Type says is 415, one without Content-Length 411, one over the limit 413
 before it is all sent, an empty one 400. An upload cut off by its client, and one whose gateway
 is SIGKILLed midway, leave no media; the retry on the other gateway works, and so does one while
-the uploader's worker is SIGKILLed. `parley send --attach` uploads a file and sends it.
+the uploader's worker is SIGKILLed. `parley send --attach` uploads a file and sends it. A gateway
+restarted to keep unattached uploads for 2 s removes those (and their bytes, unless an attached
+upload shares them); attached ones stay, and the quota counts only what stays.
 
 With a PostgreSQL URL as the second argument, the nodes use it as their store, and the
 gateways keep uploads' bytes in it (what is kept is then read with psql).
@@ -359,6 +361,31 @@ def main():
           f"uploads past the user's quota ({QUOTA} bytes, counted per upload though the bytes are kept once) are 413 quota_exceeded", f"{statuses} {reply}")
     status, _ = upload("gateway-2", third_path, "image/png", stranger)
     check(status == 201, "another user's quota is their own", status)
+
+    print("the sweeper")
+    # gateway-2 again, keeping uploads no message has attached for 2 s instead of a day.
+    nodes.kill("gateway-2")
+    nodes.start("gateway-2", dict(ENV, PARLEY_MEDIA_KEEP_UNATTACHED="2s"))
+    if not check(wait_until(60, lambda: nodes.ready("gateway-2")), "gateway-2 restarted, sweeping uploads unattached for 2 s"):
+        return
+    pdf_digest, located_digest = hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"]
+    check(wait_until(30, lambda: curl("gateway-2", f"/v1/media/{doc['media']['id']}", token=token)[0] == 404),
+          "an upload never attached is removed: 404 for its uploader too")
+    status, _, _ = curl("gateway-2", f"/v1/media/{reply_located['media']['id']}", token=token)
+    check(status == 404, "so is the other one never attached", status)
+    check(wait_until(10, lambda: pdf_digest not in blobs() and located_digest not in blobs()), "and their bytes", blobs())
+    check(all(kept in blobs() for kept in [digest, after["media"]["sha256"], hashlib.sha256(third).hexdigest()]),
+          "the bytes of attached uploads stay, also those a removed upload shared with an attached one", blobs())
+    for token_, media_id, data, what in [(stranger, photo_id, photo, "the photo"), (stranger, later_id, later, "the later photo"),
+                                         (stranger, files[0].get("media", {}).get("id", "m_none"), third, "the file sent from the terminal")]:
+        status, _, body = curl("gateway-2", f"/v1/media/{media_id}", token=token_)
+        check(status == 200 and body == data, f"{what}, attached, still downloads", status)
+    status, reply = call("POST", g2, f"/v1/conversations/{group_id}/messages",
+                         {"clientMessageId": str(uuid.uuid4()), "attachments": [{"mediaId": doc["media"]["id"]}]}, token=token, context=context)
+    check(status == 400, "a removed upload cannot be attached: 400", f"{status} {reply}")
+    status, reply = upload("gateway-2", big_path, "image/png", token)
+    check(status == 201, "the removed uploads no longer count against the quota", f"{status} {reply}")
+    check(nodes.logged("gateway-2", b"removed uploads never attached to a message"), "the sweep is logged")
 
 
 if __name__ == "__main__":

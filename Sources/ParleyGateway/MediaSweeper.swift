@@ -54,7 +54,7 @@ public actor MediaSweeper {
     }
 
     /// How often ``run()`` sweeps: a 24th of ``keepUnattached``, between a second and an hour.
-    public var interval: Duration {
+    public nonisolated var interval: Duration {
         min(.seconds(3600), max(.seconds(1), keepUnattached / 24))
     }
 

@@ -204,13 +204,17 @@ struct NodeConfiguration {
                 placement = .database
             }
             let uploadRate = try number(run.uploadRate, "PARLEY_UPLOAD_RATE", default: 2, range: 0.01...1_000_000)
+            let keepUnattached = try duration(
+                [(run.mediaKeepUnattached, "--media-keep-unattached"), (environment["PARLEY_MEDIA_KEEP_UNATTACHED"], "PARLEY_MEDIA_KEEP_UNATTACHED")],
+                in: .zero ... .seconds(366 * 86_400)) ?? .seconds(86_400)
             let quota = Int64(try number(run.mediaQuotaBytes.map(Double.init), "PARLEY_MEDIA_QUOTA_BYTES", default: 1_073_741_824, range: 0...1e18))
             self.media = MediaConfiguration(
                 placement: placement,
                 maxBytes: Int64(try number(run.mediaMaxBytes.map(Double.init), "PARLEY_MEDIA_MAX_BYTES", default: 25 * 1024 * 1024, range: 1...1_099_511_627_776)),
                 quotaBytes: quota > 0 ? quota : nil,
                 uploadRate: .init(perSecond: uploadRate, burst: max(1, uploadRate * 10)),
-                stripLocation: run.stripLocation ?? (environment["PARLEY_STRIP_LOCATION"].map { $0 != "0" } ?? true))
+                stripLocation: run.stripLocation ?? (environment["PARLEY_STRIP_LOCATION"].map { $0 != "0" } ?? true),
+                keepUnattached: keepUnattached > .zero ? keepUnattached : nil)
             self.gateway = gateway
         }
         if let adminToken {
@@ -231,6 +235,10 @@ struct MediaConfiguration {
         case directory(String)
         /// The PostgreSQL store's database (``PostgresBlobStore``): gateways on several machines.
         case database
+
+        var isDatabase: Bool {
+            if case .database = self { true } else { false }
+        }
     }
 
     var placement: Placement
@@ -238,6 +246,8 @@ struct MediaConfiguration {
     var quotaBytes: Int64?
     var uploadRate: RateLimiter.Rule
     var stripLocation: Bool
+    /// How long an upload no message has attached is kept (``MediaSweeper``); nil: for ever.
+    var keepUnattached: Duration?
 
     func settings(blobs: any BlobStore) -> MediaSettings {
         var settings = MediaSettings(blobs: blobs)

@@ -154,6 +154,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: uploads a user may make per second (bursts of 10× are allowed). (env PARLEY_UPLOAD_RATE; default 2)")
     var uploadRate: Double?
 
+    @Option(help: "Gateway: how long an upload no message has attached is kept; then a sweep removes it and, when no other upload has the same bytes, its bytes and thumbnails. 0: kept for ever. (env PARLEY_MEDIA_KEEP_UNATTACHED; default 24h)")
+    var mediaKeepUnattached: String?
+
     @Flag(inversion: .prefixedNo, help: "Gateway: remove where a JPEG was taken (its EXIF GPS fields) before it is kept; phones record it, and people sending a photo rarely mean to share it. (env PARLEY_STRIP_LOCATION=0 or 1; default on)")
     var stripLocation: Bool?
 
@@ -251,7 +254,21 @@ struct Run: AsyncParsableCommand {
         var gateway: Gateway?
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if var gatewayConfig = config.gateway, let media = config.media {
-            gatewayConfig.media = media.settings(blobs: try await Self.openBlobs(media.placement, store: config.store, opened: workerStore, logger: logger))
+            // A gateway that is not also a worker opens the store for the blobs it keeps in it and
+            // for the sweeper.
+            var store = workerStore
+            if store == nil, media.keepUnattached != nil || media.placement.isDatabase {
+                store = try await config.store.open(logger: Logger(label: "parley.store"))
+            }
+            let blobs = try await Self.openBlobs(media.placement, store: config.store, opened: store, logger: logger)
+            gatewayConfig.media = media.settings(blobs: blobs)
+            if let keep = media.keepUnattached, let store {
+                let sweeper = MediaSweeper(store: store, blobs: blobs, keepUnattached: keep)
+                services.append(.init(service: MediaSweeperService(sweeper: sweeper)))
+                logger.info("uploads never attached are removed", metadata: [
+                    "media.keep_unattached": "\(DurationText.format(keep))", "media.sweep_every": "\(DurationText.format(sweeper.interval))",
+                ])
+            }
             let made: Gateway
             do {
                 made = try Gateway(system: system, configuration: gatewayConfig, logger: Logger(label: "parley.gateway"))
@@ -343,6 +360,15 @@ func processMetrics() -> String {
 }
 
 /// Ends a gateway's event streams cleanly when a graceful shutdown begins.
+/// Sweeps uploads never attached (``MediaSweeper``) until a graceful shutdown.
+struct MediaSweeperService: Service {
+    let sweeper: MediaSweeper
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await sweeper.run() }
+    }
+}
+
 struct StreamCloser: Service {
     let gateway: Gateway
 

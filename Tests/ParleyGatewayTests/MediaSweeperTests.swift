@@ -72,8 +72,8 @@ import Testing
     @Test func aSweepComesEvery24thOfTheTimeKeptBetweenASecondAndAnHour() async throws {
         let store = InMemoryChatStore(), blobs = try blobStore()
         defer { try? FileManager.default.removeItem(at: blobs.directory) }
-        #expect(await MediaSweeper(store: store, blobs: blobs).interval == .seconds(3600))
-        #expect(await MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(4800)).interval == .seconds(200))
-        #expect(await MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(3)).interval == .seconds(1))
+        #expect(MediaSweeper(store: store, blobs: blobs).interval == .seconds(3600))
+        #expect(MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(4800)).interval == .seconds(200))
+        #expect(MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(3)).interval == .seconds(1))
     }
 }
