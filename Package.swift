@@ -115,6 +115,7 @@ let package = Package(
             name: "ParleyGateway",
             dependencies: [
                 "ParleyMedia",
+                "ParleyImaging",
                 "ParleyModel",
                 "ParleyChat",
                 "ParleyCluster",
@@ -185,6 +186,9 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .target(name: "CLibFuzzer"),
+        // libvips (Debian's libvips-dev) for thumbnails.
+        .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
+        .target(name: "ParleyImaging", dependencies: ["CVips"], swiftSettings: upcoming),
         .executableTarget(
             name: "parley-fuzz",
             dependencies: ["ParleyFuzzTargets", "CLibFuzzer"],
@@ -314,7 +318,7 @@ let package = Package(
         .testTarget(
             name: "ParleyGatewayTests",
             dependencies: [
-                "ParleyGateway", "ParleyChat", "ParleyModel", "ParleyTestKit", "ParleySimulation",
+                "ParleyGateway", "ParleyImaging", "ParleyChat", "ParleyModel", "ParleyTestKit", "ParleySimulation",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),

@@ -36,6 +36,8 @@ parley_missing_packages() {
     local purpose="$1"
     # GRDB links the system SQLite: its header and library.
     [ -e /usr/include/sqlite3.h ] || echo libsqlite3-dev
+    # Thumbnails are made with libvips, found through pkg-config.
+    [ -e /usr/include/vips/vips.h ] && command -v pkg-config >/dev/null 2>&1 || echo libvips-dev
     command -v curl >/dev/null 2>&1 || echo curl
     command -v openssl >/dev/null 2>&1 || echo openssl
     command -v python3 >/dev/null 2>&1 || echo python3

@@ -6,7 +6,9 @@ An image uploaded over HTTP/2 and over HTTP/1.1 is kept once, under its SHA-256,
 in pixels; its uploader downloads it whole, by range (curl -r: a range inside, the last bytes,
 past the end), revalidates it by ETag, over either gateway; anyone else gets 404 until it is
 attached to a message of a group, whose members then download it (but not a member removed
-before it was sent); only one's own uploads can be attached. A body that is
+before it was sent); only one's own uploads can be attached. An image's thumbnails are made once
+asked for, at the sizes offered, kept, and served by either gateway; one that does not decode
+and a PDF have none. A body that is
 not what its Content-Type says is 415, one without Content-Length 411, one over the limit 413
 before it is all sent, an empty one 400. An upload cut off by its client, and one whose gateway
 is SIGKILLed midway, leave no media; the retry on the other gateway works, and so does one while
@@ -140,6 +142,28 @@ def blobs():
     return sorted(found)
 
 
+def thumbnails_of(sha256):
+    """The sizes of the thumbnails kept of blob `sha256`."""
+    if POSTGRES:
+        return sorted(int(size) for size in psql(f"SELECT size FROM media_thumbnails WHERE sha256 = '{sha256}'"))
+    folder = os.path.join(MEDIA, "thumbnails", sha256[:2])
+    return sorted(int(name.split(".")[1]) for name in (os.listdir(folder) if os.path.isdir(folder) else []) if name.startswith(sha256 + "."))
+
+
+def jpeg_size(data):
+    """(width, height) from a JPEG's start-of-frame marker; None when it is not a JPEG."""
+    if data[:3] != b"\xff\xd8\xff":
+        return None
+    at = 2
+    while at + 4 <= len(data) and data[at] == 0xFF:
+        marker, length = data[at + 1], struct.unpack(">H", data[at + 2:at + 4])[0]
+        if marker in (0xC0, 0xC1, 0xC2):
+            height, width = struct.unpack(">HH", data[at + 5:at + 9])
+            return width, height
+        at += 2 + length
+    return None
+
+
 def leftovers():
     """Uploads under way: files in uploads/, or chunks not yet named by a SHA-256."""
     if POSTGRES:
@@ -210,11 +234,36 @@ def main():
     status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}")
     check(status == 401, "no token: 401", status)
 
+    print("thumbnails")
+    status, headers, body = curl("gateway-1", f"/v1/media/{photo_id}/thumbnail?size=160", token=token)
+    check(status == 200 and headers.get("content-type") == ["image/jpeg"] and jpeg_size(body) == (160, 120)
+          and headers.get("etag") == [f'"{digest}.160"'] and "immutable" in headers.get("cache-control", [""])[0]
+          and headers.get("x-content-type-options") == ["nosniff"],
+          "a 640 × 480 PNG's thumbnail at size=160: a 160 × 120 JPEG, cached for good", f"{status} {headers} {jpeg_size(body)}")
+    check(thumbnails_of(digest) == [160], "made once asked, and kept beside the image", thumbnails_of(digest))
+    status, _, again = curl("gateway-2", f"/v1/media/{photo_id}/thumbnail?size=160", token=token, http="--http1.1")
+    check(status == 200 and again == body, "the other gateway serves the one kept", status)
+    status, _, body = curl("gateway-2", f"/v1/media/{photo_id}/thumbnail", token=token)
+    check(status == 200 and jpeg_size(body) == (320, 240), "no size: 320", f"{status} {jpeg_size(body)}")
+    status, _, body = curl("gateway-1", "-H", f'If-None-Match: "{digest}.160"', f"/v1/media/{photo_id}/thumbnail?size=160", token=token)
+    check(status == 304, "If-None-Match with its ETag: 304", status)
+    status, _, body = curl("gateway-1", f"/v1/media/{photo_id}/thumbnail?size=100", token=token)
+    check(status == 400, "a size not offered: 400", status)
+    status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}/thumbnail?size=160", token=stranger)
+    check(status == 404, "a stranger: 404, as for the image", status)
+    broken = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8
+    status, reply = upload("gateway-1", write("broken.jpg", broken), "image/jpeg", token)
+    status, _, _ = curl("gateway-1", f"/v1/media/{reply['media']['id']}/thumbnail?size=160", token=token)
+    check(status == 404, "an image that does not decode uploads, and has no thumbnail: 404", status)
+    broken_digest = reply["media"]["sha256"]
+
     pdf = b"%PDF-1.4\n" + b"0" * 5000 + b"\n%%EOF\n"
     status, doc = upload("gateway-1", write("doc.pdf", pdf), "application/pdf", token)
     status, headers, body = curl("gateway-1", f"/v1/media/{doc['media']['id']}", token=token)
     check(status == 200 and body == pdf and headers.get("content-disposition") == ["attachment"]
           and "sandbox" in headers.get("content-security-policy", [""])[0], "a PDF downloads as an attachment, sandboxed", headers)
+    status, _, _ = curl("gateway-1", f"/v1/media/{doc['media']['id']}/thumbnail", token=token)
+    check(status == 404, "and has no thumbnail", status)
 
     print("attached")
     _, carol = call("POST", g1, "/v1/users", {"handle": "carol", "password": "correct horse", "displayName": "Carol"}, context=context)
@@ -286,7 +335,7 @@ def main():
                              f"https://localhost:{g1}/v1/media"], capture_output=True, text=True)
     code, sent = (result.stdout.split() + ["0", "0"])[:2]
     check(code == "413" and int(float(sent)) < len(huge) // 2, f"over the limit ({LIMIT} bytes): 413 before the body is sent", result.stdout)
-    kept = sorted([digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"]])
+    kept = sorted([digest, broken_digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"]])
     check(leftovers() == [] and blobs() == kept, "nothing refused was kept", (leftovers(), blobs()))
 
     print("cut off")
@@ -363,6 +412,7 @@ def main():
     check(status == 201, "another user's quota is their own", status)
 
     print("the sweeper")
+    check(thumbnails_of(broken_digest) == [160], "an image that did not decode is kept as having no thumbnail", thumbnails_of(broken_digest))
     # gateway-2 again, keeping uploads no message has attached for 2 s instead of a day.
     nodes.kill("gateway-2")
     nodes.start("gateway-2", dict(ENV, PARLEY_MEDIA_KEEP_UNATTACHED="2s"))
@@ -373,7 +423,9 @@ def main():
           "an upload never attached is removed: 404 for its uploader too")
     status, _, _ = curl("gateway-2", f"/v1/media/{reply_located['media']['id']}", token=token)
     check(status == 404, "so is the other one never attached", status)
-    check(wait_until(10, lambda: pdf_digest not in blobs() and located_digest not in blobs()), "and their bytes", blobs())
+    check(wait_until(10, lambda: pdf_digest not in blobs() and located_digest not in blobs() and broken_digest not in blobs()), "and their bytes", blobs())
+    check(thumbnails_of(broken_digest) == [], "and their thumbnails", thumbnails_of(broken_digest))
+    check(thumbnails_of(digest) == [160, 320], "an attached image's thumbnails stay", thumbnails_of(digest))
     check(all(kept in blobs() for kept in [digest, after["media"]["sha256"], hashlib.sha256(third).hexdigest()]),
           "the bytes of attached uploads stay, also those a removed upload shared with an attached one", blobs())
     for token_, media_id, data, what in [(stranger, photo_id, photo, "the photo"), (stranger, later_id, later, "the later photo"),

@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import ParleyChat
+import ParleyImaging
 import ParleyMedia
 import ParleyModel
 
@@ -35,6 +36,7 @@ extension Gateway {
     func addMediaRoutes(to v1: RouterGroup<GatewayContext>) {
         v1.post("media") { request, context in try await self.upload(request) }
         v1.get("media/:id") { request, context in try await self.download(request, context) }
+        v1.get("media/:id/thumbnail") { request, context in try await self.thumbnail(request, context) }
     }
 
     private func mediaSettings() throws -> MediaSettings {
@@ -125,26 +127,42 @@ extension Gateway {
         }
     }
 
-    /// An upload's bytes, whole or a range of them, to who may see them (``UserActor/downloadable(_:)``).
-    private func download(_ request: Request, _ context: GatewayContext) async throws -> Response {
-        let settings = try mediaSettings()
+    /// The upload `{id}` names, if the caller may download it (``UserActor/downloadable(_:)``).
+    private func downloadable(_ request: Request, _ context: GatewayContext) async throws -> Media {
         let caller = try await authenticate(request)
         let text = try context.parameters.require("id")
         guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("media not found") }
-        let media = try await UserActor.resolve(caller.id, using: system).downloadable(MediaID(rawValue: text))
-        let etag = "\"\(media.sha256)\""
-        var headers: HTTPFields = [
-            .contentType: media.contentType,
+        return try await UserActor.resolve(caller.id, using: system).downloadable(MediaID(rawValue: text))
+    }
+
+    /// What every answer of bytes under a media ID carries: they never change, they are this
+    /// user's to see, and a browser opening them shows them as `contentType` or not at all, and
+    /// runs nothing in them.
+    private static func mediaHeaders(contentType: String, etag: String) -> HTTPFields {
+        [
+            .contentType: contentType,
             .eTag: etag,
-            // The bytes under an ID never change, and they are this user's to see.
             .cacheControl: "private, max-age=31536000, immutable",
-            .acceptRanges: "bytes",
-            // A browser opening it shows it as this type, or not at all, and runs nothing in it.
             HTTPField.Name("X-Content-Type-Options")!: "nosniff",
             .contentSecurityPolicy: "default-src 'none'; sandbox",
         ]
+    }
+
+    /// Whether the request's `If-None-Match` names `etag` (or is `*`).
+    private static func matches(_ request: Request, etag: String) -> Bool {
+        guard let matches = request.headers[.ifNoneMatch] else { return false }
+        return matches.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == etag || $0.trimmingCharacters(in: .whitespaces) == "*" }
+    }
+
+    /// An upload's bytes, whole or a range of them, to who may see them (``UserActor/downloadable(_:)``).
+    private func download(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let settings = try mediaSettings()
+        let media = try await downloadable(request, context)
+        let etag = "\"\(media.sha256)\""
+        var headers = Self.mediaHeaders(contentType: media.contentType, etag: etag)
+        headers[.acceptRanges] = "bytes"
         if !media.contentType.hasPrefix("image/") { headers[.contentDisposition] = "attachment" }
-        if let matches = request.headers[.ifNoneMatch], matches.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag || $0.trimmingCharacters(in: .whitespaces) == "*" }) {
+        if Self.matches(request, etag: etag) {
             return Response(status: .notModified, headers: headers)
         }
         var status = HTTPResponse.Status.ok
@@ -171,6 +189,41 @@ extension Gateway {
             try await writer.finish(nil)
         }
         return Response(status: status, headers: headers, body: body)
+    }
+}
+
+extension Gateway {
+    /// `GET /v1/media/{id}/thumbnail?size=S`: a JPEG of an image upload at most S pixels on its
+    /// longer side (one of ``Thumbnails/sizes``; 320 when not given), for who may download the
+    /// upload. Made on first request and kept (``ThumbnailMaker``); `404` for an upload with none
+    /// (not an image, or one that does not decode).
+    fileprivate func thumbnail(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let settings = try mediaSettings()
+        var size = Thumbnails.defaultSize
+        if let text = request.uri.queryParameters.get("size") {
+            guard let asked = Int(text), Thumbnails.sizes.contains(asked) else {
+                throw APIError.invalid("size must be one of \(Thumbnails.sizes.map(String.init).joined(separator: ", "))")
+            }
+            size = asked
+        }
+        let media = try await downloadable(request, context)
+        guard Thumbnails.imageTypes.contains(media.contentType) else {
+            throw APIError.notFound("no thumbnail: \(media.contentType) is not an image")
+        }
+        let etag = "\"\(media.sha256).\(size)\""
+        let headers = Self.mediaHeaders(contentType: "image/jpeg", etag: etag)
+        if Self.matches(request, etag: etag) {
+            return Response(status: .notModified, headers: headers)
+        }
+        let thumbnail: ByteBuffer
+        do {
+            thumbnail = try await thumbnails.thumbnail(of: media, size: size, blobs: settings.blobs)
+        } catch let error as BlobStoreError {
+            logger.error("a thumbnail could not be made", metadata: ["media.id": "\(media.id)", "error": "\(error)"])
+            throw APIError.unavailable("the thumbnail could not be made; retry")
+        }
+        guard thumbnail.readableBytes > 0 else { throw APIError.notFound("no thumbnail: the image does not decode") }
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: thumbnail))
     }
 }
 

@@ -98,6 +98,7 @@ public final class Gateway: Sendable {
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
     let uploadLimiter: RateLimiter
+    let thumbnails = ThumbnailMaker()
     let passwords: PasswordHashing
     let logger: Logger
     /// A bcrypt hash checked when a handle is unknown, so both failures take as long.

@@ -1,0 +1,73 @@
+import NIOCore
+import NIOPosix
+import ParleyImaging
+import ParleyMedia
+import ParleyModel
+
+/// Makes each image's thumbnails once, as they are first asked for, and keeps them beside the
+/// image in the blob store. Requests for one that is being made wait for it; at most
+/// ``concurrency`` are made at once (each decodes an image of up to the upload limit), on a
+/// thread pool, never on an event loop. An image libvips cannot decode — or one of more than
+/// ``Thumbnails/pixelsMax`` pixels by its header — is kept as an empty thumbnail, so it is not
+/// tried again.
+actor ThumbnailMaker {
+    private let pool: NIOThreadPool
+    let concurrency: Int
+    private var making: [String: Task<ByteBuffer, any Error>] = [:]
+    private var running = 0
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(pool: NIOThreadPool = .singleton, concurrency: Int = 1) {
+        self.pool = pool
+        self.concurrency = max(1, concurrency)
+    }
+
+    /// `media`'s thumbnail `size` pixels on its longer side: empty when it has none.
+    func thumbnail(of media: Media, size: Int, blobs: any BlobStore) async throws -> ByteBuffer {
+        if let kept = try await blobs.thumbnail(of: media.sha256, size: size) { return kept }
+        let key = "\(media.sha256).\(size)"
+        if let task = making[key] { return try await task.value }
+        // Not the caller's task: a client that goes away leaves it to finish for the others.
+        let task = Task { try await self.make(media, size: size, blobs: blobs) }
+        making[key] = task
+        defer { making[key] = nil }
+        return try await task.value
+    }
+
+    private func make(_ media: Media, size: Int, blobs: any BlobStore) async throws -> ByteBuffer {
+        // Another gateway may have made it meanwhile.
+        if let kept = try await blobs.thumbnail(of: media.sha256, size: size) { return kept }
+        await acquire()
+        defer { release() }
+        var made = ByteBuffer()
+        let pixels = (media.width ?? 0).multipliedReportingOverflow(by: media.height ?? 0)
+        if Thumbnails.imageTypes.contains(media.contentType), !pixels.overflow, pixels.partialValue <= Thumbnails.pixelsMax {
+            var image: [UInt8] = []
+            image.reserveCapacity(Int(media.size))
+            try await blobs.read(media.sha256, range: 0..<media.size, chunkSize: 1 << 20) { piece in image += piece.readableBytesView }
+            let source = image
+            let jpeg = try await pool.runIfActive { () -> [UInt8]? in
+                try? source.withUnsafeBytes { try Thumbnails.jpeg(of: $0, size: size) }
+            }
+            if let jpeg { made = ByteBuffer(bytes: jpeg) }
+        }
+        try await blobs.keepThumbnail(made, of: media.sha256, size: size)
+        return made
+    }
+
+    private func acquire() async {
+        if running < concurrency {
+            running += 1
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    private func release() {
+        if waiting.isEmpty {
+            running -= 1
+        } else {
+            waiting.removeFirst().resume()
+        }
+    }
+}
