@@ -261,6 +261,7 @@ let package = Package(
             name: "parley-load",
             dependencies: [
                 "ParleyLoad",
+                "ParleyImaging",
                 "ParleyHTTP2Client",
                 "ParleyClient",
                 "ParleyModel",

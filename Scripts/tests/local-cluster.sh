@@ -95,11 +95,12 @@ wait_until 8 "the message is on bob's stream" grep -q "hello through the script'
 
 # parley-load: a short run against the cluster verifies clean and reports deliveries, and its
 # --timeline (what Scripts/chaos reads its unavailability windows from) has every acknowledged send.
-if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --report "$WORK/load.json" \
+# A third of the sends attach the sender's photo, which every delivery is checked to carry.
+if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --attach-share 0.3 --report "$WORK/load.json" \
         --timeline "$WORK/timeline.jsonl" >"$WORK/load.txt" 2>&1 \
     && [ "$(json 'd["deliveries"]' <"$WORK/load.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/load.json")" = True ] \
-    && [ "$(json 'len(d["streamErrors"])' <"$WORK/load.json")" = 0 ]; then
-    pass "a short parley-load run verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
+    && [ "$(json 'len(d["streamErrors"])' <"$WORK/load.json")" = 0 ] && grep -q "uploading a photo for each of 10 users" "$WORK/load.txt"; then
+    pass "a short parley-load run with photos (--attach-share) verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
 else
     fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
 fi
@@ -112,7 +113,7 @@ lines="$(cat "$WORK/timeline.jsonl" 2>/dev/null | grep -c scheduledMs || true)"
 # The frame-level engine, which the benchmarks load with, delivers and verifies the same way —
 # here past HTTP/2's initial 64 KiB flow-control window on every stream (4 users, two conversations,
 # each stream gets ~270 events of ~300 bytes), which it must give back as it reads.
-if "$BIN_DIR/parley-load" run --engine frames --users 4 --rate 60 --duration 8 --warmup 1 --prefix frames --report "$WORK/frames.json" >"$WORK/frames.txt" 2>&1 \
+if "$BIN_DIR/parley-load" run --engine frames --users 4 --rate 60 --duration 8 --warmup 1 --attach-share 0.1 --prefix frames --report "$WORK/frames.json" >"$WORK/frames.txt" 2>&1 \
     && [ "$(json 'd["deliveries"]' <"$WORK/frames.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/frames.json")" = True ] \
     && [ "$(json 'len(d["streamErrors"])' <"$WORK/frames.json")" = 0 ]; then
     pass "parley-load --engine frames verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/frames.json") deliveries"

@@ -9,11 +9,13 @@ import ParleyModel
 ///   de-duplication, so the client library's own de-duplication is checked too);
 /// - `reorder`: a stream delivered a conversation's seq after a higher one;
 /// - `gap`: a stream delivered seq N and then N+k (k > 1) with the ones between never delivered;
-/// - `conflict`: one `clientMessageId` acknowledged with two different seqs.
+/// - `conflict`: one `clientMessageId` acknowledged with two different seqs;
+/// - `attachment`: a message delivered or stored without the upload its text names
+///   (``text(_:attaching:)``), or with another.
 public struct DeliveryVerifier: Sendable {
     public struct Fault: Hashable, Sendable, Codable, CustomStringConvertible {
         public enum Kind: String, Hashable, Sendable, Codable {
-            case lost, duplicate, reorder, gap, conflict
+            case lost, duplicate, reorder, gap, conflict, attachment
         }
 
         public var kind: Kind
@@ -35,6 +37,7 @@ public struct DeliveryVerifier: Sendable {
     private var seqOfClientMessageID: [String: (ConversationID, Int64)] = [:]
     private var conflicts: [Fault] = []
     private var readBackFaults: [Fault] = []
+    private var attachmentFaults: [Fault] = []
     /// What each member's stream delivered, per conversation, in arrival order.
     private var delivered: [UserID: [ConversationID: [Int64]]] = [:]
 
@@ -63,6 +66,23 @@ public struct DeliveryVerifier: Sendable {
 
     public mutating func delivered(_ message: Message, to member: UserID) {
         delivered[member, default: [:]][message.conversationId, default: []].append(message.seq)
+        checkAttachment(of: message, on: member)
+    }
+
+    /// A send's text naming the upload it attaches (nil: none), so that a delivery shows what it
+    /// must carry whether or not its acknowledgement has been seen yet.
+    public static func text(_ text: String, attaching media: MediaID?) -> String {
+        media.map { "\(text) with \($0.rawValue)" } ?? text
+    }
+
+    private mutating func checkAttachment(of message: Message, on member: UserID?) {
+        let words = message.text.split(separator: " ")
+        let named = words.count >= 2 && words[words.count - 2] == "with" ? words.last.map(String.init) : nil
+        let carried = message.attachments?.map(\.media.id.rawValue) ?? []
+        guard carried != (named.map { [$0] } ?? []) else { return }
+        attachmentFaults.append(Fault(
+            kind: .attachment, conversationId: message.conversationId, seq: message.seq, member: member,
+            detail: "the text names \(named ?? "no upload"), the message carries \(carried.isEmpty ? "none" : carried.joined(separator: ", "))"))
     }
 
     public var acknowledgedCount: Int { acknowledged.values.reduce(0) { $0 + $1.count } }
@@ -85,6 +105,7 @@ public struct DeliveryVerifier: Sendable {
                                             detail: "clientMessageId \(message.clientMessageId) stored as seq \(other) and \(message.seq)"))
             }
             byClientMessageID[message.clientMessageId] = message.seq
+            checkAttachment(of: message, on: nil)
             expected = message.seq + 1
         }
         for (seq, clientMessageId) in (acknowledged[conversation] ?? [:]).sorted(by: { $0.key < $1.key }) where byClientMessageID[clientMessageId] != seq {
@@ -94,7 +115,7 @@ public struct DeliveryVerifier: Sendable {
 
     /// Every fault, in a stable order.
     public func faults() -> [Fault] {
-        var faults = conflicts + readBackFaults
+        var faults = conflicts + readBackFaults + attachmentFaults
         for (conversation, acked) in acknowledged.sorted(by: { $0.key < $1.key }) {
             for member in members[conversation] ?? [] {
                 let seqs = delivered[member]?[conversation] ?? []

@@ -100,10 +100,10 @@ final class FrameLevelConnection: Sendable {
     /// from the connection's event loop (call it there), with no task: what
     /// ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
     func send(
-        _ text: String, path: String, clientMessageId: String,
+        _ text: String, attachments: [API.NewAttachment]? = nil, path: String, clientMessageId: String,
         completion: @escaping @Sendable (Result<Message, any Error>) -> Void
     ) {
-        let body = ByteBuffer(bytes: API.NewMessage(clientMessageId: clientMessageId, text: text).json)
+        let body = ByteBuffer(bytes: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments).json)
         let promise = eventLoop.makePromise(of: HTTP2ClientResponse.self)
         promise.futureResult.whenComplete { result in
             completion(

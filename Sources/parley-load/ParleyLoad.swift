@@ -4,6 +4,7 @@ import Histogram
 import NIOCore
 import NIOSSL
 import ParleyClient
+import ParleyImaging
 import ParleyLoad
 import ParleyModel
 import Synchronization
@@ -25,6 +26,12 @@ struct WorkloadOptions: ParsableArguments {
     @Option(help: "Members per group.") var groupSize = 10
     @Option(help: "Share of sends that go to groups (0–1).") var groupShare = 0.0
     @Option(help: "Seed of the random choices (who sends where).") var seed: UInt64 = 1
+    @Option(help: """
+        Share of sends that carry a photo (0–1). Each user first uploads one of 8 JPEGs parley-load \
+        makes (640×480 to 1600×1200, 100–600 KB), and those sends attach it; every delivery is \
+        checked to carry it.
+        """)
+    var attachShare = 0.0
     @Option(help: "Handle prefix of the users (reused when they exist).") var prefix = "load"
     @Option(help: "Write the JSON report here.") var report: String?
     @Option(help: "How long to wait for the last deliveries after the last send (e.g. 10s; a plain number is seconds).") var drain = DurationOption(.seconds(10))
@@ -53,6 +60,7 @@ struct WorkloadOptions: ParsableArguments {
 
     func validate() throws {
         guard users >= 2 else { throw ValidationError("--users must be at least 2") }
+        guard (0...1).contains(attachShare) else { throw ValidationError("--attach-share must be 0–1") }
         guard (0...1).contains(groupShare), groups >= 0, groups == 0 || (2...users).contains(groupSize) else {
             throw ValidationError("--group-share must be 0–1 and --group-size 2…users")
         }
@@ -231,6 +239,9 @@ final class Workload: Sendable {
     let conversations: [(id: ConversationID, members: [Int])]
     let directCount: Int
     let groupShare: Double
+    /// Each user's upload (`--attach-share`), and the share of sends that attach it.
+    let photos: [MediaID]
+    let attachShare: Double
     let shared: Shared
     let streams: [Task<Void, Never>]
     let seed: UInt64
@@ -239,7 +250,7 @@ final class Workload: Sendable {
     let phases = Mutex(0)
 
     init(clients: [ParleyClient], connections: [FrameLevelConnection], ids: [UserID], conversations: [(id: ConversationID, members: [Int])], directCount: Int,
-         groupShare: Double, shared: Shared, streams: [Task<Void, Never>], seed: UInt64, metricsURLs: [URL], caPath: String?) {
+         groupShare: Double, photos: [MediaID], attachShare: Double, shared: Shared, streams: [Task<Void, Never>], seed: UInt64, metricsURLs: [URL], caPath: String?) {
         self.metricsURLs = metricsURLs
         self.caPath = caPath
         self.clients = clients
@@ -248,6 +259,8 @@ final class Workload: Sendable {
         self.conversations = conversations
         self.directCount = directCount
         self.groupShare = groupShare
+        self.photos = photos
+        self.attachShare = attachShare
         self.shared = shared
         self.streams = streams
         self.seed = seed
@@ -298,6 +311,7 @@ final class Workload: Sendable {
             return results.compactMap { $0 }
         }
         let ids = clients.compactMap(\.currentUser?.id)
+        let photos = options.attachShare > 0 ? try await uploadPhotos(clients, seed: options.seed) : []
 
         // Conversations: direct pairs, then groups of random members.
         var conversations: [(id: ConversationID, members: [Int])] = []
@@ -354,7 +368,7 @@ final class Workload: Sendable {
         }
         return Workload(
             clients: clients, connections: connections, ids: ids, conversations: conversations, directCount: directCount,
-            groupShare: options.groups > 0 ? options.groupShare : 0, shared: shared, streams: streams, seed: options.seed,
+            groupShare: options.groups > 0 ? options.groupShare : 0, photos: photos, attachShare: photos.isEmpty ? 0 : options.attachShare, shared: shared, streams: streams, seed: options.seed,
             metricsURLs: try options.serverMetrics.map { list in
                 try list.split(separator: ",").map { text in
                     guard let url = URL(string: String(text)), url.host != nil else { throw ValidationError("'\(text)' is not a URL") }
@@ -362,6 +376,58 @@ final class Workload: Sendable {
                 }
             } ?? [],
             caPath: caPath)
+    }
+
+    /// Each user uploads one photo of a corpus of 8 JPEGs made here (`--attach-share`), at most 32
+    /// at once; answers each user's upload.
+    private static func uploadPhotos(_ clients: [ParleyClient], seed: UInt64) async throws -> [MediaID] {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("parley-load-photos-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let sizes = [(640, 480), (800, 600), (1024, 768), (1280, 960), (1600, 1200), (480, 640), (768, 1024), (1200, 1600)]
+        var files: [URL] = []
+        var random = SeededRandom(seed: seed)
+        for (index, (width, height)) in sizes.enumerated() {
+            let file = folder.appendingPathComponent("photo-\(index).jpg")
+            try Data(try Thumbnails.jpeg(rgb: photoPixels(width: width, height: height, random: &random), width: width, height: height)).write(to: file)
+            files.append(file)
+        }
+        print("uploading a photo for each of \(clients.count) users (8 JPEGs of \(files.map { (try? FileManager.default.attributesOfItem(atPath: $0.path)[.size] as? Int) ?? 0 }.map { "\($0 / 1000) KB" }.joined(separator: ", ")))")
+        return try await withThrowingTaskGroup(of: (Int, MediaID).self) { group in
+            var results = [MediaID?](repeating: nil, count: clients.count)
+            for (index, client) in clients.enumerated() {
+                if index >= 32, let (done, media) = try await group.next() { results[done] = media }
+                let file = files[index % files.count]
+                group.addTask {
+                    for attempt in 1...5 {
+                        do {
+                            return (index, try await client.upload(file: file, contentType: "image/jpeg").id)
+                        } catch let error as ParleyError where error.retryable && attempt < 5 {
+                            try await Task.sleep(for: max(.milliseconds(200 * attempt), error.retryAfter ?? .zero))
+                        }
+                    }
+                    throw ParleyError(status: 0, code: "setup_failed", message: "user \(index) could not upload a photo", retryable: false)
+                }
+            }
+            for try await (done, media) in group { results[done] = media }
+            return results.compactMap { $0 }
+        }
+    }
+
+    /// A photo-like image: smooth light and colour with grain, so that it compresses as photos do.
+    private static func photoPixels(width: Int, height: Int, random: inout SeededRandom) -> [UInt8] {
+        let (hue, tilt) = (Int(random.next() % 256), Int(random.next() % 64))
+        var pixels = [UInt8](repeating: 0, count: width * height * 3)
+        for y in 0..<height {
+            for x in 0..<width {
+                let grain = Int(random.next() % 24)
+                let i = (y * width + x) * 3
+                pixels[i] = UInt8(clamping: (x * 200 / width + hue) % 256 / 2 + grain + 40)
+                pixels[i + 1] = UInt8(clamping: (y * 180 / height + tilt) + grain)
+                pixels[i + 2] = UInt8(clamping: ((x + y) * 150 / (width + height) + hue / 2) + grain)
+            }
+        }
+        return pixels
     }
 
     /// One frame-level connection per user (`--engine frames`), at most 32 opening at once, each
@@ -424,22 +490,24 @@ final class Workload: Sendable {
         let groups = conversations.count - directCount
         // Who sends what, in order: a conversation (a group one with probability groupShare), then
         // one of its members.
-        let plan: [(conversation: Int, sender: Int)] = (0..<total).map { _ in
+        let plan: [(conversation: Int, sender: Int, attach: Bool)] = (0..<total).map { _ in
             let toGroup = groups > 0 && Double(random.next() % 10_000) / 10_000 < groupShare
             let conversation = toGroup ? directCount + Int(random.next() % UInt64(groups)) : Int(random.next() % UInt64(directCount))
             let members = conversations[conversation].members
-            return (conversation, members[Int(random.next() % UInt64(members.count))])
+            let attach = attachShare > 0 && Double(random.next() % 10_000) / 10_000 < attachShare
+            return (conversation, members[Int(random.next() % UInt64(members.count))], attach)
         }
         // Quiet (a ramp's step), it prints nothing but still finds the step's worst second.
         let progress = Task { await self.progress(printing: !quiet) }
         let schedule = OpenLoop(rate: rate, count: total)
         shared.pending.withLock { $0.reserveCapacity($0.count + total) }
         shared.verifier.withLock { $0.reserve(messages: total) }
-        // Send k: its text and clientMessageId, remembered for its deliveries.
-        let start = { @Sendable [shared] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, clientMessageId: String) in
+        // Send k: its text, attachment and clientMessageId, remembered for its deliveries.
+        let start = { @Sendable [shared, photos] (k: Int, scheduled: ContinuousClock.Instant) -> (text: String, attachments: [API.NewAttachment]?, clientMessageId: String) in
             let clientMessageId = ClientMessageID.make()
             shared.pending.withLock { $0[clientMessageId] = (scheduled, k >= measuredFrom) }
-            return ("load \(k)", clientMessageId)
+            let photo = plan[k].attach ? photos[plan[k].sender] : nil
+            return (DeliveryVerifier.text("load \(k)", attaching: photo), photo.map { [API.NewAttachment(mediaId: $0)] }, clientMessageId)
         }
         // Whether it went through (acknowledged) or failed (counted by the API's error code).
         let finish = { @Sendable [shared] (k: Int, scheduled: ContinuousClock.Instant, outcome: Result<Message, any Error>) -> Bool in
@@ -458,7 +526,7 @@ final class Workload: Sendable {
                 let send = start(k, scheduled)
                 do {
                     let to = conversations[plan[k].conversation].id
-                    let message = try await clients[plan[k].sender].send(send.text, to: to, clientMessageId: send.clientMessageId)
+                    let message = try await clients[plan[k].sender].send(send.text, attachments: send.attachments, to: to, clientMessageId: send.clientMessageId)
                     return finish(k, scheduled, .success(message))
                 } catch {
                     return finish(k, scheduled, .failure(error))
@@ -469,7 +537,7 @@ final class Workload: Sendable {
             let paths = conversations.map { FrameLevelConnection.messagesPath($0.id) }
             result = await schedule.run(on: { [connections] k in connections[plan[k].sender].eventLoop }) { [connections] k, scheduled, done in
                 let send = start(k, scheduled)
-                connections[plan[k].sender].send(send.text, path: paths[plan[k].conversation], clientMessageId: send.clientMessageId) { outcome in
+                connections[plan[k].sender].send(send.text, attachments: send.attachments, path: paths[plan[k].conversation], clientMessageId: send.clientMessageId) { outcome in
                     done(finish(k, scheduled, outcome))
                 }
             }

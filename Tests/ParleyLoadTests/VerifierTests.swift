@@ -59,6 +59,31 @@ import Testing
         }
     }
 
+    @Test func aMessageWithoutTheUploadItsTextNamesOrWithAnotherIsAnAttachmentFault() {
+        let photo = MediaID(rawValue: "m_photo"), other = MediaID(rawValue: "m_other")
+        func message(_ seq: Int64, naming: MediaID?, carrying: MediaID?) -> Message {
+            var message = Self.message(seq)
+            message.text = DeliveryVerifier.text("load \(seq)", attaching: naming)
+            message.attachments = carrying.map {
+                [Attachment(media: Media(id: $0, contentType: "image/jpeg", size: 1, sha256: String(repeating: "0", count: 64), createdAt: Date()))]
+            }
+            return message
+        }
+        var verifier = DeliveryVerifier()
+        verifier.conversation(Self.conversation, members: Self.members)
+        let sent = [message(1, naming: photo, carrying: photo), message(2, naming: nil, carrying: nil), message(3, naming: photo, carrying: photo)]
+        for message in sent { verifier.acknowledged(message); verifier.delivered(message, to: "u_a") }
+        verifier.delivered(message(1, naming: photo, carrying: photo), to: "u_b")
+        verifier.delivered(message(2, naming: nil, carrying: other), to: "u_b")
+        verifier.delivered(message(3, naming: photo, carrying: nil), to: "u_b")
+        let faults = verifier.faults()
+        #expect(faults.map(\.kind) == [.attachment, .attachment])
+        #expect(faults.map(\.seq) == [2, 3])
+        #expect(faults.allSatisfy { $0.member == "u_b" })
+        verifier.readBack(Self.conversation, history: [sent[0], sent[1], message(3, naming: photo, carrying: other)])
+        #expect(verifier.faults().filter { $0.member == nil }.map(\.seq) == [3], "the store's copy is checked too")
+    }
+
     @Test func oneClientMessageIdWithTwoSeqsIsAConflict() {
         var verifier = Self.history()
         verifier.acknowledged(Self.message(6, cmid: "cmid-2"))
