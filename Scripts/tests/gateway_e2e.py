@@ -936,6 +936,37 @@ def main():
             waited = time.time() - opened
         check(answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer and 0.5 <= waited <= 8,
               "HTTP/1.1 headers that never end get 408 request_timeout and a closed connection (--client-request-timeout 1)", f"{answer[:120]!r} after {waited:.1f}s")
+        # An HTTP/1.1 upload may take longer than the request timeout while its bytes keep coming;
+        # one that stops for longer gets 408.
+        def trickled_upload(pieces, pause, stall=0.0):
+            body = b"%PDF-1.4\n" + b"0" * 20_000 + b"\n%%EOF\n"
+            head = (f"POST /v1/media HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {alice['token']}\r\n"
+                    f"Content-Type: application/pdf\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+            with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost") as tls:
+                tls.sendall(head)
+                size = len(body) // pieces + 1
+                for i in range(pieces):
+                    time.sleep(stall if i == pieces // 2 and stall else pause)
+                    try:
+                        tls.sendall(body[i * size:(i + 1) * size])
+                    except OSError:
+                        break
+                answer = b""
+                try:
+                    while b"\r\n\r\n" not in answer:
+                        chunk = tls.recv(4096)
+                        if not chunk:
+                            break
+                        answer += chunk
+                except OSError:
+                    pass
+                return answer
+        started = time.time()
+        answer = trickled_upload(pieces=10, pause=0.3)
+        check(answer.startswith(b"HTTP/1.1 201") and time.time() - started > 2.5,
+              "an HTTP/1.1 upload taking 3 s, its bytes never 1 s apart, is kept (201) past the 1 s request timeout", answer[:80])
+        answer = trickled_upload(pieces=10, pause=0.05, stall=3)
+        check(answer.startswith(b"HTTP/1.1 408"), "one whose bytes stop for 3 s gets 408", answer[:80])
         # The same on HTTP/2: headers of a POST, then no body.
         block = hpack_literal([(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/v1/conversations"),
                                ("authorization", f"Bearer {alice['token']}"), ("content-type", "application/json")])

@@ -55,8 +55,10 @@ final class ConnectionCount: Sendable {
 /// The time an HTTP/1.1 request may take to arrive, from its first byte to the end of its body
 /// (a client that sends headers or a body a byte at a time holds a connection and the memory of a
 /// request for as long as it likes otherwise). Past it the client gets `408` and the connection
-/// is closed. Two handlers share the clock: ``bytes`` before the HTTP decoder sees a request
-/// begin, ``parts`` after it sees the request end and its response end.
+/// is closed. An upload (``Gateway/streamsBody(_:)``) instead may take as long as it needs while
+/// its bytes keep coming: its time counts from the last of them, as on HTTP/2. Two handlers share
+/// the clock: ``bytes`` before the HTTP decoder sees a request begin, ``parts`` after it sees the
+/// request's head and end and its response end.
 final class HTTP1RequestDeadline {
     let bytes: Bytes
     let parts: Parts
@@ -82,6 +84,8 @@ final class HTTP1RequestDeadline {
         let timeout: TimeAmount
         let logger: Logger
         var state = State.waiting
+        /// Whether the request arriving is an upload, whose time counts from its last bytes.
+        var streamsBody = false
         /// The handler before the decoder: the 408 is written from there, under the decoder and
         /// whatever the application was doing.
         var context: ChannelHandlerContext?
@@ -92,11 +96,19 @@ final class HTTP1RequestDeadline {
         }
 
         func bytesArrived(on loop: any EventLoop) {
-            guard case .waiting = state else { return }
-            state = .receiving(loop.assumeIsolated().scheduleTask(in: timeout) { [self] in expired() }, answered: false)
+            switch state {
+            case .waiting:
+                state = .receiving(loop.assumeIsolated().scheduleTask(in: timeout) { [self] in expired() }, answered: false)
+            case .receiving(let timer, let answered) where streamsBody:
+                timer.cancel()
+                state = .receiving(loop.assumeIsolated().scheduleTask(in: timeout) { [self] in expired() }, answered: answered)
+            case .receiving, .answering:
+                break
+            }
         }
 
         func requestEnded() {
+            streamsBody = false
             switch state {
             case .receiving(let timer, let answered):
                 timer.cancel()
@@ -114,6 +126,7 @@ final class HTTP1RequestDeadline {
         }
 
         func stop() {
+            streamsBody = false
             if case .receiving(let timer, _) = state { timer.cancel() }
             state = .answering
         }
@@ -166,7 +179,11 @@ final class HTTP1RequestDeadline {
         init(_ clock: Clock) { self.clock = clock }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            if case .end = unwrapInboundIn(data) { clock.requestEnded() }
+            switch unwrapInboundIn(data) {
+            case .head(let request): if Gateway.streamsBody(request) { clock.streamsBody = true }
+            case .end: clock.requestEnded()
+            case .body: break
+            }
             context.fireChannelRead(data)
         }
 
