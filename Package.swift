@@ -186,8 +186,8 @@ let package = Package(
             swiftSettings: upcoming
         ),
         .target(name: "CLibFuzzer"),
-        // libvips (Debian's libvips-dev) for thumbnails.
-        .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"])]),
+        // libvips for thumbnails, loaded when first used (Debian: libvips42).
+        .target(name: "CVips"),
         .target(name: "ParleyImaging", dependencies: ["CVips"], swiftSettings: upcoming),
         .executableTarget(
             name: "parley-fuzz",

@@ -36,14 +36,15 @@ parley_missing_packages() {
     local purpose="$1"
     # GRDB links the system SQLite: its header and library.
     [ -e /usr/include/sqlite3.h ] || echo libsqlite3-dev
-    # Thumbnails are made with libvips, found through pkg-config.
-    [ -e /usr/include/vips/vips.h ] && command -v pkg-config >/dev/null 2>&1 || echo libvips-dev
+    # Gateways make thumbnails with libvips, loaded when first asked for one.
+    ldconfig -p 2>/dev/null | grep -q 'libvips\.so\.42 ' || echo libvips42
     command -v curl >/dev/null 2>&1 || echo curl
     command -v openssl >/dev/null 2>&1 || echo openssl
     command -v python3 >/dev/null 2>&1 || echo python3
     if [ "$purpose" = bench ]; then
         # A stand-in HTTP/2 server fast enough not to be what a benchmark measures.
         command -v nghttpd >/dev/null 2>&1 || echo nghttp2-server
+        command -v vips >/dev/null 2>&1 || echo libvips-tools  # bench-media's 12-megapixel photo
         return 0
     fi
     [ "$purpose" = test ] || return 0

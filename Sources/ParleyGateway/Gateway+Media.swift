@@ -221,6 +221,9 @@ extension Gateway {
         } catch let error as BlobStoreError {
             logger.error("a thumbnail could not be made", metadata: ["media.id": "\(media.id)", "error": "\(error)"])
             throw APIError.unavailable("the thumbnail could not be made; retry")
+        } catch let error as ThumbnailMaker.Unavailable {
+            logger.error("thumbnails cannot be made on this machine", metadata: ["error": "\(error)"])
+            throw APIError.unavailable("thumbnails are not available on this server")
         }
         guard thumbnail.readableBytes > 0 else { throw APIError.notFound("no thumbnail: the image does not decode") }
         return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: thumbnail))

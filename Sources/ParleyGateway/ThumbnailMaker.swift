@@ -9,13 +9,18 @@ import ParleyModel
 /// ``concurrency`` are made at once (each decodes an image of up to the upload limit), on a
 /// thread pool, never on an event loop. An image libvips cannot decode — or one of more than
 /// ``Thumbnails/pixelsMax`` pixels by its header — is kept as an empty thumbnail, so it is not
-/// tried again.
+/// tried again. On a machine without libvips nothing is kept, and asking throws ``Unavailable``.
 actor ThumbnailMaker {
     private let pool: NIOThreadPool
     let concurrency: Int
     private var making: [String: Task<ByteBuffer, any Error>] = [:]
     private var running = 0
     private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// libvips could not be loaded here.
+    struct Unavailable: Error, CustomStringConvertible {
+        var description: String
+    }
 
     init(pool: NIOThreadPool = .singleton, concurrency: Int = 1) {
         self.pool = pool
@@ -39,6 +44,12 @@ actor ThumbnailMaker {
         if let kept = try await blobs.thumbnail(of: media.sha256, size: size) { return kept }
         await acquire()
         defer { release() }
+        do {
+            // Loading libvips takes a moment the first time: on the pool, like the work.
+            _ = try await pool.runIfActive { () throws(Thumbnails.Failure) -> String in try Thumbnails.start() }
+        } catch {
+            throw Unavailable(description: "\(error)")
+        }
         var made = ByteBuffer()
         let pixels = (media.width ?? 0).multipliedReportingOverflow(by: media.height ?? 0)
         if Thumbnails.imageTypes.contains(media.contentType), !pixels.overflow, pixels.partialValue <= Thumbnails.pixelsMax {

@@ -1,7 +1,8 @@
 import CVips
 
 /// Thumbnails of uploaded images, made with libvips (the library image services such as imgproxy
-/// and sharp are built on): JPEGs at most ``sizes`` pixels on their longer side.
+/// and sharp are built on), loaded when first used: JPEGs at most ``sizes`` pixels on their longer
+/// side.
 public enum Thumbnails {
     /// The sizes a thumbnail comes in: pixels on its longer side.
     public static let sizes = [160, 320, 640]
@@ -25,16 +26,24 @@ public enum Thumbnails {
         public var description: String
     }
 
-    /// Whether libvips started (once per process, on first use).
-    private static let started: Result<Void, Failure> = {
-        parley_vips_start() == 0 ? .success(()) : .failure(Failure(description: "libvips did not start: \(lastError())"))
+    /// Whether libvips loaded and started (once per process, on first use).
+    private static let started: Result<String, Failure> = {
+        guard parley_vips_start() == 0 else { return .failure(Failure(description: lastError())) }
+        return .success(String(cString: parley_vips_version()))
     }()
+
+    /// Loads libvips if it is not yet, and answers its version; throws, saying why, when it cannot
+    /// be loaded (then no thumbnail can be made on this machine).
+    @discardableResult
+    public static func start() throws(Failure) -> String {
+        try started.get()
+    }
 
     /// A JPEG of the image in `bytes`, at most `size` pixels on its longer side (never larger than
     /// the image), upright as its EXIF orientation says, without metadata; transparency on white.
     /// Blocks the calling thread while libvips works: call it off the event loops.
     public static func jpeg(of bytes: UnsafeRawBufferPointer, size: Int) throws(Failure) -> [UInt8] {
-        try started.get()
+        try start()
         guard let base = bytes.baseAddress, bytes.count > 0 else { throw Failure(description: "no bytes") }
         guard (1...10_000).contains(size) else { throw Failure(description: "a thumbnail size of \(size)") }
         var out: UnsafeMutableRawPointer?
@@ -49,7 +58,7 @@ public enum Thumbnails {
     /// A JPEG of `width` × `height` RGB pixels, three bytes each, row by row (images for tests and
     /// parley-load's uploads).
     public static func jpeg(rgb pixels: [UInt8], width: Int, height: Int, quality: Int = 85) throws(Failure) -> [UInt8] {
-        try started.get()
+        try start()
         guard width > 0, height > 0, pixels.count == width * height * 3 else {
             throw Failure(description: "\(pixels.count) bytes are not \(width) × \(height) RGB pixels")
         }
