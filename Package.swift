@@ -116,6 +116,7 @@ let package = Package(
             dependencies: [
                 "ParleyMedia",
                 "ParleyImaging",
+                "ParleyWebClient",
                 "ParleyModel",
                 "ParleyChat",
                 "ParleyCluster",
@@ -189,6 +190,9 @@ let package = Package(
         // libvips for thumbnails, loaded when first used (Debian: libvips42).
         .target(name: "CVips"),
         .target(name: "ParleyImaging", dependencies: ["CVips"], swiftSettings: upcoming),
+        .target(
+            name: "ParleyWebClient", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            resources: [.embedInCode("Web")], swiftSettings: upcoming),
         .executableTarget(
             name: "parley-fuzz",
             dependencies: ["ParleyFuzzTargets", "CLibFuzzer"],

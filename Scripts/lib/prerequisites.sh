@@ -8,7 +8,8 @@
 # Debian package: when it is missing or too old, where to get it is printed.
 #
 # `parley_python_tools` makes a virtual environment under .build/python with the PyPI tools the
-# tests use (Schemathesis; h2 and cryptography for the push providers' stand-in), once, and prints
+# tests use (Schemathesis; h2 and cryptography for the push providers' stand-in; Selenium for the
+# web client's browser test), once, and prints
 # the path of its bin folder.
 
 PARLEY_SWIFT_MINIMUM="6.2"  # hummingbird-auth's tools version
@@ -53,6 +54,8 @@ parley_missing_packages() {
     command -v nghttp >/dev/null 2>&1 && command -v h2load >/dev/null 2>&1 || echo nghttp2-client  # independent HTTP/2 clients
     command -v ip >/dev/null 2>&1 || echo iproute2  # network namespaces: the chaos run's network cut
     compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || echo postgresql  # the PostgreSQL store's tests
+    command -v chromium >/dev/null 2>&1 || echo chromium  # the web client's tests, in a real browser
+    command -v chromedriver >/dev/null 2>&1 || echo chromium-driver
 }
 
 # Checks (and where it can, installs) what PURPOSE (run or test) needs; returns 1 when something is
@@ -87,10 +90,10 @@ parley_python_tools() {
     local root venv
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
     venv="$root/.build/python"
-    if [ ! -x "$venv/bin/st" ] || ! "$venv/bin/python" -c 'import h2, cryptography' >/dev/null 2>&1; then
-        echo "== installing Schemathesis, h2 and cryptography into .build/python" >&2
+    if [ ! -x "$venv/bin/st" ] || ! "$venv/bin/python" -c 'import h2, cryptography, selenium' >/dev/null 2>&1; then
+        echo "== installing Schemathesis, h2, cryptography and Selenium into .build/python" >&2
         python3 -m venv "$venv" >&2 || return 1
-        "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.3,<5' 'h2>=4.1,<5' 'cryptography>=41' >&2 || return 1
+        "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.3,<5' 'h2>=4.1,<5' 'cryptography>=41' 'selenium>=4.20,<5' >&2 || return 1
     fi
     echo "$venv/bin"
 }

@@ -149,7 +149,7 @@ extension Gateway {
     }
 
     /// Whether the request's `If-None-Match` names `etag` (or is `*`).
-    private static func matches(_ request: Request, etag: String) -> Bool {
+    static func matches(_ request: Request, etag: String) -> Bool {
         guard let matches = request.headers[.ifNoneMatch] else { return false }
         return matches.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == etag || $0.trimmingCharacters(in: .whitespaces) == "*" }
     }

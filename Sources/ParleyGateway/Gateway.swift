@@ -56,6 +56,8 @@ public struct GatewayConfiguration: Sendable {
     /// The admin token operators' routes (`POST /v1/webhooks/{name}/replay`) require; nil: those
     /// routes answer `403`.
     public var adminToken: String?
+    /// Whether `/` serves the web client (``WebClient``).
+    public var servesWebClient = true
     /// Where uploads are kept, and their limits; nil: the media routes answer `404`.
     public var media: MediaSettings?
     public init(certificatePath: String, keyPath: String, tokenSecret: String) {

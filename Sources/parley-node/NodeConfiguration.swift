@@ -195,6 +195,7 @@ struct NodeConfiguration {
                 [(run.clientRequestTimeout, "--client-request-timeout"), (environment["PARLEY_CLIENT_REQUEST_TIMEOUT"], "PARLEY_CLIENT_REQUEST_TIMEOUT")],
                 in: .milliseconds(100) ... .seconds(3_600)) ?? .seconds(30)
             gateway.adminToken = adminToken
+            gateway.servesWebClient = run.webClient ?? (environment["PARLEY_WEB_CLIENT"].map { $0 != "0" } ?? true)
             let placement: MediaConfiguration.Placement
             if let directory = value(run.mediaDir, "PARLEY_MEDIA_DIR") {
                 placement = .directory(directory)

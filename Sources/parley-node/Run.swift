@@ -154,6 +154,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: uploads a user may make per second (bursts of 10× are allowed). (env PARLEY_UPLOAD_RATE; default 2)")
     var uploadRate: Double?
 
+    @Flag(inversion: .prefixedNo, help: "Gateway: serve the web client at / (a reference chat app in plain JavaScript, embedded in the binary). (env PARLEY_WEB_CLIENT=0 or 1; default on)")
+    var webClient: Bool?
+
     @Option(help: "Gateway: how long an upload no message has attached is kept; then a sweep removes it and, when no other upload has the same bytes, its bytes and thumbnails. 0: kept for ever. (env PARLEY_MEDIA_KEEP_UNATTACHED; default 24h)")
     var mediaKeepUnattached: String?
 

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""The web client every gateway serves, in a real browser: headless Chromium (Debian's) driven
+through WebDriver (Selenium with Debian's chromium-driver), against real parley-node processes
+(2 workers, 2 gateways, TLS).
+
+Two people, each in a browser of their own on a different gateway, register, start a direct
+chat by handle, and talk: messages arrive live, in order, once; the sender's tick turns to read
+when the reader has the conversation on screen; typing shows. One goes offline (DevTools network
+emulation), types three messages, which wait in the outbox (IndexedDB), and comes back: they
+arrive in order, once. A worker is SIGKILLed mid-conversation, then the reader's gateway, which
+comes back: both pages go on without a reload. A photo is attached and shown as a thumbnail on
+the other side. A group is created and renamed, live on the other page. Screenshots of the main
+views are saved (PARLEY_SCREENSHOTS=DIR, else the work directory).
+
+    Scripts/tests/web_e2e.py PATH-TO-parley-node
+
+Every process it starts is recorded and stopped by its PID (WebDriver ends its browsers).
+"""
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import zlib
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from e2e_lib import Checks, Nodes, issue_certificates, wait_until  # noqa: E402
+
+NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+WORK = tempfile.mkdtemp(prefix="parley-web.")
+TLS = os.path.join(WORK, "tls")
+SHOTS = os.environ.get("PARLEY_SCREENSHOTS") or os.path.join(WORK, "screenshots")
+NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
+nodes = Nodes(NODE, WORK, TLS, NAMES, seeds=["worker-1", "worker-2"])
+ENV = {"PARLEY_TOKEN_SECRET": "web-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
+       "PARLEY_REGISTRATION_RATE": "100", "PARLEY_EVENT_LOOPS": "1"}
+check = Checks()
+browsers = []
+
+
+def png(width, height):
+    rows = b"".join(b"\x00" + b"".join(bytes(((x * 7 + y * 3) % 256, (y * 5) % 256, 160)) for x in range(width)) for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def browser(gateway, width=1000, height=720):
+    options = webdriver.ChromeOptions()
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--ignore-certificate-errors",
+                     f"--window-size={width},{height}", "--disable-gpu"]:
+        options.add_argument(argument)
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    browsers.append(driver)
+    driver.get(f"https://localhost:{nodes.client[gateway]}/")
+    driver.execute_script("window.notReloaded = true")
+    return driver
+
+
+def el(driver, element_id):
+    return driver.find_element(By.ID, element_id)
+
+
+def texts(driver):
+    """The message bubbles' texts in the open conversation, and which are still waiting."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#messages li')].map(li => [li.querySelector('.text').textContent, li.dataset.pending ? 'pending' : 'sent'])")
+
+
+def register(driver, handle, name):
+    wait_until(15, lambda: el(driver, "signin").is_displayed())
+    el(driver, "signin-handle").send_keys(handle)
+    el(driver, "signin-password").send_keys("correct horse battery")
+    el(driver, "signin-name").send_keys(name)
+    el(driver, "register").click()
+    return wait_until(15, lambda: el(driver, "app").is_displayed() and el(driver, "me").text == name)
+
+
+def send(driver, text):
+    box = el(driver, "text")
+    box.send_keys(text)
+    box.send_keys(Keys.ENTER)
+
+
+def open_conversation(driver, title):
+    def click():
+        for item in driver.find_elements(By.CSS_SELECTOR, "#conversations li"):
+            if item.find_element(By.CSS_SELECTOR, ".name").text == title:
+                item.click()
+                return True
+        return False
+    return wait_until(15, click) and wait_until(10, lambda: el(driver, "conversation-name").text == title)
+
+
+def offline(driver, on):
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": on, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+
+
+def shot(driver, name):
+    os.makedirs(SHOTS, exist_ok=True)
+    driver.save_screenshot(os.path.join(SHOTS, f"{name}.png"))
+
+
+def main():
+    issue_certificates(NODE, TLS, NAMES)
+    for name in NAMES:
+        nodes.start(name, ENV)
+    if not check(wait_until(60, lambda: all(nodes.ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
+        return
+    alice, bob = browser("gateway-1"), browser("gateway-2")
+    check(alice.title == "Parley" and el(alice, "signin").is_displayed(), "gateway-1 serves the web client at /: the sign-in form", alice.title)
+    shot(alice, "sign-in")
+    check(register(alice, "alice", "Alice") and register(bob, "bob", "Bob"), "Alice registers on gateway-1's page, Bob on gateway-2's")
+
+    print("a direct chat")
+    el(alice, "new-chat-handle").send_keys("bob")
+    el(alice, "start-chat").click()
+    check(wait_until(15, lambda: el(alice, "conversation-name").text == "Bob"), "Alice starts a chat with Bob by his handle")
+    send(alice, "hello Bob")
+    check(wait_until(15, lambda: texts(alice) == [["hello Bob", "sent"]]), "her message is sent", texts(alice))
+    check(open_conversation(bob, "Alice"), "the chat appears on Bob's page, live, and he opens it")
+    check(wait_until(15, lambda: texts(bob) == [["hello Bob", "sent"]]), "Bob sees her message", texts(bob))
+    check(wait_until(15, lambda: alice.execute_script("return document.querySelector('#messages li .tick')?.title") == "read"),
+          "Alice's tick turns to read once Bob has it on screen",
+          alice.execute_script("return document.querySelector('#messages li .tick')?.title"))
+    el(bob, "text").send_keys("typing…")
+    check(wait_until(10, lambda: "Bob is typing" in el(alice, "typing").text), "Alice sees Bob typing", el(alice, "typing").text)
+    el(bob, "text").clear()
+    send(bob, "hi Alice")
+    check(wait_until(15, lambda: [t for t, _ in texts(alice)] == ["hello Bob", "hi Alice"]), "Bob's answer arrives on Alice's page", texts(alice))
+    shot(alice, "conversation")
+
+    print("offline")
+    offline(bob, True)
+    check(wait_until(10, lambda: bob.execute_script("return navigator.onLine") is False), "Bob's browser goes offline")
+    for text in ["one", "two", "three"]:
+        send(bob, text)
+    check(wait_until(10, lambda: [s for t, s in texts(bob)][-3:] == ["pending"] * 3), "the three messages he types wait, shown as sending", texts(bob))
+    check(bob.execute_script("""return new Promise(done => { const open = indexedDB.open(Object.keys(localStorage).includes('parley.me')
+              ? 'parley-outbox-' + JSON.parse(localStorage.getItem('parley.me')).id : '');
+              open.onsuccess = () => { const get = open.result.transaction('messages').objectStore('messages').getAll();
+              get.onsuccess = () => done(get.result.sort((a, b) => a.order - b.order).map(m => m.text)); }; })""") == ["one", "two", "three"],
+          "kept in IndexedDB, in order")
+    time.sleep(2)
+    check([t for t, _ in texts(alice)] == ["hello Bob", "hi Alice"], "nothing reaches Alice meanwhile", texts(alice))
+    shot(bob, "offline-outbox")
+    offline(bob, False)
+    check(wait_until(30, lambda: [t for t, _ in texts(alice)] == ["hello Bob", "hi Alice", "one", "two", "three"]),
+          "back online: the three arrive at Alice in order, once", texts(alice))
+    check(wait_until(15, lambda: all(s == "sent" for _, s in texts(bob)) and len(texts(bob)) == 5), "and show as sent on Bob's page", texts(bob))
+
+    print("nodes killed")
+    nodes.kill("worker-1")
+    send(alice, "after a worker died")
+    check(wait_until(40, lambda: [t for t, _ in texts(bob)][-1:] == ["after a worker died"]), "a worker SIGKILLed: Alice's next message reaches Bob", texts(bob))
+    nodes.start("worker-1", ENV)
+    nodes.kill("gateway-2")
+    time.sleep(1)
+    nodes.start("gateway-2", ENV)
+    check(wait_until(60, lambda: nodes.ready("gateway-2")), "Bob's gateway SIGKILLed and started again")
+    send(alice, "after the gateway came back")
+    check(wait_until(40, lambda: [t for t, _ in texts(bob)][-1:] == ["after the gateway came back"]),
+          "Bob's page resumes its stream and gets the next message", texts(bob))
+    send(bob, "still here")
+    check(wait_until(40, lambda: [t for t, _ in texts(alice)][-1:] == ["still here"]), "and his own send goes through", texts(alice))
+    check(alice.execute_script("return window.notReloaded") and bob.execute_script("return window.notReloaded"), "neither page was reloaded")
+    seqs = bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))")
+    check(seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 8, "Bob's page holds seq 1…8, each once", seqs)
+
+    print("a photo")
+    photo = os.path.join(WORK, "photo.png")
+    with open(photo, "wb") as f:
+        f.write(png(64, 48))
+    el(bob, "photo").send_keys(photo)
+    send(bob, "a photo")
+    check(wait_until(30, lambda: alice.execute_script(
+        "const img = [...document.querySelectorAll('#messages li img')].pop(); return !!img && img.src.startsWith('blob:') && img.complete && img.naturalWidth === 64")),
+          "Bob attaches a photo; Alice's page shows its thumbnail, fetched with her token")
+    shot(alice, "photo")
+
+    print("a group")
+    el(alice, "new-group-name").send_keys("trip")
+    el(alice, "new-group-handles").send_keys("bob")
+    el(alice, "create-group").click()
+    check(wait_until(15, lambda: el(alice, "conversation-name").text == "trip"), "Alice creates a group with Bob")
+    check(open_conversation(bob, "trip"), "it appears on Bob's page")
+    el(alice, "info").click()
+    name = el(alice, "rename-name")
+    name.clear()
+    name.send_keys("summer trip")
+    name.send_keys(Keys.ENTER)
+    check(wait_until(15, lambda: el(bob, "conversation-name").text == "summer trip"), "she renames it; Bob's page shows the new name")
+    shot(alice, "group")
+    bob.set_window_size(390, 844)
+    shot(bob, "phone")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as error:  # a browser that could not start, a WebDriver error: a failure, said
+        check(False, "the browser test ran to its end", repr(error))
+    finally:
+        for driver in browsers:
+            try:
+                driver.quit()
+            except Exception:
+                pass
+        nodes.kill_all()
+        if check.failed:
+            print(f"logs kept in {WORK}")
+        else:
+            shutil.rmtree(WORK, ignore_errors=True)
+    print(f"web client end to end: {check.passed} passed, {check.failed} failed")
+    sys.exit(1 if check.failed else 0)

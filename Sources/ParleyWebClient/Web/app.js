@@ -1,0 +1,701 @@
+// Parley's reference web client: plain browser JavaScript modules, no build step. Everything it
+// shows comes from the API and the event stream (api.js); what is typed offline waits in
+// IndexedDB (outbox.js). Text from the server is only ever set as text, never as HTML.
+import { Api, ApiError, EventStream } from './api.js';
+import { Outbox } from './outbox.js';
+
+const api = new Api();
+const $ = (id) => document.getElementById(id);
+const state = {
+  me: null,
+  conversations: new Map(), // id → conversation, with `messages` (seq → message) and `pending` (outbox entries)
+  users: new Map(), // id → user, or a promise of one
+  presence: new Map(), // userId → presence
+  typing: new Map(), // conversationId → Map(userId → timer)
+  current: null,
+  stream: null,
+  outbox: null,
+};
+
+// ---- signing in and out ----
+
+async function boot() {
+  const token = localStorage.getItem('parley.token');
+  if (token) {
+    api.token = token;
+    try {
+      state.me = await api.get('/v1/users/me');
+      return start();
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 401) {
+        // Offline with a session: start anyway; the stream and the outbox wait for the network.
+        const saved = localStorage.getItem('parley.me');
+        if (saved) { state.me = JSON.parse(saved); return start(); }
+      }
+      localStorage.removeItem('parley.token');
+    }
+  }
+  $('signin').hidden = false;
+  $('signin-handle').focus();
+}
+
+$('signin-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const action = event.submitter?.value ?? 'login';
+  const handle = $('signin-handle').value, password = $('signin-password').value;
+  $('signin-error').textContent = '';
+  try {
+    const reply = action === 'register'
+      ? await api.post('/v1/users', { handle, password, displayName: $('signin-name').value || handle })
+      : await api.post('/v1/sessions', { handle, password });
+    api.token = reply.token;
+    state.me = reply.user;
+    localStorage.setItem('parley.token', reply.token);
+    $('signin').hidden = true;
+    await start();
+  } catch (error) {
+    $('signin-error').textContent = error.message;
+  }
+});
+
+$('logout').addEventListener('click', async () => {
+  try { await api.delete('/v1/sessions/current'); } catch { /* the token is forgotten here either way */ }
+  state.stream?.stop();
+  state.outbox?.close();
+  localStorage.removeItem('parley.token');
+  localStorage.removeItem('parley.me');
+  location.reload();
+});
+
+async function start() {
+  localStorage.setItem('parley.me', JSON.stringify(state.me));
+  state.users.set(state.me.id, state.me);
+  $('me').textContent = state.me.displayName;
+  $('app').hidden = false;
+  state.outbox = await Outbox.open(state.me.id);
+  for (const entry of await state.outbox.all()) pendingIn(entry.conversationId).push(entry);
+  await loadConversations().catch(() => {});
+  state.stream = new EventStream(api, { cursorKey: `parley.cursor.${state.me.id}`, onEvent, onState });
+  state.stream.start();
+  flush();
+}
+
+// ---- conversations ----
+
+function pendingIn(conversationId) {
+  const conversation = state.conversations.get(conversationId);
+  if (conversation) return conversation.pending;
+  state.orphanPending ??= new Map();
+  if (!state.orphanPending.has(conversationId)) state.orphanPending.set(conversationId, []);
+  return state.orphanPending.get(conversationId);
+}
+
+function remember(conversation) {
+  const known = state.conversations.get(conversation.id);
+  const merged = Object.assign(known ?? { messages: new Map(), pending: state.orphanPending?.get(conversation.id) ?? [], loadedAll: false, historyLoaded: false }, conversation);
+  if (known && known.lastSeq > merged.lastSeq) {
+    merged.lastSeq = known.lastSeq;
+    merged.lastMessage = known.lastMessage;
+  }
+  state.conversations.set(conversation.id, merged);
+  for (const member of merged.members) user(member.userId);
+  return merged;
+}
+
+async function loadConversations() {
+  let cursor = null;
+  do {
+    const page = await api.get(`/v1/conversations?limit=50${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    for (const conversation of page.conversations) remember(conversation);
+    cursor = page.next;
+  } while (cursor);
+  await refreshPresence();
+  renderList();
+}
+
+function user(id) {
+  const known = state.users.get(id);
+  if (known && !(known instanceof Promise)) return known;
+  if (!known) {
+    const loading = api.get(`/v1/users/${id}`).then((found) => {
+      state.users.set(id, found);
+      renderList();
+      if (state.current) renderConversation();
+      return found;
+    }).catch(() => state.users.delete(id));
+    state.users.set(id, loading);
+  }
+  return null;
+}
+
+const nameOf = (id) => user(id)?.displayName ?? '…';
+const others = (conversation) => conversation.members.filter((member) => member.userId !== state.me.id);
+
+function titleOf(conversation) {
+  if (conversation.kind === 'group') return conversation.name ?? 'Group';
+  const other = others(conversation)[0];
+  return other ? nameOf(other.userId) : 'Just you';
+}
+
+async function refreshPresence() {
+  const ids = [...new Set([...state.conversations.values()].filter((c) => c.kind === 'direct').flatMap((c) => others(c).map((m) => m.userId)))];
+  for (let i = 0; i < ids.length; i += 100) {
+    const reply = await api.get(`/v1/presence?userIds=${ids.slice(i, i + 100).join(',')}`).catch(() => null);
+    for (const presence of reply?.presence ?? []) state.presence.set(presence.userId, presence);
+  }
+}
+
+function summaryOf(message) {
+  if (!message) return '';
+  if (message.text) return message.text;
+  const files = message.attachments ?? [];
+  return files.length === 0 ? '' : files[0].media.contentType.startsWith('image/') ? 'Photo' : 'File';
+}
+
+function renderList() {
+  const list = $('conversations');
+  const sorted = [...state.conversations.values()].sort((a, b) =>
+    (b.lastMessage?.sentAt ?? b.createdAt).localeCompare(a.lastMessage?.sentAt ?? a.createdAt));
+  list.replaceChildren(...sorted.map((conversation) => {
+    const item = document.createElement('li');
+    item.tabIndex = 0;
+    item.dataset.id = conversation.id;
+    item.setAttribute('aria-current', String(conversation.id === state.current));
+    const dot = document.createElement('span');
+    dot.className = 'dot';
+    if (conversation.kind === 'direct') {
+      const status = state.presence.get(others(conversation)[0]?.userId)?.status ?? 'offline';
+      dot.classList.add(status);
+      dot.title = status;
+    } else {
+      dot.style.visibility = 'hidden';
+    }
+    const summary = document.createElement('div');
+    summary.className = 'summary';
+    const name = document.createElement('div');
+    name.className = 'name';
+    name.textContent = titleOf(conversation);
+    const last = document.createElement('div');
+    last.className = 'last';
+    last.textContent = summaryOf(conversation.lastMessage);
+    summary.append(name, last);
+    item.append(dot, summary);
+    if (conversation.unreadCount > 0) {
+      const unread = document.createElement('span');
+      unread.className = 'unread';
+      unread.textContent = String(conversation.unreadCount);
+      unread.setAttribute('aria-label', `${conversation.unreadCount} unread`);
+      item.append(unread);
+    }
+    const open = () => openConversation(conversation.id);
+    item.addEventListener('click', open);
+    item.addEventListener('keydown', (event) => { if (event.key === 'Enter' || event.key === ' ') { event.preventDefault(); open(); } });
+    return item;
+  }));
+}
+
+async function findUser(handle) {
+  const reply = await api.get(`/v1/users?prefix=${encodeURIComponent(handle)}&limit=20`);
+  const found = reply.users.find((candidate) => candidate.handle === handle);
+  if (!found) throw new Error(`nobody is called ${handle}`);
+  state.users.set(found.id, found);
+  return found;
+}
+
+let suggest = null;
+$('new-chat-handle').addEventListener('input', () => {
+  clearTimeout(suggest);
+  const prefix = $('new-chat-handle').value;
+  if (prefix.length < 1) return;
+  suggest = setTimeout(async () => {
+    const reply = await api.get(`/v1/users?prefix=${encodeURIComponent(prefix)}&limit=8`).catch(() => null);
+    $('handles').replaceChildren(...(reply?.users ?? []).map((found) => {
+      const option = document.createElement('option');
+      option.value = found.handle;
+      option.label = found.displayName;
+      return option;
+    }));
+  }, 200);
+});
+
+$('new-chat').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  $('sidebar-error').textContent = '';
+  try {
+    const other = await findUser($('new-chat-handle').value.trim());
+    const { conversation } = await api.post('/v1/conversations', { memberIds: [other.id] });
+    remember(conversation);
+    $('new-chat-handle').value = '';
+    await refreshPresence();
+    openConversation(conversation.id);
+  } catch (error) {
+    $('sidebar-error').textContent = error.message;
+  }
+});
+
+$('new-group').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  $('sidebar-error').textContent = '';
+  try {
+    const handles = $('new-group-handles').value.split(',').map((h) => h.trim()).filter(Boolean);
+    const members = await Promise.all(handles.map(findUser));
+    const { conversation } = await api.post('/v1/conversations', { memberIds: members.map((m) => m.id), name: $('new-group-name').value });
+    remember(conversation);
+    $('new-group-name').value = $('new-group-handles').value = '';
+    openConversation(conversation.id);
+  } catch (error) {
+    $('sidebar-error').textContent = error.message;
+  }
+});
+
+// ---- one conversation ----
+
+async function openConversation(id) {
+  state.current = id;
+  $('app').classList.add('open');
+  $('conversation').hidden = false;
+  $('group-panel').hidden = true;
+  $('info').setAttribute('aria-expanded', 'false');
+  $('conversation-error').textContent = '';
+  const conversation = state.conversations.get(id);
+  renderList();
+  renderConversation({ toBottom: true });
+  if (!conversation.historyLoaded) {
+    await loadOlder(conversation, conversation.lastSeq + 1);
+    conversation.historyLoaded = true;
+    renderConversation({ toBottom: true });
+  }
+  $('text').focus();
+  markRead();
+}
+
+$('back').addEventListener('click', () => {
+  state.current = null;
+  $('app').classList.remove('open');
+  $('conversation').hidden = true;
+  renderList();
+});
+
+async function loadOlder(conversation, before) {
+  if (conversation.loadedAll || before <= 1) { conversation.loadedAll = true; return; }
+  const reply = await api.get(`/v1/conversations/${conversation.id}/messages?before=${before}&limit=50`).catch(() => null);
+  if (!reply) return;
+  for (const message of reply.messages) conversation.messages.set(message.seq, message);
+  if (reply.messages.length < 50 || reply.messages[0]?.seq === 1) conversation.loadedAll = true;
+}
+
+$('messages').addEventListener('scroll', async () => {
+  const list = $('messages');
+  const conversation = state.conversations.get(state.current);
+  if (!conversation) return;
+  if (list.scrollTop < 40 && !conversation.loadedAll && !conversation.loadingOlder) {
+    conversation.loadingOlder = true;
+    const oldest = Math.min(...conversation.messages.keys());
+    const fromBottom = list.scrollHeight - list.scrollTop;
+    await loadOlder(conversation, Number.isFinite(oldest) ? oldest : conversation.lastSeq + 1);
+    conversation.loadingOlder = false;
+    renderConversation();
+    list.scrollTop = list.scrollHeight - fromBottom;
+  }
+  markRead();
+});
+
+function atBottom() {
+  const list = $('messages');
+  return list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+}
+
+// Reads are reported when the newest message is on screen, the page visible.
+function markRead() {
+  const conversation = state.conversations.get(state.current);
+  if (!conversation || document.visibilityState !== 'visible' || !atBottom()) return;
+  const mine = conversation.members.find((member) => member.userId === state.me.id);
+  if (!mine || conversation.lastSeq <= mine.readSeq) return;
+  mine.readSeq = mine.deliveredSeq = conversation.lastSeq;
+  conversation.unreadCount = 0;
+  api.post(`/v1/conversations/${conversation.id}/receipts`, { readSeq: conversation.lastSeq }).catch(() => {});
+  renderList();
+}
+document.addEventListener('visibilitychange', markRead);
+
+// Deliveries are reported once a message from someone else arrives, a few at once.
+const deliveries = new Map();
+function delivered(conversationId, seq) {
+  const waiting = deliveries.get(conversationId);
+  if (waiting) { waiting.seq = Math.max(waiting.seq, seq); return; }
+  deliveries.set(conversationId, { seq });
+  setTimeout(() => {
+    const { seq: deliveredSeq } = deliveries.get(conversationId);
+    deliveries.delete(conversationId);
+    api.post(`/v1/conversations/${conversationId}/receipts`, { deliveredSeq }).catch(() => {});
+  }, 300);
+}
+
+function tickOf(conversation, message) {
+  const rest = others(conversation);
+  if (rest.length > 0 && rest.every((member) => member.readSeq >= message.seq)) return ['✓✓', 'read'];
+  if (rest.length > 0 && rest.every((member) => member.deliveredSeq >= message.seq)) return ['✓✓', 'delivered'];
+  return ['✓', 'sent'];
+}
+
+const timeOf = (iso) => new Date(iso).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+
+function statusText(conversation) {
+  const typingNow = [...(state.typing.get(conversation.id)?.keys() ?? [])].map(nameOf);
+  $('typing').textContent = typingNow.length ? `${typingNow.join(', ')} ${typingNow.length > 1 ? 'are' : 'is'} typing…` : '';
+  if (conversation.kind === 'group') return `${conversation.members.length} members`;
+  const presence = state.presence.get(others(conversation)[0]?.userId);
+  if (!presence) return '';
+  if (presence.status !== 'offline') return presence.status;
+  return presence.lastSeenAt ? `last seen ${new Date(presence.lastSeenAt).toLocaleString()}` : 'offline';
+}
+
+function renderConversation({ toBottom = false } = {}) {
+  const conversation = state.conversations.get(state.current);
+  if (!conversation) return;
+  const stick = toBottom || atBottom();
+  $('conversation-name').textContent = titleOf(conversation);
+  $('conversation-status').textContent = statusText(conversation);
+  $('info').hidden = conversation.kind !== 'group';
+  const items = [...conversation.messages.values()].sort((a, b) => a.seq - b.seq).map((message) => bubble(conversation, message));
+  const sentIds = new Set([...conversation.messages.values()].map((m) => m.clientMessageId));
+  for (const entry of conversation.pending) {
+    if (!sentIds.has(entry.clientMessageId)) items.push(bubble(conversation, null, entry));
+  }
+  $('messages').replaceChildren(...items);
+  if (stick) $('messages').scrollTop = $('messages').scrollHeight;
+  renderMembers(conversation);
+}
+
+function bubble(conversation, message, pending = null) {
+  const item = document.createElement('li');
+  const mine = pending !== null || message.senderId === state.me.id;
+  item.classList.toggle('mine', mine);
+  if (message) item.dataset.seq = String(message.seq);
+  if (pending) item.dataset.pending = pending.clientMessageId;
+  if (!mine && conversation.kind === 'group') {
+    const sender = document.createElement('span');
+    sender.className = 'sender';
+    sender.textContent = nameOf(message.senderId);
+    item.append(sender);
+  }
+  for (const attachment of message?.attachments ?? []) {
+    if (!attachment.media.contentType.startsWith('image/')) continue;
+    item.append(image(attachment.media.id, attachment.caption ?? 'Photo'));
+  }
+  if (pending?.photo) {
+    const preview = document.createElement('img');
+    preview.alt = 'Photo, not yet sent';
+    preview.src = URL.createObjectURL(pending.photo);
+    item.append(preview);
+  }
+  const text = document.createElement('span');
+  text.className = 'text';
+  text.textContent = message ? message.text : pending.text;
+  item.append(text);
+  const meta = document.createElement('span');
+  meta.className = 'meta';
+  if (pending) {
+    if (pending.failed) {
+      item.classList.add('failed');
+      meta.textContent = `not sent: ${pending.failed}`;
+    } else {
+      meta.textContent = 'sending…';
+    }
+  } else {
+    meta.append(timeOf(message.sentAt));
+    if (mine) {
+      const [mark, what] = tickOf(conversation, message);
+      const tick = document.createElement('span');
+      tick.className = `tick ${what}`;
+      tick.textContent = ` ${mark}`;
+      tick.title = what;
+      tick.setAttribute('aria-label', what);
+      meta.append(tick);
+    }
+  }
+  item.append(meta);
+  return item;
+}
+
+// Photos need the token, which an <img src> cannot send: each is fetched and shown from a blob.
+const thumbnails = new Map();
+function image(mediaId, label) {
+  const img = document.createElement('img');
+  img.alt = label;
+  img.tabIndex = 0;
+  if (!thumbnails.has(mediaId)) {
+    thumbnails.set(mediaId, api.request('GET', `/v1/media/${mediaId}/thumbnail?size=320`, undefined, { raw: true })
+      .then((response) => response.blob()).then((blob) => URL.createObjectURL(blob))
+      .catch(() => { thumbnails.delete(mediaId); return null; }));
+  }
+  thumbnails.get(mediaId).then((url) => { if (url) img.src = url; });
+  // A photo that loads at the bottom of the list keeps the list at its bottom.
+  img.addEventListener('load', () => {
+    const list = $('messages');
+    if (list.scrollHeight - list.scrollTop - list.clientHeight <= img.height + 40) list.scrollTop = list.scrollHeight;
+  });
+  const view = async () => {
+    const response = await api.request('GET', `/v1/media/${mediaId}`, undefined, { raw: true }).catch(() => null);
+    if (!response) return;
+    $('viewer-image').src = URL.createObjectURL(await response.blob());
+    $('viewer-image').alt = label;
+    $('viewer').showModal();
+  };
+  img.addEventListener('click', view);
+  img.addEventListener('keydown', (event) => { if (event.key === 'Enter') view(); });
+  return img;
+}
+
+// ---- group members ----
+
+$('info').addEventListener('click', () => {
+  const panel = $('group-panel');
+  panel.hidden = !panel.hidden;
+  $('info').setAttribute('aria-expanded', String(!panel.hidden));
+});
+
+function renderMembers(conversation) {
+  if (conversation.kind !== 'group') return;
+  if (document.activeElement !== $('rename-name')) $('rename-name').value = conversation.name ?? '';
+  $('members').replaceChildren(...conversation.members.map((member) => {
+    const item = document.createElement('li');
+    item.append(`${nameOf(member.userId)}${member.role === 'owner' ? ' (owner)' : ''} `);
+    const remove = document.createElement('button');
+    remove.type = 'button';
+    remove.textContent = member.userId === state.me.id ? 'Leave' : 'Remove';
+    remove.setAttribute('aria-label', `${remove.textContent} ${nameOf(member.userId)}`);
+    remove.addEventListener('click', () => act(() => api.delete(`/v1/conversations/${conversation.id}/members/${member.userId}`)));
+    item.append(remove);
+    return item;
+  }));
+}
+
+async function act(body) {
+  $('conversation-error').textContent = '';
+  try {
+    const reply = await body();
+    if (reply?.conversation) remember(reply.conversation);
+    else if (reply?.id && reply?.members) remember(reply);
+    renderConversation();
+    renderList();
+  } catch (error) {
+    $('conversation-error').textContent = error.message;
+  }
+}
+
+$('rename').addEventListener('submit', (event) => {
+  event.preventDefault();
+  act(() => api.patch(`/v1/conversations/${state.current}`, { name: $('rename-name').value }));
+});
+
+$('add-member').addEventListener('submit', (event) => {
+  event.preventDefault();
+  act(async () => {
+    const found = await findUser($('add-member-handle').value.trim());
+    $('add-member-handle').value = '';
+    return api.post(`/v1/conversations/${state.current}/members`, { userIds: [found.id] });
+  });
+});
+
+// ---- sending, through the outbox ----
+
+let typingSent = 0, typingStop = null;
+$('text').addEventListener('input', () => {
+  const conversation = state.current;
+  if (!conversation) return;
+  if (Date.now() - typingSent > 3000) {
+    typingSent = Date.now();
+    api.post(`/v1/conversations/${conversation}/typing`, { typing: true }).catch(() => {});
+  }
+  clearTimeout(typingStop);
+  typingStop = setTimeout(() => stopTyping(conversation), 4000);
+});
+
+function stopTyping(conversation) {
+  clearTimeout(typingStop);
+  if (typingSent === 0) return;
+  typingSent = 0;
+  api.post(`/v1/conversations/${conversation}/typing`, { typing: false }).catch(() => {});
+}
+
+$('text').addEventListener('keydown', (event) => {
+  if (event.key === 'Enter' && !event.shiftKey) {
+    event.preventDefault();
+    $('composer').requestSubmit();
+  }
+});
+
+$('composer').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const conversation = state.conversations.get(state.current);
+  const text = $('text').value;
+  const photo = $('photo').files[0] ?? null;
+  if (!conversation || (text.trim() === '' && !photo)) return;
+  $('text').value = '';
+  $('photo').value = '';
+  stopTyping(conversation.id);
+  const entry = await state.outbox.add({ clientMessageId: crypto.randomUUID(), conversationId: conversation.id, text, photo });
+  conversation.pending.push(entry);
+  renderConversation({ toBottom: true });
+  flush();
+});
+
+// Sends what waits, in order; stops at the first that cannot go yet (offline, the server busy)
+// and tries again later, so that nothing overtakes it. One the server refuses is shown as not sent.
+let flushing = false, flushAgain = false, retry = null;
+async function flush() {
+  if (flushing) { flushAgain = true; return; }
+  flushing = true;
+  try {
+    do {
+      flushAgain = false;
+      for (const entry of await state.outbox.all()) {
+        try {
+          if (entry.photo && !entry.mediaId) {
+            const { media } = await api.request('POST', '/v1/media', entry.photo);
+            entry.mediaId = media.id;
+            await state.outbox.update(entry);
+          }
+          const body = { clientMessageId: entry.clientMessageId, text: entry.text };
+          if (entry.mediaId) body.attachments = [{ mediaId: entry.mediaId }];
+          const { message } = await api.post(`/v1/conversations/${entry.conversationId}/messages`, body);
+          await state.outbox.remove(entry.clientMessageId);
+          settle(entry, message);
+        } catch (error) {
+          if (!(error instanceof ApiError) || error.retryable) {
+            clearTimeout(retry);
+            retry = setTimeout(flush, 2000);
+            return;
+          }
+          await state.outbox.remove(entry.clientMessageId);
+          const conversation = state.conversations.get(entry.conversationId);
+          const shown = conversation?.pending.find((p) => p.clientMessageId === entry.clientMessageId);
+          if (shown) shown.failed = error.message;
+          if (state.current === entry.conversationId) renderConversation();
+        }
+      }
+    } while (flushAgain);
+  } finally {
+    flushing = false;
+  }
+}
+window.addEventListener('online', flush);
+
+function settle(entry, message) {
+  const conversation = state.conversations.get(entry.conversationId);
+  if (!conversation) return;
+  conversation.pending = conversation.pending.filter((p) => p.clientMessageId !== entry.clientMessageId);
+  addMessage(conversation, message);
+}
+
+function addMessage(conversation, message) {
+  if (conversation.messages.has(message.seq)) return false;
+  conversation.messages.set(message.seq, message);
+  conversation.pending = conversation.pending.filter((p) => p.clientMessageId !== message.clientMessageId);
+  if (message.seq > conversation.lastSeq) {
+    conversation.lastSeq = message.seq;
+    conversation.lastMessage = message;
+  }
+  const mine = conversation.members.find((member) => member.userId === state.me.id);
+  if (message.senderId === state.me.id) {
+    if (mine) mine.readSeq = mine.deliveredSeq = Math.max(mine.readSeq, message.seq);
+  } else if (mine && message.seq > mine.readSeq) {
+    conversation.unreadCount = conversation.lastSeq - mine.readSeq;
+  }
+  if (state.current === conversation.id) {
+    renderConversation();
+    markRead();
+  }
+  renderList();
+  return true;
+}
+
+// ---- the event stream ----
+
+function onState(status) {
+  const text = { connecting: 'connecting…', reconnecting: 'reconnecting…', offline: 'offline', live: '', unauthorized: 'signed out' }[status];
+  $('connection').textContent = text ?? '';
+  if (status === 'live') flush();
+  if (status === 'unauthorized') {
+    localStorage.removeItem('parley.token');
+    location.reload();
+  }
+}
+
+async function conversationFor(id) {
+  let conversation = state.conversations.get(id);
+  if (!conversation) conversation = remember(await api.get(`/v1/conversations/${id}`));
+  return conversation;
+}
+
+async function onEvent({ type, data }) {
+  switch (type) {
+    case 'message': {
+      const message = data.message;
+      const conversation = await conversationFor(message.conversationId).catch(() => null);
+      if (!conversation) return;
+      if (addMessage(conversation, message) && message.senderId !== state.me.id) delivered(conversation.id, message.seq);
+      break;
+    }
+    case 'receipt': {
+      const conversation = state.conversations.get(data.conversationId);
+      const member = conversation?.members.find((m) => m.userId === data.userId);
+      if (!member) return;
+      member.deliveredSeq = Math.max(member.deliveredSeq, data.deliveredSeq);
+      member.readSeq = Math.max(member.readSeq, data.readSeq);
+      if (data.userId === state.me.id) conversation.unreadCount = Math.max(0, conversation.lastSeq - member.readSeq);
+      if (state.current === conversation.id) renderConversation();
+      renderList();
+      break;
+    }
+    case 'conversation': {
+      const { conversation, change } = data;
+      if (change === 'member_removed' && !conversation.members.some((m) => m.userId === state.me.id)) {
+        state.conversations.delete(conversation.id);
+        if (state.current === conversation.id) $('back').click();
+      } else {
+        remember(conversation);
+        if (conversation.kind === 'direct') await refreshPresence();
+        if (state.current === conversation.id) renderConversation();
+      }
+      renderList();
+      break;
+    }
+    case 'typing': {
+      if (data.userId === state.me.id) return;
+      const typing = state.typing.get(data.conversationId) ?? new Map();
+      state.typing.set(data.conversationId, typing);
+      clearTimeout(typing.get(data.userId));
+      if (data.typing) typing.set(data.userId, setTimeout(() => { typing.delete(data.userId); renderStatus(); }, 6000));
+      else typing.delete(data.userId);
+      renderStatus();
+      break;
+    }
+    case 'presence':
+      state.presence.set(data.presence.userId, data.presence);
+      renderStatus();
+      renderList();
+      break;
+    case 'cursor_expired':
+      // What happened while away is too much to replay: reload the list, and page each open
+      // conversation's messages after the last one held.
+      await loadConversations().catch(() => {});
+      for (const conversation of state.conversations.values()) {
+        if (!conversation.historyLoaded) continue;
+        const last = Math.max(0, ...conversation.messages.keys());
+        const reply = await api.get(`/v1/conversations/${conversation.id}/messages?after=${last}&limit=100`).catch(() => null);
+        for (const message of reply?.messages ?? []) addMessage(conversation, message);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+function renderStatus() {
+  const conversation = state.conversations.get(state.current);
+  if (conversation) $('conversation-status').textContent = statusText(conversation);
+}
+
+boot();

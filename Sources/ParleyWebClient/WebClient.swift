@@ -1,0 +1,38 @@
+import Crypto
+
+/// Parley's reference web client (`Web/`: plain JavaScript modules and CSS, no build step),
+/// embedded in the binary so that every gateway serves it at `/`.
+public enum WebClient {
+    public struct File: Sendable {
+        public let contentType: String
+        public let bytes: [UInt8]
+        /// The quoted start of the bytes' SHA-256: a browser revalidates with it and gets `304`
+        /// until the file changes.
+        public let etag: String
+    }
+
+    /// The files by the path they are served at.
+    public static let files: [String: File] = {
+        let javascript = "text/javascript; charset=utf-8"
+        let list: [(String, String, [UInt8])] = [
+            ("/", "text/html; charset=utf-8", PackageResources.index_html),
+            ("/app.js", javascript, PackageResources.app_js),
+            ("/api.js", javascript, PackageResources.api_js),
+            ("/outbox.js", javascript, PackageResources.outbox_js),
+            ("/app.css", "text/css; charset=utf-8", PackageResources.app_css),
+        ]
+        var files: [String: File] = [:]
+        for (path, contentType, bytes) in list {
+            let digest = SHA256.hash(data: bytes).prefix(12).map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+            files[path] = File(contentType: contentType, bytes: bytes, etag: "\"\(digest)\"")
+        }
+        return files
+    }()
+
+    /// What the page may do: its own scripts and styles only (no inline code, nothing from
+    /// elsewhere), requests to its own gateway, images from it or from blobs it made (photos are
+    /// fetched with the token and shown from a blob), never framed.
+    public static let contentSecurityPolicy =
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
+        + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+}
