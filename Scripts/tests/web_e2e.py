@@ -8,9 +8,11 @@ chat by handle, and talk: messages arrive live, in order, once; the sender's tic
 when the reader has the conversation on screen; typing shows. One goes offline (DevTools network
 emulation), types three messages, which wait in the outbox (IndexedDB), and comes back: they
 arrive in order, once. A worker is SIGKILLed mid-conversation, then the reader's gateway, which
-comes back: both pages go on without a reload. A photo is attached and shown as a thumbnail on
-the other side. A group is created and renamed, live on the other page. Screenshots of the main
-views are saved (PARLEY_SCREENSHOTS=DIR, else the work directory).
+comes back: both pages go on without a reload. A reader scrolled up leaves the tick at delivered
+until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
+created, renamed, and gains and loses a member, live on the other page. A reloaded page pages
+older history in on scroll. Screenshots of the main views are saved (PARLEY_SCREENSHOTS=DIR, else
+the work directory).
 
     Scripts/tests/web_e2e.py PATH-TO-parley-node
 
@@ -18,6 +20,8 @@ Every process it starts is recorded and stopped by its PID (WebDriver ends its b
 """
 import os
 import shutil
+import ssl
+import uuid
 import struct
 import sys
 import tempfile
@@ -30,7 +34,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_lib import Checks, Nodes, issue_certificates, wait_until  # noqa: E402
+from e2e_lib import Checks, Nodes, call, issue_certificates, wait_until  # noqa: E402
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-web.")
@@ -177,6 +181,25 @@ def main():
     seqs = bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))")
     check(seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 8, "Bob's page holds seq 1…8, each once", seqs)
 
+    print("read when seen")
+    token = alice.execute_script("return localStorage.getItem('parley.token')")
+    context = ssl.create_default_context(cafile=os.path.join(TLS, "ca.pem"))
+    _, listing = call("GET", nodes.client["gateway-1"], "/v1/conversations", token=token, context=context)
+    direct = next(c["id"] for c in listing["conversations"] if c["kind"] == "direct")
+    for k in range(60):
+        call("POST", nodes.client["gateway-1"], f"/v1/conversations/{direct}/messages", {"clientMessageId": str(uuid.uuid4()), "text": f"filler {k}"},
+             token=token, context=context)
+    check(wait_until(30, lambda: [t for t, _ in texts(bob)][-1:] == ["filler 59"]), "sixty more messages reach Bob's open chat", texts(bob)[-1:])
+    bob.execute_script("document.getElementById('messages').scrollTop = 0")
+    time.sleep(0.5)
+    send(alice, "are you there?")
+    last_tick = "return [...document.querySelectorAll('#messages li .tick')].pop()?.title"
+    check(wait_until(15, lambda: alice.execute_script(last_tick) == "delivered"), "Bob's page, scrolled up, reports it delivered", alice.execute_script(last_tick))
+    time.sleep(2)
+    check(alice.execute_script(last_tick) == "delivered", "and not read while he is not at the bottom", alice.execute_script(last_tick))
+    bob.execute_script("const list = document.getElementById('messages'); list.scrollTop = list.scrollHeight")
+    check(wait_until(15, lambda: alice.execute_script(last_tick) == "read"), "he scrolls down: Alice's tick turns to read", alice.execute_script(last_tick))
+
     print("a photo")
     photo = os.path.join(WORK, "photo.png")
     with open(photo, "wb") as f:
@@ -200,9 +223,29 @@ def main():
     name.send_keys("summer trip")
     name.send_keys(Keys.ENTER)
     check(wait_until(15, lambda: el(bob, "conversation-name").text == "summer trip"), "she renames it; Bob's page shows the new name")
+    call("POST", nodes.client["gateway-1"], "/v1/users", {"handle": "carol", "password": "correct horse battery", "displayName": "Carol"}, context=context)
+    el(alice, "add-member-handle").send_keys("carol")
+    el(alice, "add-member-handle").send_keys(Keys.ENTER)
+    check(wait_until(15, lambda: el(bob, "conversation-status").text == "3 members"), "she adds Carol by handle; Bob's page counts 3 members",
+          el(bob, "conversation-status").text)
+    remove = [b for b in alice.find_elements(By.CSS_SELECTOR, "#members button") if b.get_attribute("aria-label") == "Remove Carol"]
+    if remove:
+        remove[0].click()
+    check(remove and wait_until(15, lambda: el(bob, "conversation-status").text == "2 members"), "and removes her again", el(bob, "conversation-status").text)
     shot(alice, "group")
     bob.set_window_size(390, 844)
     shot(bob, "phone")
+
+    print("a reload")
+    # Without its cursor the stream replays nothing: what the page shows is the history it pages.
+    bob.execute_script("Object.keys(localStorage).filter(k => k.startsWith('parley.cursor.')).forEach(k => localStorage.removeItem(k))")
+    bob.refresh()
+    check(open_conversation(bob, "Alice"), "Bob reloads his page, still signed in, and opens the chat")
+    check(wait_until(15, lambda: len(texts(bob)) == 50), "its last 50 messages load", len(texts(bob)))
+    bob.execute_script("document.getElementById('messages').scrollTop = 0")
+    total = 8 + 60 + 1 + 1
+    check(wait_until(15, lambda: bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))")
+                     == list(range(1, total + 1))), f"scrolled to the top, the older ones page in: seq 1…{total}, each once")
 
 
 if __name__ == "__main__":
