@@ -58,6 +58,9 @@ public struct GatewayConfiguration: Sendable {
     public var adminToken: String?
     /// Whether `/` serves the web client (``WebClient``).
     public var servesWebClient = true
+    /// Every gateway's public URL (`https://host:port`): the web client fails over among them, and
+    /// this gateway answers the API to pages the others served (``CrossOriginMiddleware``).
+    public var gatewayURLs: [String] = []
     /// Where uploads are kept, and their limits; nil: the media routes answer `404`.
     public var media: MediaSettings?
     public init(certificatePath: String, keyPath: String, tokenSecret: String) {
@@ -141,6 +144,10 @@ public final class Gateway: Sendable {
         let tls = try Self.tlsConfiguration(certificatePath: configuration.certificatePath, keyPath: configuration.keyPath)
         // HEAD wherever GET is served, without the body (RFC 9110 section 9.3.2).
         let router = Router(context: GatewayContext.self, options: .autoGenerateHeadEndpoints)
+        // Outermost: its headers go on every answer, errors included.
+        if let origins = GatewayConfiguration.origins(of: configuration.gatewayURLs), !origins.isEmpty {
+            router.add(middleware: CrossOriginMiddleware(origins: origins))
+        }
         router.add(middleware: APIErrorMiddleware(logger: logger))
         router.add(middleware: RequestMetricsMiddleware())
         addRoutes(to: router)

@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 
 /// Parley's reference web client (`Web/`: plain JavaScript modules and CSS, no build step),
 /// embedded in the binary so that every gateway serves it at `/`.
@@ -9,6 +10,28 @@ public enum WebClient {
         /// The quoted start of the bytes' SHA-256: a browser revalidates with it and gets `304`
         /// until the file changes.
         public let etag: String
+
+        init(contentType: String, bytes: [UInt8]) {
+            self.contentType = contentType
+            self.bytes = bytes
+            let digest = SHA256.hash(data: bytes).prefix(12).map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+            self.etag = "\"\(digest)\""
+        }
+
+        /// `value` as a JSON file.
+        public init(json value: some Encodable) {
+            self.init(contentType: "application/json", bytes: Array((try? JSONEncoder().encode(value)) ?? Data("{}".utf8)))
+        }
+    }
+
+    /// `/client.json`: what the page knows of the cluster.
+    public struct Settings: Codable, Sendable {
+        /// Every gateway's URL, the page's own among them; empty: its own gateway only.
+        public var gateways: [String]
+
+        public init(gateways: [String]) {
+            self.gateways = gateways
+        }
     }
 
     /// The files by the path they are served at.
@@ -22,17 +45,16 @@ public enum WebClient {
             ("/app.css", "text/css; charset=utf-8", PackageResources.app_css),
         ]
         var files: [String: File] = [:]
-        for (path, contentType, bytes) in list {
-            let digest = SHA256.hash(data: bytes).prefix(12).map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
-            files[path] = File(contentType: contentType, bytes: bytes, etag: "\"\(digest)\"")
-        }
+        for (path, contentType, bytes) in list { files[path] = File(contentType: contentType, bytes: bytes) }
         return files
     }()
 
     /// What the page may do: its own scripts and styles only (no inline code, nothing from
-    /// elsewhere), requests to its own gateway, images from it or from blobs it made (photos are
-    /// fetched with the token and shown from a blob), never framed.
-    public static let contentSecurityPolicy =
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
-        + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    /// elsewhere), requests to its own gateway and to `origins` (the other gateways), images from
+    /// it or from blobs it made (photos are fetched with the token and shown from a blob), never
+    /// framed.
+    public static func contentSecurityPolicy(connectingTo origins: [String]) -> String {
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src "
+            + (["'self'"] + origins).joined(separator: " ") + "; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    }
 }

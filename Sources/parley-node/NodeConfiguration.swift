@@ -196,6 +196,13 @@ struct NodeConfiguration {
                 in: .milliseconds(100) ... .seconds(3_600)) ?? .seconds(30)
             gateway.adminToken = adminToken
             gateway.servesWebClient = run.webClient ?? (environment["PARLEY_WEB_CLIENT"].map { $0 != "0" } ?? true)
+            if let list = value(run.gatewayUrls, "PARLEY_GATEWAY_URLS") {
+                let urls = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                guard GatewayConfiguration.origins(of: urls) != nil else {
+                    throw ValidationError("--gateway-urls \(list): each must be an https://host:port URL")
+                }
+                gateway.gatewayURLs = urls
+            }
             let placement: MediaConfiguration.Placement
             if let directory = value(run.mediaDir, "PARLEY_MEDIA_DIR") {
                 placement = .directory(directory)

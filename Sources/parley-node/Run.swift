@@ -154,6 +154,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: uploads a user may make per second (bursts of 10× are allowed). (env PARLEY_UPLOAD_RATE; default 2)")
     var uploadRate: Double?
 
+    @Option(help: "Gateway: every gateway's public URL (https://host:port), comma-separated, this one's included: the web client fails over among them, and each gateway answers the API to pages the others served (CORS for those origins only). (env PARLEY_GATEWAY_URLS; default none: a page uses its own gateway only)")
+    var gatewayUrls: String?
+
     @Flag(inversion: .prefixedNo, help: "Gateway: serve the web client at / (a reference chat app in plain JavaScript, embedded in the binary). (env PARLEY_WEB_CLIENT=0 or 1; default on)")
     var webClient: Bool?
 

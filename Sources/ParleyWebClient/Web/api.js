@@ -11,11 +11,26 @@ export class ApiError extends Error {
   }
 }
 
+// Requests go to one gateway of the cluster's at a time: the page's own first, the next one in
+// the list once it cannot be reached (each gateway answers pages the others served: CORS).
 export class Api {
-  constructor(base = '') {
-    this.base = base;
+  constructor() {
+    this.bases = [location.origin];
+    this.index = 0;
     this.token = null;
   }
+
+  get base() { return this.bases[this.index]; }
+
+  // The cluster's gateways (`/client.json`), the page's own first.
+  useGateways(urls) {
+    const origins = urls.map((url) => { try { return new URL(url).origin; } catch { return null; } }).filter(Boolean);
+    this.bases = [location.origin, ...origins.filter((origin) => origin !== location.origin)];
+    this.index = 0;
+  }
+
+  // The gateway in use cannot be reached: the next one from now on.
+  failover() { this.index = (this.index + 1) % this.bases.length; }
 
   // One request: JSON in and out, a Blob sent as it is (an upload). Answers the parsed JSON, null
   // for 204, or the Response itself with `raw` (bytes to read). Throws ApiError: code `offline`
@@ -35,6 +50,7 @@ export class Api {
     try {
       response = await fetch(this.base + path, { method, headers, body: payload, cache: 'no-store' });
     } catch {
+      this.failover();
       throw new ApiError(0, 'offline', 'the server cannot be reached', true);
     }
     if (raw && response.ok) return response;
@@ -101,7 +117,8 @@ export class SSEParser {
 }
 
 // The user's event stream, kept open: resumed from the last cursor on every reconnect (at once,
-// then with backoff), the cursor kept across reloads; `410 cursor_expired` reported (the app
+// then with backoff; on the next gateway when this one cannot be reached), the cursor kept across
+// reloads; `410 cursor_expired` reported (the app
 // reloads) and the stream started afresh. A stream silent for longer than three of the server's
 // pings is taken for broken.
 export class EventStream {
@@ -165,6 +182,7 @@ export class EventStream {
         signal: controller.signal, cache: 'no-store',
       });
     } catch {
+      if (!controller.signal.aborted) this.api.failover();
       return;
     }
     if (response.status === 410) {
@@ -175,6 +193,7 @@ export class EventStream {
       return;
     }
     if (response.status === 401) throw new ApiError(401, 'unauthorized', 'the session ended', false);
+    if (response.status >= 500) this.api.failover();
     if (!response.ok || !response.body) return;
     const reader = response.body.getReader();
     const decoder = new TextDecoder();

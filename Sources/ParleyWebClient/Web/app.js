@@ -20,6 +20,9 @@ const state = {
 // ---- signing in and out ----
 
 async function boot() {
+  // The gateways this page may fail over to.
+  const settings = await fetch('/client.json', { cache: 'no-store' }).then((r) => r.json()).catch(() => null);
+  api.useGateways(settings?.gateways ?? []);
   const token = localStorage.getItem('parley.token');
   if (token) {
     api.token = token;
