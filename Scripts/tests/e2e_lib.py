@@ -2,9 +2,11 @@
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -102,6 +104,18 @@ class Nodes:
     def kill_all(self):
         for name in list(self.procs):
             self.kill(name)
+
+
+def conclude(check, nodes, work, title):
+    """Stops every node, keeps the work folder (logs) only when a check failed, prints the tally
+    and exits with it."""
+    nodes.kill_all()
+    if check.failed:
+        print(f"logs kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{title}: {check.passed} passed, {check.failed} failed")
+    sys.exit(1 if check.failed else 0)
 
 
 def call(method, port, path, body=None, token=None, context=None):

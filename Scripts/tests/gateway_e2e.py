@@ -320,6 +320,20 @@ def send(client, conversation, text, cmid=None):
     return client.call("POST", f"/v1/conversations/{conversation}/messages", {"clientMessageId": cmid or str(uuid.uuid4()), "text": text})
 
 
+def read_answer(tls, until=None):
+    """What comes on `tls` until it closes (or, with `until`, once that has come)."""
+    answer = b""
+    try:
+        while until is None or until not in answer:
+            chunk = tls.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:
+        pass
+    return answer
+
+
 def main():
     global CONTEXT
     print(f"gateway end-to-end test (work dir {WORK})", flush=True)
@@ -924,15 +938,8 @@ def main():
         context.set_alpn_protocols(["http/1.1"])
         with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost") as tls:
             tls.sendall(b"GET /v1/users/me HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
-            opened, answer = time.time(), b""
-            try:
-                while True:
-                    chunk = tls.recv(4096)
-                    if not chunk:
-                        break
-                    answer += chunk
-            except OSError:
-                pass
+            opened = time.time()
+            answer = read_answer(tls)
             waited = time.time() - opened
         check(answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer and 0.5 <= waited <= 8,
               "HTTP/1.1 headers that never end get 408 request_timeout and a closed connection (--client-request-timeout 1)", f"{answer[:120]!r} after {waited:.1f}s")
@@ -951,16 +958,7 @@ def main():
                         tls.sendall(body[i * size:(i + 1) * size])
                     except OSError:
                         break
-                answer = b""
-                try:
-                    while b"\r\n\r\n" not in answer:
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        answer += chunk
-                except OSError:
-                    pass
-                return answer
+                return read_answer(tls, until=b"\r\n\r\n")
         started = time.time()
         answer = trickled_upload(pieces=10, pause=0.3)
         check(answer.startswith(b"HTTP/1.1 201") and time.time() - started > 2.5,

@@ -26,7 +26,6 @@ Every process it starts is recorded and stopped by its PID.
 import hashlib
 import json
 import os
-import shutil
 import ssl
 import struct
 import subprocess
@@ -36,7 +35,7 @@ import time
 import uuid
 import zlib
 
-from e2e_lib import Checks, Nodes, call, issue_certificates, wait_until
+from e2e_lib import Checks, Nodes, call, conclude, issue_certificates, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 POSTGRES = sys.argv[2] if len(sys.argv) > 2 else None
@@ -444,10 +443,4 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        nodes.kill_all()
-        if check.failed:
-            print(f"logs kept in {WORK}")
-        else:
-            shutil.rmtree(WORK, ignore_errors=True)
-    print(f"media end to end: {check.passed} passed, {check.failed} failed")
-    sys.exit(1 if check.failed else 0)
+        conclude(check, nodes, WORK, "media end to end")

@@ -36,7 +36,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_lib import Checks, Nodes, call, issue_certificates, wait_until  # noqa: E402
+from e2e_lib import Checks, Nodes, call, conclude, issue_certificates, wait_until  # noqa: E402
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-web.")
@@ -276,10 +276,4 @@ if __name__ == "__main__":
                 driver.quit()
             except Exception:
                 pass
-        nodes.kill_all()
-        if check.failed:
-            print(f"logs kept in {WORK}")
-        else:
-            shutil.rmtree(WORK, ignore_errors=True)
-    print(f"web client end to end: {check.passed} passed, {check.failed} failed")
-    sys.exit(1 if check.failed else 0)
+        conclude(check, nodes, WORK, "web client end to end")
