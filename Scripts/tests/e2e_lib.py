@@ -95,6 +95,14 @@ class Nodes:
         conn.request("GET", "/readyz")
         return conn.getresponse().status == 200
 
+    def start_all(self, env, check, what):
+        """Issues the nodes' certificates, starts every node and waits up to 60 s for all to be
+        ready; the check says `what` and whether they were."""
+        issue_certificates(self.node, self.tls, self.names)
+        for name in self.names:
+            self.start(name, env)
+        return check(wait_until(60, lambda: all(self.ready(n) for n in self.names)), what)
+
     def kill(self, name):
         proc = self.procs.get(name)
         if proc and proc.poll() is None:

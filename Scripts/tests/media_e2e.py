@@ -35,7 +35,7 @@ import time
 import uuid
 import zlib
 
-from e2e_lib import Checks, Nodes, call, conclude, issue_certificates, wait_until
+from e2e_lib import Checks, Nodes, call, conclude, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 POSTGRES = sys.argv[2] if len(sys.argv) > 2 else None
@@ -175,10 +175,7 @@ BEFORE = {"blobs": set(), "uploads": set()}
 
 
 def main():
-    issue_certificates(NODE, TLS, NAMES)
-    for name in NAMES:
-        nodes.start(name, ENV)
-    if not check(wait_until(60, lambda: all(nodes.ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
+    if not nodes.start_all(ENV, check, "2 workers and 2 gateways are ready"):
         return
     if POSTGRES:
         BEFORE["blobs"], BEFORE["uploads"] = set(blobs()), set(leftovers())

@@ -11,7 +11,8 @@ arrive in order, once. A worker is SIGKILLed mid-conversation, then the gateway 
 reader's page: both pages go on without a reload, his on the other gateway (the gateways allow
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
-created, renamed, and gains and loses a member, live on the other page. A reloaded page pages
+created, renamed, and gains and loses a member, live on the other page; a message in another chat
+shows as unread in the list. A reloaded page pages
 older history in on scroll. Screenshots of the main views are saved (PARLEY_SCREENSHOTS=DIR, else
 the work directory).
 
@@ -36,7 +37,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_lib import Checks, Nodes, call, conclude, issue_certificates, wait_until  # noqa: E402
+from e2e_lib import Checks, Nodes, call, conclude, wait_until  # noqa: E402
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-web.")
@@ -119,10 +120,7 @@ def shot(driver, name):
 
 
 def main():
-    issue_certificates(NODE, TLS, NAMES)
-    for name in NAMES:
-        nodes.start(name, ENV)
-    if not check(wait_until(60, lambda: all(nodes.ready(n) for n in NAMES)), "2 workers and 2 gateways are ready"):
+    if not nodes.start_all(ENV, check, "2 workers and 2 gateways are ready"):
         return
     alice, bob = browser("gateway-1"), browser("gateway-2")
     check(alice.title == "Parley" and el(alice, "signin").is_displayed(), "gateway-1 serves the web client at /: the sign-in form", alice.title)
@@ -232,6 +230,12 @@ def main():
     el(alice, "create-group").click()
     check(wait_until(15, lambda: el(alice, "conversation-name").text == "trip"), "Alice creates a group with Bob")
     check(open_conversation(bob, "trip"), "it appears on Bob's page")
+    bob_token = bob.execute_script("return localStorage.getItem('parley.token')")
+    call("POST", nodes.client["gateway-1"], f"/v1/conversations/{direct}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "unread?"},
+         token=bob_token, context=context)
+    unread = "return [...document.querySelectorAll('#conversations li')].find(li => li.querySelector('.name').textContent === 'Bob')?.querySelector('.unread')?.textContent"
+    check(wait_until(15, lambda: alice.execute_script(unread) == "1"), "a message in the chat Alice is not looking at shows as 1 unread in her list",
+          alice.execute_script(unread))
     el(alice, "info").click()
     name = el(alice, "rename-name")
     name.clear()
@@ -260,7 +264,7 @@ def main():
     check(open_conversation(bob, "Alice"), "Bob reloads his page, still signed in, and opens the chat")
     check(wait_until(15, lambda: len(texts(bob)) == 50), "its last 50 messages load", len(texts(bob)))
     bob.execute_script("document.getElementById('messages').scrollTop = 0")
-    total = 8 + 60 + 1 + 1
+    total = 8 + 60 + 1 + 1 + 1  # before, fillers, "are you there?", the photo, "unread?"
     check(wait_until(15, lambda: bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))")
                      == list(range(1, total + 1))), f"scrolled to the top, the older ones page in: seq 1…{total}, each once")
 

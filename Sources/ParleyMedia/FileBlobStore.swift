@@ -105,7 +105,8 @@ public final class FileBlobStore: BlobStore {
     }
 
     public func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool {
-        guard let path = path(of: sha256), let thumbnailShard = thumbnailPath(of: sha256, size: 0).map(Self.folder(of:)) else { return false }
+        guard let path = path(of: sha256) else { return false }
+        let thumbnailShard = thumbnails + "/" + sha256.prefix(2)
         return try await pool.runIfActive {
             var info = stat()
             guard stat(path, &info) == 0 else {
