@@ -22,7 +22,8 @@ public actor MediaSweeper {
     /// Uploads removed per store call.
     public let batch: Int
     private let logger: Logger
-    /// Bytes no upload had when last looked at, left because they had just been kept again.
+    /// Bytes whose uploads were removed, not yet deleted: left because they had just been kept
+    /// again, or because the sweep stopped on an error.
     private var recheck: Set<String> = []
 
     public struct Report: Equatable, Sendable {
@@ -63,22 +64,26 @@ public actor MediaSweeper {
         var report = Report()
         let cutoff = now.addingTimeInterval(-keepUnattached.seconds)
         let keptBefore = now.addingTimeInterval(-recentlyKept.seconds)
-        var candidates = recheck
-        recheck = []
+        // Bytes whose uploads are removed wait in `recheck` until they are dealt with, so that a
+        // sweep cut short by an error leaves them to the next one rather than on the disk for good.
         while true {
             let removed = try await store.removeUnattachedMedia(uploadedBefore: cutoff, limit: batch)
             report.uploads += removed.count
-            for media in removed { candidates.insert(media.media.sha256) }
+            for media in removed { recheck.insert(media.media.sha256) }
             if removed.count < batch { break }
         }
-        for sha256 in candidates.sorted() {
-            guard !(try await store.hasMedia(withSHA256: sha256)) else { continue }
+        for sha256 in recheck.sorted() {
+            if try await store.hasMedia(withSHA256: sha256) {
+                recheck.remove(sha256)
+                continue
+            }
             let size = try await blobs.size(of: sha256)
             if try await blobs.delete(sha256, keptBefore: keptBefore) {
                 report.blobs += 1
                 report.bytes += size ?? 0
-            } else if size != nil {
-                recheck.insert(sha256)
+                recheck.remove(sha256)
+            } else if size == nil {
+                recheck.remove(sha256)
             }
         }
         return report

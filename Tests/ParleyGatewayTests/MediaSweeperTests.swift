@@ -4,6 +4,7 @@ import ParleyGateway
 import ParleyMedia
 import ParleyModel
 import ParleyStore
+import Synchronization
 import Testing
 
 @Suite struct MediaSweeperTests {
@@ -66,6 +67,38 @@ import Testing
         try #expect(await blobs.size(of: blob.sha256) == 2)
         // No upload was recorded for them after all: the next sweep deletes them.
         #expect(try await sweeper.sweep(now: now.addingTimeInterval(600)) == MediaSweeper.Report(uploads: 0, blobs: 1, bytes: 2))
+        try #expect(await blobs.size(of: blob.sha256) == nil)
+    }
+
+    /// A file store whose deletes fail while `failing` is set.
+    final class FailingDeletes: BlobStore {
+        let inner: FileBlobStore
+        let failing = Mutex(true)
+        init(_ inner: FileBlobStore) { self.inner = inner }
+        func beginUpload() async throws -> any BlobUpload { try await inner.beginUpload() }
+        func size(of sha256: String) async throws -> Int64? { try await inner.size(of: sha256) }
+        func read(_ sha256: String, range: Range<Int64>, chunkSize: Int, into body: (ByteBuffer) async throws -> Void) async throws {
+            try await inner.read(sha256, range: range, chunkSize: chunkSize, into: body)
+        }
+        func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool {
+            if failing.withLock({ $0 }) { throw BlobStoreError(.unavailable, "the disk is away") }
+            return try await inner.delete(sha256, keptBefore: cutoff)
+        }
+        func thumbnail(of sha256: String, size: Int) async throws -> ByteBuffer? { try await inner.thumbnail(of: sha256, size: size) }
+        func keepThumbnail(_ bytes: ByteBuffer, of sha256: String, size: Int) async throws { try await inner.keepThumbnail(bytes, of: sha256, size: size) }
+    }
+
+    @Test func bytesASweepFailedToDeleteAreDeletedByTheNext() async throws {
+        let store = InMemoryChatStore(), files = try blobStore()
+        defer { try? FileManager.default.removeItem(at: files.directory) }
+        let blobs = FailingDeletes(files)
+        let blob = try await keep([7, 7, 7], in: blobs)
+        _ = try await record(blob, hoursAgo: 30, in: store)
+        let sweeper = MediaSweeper(store: store, blobs: blobs)
+        await #expect(throws: BlobStoreError.self) { try await sweeper.sweep(now: now.addingTimeInterval(600)) }
+        try #expect(await blobs.size(of: blob.sha256) == 3, "the upload's record went, its bytes stayed")
+        blobs.failing.withLock { $0 = false }
+        #expect(try await sweeper.sweep(now: now.addingTimeInterval(600)) == MediaSweeper.Report(uploads: 0, blobs: 1, bytes: 3))
         try #expect(await blobs.size(of: blob.sha256) == nil)
     }
 
