@@ -12,7 +12,8 @@ reader's page: both pages go on without a reload, his on the other gateway (the 
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
-shows as unread in the list. A reloaded page pages
+shows as unread in the list. A page away for longer than a resume replays gets 410
+cursor_expired and reloads what it holds instead, missing nothing. A reloaded page pages
 older history in on scroll. Screenshots of the main views are saved (PARLEY_SCREENSHOTS=DIR, else
 the work directory).
 
@@ -46,7 +47,7 @@ SHOTS = os.environ.get("PARLEY_SCREENSHOTS") or os.path.join(WORK, "screenshots"
 NAMES = ["worker-1", "worker-2", "gateway-1", "gateway-2"]
 nodes = Nodes(NODE, WORK, TLS, NAMES, seeds=["worker-1", "worker-2"])
 ENV = {"PARLEY_TOKEN_SECRET": "web-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
-       "PARLEY_REGISTRATION_RATE": "100", "PARLEY_EVENT_LOOPS": "1",
+       "PARLEY_REGISTRATION_RATE": "100", "PARLEY_EVENT_LOOPS": "1", "PARLEY_REPLAY_MAX": "20",
        "PARLEY_GATEWAY_URLS": ",".join(f"https://localhost:{nodes.client[g]}" for g in ["gateway-1", "gateway-2"])}
 check = Checks()
 browsers = []
@@ -267,6 +268,25 @@ def main():
     total = 8 + 60 + 1 + 1 + 1  # before, fillers, "are you there?", the photo, "unread?"
     check(wait_until(15, lambda: bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))")
                      == list(range(1, total + 1))), f"scrolled to the top, the older ones page in: seq 1…{total}, each once")
+
+    print("a long absence")
+    # Bob offline, his gateway gone, while 30 messages come: more than a resume replays (20 here),
+    # so his stream is refused 410 cursor_expired and the page reloads what it holds instead.
+    offline(bob, True)
+    nodes.kill("gateway-2")
+    for k in range(30):
+        call("POST", nodes.client["gateway-1"], f"/v1/conversations/{direct}/messages", {"clientMessageId": str(uuid.uuid4()), "text": f"missed {k}"},
+             token=token, context=context)
+    offline(bob, False)
+    missed = [f"missed {k}" for k in range(30)]
+    check(wait_until(40, lambda: [t for t, _ in texts(bob)][-30:] == missed), "back, Bob's page shows the 30 he missed, in order", texts(bob)[-3:])
+    check(bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))") == list(range(1, total + 31)),
+          f"seq 1…{total + 30}, each once")
+    metrics = http.client.HTTPConnection("127.0.0.1", nodes.ops["gateway-1"], timeout=5)
+    metrics.request("GET", "/metrics")
+    lines = metrics.getresponse().read().decode().splitlines()
+    check(any(line.startswith("hb_requests") and 'status_code="410"' in line and '"/v1/events"' in line for line in lines),
+          "(his stream's resume was refused 410 on gateway-1: the page reloaded rather than replayed)")
 
 
 if __name__ == "__main__":
