@@ -13,7 +13,8 @@ each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
 shows as unread in the list. A page away for longer than a resume replays gets 410
-cursor_expired and reloads what it holds instead, missing nothing. A reloaded page pages
+cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
+user from online to last seen on the other page. A reloaded page pages
 older history in on scroll. Screenshots of the main views are saved (PARLEY_SCREENSHOTS=DIR, else
 the work directory).
 
@@ -287,6 +288,14 @@ def main():
     lines = metrics.getresponse().read().decode().splitlines()
     check(any(line.startswith("hb_requests") and 'status_code="410"' in line and '"/v1/events"' in line for line in lines),
           "(his stream's resume was refused 410 on gateway-1: the page reloaded rather than replayed)")
+
+    print("last seen")
+    check(open_conversation(alice, "Bob") and wait_until(15, lambda: el(alice, "conversation-status").text == "online"),
+          "Alice's chat with Bob says he is online", el(alice, "conversation-status").text)
+    bob.quit()
+    browsers.remove(bob)
+    check(wait_until(30, lambda: el(alice, "conversation-status").text.startswith("last seen")),
+          "he closes his browser: it says when he was last seen", el(alice, "conversation-status").text)
 
 
 if __name__ == "__main__":
