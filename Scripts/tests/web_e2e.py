@@ -12,7 +12,8 @@ reader's page: both pages go on without a reload, his on the other gateway (the 
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
-shows as unread in the list. A page away for longer than a resume replays gets 410
+shows as unread in the list. axe-core (bundled by axe-selenium-python) finds nothing serious or
+critical on the sign-in form, a conversation, the group panel and at phone width. A page away for longer than a resume replays gets 410
 cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
 user from online to last seen on the other page. A reloaded page pages
 older history in on scroll. Screenshots of the main views are saved (PARLEY_SCREENSHOTS=DIR, else
@@ -121,12 +122,25 @@ def shot(driver, name):
     driver.save_screenshot(os.path.join(SHOTS, f"{name}.png"))
 
 
+def audit(driver, view):
+    """axe-core's accessibility rules (the copy axe-selenium-python bundles) on the page as it is:
+    a check that nothing serious or critical is found."""
+    from axe_selenium_python import Axe
+    axe = Axe(driver)
+    axe.inject()
+    results = axe.run()
+    serious = [f"{v['id']}: {v['help']} ({len(v['nodes'])}×, e.g. {v['nodes'][0]['target']}: {v['nodes'][0].get('failureSummary', '')})" for v in results["violations"]
+               if v.get("impact") in ("serious", "critical")]
+    check(not serious, f"axe finds nothing serious or critical in {view}", serious)
+
+
 def main():
     if not nodes.start_all(ENV, check, "2 workers and 2 gateways are ready"):
         return
     alice, bob = browser("gateway-1"), browser("gateway-2")
     check(alice.title == "Parley" and el(alice, "signin").is_displayed(), "gateway-1 serves the web client at /: the sign-in form", alice.title)
     shot(alice, "sign-in")
+    audit(alice, "the sign-in form")
     check(register(alice, "alice", "Alice") and register(bob, "bob", "Bob"), "Alice registers on gateway-1's page, Bob on gateway-2's")
 
     print("cross-origin")
@@ -162,6 +176,7 @@ def main():
     send(bob, "hi Alice")
     check(wait_until(15, lambda: [t for t, _ in texts(alice)] == ["hello Bob", "hi Alice"]), "Bob's answer arrives on Alice's page", texts(alice))
     shot(alice, "conversation")
+    audit(alice, "the conversation view")
 
     print("offline")
     offline(bob, True)
@@ -254,8 +269,10 @@ def main():
         remove[0].click()
     check(remove and wait_until(15, lambda: el(bob, "conversation-status").text == "2 members"), "and removes her again", el(bob, "conversation-status").text)
     shot(alice, "group")
+    audit(alice, "a group with its members panel open")
     bob.set_window_size(390, 844)
     shot(bob, "phone")
+    audit(bob, "a conversation at phone width")
 
     print("a reload")
     nodes.start("gateway-2", ENV)
@@ -290,8 +307,10 @@ def main():
           "(his stream's resume was refused 410 on gateway-1: the page reloaded rather than replayed)")
 
     print("last seen")
-    check(open_conversation(alice, "Bob") and wait_until(15, lambda: el(alice, "conversation-status").text == "online"),
-          "Alice's chat with Bob says he is online", el(alice, "conversation-status").text)
+    item = next(li for li in alice.find_elements(By.CSS_SELECTOR, "#conversations li") if li.find_element(By.CSS_SELECTOR, ".name").text == "Bob")
+    item.send_keys(Keys.ENTER)
+    check(wait_until(15, lambda: el(alice, "conversation-name").text == "Bob" and el(alice, "conversation-status").text == "online"),
+          "Alice opens her chat with Bob from the keyboard (Enter on it in the list): he is online", el(alice, "conversation-status").text)
     bob.quit()
     browsers.remove(bob)
     check(wait_until(30, lambda: el(alice, "conversation-status").text.startswith("last seen")),
