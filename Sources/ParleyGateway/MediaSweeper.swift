@@ -106,7 +106,7 @@ public actor MediaSweeper {
                 if report.uploads > 0 || report.blobs > 0 {
                     logger.info("removed uploads never attached to a message", metadata: [
                         "media.uploads": "\(report.uploads)", "media.blobs": "\(report.blobs)", "media.bytes": "\(report.bytes)",
-                        "media.keep_unattached": "\(keepUnattached)",
+                        "media.keep_unattached": "\(DurationText.format(keepUnattached))",
                     ])
                 }
             } catch {
