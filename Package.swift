@@ -191,7 +191,7 @@ let package = Package(
         .target(name: "CVips"),
         .target(name: "ParleyImaging", dependencies: ["CVips"], swiftSettings: upcoming),
         .target(
-            name: "ParleyWebClient", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            name: "ParleyWebClient", dependencies: ["ParleyMedia", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.embedInCode("Web")], swiftSettings: upcoming),
         .executableTarget(
             name: "parley-fuzz",

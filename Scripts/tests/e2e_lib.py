@@ -5,10 +5,12 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 
 def issue_certificates(node, tls, names, client_port=lambda name: name.startswith("gateway")):
@@ -30,6 +32,17 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def png(width, height, seed=0):
+    """A real PNG, stored without compression so that its size follows its pixels."""
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3 + seed) % 256 for x in range(width * 3)) for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b""))
 
 
 def wait_until(seconds, predicate):

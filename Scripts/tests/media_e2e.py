@@ -33,9 +33,8 @@ import sys
 import tempfile
 import time
 import uuid
-import zlib
 
-from e2e_lib import Checks, Nodes, call, conclude, wait_until
+from e2e_lib import Checks, Nodes, call, conclude, png, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 POSTGRES = sys.argv[2] if len(sys.argv) > 2 else None
@@ -55,17 +54,6 @@ ENV = {
 }
 if POSTGRES:
     ENV["PARLEY_STORE"] = POSTGRES
-
-
-def png(width, height, seed=0):
-    """A real PNG, stored without compression so that its size follows its pixels."""
-    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3 + seed) % 256 for x in range(width * 3)) for y in range(height))
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b""))
 
 
 def exif_jpeg():

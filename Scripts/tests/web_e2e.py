@@ -28,11 +28,9 @@ import os
 import shutil
 import ssl
 import uuid
-import struct
 import sys
 import tempfile
 import time
-import zlib
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -40,7 +38,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from e2e_lib import Checks, Nodes, call, conclude, wait_until  # noqa: E402
+from e2e_lib import Checks, Nodes, call, conclude, png, wait_until  # noqa: E402
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-web.")
@@ -53,15 +51,6 @@ ENV = {"PARLEY_TOKEN_SECRET": "web-e2e-token-secret-0123456789abcdef", "PARLEY_I
        "PARLEY_GATEWAY_URLS": ",".join(f"https://localhost:{nodes.client[g]}" for g in ["gateway-1", "gateway-2"])}
 check = Checks()
 browsers = []
-
-
-def png(width, height):
-    rows = b"".join(b"\x00" + b"".join(bytes(((x * 7 + y * 3) % 256, (y * 5) % 256, 160)) for x in range(width)) for y in range(height))
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def browser(gateway, width=1000, height=720):

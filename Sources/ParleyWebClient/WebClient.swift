@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import ParleyMedia
 
 /// Parley's reference web client (`Web/`: plain JavaScript modules and CSS, no build step),
 /// embedded in the binary so that every gateway serves it at `/`.
@@ -14,8 +15,7 @@ public enum WebClient {
         init(contentType: String, bytes: [UInt8]) {
             self.contentType = contentType
             self.bytes = bytes
-            let digest = SHA256.hash(data: bytes).prefix(12).map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
-            self.etag = "\"\(digest)\""
+            self.etag = "\"\(SHA256.hash(data: bytes).hex.prefix(24))\""
         }
 
         /// `value` as a JSON file.
