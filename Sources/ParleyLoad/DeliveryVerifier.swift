@@ -75,14 +75,18 @@ public struct DeliveryVerifier: Sendable {
         media.map { "\(text) with \($0.rawValue)" } ?? text
     }
 
+    /// Runs for every delivery of a load run: nothing is allocated unless a fault is found.
     private mutating func checkAttachment(of message: Message, on member: UserID?) {
-        let words = message.text.split(separator: " ")
-        let named = words.count >= 2 && words[words.count - 2] == "with" ? words.last.map(String.init) : nil
-        let carried = message.attachments?.map(\.media.id.rawValue) ?? []
-        guard carried != (named.map { [$0] } ?? []) else { return }
+        let text = message.text
+        var named: Substring?
+        if let space = text.lastIndex(of: " "), text[..<space].hasSuffix(" with") { named = text[text.index(after: space)...] }
+        let carried = message.attachments ?? []
+        if named == nil && carried.isEmpty { return }
+        if let named, carried.count == 1, carried[0].media.id.rawValue == named { return }
+        let ids = carried.map(\.media.id.rawValue)
         attachmentFaults.append(Fault(
             kind: .attachment, conversationId: message.conversationId, seq: message.seq, member: member,
-            detail: "the text names \(named ?? "no upload"), the message carries \(carried.isEmpty ? "none" : carried.joined(separator: ", "))"))
+            detail: "the text names \(named.map(String.init) ?? "no upload"), the message carries \(ids.isEmpty ? "none" : ids.joined(separator: ", "))"))
     }
 
     public var acknowledgedCount: Int { acknowledged.values.reduce(0) { $0 + $1.count } }
