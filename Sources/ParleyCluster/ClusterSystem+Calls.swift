@@ -62,11 +62,12 @@ extension ClusterSystem {
             return .sent(await slot.wait())
         }
         let slot = ReplySlot()
-        let callID = state.withLock { state -> UInt64 in
+        let (callID, parkedLoop) = state.withLock { state -> (UInt64, CheckedContinuation<Void, Never>?) in
             let callID = state.calls.makeCallID()
             state.calls.register(callID, peer: owner, deadline: deadline, pending: slot)
-            return callID
+            return (callID, state.deadlineLoopParked.take())
         }
+        parkedLoop?.resume()
         let envelope = CallEnvelope(callID: callID, recipient: id, target: target, arguments: arguments, timeout: remaining)
         do {
             try await transport.send(.call(envelope), to: owner, deadline: deadline)
@@ -189,6 +190,24 @@ extension ClusterSystem {
         return !member.status.isTerminal
     }
 
+
+    /// Returns once a call waits for a reply (at once if one does), or the task is cancelled.
+    func untilCallsWait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Checked under the lock that the cancellation handler takes too: either it finds
+                // the continuation parked, or this sees the task cancelled.
+                let resumeNow = state.withLock { state -> Bool in
+                    guard state.calls.count == 0, !state.isShutDown, !Task.isCancelled else { return true }
+                    state.deadlineLoopParked = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.deadlineLoopParked.take() }?.resume()
+        }
+    }
 
     /// Fails calls whose deadline passed.
     func expireCalls() {

@@ -13,6 +13,15 @@ distributed actor Tally {
     }
 }
 
+/// Answers after 10 s on its system's clock: longer than any call waits.
+distributed actor Sloth {
+    typealias ActorSystem = ClusterSystem
+    distributed func answer() async -> Int {
+        try? await actorSystem.clock.sleep(for: .seconds(10))
+        return 42
+    }
+}
+
 /// Nodes on one stepped clock over a simulated network: the membership, the calls and their
 /// deadlines all run on the clock the nodes were given, and nothing waits for real time — what a
 /// later whole-cluster simulation runs on.
@@ -32,6 +41,7 @@ distributed actor Tally {
                     callTimeout: .seconds(2))
                 let system = ClusterSystem(settings: settings, transport: network.transport(for: name), clock: clock)
                 system.register(kind: "tally") { _, system in Tally(actorSystem: system) }
+                system.register(kind: "sloth") { _, system in Sloth(actorSystem: system) }
                 nodes[name] = system
             }
             self.nodes = nodes
@@ -100,6 +110,31 @@ distributed actor Tally {
         #expect(moved >= membership.downAfter - membership.heartbeatInterval && moved < .seconds(2),
                 "on the clock, between failure detection and the call timeout: \(moved)")
         #expect(cluster.status(of: owner, seenFrom: other) != .up)
+        await cluster.stop()
+    }
+
+    /// A call that gets no reply fails at its deadline, also when the caller had made no call for
+    /// a while before it (the deadline sweep then waits for a call rather than ticking).
+    @Test func aCallWithNoReplyFailsAtItsDeadlineAfterAnIdleWhile() async throws {
+        let cluster = Cluster(["node-a", "node-b"])
+        try await cluster.start()
+        _ = try await cluster.advance(until: {
+            cluster.status(of: "node-a", seenFrom: "node-b") == .up && cluster.status(of: "node-b", seenFrom: "node-a") == .up
+        })
+        let key = ClusterActorID(kind: "sloth", key: "slow")
+        let owner = try #require(cluster["node-a"].owner(of: key))
+        let caller = owner == "node-a" ? "node-b" : "node-a"
+        for round in 1...2 {
+            let idleUntil = cluster.clock.now.advanced(by: .seconds(3))
+            _ = try await cluster.advance(until: { cluster.clock.now >= idleUntil })
+            let (result, waited) = try await cluster.run { try await Sloth.resolve(id: key, using: cluster[caller]).answer() }
+            guard case .failure(let error as ClusterCallError) = result else {
+                Issue.record("round \(round): a call with no reply within its timeout must fail: \(result)")
+                break
+            }
+            #expect(error.code == .deadlineExceeded, "round \(round): \(error)")
+            #expect(waited >= .seconds(2) && waited < .milliseconds(2_200), "round \(round): failed after \(waited) on the clock, the timeout is 2 s")
+        }
         await cluster.stop()
     }
 

@@ -283,6 +283,43 @@ import Testing
         #expect(checkpointed.databaseBytes > 15_000 * 1_000 / 2, "the database file holds \(checkpointed.databaseBytes) bytes: checkpoints did not run")
     }
 
+    /// The checkpointer looks at the WAL every round but begins a checkpoint only after a commit:
+    /// an idle store does no work (a commit by another connection, as another process's, counts).
+    @Test func backgroundCheckpointsRunOnlyAfterCommits() async throws {
+        let path = Scratch.path("parley-checkpoint-idle", suffix: ".sqlite")
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        var settings = SQLiteChatStore.Settings()
+        settings.backgroundCheckpoint = .milliseconds(5)
+        let store = try SQLiteChatStore(path: path, settings: settings)
+        defer { store.stopBackgroundWork() }
+        try await store.migrate()
+        let record = SQLiteChatStoreTests.conversation()
+        try await store.createConversation(record)
+        let epoch = try await store.acquireOwnership(of: record.id)
+        _ = try await store.commit([SQLiteChatStoreTests.append(record.id, epoch, "first")])
+        // Caught up once the same count holds for 20 rounds in a row.
+        var settled = store.backgroundCheckpoints
+        for _ in 0..<200 {
+            try await Task.sleep(for: .milliseconds(100))
+            if store.backgroundCheckpoints == settled { break }
+            settled = store.backgroundCheckpoints
+        }
+        #expect(settled >= 1, "no checkpoint ran after the first commit")
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(store.backgroundCheckpoints == settled, "\(store.backgroundCheckpoints - settled) checkpoints with nothing committed")
+
+        // Another connection's commit (another process's, in a local cluster) wakes it too.
+        var otherSettings = SQLiteChatStore.Settings()
+        otherSettings.backgroundCheckpoint = nil
+        let other = try SQLiteChatStore(path: path, settings: otherSettings)
+        _ = try await other.commit([SQLiteChatStoreTests.append(record.id, epoch, "second")])
+        for _ in 0..<100 where store.backgroundCheckpoints == settled {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(store.backgroundCheckpoints > settled, "the other connection's commit was not checkpointed")
+        other.stopBackgroundWork()
+    }
+
     /// 300 commits of 50 messages of 1,000 bytes into one new file, 5 ms apart when `settings`
     /// checkpoint in the background; the largest the WAL got, how often it was rewound, and the
     /// database file's size after the last commit (the file is then reopened to check every
