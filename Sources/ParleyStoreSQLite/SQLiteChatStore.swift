@@ -1141,15 +1141,16 @@ final class BackgroundCheckpointer: Sendable {
         configuration.busyMode = SQLiteChatStore.pollingBusyMode(giveUpAfter: Duration.milliseconds(50))
         let connection = try DatabaseQueue(path: path, configuration: configuration)
         let seconds = interval.seconds
-        let walIndex = WALIndexHeader(databasePath: path)
         let thread = Thread { [self] in
-            // The wal-index header after the last pass that left nothing to copy: until a commit
-            // changes it there is nothing to do.
-            var caughtUpAt: [UInt8]?
+            // The WAL as it was before the last pass that left nothing to copy: until a commit
+            // changes it there is nothing to do (but look once a second anyway: ``WALFileState``).
+            var caughtUpAt: WALFileState?
+            var lastPass = ContinuousClock.now
             while !self.stopped.withLock({ $0 }) {
                 Thread.sleep(forTimeInterval: seconds)
-                let header = walIndex.read()
-                if let header, header == caughtUpAt { continue }
+                let wal = WALFileState.of(databasePath: path)
+                if let wal, wal == caughtUpAt, lastPass.duration(to: .now) < .seconds(1) { continue }
+                lastPass = .now
                 checkpoints.add(1, ordering: .relaxed)
                 do {
                     let caughtUp = try connection.writeWithoutTransaction { db -> Bool in
@@ -1170,9 +1171,9 @@ final class BackgroundCheckpointer: Sendable {
                         }
                         return left == 0
                     }
-                    // Read before the pass: a commit during it changed the header, so the next
+                    // Looked at before the pass: a commit during it changed the file, so the next
                     // round looks again.
-                    caughtUpAt = caughtUp ? header : nil
+                    caughtUpAt = caughtUp ? wal : nil
                 } catch {
                     caughtUpAt = nil
                     logger.debug("background checkpoint skipped: \(error)")
@@ -1189,24 +1190,33 @@ final class BackgroundCheckpointer: Sendable {
     let checkpoints = Atomic(0)
 }
 
-/// The first 48 bytes of a WAL database's wal-index (its `-shm` file): the header SQLite changes
-/// on every commit (its change counter, the last valid frame, the salts), and a checkpoint leaves
-/// alone. Reading it costs an `open` and a `pread`, where a checkpoint that found nothing to copy
-/// cost an idle worker a connection's locks and statements every 50 ms: 17 % of its CPU.
-struct WALIndexHeader: Sendable {
-    let path: String
+/// What `stat` says of a WAL database's `-wal` file — its inode, size and times of change — which
+/// every commit changes (it writes frames into the file) and a checkpoint does not (it copies them
+/// out). Looking costs one `stat`, where a checkpoint that found nothing to copy cost an idle
+/// worker a connection's locks and statements every 50 ms: 17 % of its CPU. No file of the
+/// database is opened here: closing a descriptor of a file drops every POSIX lock this process
+/// holds on it — the locks SQLite's connections keep on those files — and readers in the other
+/// processes could then be handed frames that are being overwritten.
+///
+/// The times are the kernel's coarse clock (a few ms): a commit in the same tick as the one
+/// before, into a WAL rewound to the same size, looks like no change; the checkpointer therefore
+/// also looks at least once a second.
+struct WALFileState: Equatable, Sendable {
+    var inode: UInt64
+    var size: Int64
+    var modified: timespec
+    var changed: timespec
 
-    init(databasePath: String) {
-        path = databasePath + "-shm"
+    /// The state of `databasePath`'s WAL, or nil when it cannot be read (not created yet, or gone).
+    static func of(databasePath: String) -> WALFileState? {
+        var info = stat()
+        guard stat(databasePath + "-wal", &info) == 0 else { return nil }
+        return WALFileState(inode: UInt64(info.st_ino), size: Int64(info.st_size), modified: info.st_mtim, changed: info.st_ctim)
     }
 
-    /// The header, or nil when the file cannot be read (not created yet, or gone).
-    func read() -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: 48)
-        let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 48, 0) }
-        return count == 48 ? bytes : nil
+    static func == (a: WALFileState, b: WALFileState) -> Bool {
+        a.inode == b.inode && a.size == b.size
+            && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
+            && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
     }
 }

@@ -283,8 +283,9 @@ import Testing
         #expect(checkpointed.databaseBytes > 15_000 * 1_000 / 2, "the database file holds \(checkpointed.databaseBytes) bytes: checkpoints did not run")
     }
 
-    /// The checkpointer looks at the WAL every round but begins a checkpoint only after a commit:
-    /// an idle store does no work (a commit by another connection, as another process's, counts).
+    /// The checkpointer looks at the WAL every round but begins a checkpoint only after a commit
+    /// (or a second after the last): an idle store does next to no work. A commit by another
+    /// connection, as another process's, counts.
     @Test func backgroundCheckpointsRunOnlyAfterCommits() async throws {
         let path = Scratch.path("parley-checkpoint-idle", suffix: ".sqlite")
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
@@ -306,7 +307,7 @@ import Testing
         }
         #expect(settled >= 1, "no checkpoint ran after the first commit")
         try await Task.sleep(for: .milliseconds(200))
-        #expect(store.backgroundCheckpoints == settled, "\(store.backgroundCheckpoints - settled) checkpoints with nothing committed")
+        #expect(store.backgroundCheckpoints - settled <= 1, "\(store.backgroundCheckpoints - settled) checkpoints in 200 ms with nothing committed")
 
         // Another connection's commit (another process's, in a local cluster) wakes it too.
         var otherSettings = SQLiteChatStore.Settings()
