@@ -177,7 +177,9 @@ struct Idle: AsyncParsableCommand {
             Each user signs up (or logs in), then holds one connection with its event stream open, \
             as an app does; with --engine frames the sign-up connection is closed first. The \
             figure is the growth of the first gateway's resident memory, from before the sign-ups \
-            to after --hold, divided by the streams on that gateway.
+            to after --hold, divided by the streams on that gateway. With --server-metrics it also \
+            reports the CPU every node spent over --hold, while it only kept those streams (and \
+            itself) alive: pings, presence leases, heartbeats, timers.
             """)
 
     @OptionGroup var options: WorkloadOptions
@@ -193,10 +195,21 @@ struct Idle: AsyncParsableCommand {
         }
         let before = try await Self.residentBytes(metrics)
         let workload = try await Workload.prepare(options, conversations: false, closeSetupConnections: options.engine == .frames)
+        let cpuBefore = await workload.serverCPUSeconds()
+        let held = ContinuousClock.now
         try await Task.sleep(for: hold.duration)
+        let cpuAfter = await workload.serverCPUSeconds()
+        let heldSeconds = Double(OpenLoop.micros(held.duration(to: .now))) / 1e6
         let after = try await Self.residentBytes(metrics)
         let perGateway = Double(workload.clients.count) / Double(urls.count)
         _ = await workload.finish(drain: 0)
+        if let cpuBefore, let cpuAfter {
+            let cores = cpuAfter.keys.sorted().map { node in (node, ((cpuAfter[node] ?? 0) - (cpuBefore[node] ?? 0)) / heldSeconds) }
+            Swift.print(String(format: "servers' CPU while holding them: %.4f cores in all (%@)",
+                               cores.reduce(0) { $0 + $1.1 }, cores.map { String(format: "%@ %.4f", $0.0, $0.1) }.joined(separator: ", ")))
+        } else if !workload.metricsURLs.isEmpty {
+            Swift.print("servers' CPU while holding them: unknown (a node's /metrics could not be read)")
+        }
         Swift.print(String(format: "%d idle streams over %d gateway(s); %@ resident: %.1f MiB before, %.1f MiB after → %.1f KiB per stream",
                            workload.clients.count, urls.count, urls[0].absoluteString, Double(before) / 1_048_576, Double(after) / 1_048_576,
                            (Double(after) - Double(before)) / perGateway / 1024))
@@ -559,7 +572,7 @@ final class Workload: Sendable {
 
     /// `process_cpu_seconds_total` from every node's /metrics, by the URL's host:port (nil if one
     /// cannot be read).
-    private func serverCPUSeconds() async -> [String: Double]? {
+    func serverCPUSeconds() async -> [String: Double]? {
         guard !metricsURLs.isEmpty else { return nil }
         var seconds: [String: Double] = [:]
         for url in metricsURLs {
