@@ -68,14 +68,26 @@ distributed actor Sloth {
         func status(of name: String, seenFrom viewer: String) -> MemberStatus? {
             self[viewer].members.first { $0.id.name == name }?.status
         }
+
+        /// Starts node-a and node-b and advances the clock until each sees the other up; how long
+        /// that took on the clock (nil: not within the limit).
+        func startAndMeet() async throws -> Duration? {
+            try await start()
+            return try await advance(until: {
+                self.status(of: "node-a", seenFrom: "node-b") == .up && self.status(of: "node-b", seenFrom: "node-a") == .up
+            })
+        }
+
+        /// The node of node-a and node-b that owns `key`, and the other.
+        func ownerAndOther(of key: ClusterActorID) throws -> (owner: String, other: String) {
+            let owner = try #require(self["node-a"].owner(of: key))
+            return (owner, owner == "node-a" ? "node-b" : "node-a")
+        }
     }
 
     @Test func nodesOnASteppedClockMeetAndCallEachOther() async throws {
         let cluster = Cluster(["node-a", "node-b"])
-        try await cluster.start()
-        let met = try await cluster.advance(until: {
-            cluster.status(of: "node-a", seenFrom: "node-b") == .up && cluster.status(of: "node-b", seenFrom: "node-a") == .up
-        })
+        let met = try await cluster.startAndMeet()
         #expect(met != nil, "the nodes met on the clock")
         let id = ClusterActorID(kind: "tally", key: "k")
         var answers: [Int] = []
@@ -91,13 +103,9 @@ distributed actor Sloth {
     /// silence on the clock), which fails the call waiting for it before the call's own timeout (2 s).
     @Test func aPausedNodeIsDeclaredDownOnTheClockAndTheCallToItFails() async throws {
         let cluster = Cluster(["node-a", "node-b"])
-        try await cluster.start()
-        _ = try await cluster.advance(until: {
-            cluster.status(of: "node-a", seenFrom: "node-b") == .up && cluster.status(of: "node-b", seenFrom: "node-a") == .up
-        })
+        _ = try await cluster.startAndMeet()
         let key = ClusterActorID(kind: "tally", key: "paused")
-        let owner = try #require(cluster["node-a"].owner(of: key))
-        let other = owner == "node-a" ? "node-b" : "node-a"
+        let (owner, other) = try cluster.ownerAndOther(of: key)
         cluster.network.pause(owner)
         let (result, moved) = try await cluster.run { try await Tally.resolve(id: key, using: cluster[other]).next() }
         guard case .failure(let error as ClusterCallError) = result else {
@@ -117,13 +125,9 @@ distributed actor Sloth {
     /// a while before it (the deadline sweep then waits for a call rather than ticking).
     @Test func aCallWithNoReplyFailsAtItsDeadlineAfterAnIdleWhile() async throws {
         let cluster = Cluster(["node-a", "node-b"])
-        try await cluster.start()
-        _ = try await cluster.advance(until: {
-            cluster.status(of: "node-a", seenFrom: "node-b") == .up && cluster.status(of: "node-b", seenFrom: "node-a") == .up
-        })
+        _ = try await cluster.startAndMeet()
         let key = ClusterActorID(kind: "sloth", key: "slow")
-        let owner = try #require(cluster["node-a"].owner(of: key))
-        let caller = owner == "node-a" ? "node-b" : "node-a"
+        let (_, caller) = try cluster.ownerAndOther(of: key)
         for round in 1...2 {
             let idleUntil = cluster.clock.now.advanced(by: .seconds(3))
             _ = try await cluster.advance(until: { cluster.clock.now >= idleUntil })
