@@ -157,7 +157,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
             }
         }
         // Sweeps every 25 ms while calls wait for replies, and waits for the next call when none
-        // do: an idle node spent a tenth of its CPU waking 40 times a second for nothing.
+        // do: each sweep is a timer on the global executor and a thread woken, and an idle node
+        // woke 40 times a second for nothing (docs/BENCHMARKS.md: an idle cluster's CPU).
         let deadlineLoop = Task { [self] in
             while !Task.isCancelled {
                 await untilCallsWait()
