@@ -106,7 +106,7 @@ public final class FileBlobStore: BlobStore {
 
     public func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool {
         guard let path = path(of: sha256) else { return false }
-        let thumbnailShard = thumbnails + "/" + sha256.prefix(2)
+        let thumbnailShard = thumbnailFolder(of: sha256)
         return try await pool.runIfActive {
             var info = stat()
             guard stat(path, &info) == 0 else {
@@ -177,7 +177,12 @@ public final class FileBlobStore: BlobStore {
 
     private func thumbnailPath(of sha256: String, size: Int) -> String? {
         guard Media.isSHA256(sha256), size >= 0 else { return nil }
-        return thumbnails + "/" + sha256.prefix(2) + "/" + sha256 + "." + String(size)
+        return thumbnailFolder(of: sha256) + "/" + sha256 + "." + String(size)
+    }
+
+    /// The folder of a blob's thumbnails (`sha256` already checked to be one).
+    private func thumbnailFolder(of sha256: String) -> String {
+        thumbnails + "/" + sha256.prefix(2)
     }
 
     private static func folder(of path: String) -> String {

@@ -199,7 +199,7 @@ struct NodeConfiguration {
             if let list = value(run.gatewayUrls, "PARLEY_GATEWAY_URLS") {
                 let urls = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 guard GatewayConfiguration.origins(of: urls) != nil else {
-                    throw ValidationError("--gateway-urls \(list): each must be an https://host:port URL")
+                    throw ValidationError("--gateway-urls \(list): each must be an http(s)://host[:port] URL")
                 }
                 gateway.gatewayURLs = urls
             }

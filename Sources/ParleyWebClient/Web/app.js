@@ -334,10 +334,10 @@ function delivered(conversationId, seq) {
   }, 300);
 }
 
-function tickOf(conversation, message) {
+function tickOf(conversation, seq) {
   const rest = others(conversation);
-  if (rest.length > 0 && rest.every((member) => member.readSeq >= message.seq)) return ['✓✓', 'read'];
-  if (rest.length > 0 && rest.every((member) => member.deliveredSeq >= message.seq)) return ['✓✓', 'delivered'];
+  if (rest.length > 0 && rest.every((member) => member.readSeq >= seq)) return ['✓✓', 'read'];
+  if (rest.length > 0 && rest.every((member) => member.deliveredSeq >= seq)) return ['✓✓', 'delivered'];
   return ['✓', 'sent'];
 }
 
@@ -389,7 +389,9 @@ function bubble(conversation, message, pending = null) {
   if (pending?.photo) {
     const preview = document.createElement('img');
     preview.alt = 'Photo, not yet sent';
-    preview.src = URL.createObjectURL(pending.photo);
+    // One object URL per waiting photo, however often it is drawn; let go when it is sent.
+    pending.previewUrl ??= URL.createObjectURL(pending.photo);
+    preview.src = pending.previewUrl;
     item.append(preview);
   }
   const text = document.createElement('span');
@@ -408,17 +410,44 @@ function bubble(conversation, message, pending = null) {
   } else {
     meta.append(timeOf(message.sentAt));
     if (mine) {
-      const [mark, what] = tickOf(conversation, message);
       const tick = document.createElement('span');
-      tick.className = `tick ${what}`;
-      tick.textContent = ` ${mark}`;
-      tick.title = what;
-      tick.setAttribute('aria-label', what);
+      showTick(tick, conversation, message.seq);
       meta.append(tick);
     }
   }
   item.append(meta);
   return item;
+}
+
+function showTick(tick, conversation, seq) {
+  const [mark, what] = tickOf(conversation, seq);
+  tick.className = `tick ${what}`;
+  tick.textContent = ` ${mark}`;
+  tick.title = what;
+  tick.setAttribute('aria-label', what);
+}
+
+// A receipt changes ticks only: each drawn one is updated where it is.
+function renderTicks(conversation) {
+  for (const item of $('messages').querySelectorAll('li[data-seq]')) {
+    const tick = item.querySelector('.tick');
+    if (tick) showTick(tick, conversation, Number(item.dataset.seq));
+  }
+}
+
+// The newest message is added to the list drawn (in place of its bubble while it was being
+// sent) rather than the list drawn again; anything else draws it again.
+function renderAdded(conversation, message) {
+  const list = $('messages');
+  const drawn = list.querySelectorAll('li[data-seq]');
+  const last = drawn.length ? Number(drawn[drawn.length - 1].dataset.seq) : 0;
+  if (message.seq <= last) return renderConversation();
+  const stick = atBottom();
+  for (const item of list.querySelectorAll('li[data-pending]')) {
+    if (item.dataset.pending === message.clientMessageId) item.remove();
+  }
+  list.insertBefore(bubble(conversation, message), list.querySelector('li[data-pending]'));
+  if (stick) list.scrollTop = list.scrollHeight;
 }
 
 // Photos need the token, which an <img src> cannot send: each is fetched and shown from a blob.
@@ -441,7 +470,9 @@ function image(mediaId, label) {
   const view = async () => {
     const response = await api.request('GET', `/v1/media/${mediaId}`, undefined, { raw: true }).catch(() => null);
     if (!response) return;
-    $('viewer-image').src = URL.createObjectURL(await response.blob());
+    const shown = $('viewer-image');
+    if (shown.src.startsWith('blob:')) URL.revokeObjectURL(shown.src);
+    shown.src = URL.createObjectURL(await response.blob());
     $('viewer-image').alt = label;
     $('viewer').showModal();
   };
@@ -589,6 +620,7 @@ function settle(entry, message) {
   const conversation = state.conversations.get(entry.conversationId);
   if (!conversation) return;
   conversation.pending = conversation.pending.filter((p) => p.clientMessageId !== entry.clientMessageId);
+  if (entry.previewUrl) URL.revokeObjectURL(entry.previewUrl);
   addMessage(conversation, message);
 }
 
@@ -607,7 +639,7 @@ function addMessage(conversation, message) {
     conversation.unreadCount = conversation.lastSeq - mine.readSeq;
   }
   if (state.current === conversation.id) {
-    renderConversation();
+    renderAdded(conversation, message);
     markRead();
   }
   renderList();
@@ -648,7 +680,7 @@ async function onEvent({ type, data }) {
       member.deliveredSeq = Math.max(member.deliveredSeq, data.deliveredSeq);
       member.readSeq = Math.max(member.readSeq, data.readSeq);
       if (data.userId === state.me.id) conversation.unreadCount = Math.max(0, conversation.lastSeq - member.readSeq);
-      if (state.current === conversation.id) renderConversation();
+      if (state.current === conversation.id) renderTicks(conversation);
       renderList();
       break;
     }
