@@ -3,7 +3,7 @@ per message sent, and parley-load's figures for the run (also kept as summary-RA
 them). With --compare, every pair of a baseline's and this build's runs side by side.
 
     python3 Scripts/lib/cost-report.py DIR RATE WINDOW_SECONDS "NODE…" PROFILE(0|1)
-    python3 Scripts/lib/cost-report.py --compare OUT "RATE,…" PAIRS "NODE…"
+    python3 Scripts/lib/cost-report.py --compare OUT "RATE,…" PAIRS
 """
 import json
 import os
@@ -12,7 +12,7 @@ import statistics
 import sys
 
 
-def compare(out, rates, pairs, nodes):
+def compare(out, rates, pairs):
     """Each pair's figures for the baseline and this build, then the median of their ratios."""
     def summary(name, pair, rate):
         path = os.path.join(out, f"{name}-{pair}", f"summary-{rate}.json")
@@ -50,7 +50,7 @@ def compare(out, rates, pairs, nodes):
 
 
 if sys.argv[1] == "--compare":
-    compare(sys.argv[2], [int(r) for r in sys.argv[3].split(",")], int(sys.argv[4]), sys.argv[5].split())
+    compare(sys.argv[2], [int(r) for r in sys.argv[3].split(",")], int(sys.argv[4]))
     sys.exit(0)
 
 out, rate, window, nodes, profile = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split(), sys.argv[5] == "1"

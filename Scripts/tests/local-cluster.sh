@@ -2,7 +2,9 @@
 # Scripts/cluster from a clean clone: up (3 workers, 1 gateway), a curl register / login / send /
 # events round trip against the URL and CA it prints, short parley-load runs (both engines), add-worker (the new worker owns about a
 # quarter of the ring), kill worker-2 and a send still succeeds, a frames run whose gateway is killed
-# says so and ends, down, and no node remains.
+# says so and ends, down, and no node remains. Then the one-machine layout (up --workers 0): one
+# gateway hosting actors too serves a round trip and a verified load run, and a message it
+# acknowledged is still there after the node is SIGKILLed and restarted.
 # Uses the binaries next to PATH-TO-parley-node (PARLEY_BIN) instead of a release build.
 #
 #   Scripts/tests/local-cluster.sh [PATH-TO-parley-node]
@@ -36,7 +38,7 @@ PY
 )"
 export PARLEY_BIN="$BIN_DIR" PARLEY_CLUSTER_BASE="$CB" PARLEY_OPS_BASE="$OB" PARLEY_CLIENT_BASE="$GB"
 # Whatever happens, stop exactly the nodes the script recorded.
-stop_recorded() { for f in "$WORK"/clone/.parley/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; true; }
+stop_recorded() { for f in "$WORK"/clone/.parley/*.pid "$WORK"/solo/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; true; }
 trap 'stop_recorded; cleanup' EXIT
 
 if out="$("$CLUSTER" up --workers 3 --gateways 1 2>&1)"; then
@@ -171,4 +173,41 @@ for pid in $PIDS_BEFORE; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; don
 [ -z "$left" ] && pass "down stopped every node (pids $PIDS_BEFORE)" || fail "still running after down:$left"
 [ -z "$(cd "$WORK/clone" && git status --porcelain --ignored=no | grep -v ' Scripts/cluster$' || true)" ] \
     && pass "nothing outside .parley/ was written" || fail "files changed: $(cd "$WORK/clone" && git status --porcelain)"
+
+# One machine, one process: --workers 0 gives the gateway the worker role too (its own state
+# folder, so its store starts empty).
+export PARLEY_STATE="$WORK/solo"
+if out="$("$CLUSTER" up --workers 0 --gateways 1 2>&1)" && echo "$out" | grep -q "1 gateway(s) hosting actors too"; then
+    pass "up --workers 0 started one gateway that hosts actors too"
+else
+    fail "up --workers 0: $out"
+fi
+"$CLUSTER" status >"$WORK/solo-status.txt" 2>&1
+grep -q "gateway-1 *worker,gateway" "$WORK/solo-status.txt" && grep -q "gateway-1 .*100.0 %" "$WORK/solo-status.txt" \
+    && pass "status: gateway-1 runs as worker,gateway and owns the whole ring" || fail "status: $(cat "$WORK/solo-status.txt")"
+eval "$("$CLUSTER" env)"
+if "$BIN_DIR/parley-load" run --engine frames --users 10 --rate 30 --duration 3 --warmup 1 --prefix solo --report "$WORK/solo.json" >"$WORK/solo.txt" 2>&1 \
+    && [ "$(json 'd["deliveries"]' <"$WORK/solo.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/solo.json")" = True ]; then
+    pass "a parley-load run against the single node verifies clean with $(json 'd["deliveries"]' <"$WORK/solo.json") deliveries"
+else
+    fail "parley-load against the single node: $(tail -n 15 "$WORK/solo.txt")"
+fi
+URL="$PARLEY_URL" CA="$PARLEY_CA"
+C=(curl -s --http2 --cacert "$CA" -H 'Content-Type: application/json')
+A="$("${C[@]}" "$URL/v1/users" -d '{"handle":"alice","password":"correct horse","displayName":"Alice"}')"
+B="$("${C[@]}" "$URL/v1/users" -d '{"handle":"bob","password":"battery staple","displayName":"Bob"}')"
+TOKEN="$(echo "$A" | json 'd["token"]')"
+BOB_ID="$(echo "$B" | json 'd["user"]["id"]')"
+CONV="$("${C[@]}" -H "Authorization: Bearer $TOKEN" "$URL/v1/conversations" -d "{\"memberIds\":[\"$BOB_ID\"]}" | json 'd["conversation"]["id"]')"
+[ "$(sent "acknowledged before the crash")" = 201 ] && pass "curl sends a message to the single node (201)" || fail "send to the single node failed"
+"$CLUSTER" kill gateway-1 >/dev/null
+if "$CLUSTER" restart gateway-1 >"$WORK/solo-restart.txt" 2>&1; then
+    history="$("${C[@]}" -H "Authorization: Bearer $TOKEN" "$URL/v1/conversations/$CONV/messages?limit=10")"
+    echo "$history" | grep -q "acknowledged before the crash" \
+        && pass "after SIGKILL and restart the single node still has the message it acknowledged" || fail "history after restart: $history"
+    [ "$(sent "after the restart")" = 201 ] && pass "and takes sends again" || fail "a send after the restart failed"
+else
+    fail "restart of the single node: $(cat "$WORK/solo-restart.txt")"
+fi
+"$CLUSTER" down >/dev/null
 summary
