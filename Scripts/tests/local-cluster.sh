@@ -79,6 +79,11 @@ eval "$("$CLUSTER" env)"
     || fail "env printed URL=$PARLEY_URL CA=$PARLEY_CA"
 
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+# A failed parley-load run: its faults (the first 40, each on a line of its own), then its last lines.
+load_failure() {
+    grep -E '^ *(lost|duplicate|reorder|gap|conflict|attachment): ' "$1" | head -n 40 || true
+    tail -n 15 "$1"
+}
 C=(curl -s --http2 --cacert "$CA" -H 'Content-Type: application/json')
 A="$("${C[@]}" "$URL/v1/users" -d '{"handle":"alice","password":"correct horse","displayName":"Alice"}')"
 B="$("${C[@]}" "$URL/v1/users" -d '{"handle":"bob","password":"battery staple","displayName":"Bob"}')"
@@ -104,7 +109,7 @@ if "$BIN_DIR/parley-load" run --users 10 --rate 20 --duration 3 --warmup 1 --att
     && [ "$(json 'len(d["streamErrors"])' <"$WORK/load.json")" = 0 ] && grep -q "uploading a photo for each of 10 users" "$WORK/load.txt"; then
     pass "a short parley-load run with photos (--attach-share) verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/load.json") deliveries"
 else
-    fail "parley-load: $(tail -n 15 "$WORK/load.txt")"
+    fail "parley-load: $(load_failure "$WORK/load.txt")"
 fi
 acked="$(json 'd["acknowledged"]' <"$WORK/load.json" 2>/dev/null || echo none)"
 lines="$(cat "$WORK/timeline.jsonl" 2>/dev/null | grep -c scheduledMs || true)"
@@ -120,7 +125,7 @@ if "$BIN_DIR/parley-load" run --engine frames --users 4 --rate 60 --duration 8 -
     && [ "$(json 'len(d["streamErrors"])' <"$WORK/frames.json")" = 0 ]; then
     pass "parley-load --engine frames verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/frames.json") deliveries"
 else
-    fail "parley-load --engine frames: $(tail -n 15 "$WORK/frames.txt")"
+    fail "parley-load --engine frames: $(load_failure "$WORK/frames.txt")"
 fi
 
 if "$BIN_DIR/parley-load" idle --users 10 --hold 1 --prefix idle >"$WORK/idle.txt" 2>&1 && grep -q "KiB per stream" "$WORK/idle.txt"; then
@@ -190,7 +195,7 @@ if "$BIN_DIR/parley-load" run --engine frames --users 10 --rate 30 --duration 3 
     && [ "$(json 'd["deliveries"]' <"$WORK/solo.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/solo.json")" = True ]; then
     pass "a parley-load run against the single node verifies clean with $(json 'd["deliveries"]' <"$WORK/solo.json") deliveries"
 else
-    fail "parley-load against the single node: $(tail -n 15 "$WORK/solo.txt")"
+    fail "parley-load against the single node: $(load_failure "$WORK/solo.txt")"
 fi
 URL="$PARLEY_URL" CA="$PARLEY_CA"
 C=(curl -s --http2 --cacert "$CA" -H 'Content-Type: application/json')

@@ -9,7 +9,8 @@ import ParleyModel
 ///   de-duplication, so the client library's own de-duplication is checked too);
 /// - `reorder`: a stream delivered a conversation's seq after a higher one;
 /// - `gap`: a stream delivered seq N and then N+k (k > 1) with the ones between never delivered;
-/// - `conflict`: one `clientMessageId` acknowledged with two different seqs;
+/// - `conflict`: one `clientMessageId` acknowledged with two different seqs, or one seq
+///   acknowledged for two different `clientMessageId`s;
 /// - `attachment`: a message delivered or stored without the upload its text names
 ///   (``text(_:attaching:)``), or with another.
 public struct DeliveryVerifier: Sendable {
@@ -61,7 +62,11 @@ public struct DeliveryVerifier: Sendable {
                                    detail: "clientMessageId \(message.clientMessageId) acknowledged as seq \(seq) and \(message.seq)"))
         }
         seqOfClientMessageID[message.clientMessageId] = (message.conversationId, message.seq)
-        acknowledged[message.conversationId, default: [:]][message.seq] = message.clientMessageId
+        let before = acknowledged[message.conversationId, default: [:]].updateValue(message.clientMessageId, forKey: message.seq)
+        if let before, before != message.clientMessageId {
+            conflicts.append(Fault(kind: .conflict, conversationId: message.conversationId, seq: message.seq, member: nil,
+                                   detail: "seq \(message.seq) acknowledged for clientMessageIds \(before) and \(message.clientMessageId)"))
+        }
     }
 
     public mutating func delivered(_ message: Message, to member: UserID) {
@@ -112,8 +117,18 @@ public struct DeliveryVerifier: Sendable {
             checkAttachment(of: message, on: nil)
             expected = message.seq + 1
         }
+        // What the store holds instead, so that a loss says how it looks.
+        let stored = Dictionary(history.map { ($0.seq, $0.clientMessageId) }, uniquingKeysWith: { first, _ in first })
         for (seq, clientMessageId) in (acknowledged[conversation] ?? [:]).sorted(by: { $0.key < $1.key }) where byClientMessageID[clientMessageId] != seq {
-            readBackFaults.append(Fault(kind: .lost, conversationId: conversation, seq: seq, member: nil, detail: "acknowledged, not in the store with that seq"))
+            let instead = if let other = byClientMessageID[clientMessageId] {
+                "; the store has it as seq \(other)"
+            } else if let other = stored[seq] {
+                "; the store has clientMessageId \(clientMessageId) nowhere, and seq \(seq) as \(other)"
+            } else {
+                "; the store has neither it nor seq \(seq) (\(history.count) messages read back, seqs \(history.first?.seq ?? 0)…\(history.last?.seq ?? 0))"
+            }
+            readBackFaults.append(Fault(kind: .lost, conversationId: conversation, seq: seq, member: nil,
+                                        detail: "acknowledged as clientMessageId \(clientMessageId), not in the store with that seq" + instead))
         }
     }
 

@@ -89,6 +89,35 @@ import Testing
         verifier.acknowledged(Self.message(6, cmid: "cmid-2"))
         #expect(verifier.faults().contains { $0.kind == .conflict })
     }
+
+    @Test func oneSeqAcknowledgedForTwoClientMessageIdsIsAConflict() {
+        var verifier = Self.history()
+        verifier.acknowledged(Self.message(3, cmid: "cmid-other"))
+        let conflicts = verifier.faults().filter { $0.kind == .conflict }
+        #expect(conflicts.count == 1)
+        #expect(conflicts.first?.seq == 3)
+        #expect(conflicts.first?.detail.contains("cmid-3 and cmid-other") == true, "\(conflicts)")
+        // The same acknowledgement twice (a retried send answered with the original) is none.
+        var retried = Self.history()
+        retried.acknowledged(Self.message(3))
+        #expect(retried.faults().isEmpty)
+    }
+
+    @Test func aLossInTheReadBackSaysWhatTheStoreHasInstead() {
+        let cases: [([Message], String)] = [
+            ([1, 2, 4, 5].map { Self.message($0) } + [Self.message(6, cmid: "cmid-3")], "the store has it as seq 6"),
+            ([1, 2].map { Self.message($0) } + [Self.message(3, cmid: "cmid-x")] + [4, 5].map { Self.message($0) },
+             "the store has clientMessageId cmid-3 nowhere, and seq 3 as cmid-x"),
+            ([1, 2, 4, 5].map { Self.message($0) }, "the store has neither it nor seq 3 (4 messages read back, seqs 1…5)"),
+        ]
+        for (history, expected) in cases {
+            var verifier = Self.history()
+            verifier.readBack(Self.conversation, history: history)
+            let lost = verifier.faults().filter { $0.kind == .lost && $0.member == nil }
+            #expect(lost.map(\.seq) == [3], "\(history.map(\.seq)): \(lost)")
+            #expect(lost.first?.detail.contains(expected) == true, "\(lost)")
+        }
+    }
 }
 
 @Suite struct OpenLoopTests {
