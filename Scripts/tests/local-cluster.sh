@@ -79,9 +79,9 @@ eval "$("$CLUSTER" env)"
     || fail "env printed URL=$PARLEY_URL CA=$PARLEY_CA"
 
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-# A failed parley-load run: its faults (the first 40, each on a line of its own), then its last lines.
+# A failed parley-load run: how many faults, the first 40 of them, then its last lines.
 load_failure() {
-    grep -E '^ *(lost|duplicate|reorder|gap|conflict|attachment): ' "$1" | head -n 40 || true
+    grep -E '^VERIFICATION FAILED|^ *(lost|duplicate|reorder|gap|conflict|attachment): ' "$1" | head -n 41 || true
     tail -n 15 "$1"
 }
 C=(curl -s --http2 --cacert "$CA" -H 'Content-Type: application/json')

@@ -10,7 +10,8 @@ import ParleyModel
 /// - `reorder`: a stream delivered a conversation's seq after a higher one;
 /// - `gap`: a stream delivered seq N and then N+k (k > 1) with the ones between never delivered;
 /// - `conflict`: one `clientMessageId` acknowledged with two different seqs, or one seq
-///   acknowledged for two different `clientMessageId`s;
+///   acknowledged for two different `clientMessageId`s, or a conversation's history read back
+///   with another conversation's message in it;
 /// - `attachment`: a message delivered or stored without the upload its text names
 ///   (``text(_:attaching:)``), or with another.
 public struct DeliveryVerifier: Sendable {
@@ -104,6 +105,10 @@ public struct DeliveryVerifier: Sendable {
         var expected: Int64 = 1
         var byClientMessageID: [String: Int64] = [:]
         for message in history {
+            if message.conversationId != conversation {
+                readBackFaults.append(Fault(kind: .conflict, conversationId: conversation, seq: message.seq, member: nil,
+                                            detail: "read back as this conversation's, but a message of \(message.conversationId)"))
+            }
             if message.seq != expected {
                 readBackFaults.append(Fault(
                     kind: message.seq < expected ? .duplicate : .gap, conversationId: conversation, seq: message.seq, member: nil,

@@ -51,6 +51,7 @@ import Testing
             ([1, 2, 3, 4].map { Self.message($0) }, .lost),
             ([1, 2, 3, 4, 5].map { Self.message($0) } + [Self.message(6, cmid: "cmid-3")], .conflict),
             ([1, 2, 2, 3, 4, 5].map { Self.message($0) }, .duplicate),
+            ((Int64(1)...5).map { seq -> Message in var other = Self.message(seq); other.conversationId = "c_2"; return other }, .conflict),
         ]
         for (history, kind) in broken {
             var verifier = Self.history()
