@@ -37,8 +37,10 @@ parley_missing_packages() {
     local purpose="$1"
     # GRDB links the system SQLite: its header and library.
     [ -e /usr/include/sqlite3.h ] || echo libsqlite3-dev
-    # Gateways make thumbnails with libvips, loaded when first asked for one.
-    ldconfig -p 2>/dev/null | grep -q 'libvips\.so\.42 ' || echo libvips42
+    # Gateways make thumbnails with libvips, loaded when first asked for one. (grep reads the
+    # whole list: with -q it stops at the match, and ldconfig, still writing 58 KB into the closed
+    # pipe, dies of SIGPIPE — which pipefail turns into "missing".)
+    ldconfig -p 2>/dev/null | grep 'libvips\.so\.42 ' >/dev/null || echo libvips42
     command -v curl >/dev/null 2>&1 || echo curl
     command -v openssl >/dev/null 2>&1 || echo openssl
     command -v python3 >/dev/null 2>&1 || echo python3
