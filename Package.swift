@@ -45,6 +45,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "ParleyModel", swiftSettings: upcoming),
+        // Reads the metadata of uploaded files (hostile bytes) to remove their location.
+        .target(name: "ParleyMetadata", swiftSettings: upcoming),
         .target(name: "ParleyStore", dependencies: ["ParleyModel"], swiftSettings: upcoming),
         .target(
             name: "ParleyStoreSQLite",
@@ -88,6 +90,7 @@ let package = Package(
             name: "ParleyMedia",
             dependencies: [
                 "ParleyModel",
+                "ParleyMetadata",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -115,6 +118,7 @@ let package = Package(
             name: "ParleyGateway",
             dependencies: [
                 "ParleyMedia",
+                "ParleyMetadata",
                 "ParleyImaging",
                 "ParleyWebClient",
                 "ParleyModel",
@@ -183,7 +187,9 @@ let package = Package(
         ),
         .target(
             name: "ParleyFuzzTargets",
-            dependencies: ["ParleyModel", "ParleyCluster", "ParleyChat", "ParleyWire", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "ParleyModel", "ParleyMetadata", "ParleyCluster", "ParleyChat", "ParleyWire", .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: upcoming
         ),
         .target(name: "CLibFuzzer"),
@@ -348,6 +354,11 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "ParleyMetadataTests",
+            dependencies: ["ParleyMetadata", "ParleyModel", "ParleyFuzzTargets"],
             swiftSettings: upcoming
         ),
         .testTarget(

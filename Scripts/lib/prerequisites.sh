@@ -56,6 +56,7 @@ parley_missing_packages() {
     command -v nghttp >/dev/null 2>&1 && command -v h2load >/dev/null 2>&1 || echo nghttp2-client  # independent HTTP/2 clients
     command -v ip >/dev/null 2>&1 || echo iproute2  # network namespaces: the chaos run's network cut
     compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || echo postgresql  # the PostgreSQL store's tests
+    command -v exiftool >/dev/null 2>&1 || echo libimage-exiftool-perl  # writes and reads location in the media test's files
     command -v chromium >/dev/null 2>&1 || echo chromium  # the web client's tests, in a real browser
     command -v chromedriver >/dev/null 2>&1 || echo chromium-driver
 }

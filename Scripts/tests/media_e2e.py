@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 
 from e2e_lib import Checks, Nodes, call, conclude, png, wait_until
@@ -50,7 +51,7 @@ nodes = Nodes(NODE, WORK, TLS, NAMES, seeds=["worker-1", "worker-2"])
 ENV = {
     "PARLEY_TOKEN_SECRET": "media-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
     "PARLEY_REGISTRATION_RATE": "100", "PARLEY_MEDIA_MAX_BYTES": str(LIMIT), "PARLEY_EVENT_LOOPS": "1",
-    "PARLEY_MEDIA_QUOTA_BYTES": str(QUOTA),
+    "PARLEY_MEDIA_QUOTA_BYTES": str(QUOTA), "PARLEY_UPLOAD_RATE": "10",
 }
 if POSTGRES:
     ENV["PARLEY_STORE"] = POSTGRES
@@ -69,6 +70,62 @@ def exif_jpeg():
     app1 = b"\xff\xe1" + struct.pack(">H", len(exif) + 2) + exif
     sof = b"\xff\xc0" + struct.pack(">HBHHB", 11, 8, 120, 160, 1) + bytes([1, 0x11, 0])
     return b"\xff\xd8" + app1 + b"\xff\xdb\x00\x43\x00" + bytes([1] * 64) + sof + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x12\x34" * 500 + b"\xff\xd9"
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Tests", "ParleyMetadataTests", "Fixtures")
+GPS_IMAGE = ["-GPSLatitude=48.8582", "-GPSLatitudeRef=N", "-GPSLongitude=2.2945", "-GPSLongitudeRef=E", "-GPSAltitude=35",
+             "-XMP-exif:GPSLatitude=48.8582", "-XMP-exif:GPSLongitude=2.2945", "-Artist=Parley-Test", "-XMP-dc:Creator=Parley-Test"]
+GPS_MOVIE = ["-Keys:GPSCoordinates=48.8582, 2.2945, 35", "-UserData:GPSCoordinates=48.8582, 2.2945, 35", "-XMP-exif:GPSLatitude=48.8582",
+             "-XMP-exif:GPSLongitude=2.2945", "-Keys:Artist=Parley-Test", "-UserData:Artist=Parley-Test"]
+
+
+def exiftool(path):
+    """What exiftool reads of a file's location and metadata: (tag lines, warnings)."""
+    result = subprocess.run(["exiftool", "-a", "-G1", "-s", "-gps:all", "-xmp:all", "-Keys:all", "-UserData:all", "-Artist", "-Warning", "-Error", path],
+                            capture_output=True, text=True, check=False)
+    lines = result.stdout.splitlines()
+    return [line for line in lines if "Warning" not in line and "Error" not in line], [line for line in lines if "Warning" in line or "Error" in line]
+
+
+def located_files(token):
+    """Files as phones write them, their location put there by exiftool (an independent writer):
+    after an upload and a download, exiftool finds no location, the rest of the metadata stays,
+    images still decode (their thumbnail is made) and a video's structure still reads. Returns
+    the SHA-256 of each kept."""
+    digests = []
+    kinds = [("jpg", "image/jpeg", GPS_IMAGE), ("png", "image/png", GPS_IMAGE), ("webp", "image/webp", GPS_IMAGE),
+             ("heic", "image/heic", GPS_IMAGE), ("mp4", "video/mp4", GPS_MOVIE), ("mov", "video/quicktime", GPS_MOVIE),
+             ("m4a", "audio/mp4", GPS_MOVIE)]
+    for extension, content_type, tags in kinds:
+        path = write(f"phone.{extension}", open(os.path.join(FIXTURES, f"plain.{extension}"), "rb").read())
+        subprocess.run(["exiftool", "-q", "-overwrite_original", *tags, path], check=True, capture_output=True)
+        before, warned = exiftool(path)
+        status, reply = upload("gateway-1", path, content_type, token)
+        if not check(status == 201, f"{extension} with its location written by exiftool is taken", f"{status} {reply}"):
+            continue
+        media_id = reply["media"]["id"]
+        digests.append(reply["media"]["sha256"])
+        status, _, body = curl("gateway-2", f"/v1/media/{media_id}", token=token)
+        kept = write(f"kept.{extension}", body)
+        after, warnings = exiftool(kept)
+        still_located = [line for line in after if "GPS" in line]
+        check(status == 200 and any("GPS" in line for line in before) and not still_located
+              and len(body) == os.path.getsize(path) and reply["media"]["sha256"] == hashlib.sha256(body).hexdigest(),
+              f"{extension}: exiftool finds no location in what is downloaded (it found {sum('GPS' in line for line in before)} tags before)",
+              still_located or status)
+        check([line for line in before if "GPS" not in line] == after and warnings == warned,
+              f"{extension}: the rest of its metadata stays, and exiftool reads it with no new warning", f"{after} {warnings}")
+        if content_type.startswith("image/"):
+            status, headers, thumbnail = curl("gateway-1", f"/v1/media/{media_id}/thumbnail?size=160", token=token)
+            check(status == 200 and jpeg_size(thumbnail) is not None, f"{extension}: the picture still decodes (its thumbnail is made)", status)
+    # A video cut short: its boxes cannot be walked to their end, so it is refused, naming why.
+    movie = open(os.path.join(FIXTURES, "located.mov"), "rb").read()
+    media_before = blobs()
+    status, reply = upload("gateway-1", write("cut.mov", movie[:-10]), "video/quicktime", token)
+    check(status == 415 and reply["error"]["code"] == "unsupported_media_type" and "runs past" in reply["error"]["message"]
+          and blobs() == media_before,
+          "a file whose metadata cannot be walked is refused with 415, naming why, and nothing is kept", f"{status} {reply}")
+    return digests
 
 
 def write(name, data):
@@ -235,7 +292,8 @@ def main():
     check(status == 400, "a size not offered: 400", status)
     status, _, _ = curl("gateway-1", f"/v1/media/{photo_id}/thumbnail?size=160", token=stranger)
     check(status == 404, "a stranger: 404, as for the image", status)
-    broken = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8
+    # Segments that walk (a JFIF header, a scan) around bytes that decode as no picture.
+    broken = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(9) + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + bytes(range(256)) * 8 + b"\xff\xd9"
     status, reply = upload("gateway-1", write("broken.jpg", broken), "image/jpeg", token)
     status, _, _ = curl("gateway-1", f"/v1/media/{reply['media']['id']}/thumbnail?size=160", token=token)
     check(status == 404, "an image that does not decode uploads, and has no thumbnail: 404", status)
@@ -297,6 +355,7 @@ def main():
           and body[:tiff + 38] == located[:tiff + 38] and body[tiff + 104:] == located[tiff + 104:]
           and reply["media"]["sha256"] == hashlib.sha256(body).hexdigest(),
           "a JPEG's GPS fields are zeroed before it is kept, the rest as sent, and its SHA-256 is of what was kept", f"{status} {len(body)}")
+    located_kept = located_files(token)
 
     print("refused")
     status, reply = upload("gateway-1", photo_path, "image/jpeg", token)
@@ -319,7 +378,7 @@ def main():
                              f"https://localhost:{g1}/v1/media"], capture_output=True, text=True)
     code, sent = (result.stdout.split() + ["0", "0"])[:2]
     check(code == "413" and int(float(sent)) < len(huge) // 2, f"over the limit ({LIMIT} bytes): 413 before the body is sent", result.stdout)
-    kept = sorted([digest, broken_digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"]])
+    kept = sorted([digest, broken_digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"], *located_kept])
     check(leftovers() == [] and blobs() == kept, "nothing refused was kept", (leftovers(), blobs()))
 
     print("cut off")
@@ -427,5 +486,9 @@ def main():
 if __name__ == "__main__":
     try:
         main()
+    except BaseException:
+        # conclude() exits with the tally: an exception must count, or a run cut short would pass.
+        traceback.print_exc()
+        check(False, "the test ran to its end")
     finally:
         conclude(check, nodes, WORK, "media end to end")

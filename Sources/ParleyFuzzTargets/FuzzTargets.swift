@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import ParleyChat
 import ParleyCluster
+import ParleyMetadata
 import ParleyModel
 import ParleyWire
 
@@ -20,6 +21,13 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case cursor
     /// The query-string and path parsers: integers, ID lists, page cursors, IDs.
     case query
+    /// The location's removal from an upload's metadata, one target per format: JPEG (EXIF,
+    /// XMP, MPF), PNG, WebP, HEIF, and MP4/QuickTime.
+    case jpegLocation = "jpeg-location"
+    case pngLocation = "png-location"
+    case webpLocation = "webp-location"
+    case heifLocation = "heif-location"
+    case mp4Location = "mp4-location"
 
     /// A property that did not hold: the input is a finding.
     public struct Finding: Error, CustomStringConvertible {
@@ -34,6 +42,18 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .binary: try Self.binary(bytes)
         case .cursor: try Self.cursor(bytes)
         case .query: try Self.query(bytes)
+        case .jpegLocation, .pngLocation, .webpLocation, .heifLocation, .mp4Location: try Self.location(bytes, contentType: contentType)
+        }
+    }
+
+    /// The content type a location target reads its bytes as.
+    var contentType: String {
+        switch self {
+        case .jpegLocation: "image/jpeg"
+        case .pngLocation: "image/png"
+        case .webpLocation: "image/webp"
+        case .heifLocation: "image/heic"
+        default: "video/mp4"
         }
     }
 
@@ -80,6 +100,11 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
             ].compactMap { $0 }
         case .cursor:
             return [Array(StreamCursor(at).token.utf8), Array("pc1.0".utf8), Array("pc1.253402300799999".utf8)]
+        case .jpegLocation: return [LocatedFiles.jpeg(), LocatedFiles.jpeg(secondImage: true)]
+        case .pngLocation: return [LocatedFiles.png]
+        case .webpLocation: return [LocatedFiles.webp]
+        case .heifLocation: return [LocatedFiles.heif(), LocatedFiles.heif(inItemData: true)]
+        case .mp4Location: return [LocatedFiles.quickTime]
         case .query:
             return [
                 Array("50".utf8), Array("9223372036854775807".utf8), Array("u_a,u_b,u_c".utf8),
@@ -161,6 +186,20 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         }
         _ = cursor.replayFrom
         _ = cursor.isExpired(now: Date())
+    }
+
+    /// Whatever the bytes, the walk refuses or edits only within the file, and what it accepted,
+    /// walked again, needs no more edits.
+    static func location(_ bytes: [UInt8], contentType: String) throws(Finding) {
+        guard let edits = try? LocationStripper.edits(contentType: contentType, in: bytes) else { return }
+        guard edits.edits.allSatisfy({ $0.range.lowerBound >= 0 && $0.range.upperBound <= bytes.count }) else {
+            throw Finding("an edit lies outside the \(bytes.count) bytes: \(edits.edits.map(\.range))")
+        }
+        var stripped = bytes
+        edits.apply(to: &stripped)
+        if let again = try? LocationStripper.stripped(stripped, contentType: contentType), again != stripped {
+            throw Finding("stripping the stripped file changed it again")
+        }
     }
 
     static func query(_ bytes: [UInt8]) throws(Finding) {

@@ -6,6 +6,7 @@ import NIOCore
 import ParleyChat
 import ParleyImaging
 import ParleyMedia
+import ParleyMetadata
 import ParleyModel
 
 /// Where a gateway keeps uploads, and their limits.
@@ -15,8 +16,12 @@ public struct MediaSettings: Sendable {
     public var maxBytes: Int64 = 25 << 20
     /// Uploads per user.
     public var uploadRate = RateLimiter.Rule(perSecond: 2, burst: 20)
-    /// Whether a JPEG's location (its EXIF GPS fields) is removed before it is kept.
+    /// Whether where a photo or video was taken is removed before it is kept
+    /// (``LocationStripper``).
     public var stripLocation = true
+    /// Where an upload whose location is removed waits on local disk until it is looked at
+    /// (``UploadSpool``: unlinked at once, so nothing is left behind).
+    public var spoolDirectory = FileManager.default.temporaryDirectory.path
     /// The bytes of all of one user's uploads together; past it an upload is `413
     /// quota_exceeded`. Nil: no quota.
     public var quotaBytes: Int64? = 1 << 30
@@ -76,12 +81,20 @@ extension Gateway {
             }
         }
         let upload = try await settings.blobs.beginUpload()
+        // A type that can carry a location is held whole before it is kept: its metadata may lie
+        // anywhere in it (a video's `moov` after its media, a HEIF's Exif item where `iloc` says).
+        let spool = settings.stripLocation && LocationStripper.contentTypes.contains(declared)
+            ? try await UploadSpool.create(in: settings.spoolDirectory) : nil
+        defer { spool?.close() }
         do {
             let headLength = Int(min(Int64(MediaSniffing.headLength), length))
             var head: [UInt8] = []
             head.reserveCapacity(headLength)
             var dimensions: (width: Int, height: Int)?
             var received: Int64 = 0
+            func keep(_ bytes: ByteBuffer) async throws {
+                if let spool { try await spool.write(bytes) } else { try await upload.write(bytes) }
+            }
             for try await var piece in request.body {
                 received += Int64(piece.readableBytes)
                 guard received <= length else { throw APIError.invalid("the body is longer than its Content-Length, \(length)") }
@@ -96,12 +109,12 @@ extension Gateway {
                                        "the body is \(detected ?? "none of the accepted types"), not \(declared) as its Content-Type says")
                     }
                     dimensions = MediaSniffing.dimensions(of: head, contentType: declared)
-                    if declared == "image/jpeg", settings.stripLocation { JPEGLocation.strip(&head) }
-                    try await upload.write(ByteBuffer(bytes: head))
+                    try await keep(ByteBuffer(bytes: head))
                 }
-                if piece.readableBytes > 0 { try await upload.write(piece) }
+                if piece.readableBytes > 0 { try await keep(piece) }
             }
             guard received == length else { throw APIError.invalid("the body ended after \(received) of its \(length) bytes") }
+            if let spool { try await keepWithoutLocation(spool, declared, to: upload) }
             let blob = try await upload.finish()
             let media = Media(
                 id: .make(), contentType: declared, size: blob.size, sha256: blob.sha256, width: dimensions?.width, height: dimensions?.height,
@@ -125,6 +138,23 @@ extension Gateway {
             await upload.abandon()
             throw error
         }
+    }
+
+    /// Copies a spooled upload to where it is kept, its location removed; `415` when its metadata
+    /// cannot be walked.
+    private func keepWithoutLocation(_ spool: UploadSpool, _ contentType: String, to upload: any BlobUpload) async throws {
+        let edits: LocationEdits
+        do {
+            edits = try await spool.read { bytes in try LocationStripper.edits(contentType: contentType, in: bytes) }
+        } catch let refusal as LocationRefusal {
+            logger.info("an upload was refused: its location could not be removed", metadata: ["media.type": "\(contentType)", "reason": "\(refusal.reason)"])
+            throw APIError(.unsupportedMediaType, "unsupported_media_type",
+                           "this \(contentType) was not kept, since where it was taken could not be removed from it: \(refusal.reason)")
+        }
+        if !edits.isEmpty {
+            logger.debug("location removed from an upload", metadata: ["media.type": "\(contentType)", "edits": "\(edits.edits.count)"])
+        }
+        try await spool.copy(to: upload, applying: edits)
     }
 
     /// The upload `{id}` names, if the caller may download it (``UserActor/downloadable(_:)``).

@@ -163,7 +163,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: how long an upload no message has attached is kept; then a sweep removes it and, when no other upload has the same bytes, its bytes and thumbnails. 0: kept for ever. (env PARLEY_MEDIA_KEEP_UNATTACHED; default 24h)")
     var mediaKeepUnattached: String?
 
-    @Flag(inversion: .prefixedNo, help: "Gateway: remove where a JPEG was taken (its EXIF GPS fields) before it is kept; phones record it, and people sending a photo rarely mean to share it. (env PARLEY_STRIP_LOCATION=0 or 1; default on)")
+    @Flag(inversion: .prefixedNo, help: "Gateway: remove where a photo or video was taken (EXIF and XMP GPS, QuickTime and MP4 location; JPEG, PNG, WebP, HEIC, MP4, MOV, M4A) before it is kept; phones record it, and people sending a photo rarely mean to share it. A file whose metadata cannot be walked is refused (415). (env PARLEY_STRIP_LOCATION=0 or 1; default on)")
     var stripLocation: Bool?
 
     @Option(help: "Gateway: messages a user may send per second (bursts of 2.5× are allowed). (env PARLEY_SEND_RATE; default 20)")
