@@ -16,6 +16,10 @@ import Synchronization
 /// A request that failed is recorded under the status the client is answered with
 /// (``APIError/from(_:)``, as ``APIErrorMiddleware`` answers it): a taken handle is a 409 here too,
 /// not the 500 that Hummingbird's middleware records for an error it cannot read a status from.
+///
+/// Labels come from closed sets, never from what a client chose: a method the API does not use
+/// is `other` (any token is a valid method, and each would otherwise add series to `/metrics`
+/// for good, without a login), and a path no route matched is `NotFound`.
 struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     private let cache: RequestMetricsCache
 
@@ -25,11 +29,12 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = DispatchTime.now().uptimeNanoseconds
-        let active = cache.active(request.method)
+        let method = RequestMetricsCache.label(request.method)
+        let active = cache.active(method)
         active.increment()
         do {
             var response = try await next(request, context)
-            let endpoint = RequestMetricsCache.Endpoint(route: context.endpointPath ?? "Unknown", method: request.method, status: response.status)
+            let endpoint = RequestMetricsCache.Endpoint(route: context.endpointPath ?? "Unknown", method: method, status: response.status)
             if response.body.contentLength != nil {
                 cache.record(endpoint, since: start)
                 active.decrement()
@@ -47,7 +52,7 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             return response
         } catch {
             let status = APIError.from(error).status
-            let endpoint = RequestMetricsCache.Endpoint(route: context.endpointPath ?? "NotFound", method: request.method, status: status)
+            let endpoint = RequestMetricsCache.Endpoint(route: context.endpointPath ?? "NotFound", method: method, status: status)
             cache.record(endpoint, since: start, failed: true)
             active.decrement()
             throw error
@@ -82,6 +87,15 @@ final class RequestMetricsCache: Sendable {
                 ("error.type", endpoint.status.code.description),
             ], factory: factory)
         }
+    }
+
+    /// The methods counted under their own name.
+    static let methods: Set<HTTPRequest.Method> = [.get, .head, .post, .put, .patch, .delete, .options]
+    static let otherMethod = HTTPRequest.Method("other")!
+
+    /// The label a request's method is counted under.
+    static func label(_ method: HTTPRequest.Method) -> HTTPRequest.Method {
+        methods.contains(method) ? method : otherMethod
     }
 
     private let factory: any MetricsFactory

@@ -41,4 +41,28 @@ import Testing
         }
         #expect(statuses.sorted() == ["200", "401", "409"])
     }
+
+    /// A method a client makes up is counted as `other`: any token is a valid method, and no
+    /// client may add series to `/metrics` by choosing new ones.
+    @Test func madeUpMethodsAddNoSeries() async throws {
+        let metrics = TestMetrics()
+        let router = Router(context: GatewayContext.self)
+        router.add(middleware: APIErrorMiddleware(logger: Logger(label: "test")))
+        router.add(middleware: RequestMetricsMiddleware(cache: RequestMetricsCache(factory: metrics)))
+        router.get("/healthz") { _, _ -> Response in Response(status: .ok) }
+        let responder = router.buildResponder()
+        let context = GatewayContext(source: .init(channel: EmbeddedChannel(), logger: Logger(label: "test")))
+        for index in 0..<200 {
+            let method = HTTPRequest.Method("X\(index)Y")!
+            let request = Request(head: HTTPRequest(method: method, scheme: "https", authority: "localhost", path: "/nothing/\(index)"), body: .init(buffer: ByteBuffer()))
+            _ = try? await responder.respond(to: request, context: context)
+        }
+        let request = Request(head: HTTPRequest(method: .get, scheme: "https", authority: "localhost", path: "/healthz"), body: .init(buffer: ByteBuffer()))
+        _ = try await responder.respond(to: request, context: context)
+        let methods = Set((metrics.counters.map(\.dimensions) + metrics.meters.map(\.dimensions)).compactMap { dimensions in
+            dimensions.first { $0.0 == "http.request.method" }?.1
+        })
+        #expect(methods == ["other", "GET"])
+        #expect(metrics.counters.filter { $0.label == "hb.requests" }.count == 2, "one series for the made-up methods, one for GET")
+    }
 }
