@@ -140,11 +140,12 @@ final class ConversationWebhooks: Sendable {
     private func run(_ name: String) async {
         guard let endpoint = endpoints[name] else { return }
         while true {
-            let next = state.withLock { state -> (WebhookLane.Step, ConversationID)? in
+            let next = state.withLock { state -> (WebhookLane.Step, ConversationID, id: String?)? in
                 guard !state.stopped, let step = state.lanes[name]?.lane.next(record: state.record, now: clock.now, wallNow: clock.wallNow) else { return nil }
-                return (step, state.record.id)
+                guard case .deliver(let event) = step else { return (step, state.record.id, nil) }
+                return (step, state.record.id, state.lanes[name]?.lane.deliveryID(of: event, in: state.record.id))
             }
-            guard let (step, conversation) = next else { return }
+            guard let (step, conversation, id) = next else { return }
             if step != .idle {
                 // Owed, as the store has it, before anything goes out.
                 guard await keepCursor(name, pending: true) else { return }
@@ -170,15 +171,15 @@ final class ConversationWebhooks: Sendable {
                     try? await clock.sleep(for: policy.retryFirst)
                 }
             case .deliver(let event):
-                await deliver(event, in: conversation, to: endpoint)
+                await deliver(event, id: id ?? event.deliveryID(in: conversation, change: 0), in: conversation, to: endpoint)
             }
         }
     }
 
-    private func deliver(_ event: WebhookEvent, in conversation: ConversationID, to endpoint: WebhookEndpoint) async {
+    private func deliver(_ event: WebhookEvent, id: String, in conversation: ConversationID, to endpoint: WebhookEndpoint) async {
         let name = endpoint.name
         let delivery = WebhookDelivery(
-            id: event.deliveryID(in: conversation), type: event.type, conversationId: conversation, body: event.body(in: conversation, now: clock.wallNow))
+            id: id, type: event.type, conversationId: conversation, body: event.body(in: conversation, now: clock.wallNow))
         let outcome = await sender.deliver(delivery, to: endpoint)
         let now = clock.now
         switch outcome {

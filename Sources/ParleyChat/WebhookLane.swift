@@ -25,16 +25,19 @@ public enum WebhookEvent: Sendable, Hashable {
         }
     }
 
-    /// The delivery's ID: a digest of the fact it reports, so every attempt, by this owner or one
-    /// that takes the conversation over, carries the same one (`evt_` and 22 base64url characters).
-    public func deliveryID(in conversation: ConversationID) -> String {
+    /// The delivery's ID (`evt_` and 22 base64url characters): a digest of the fact it reports,
+    /// so every attempt, by this owner or one that takes the conversation over, carries the same
+    /// one. A message is its seq, a receipt its watermarks (both only move forward); a change of
+    /// members or name is also its place among the changes told (`change`, ``WebhookTold/changes``),
+    /// since the same state comes back: "remove X, add X, remove X" are three IDs, not two.
+    public func deliveryID(in conversation: ConversationID, change: Int) -> String {
         let fact: String
         switch self {
         case .created: fact = ""
         case .message(let message): fact = "\(message.seq)"
-        case .membersAdded(let users, let record, _): fact = "\(users.map(\.rawValue).sorted())\(Self.memberList(record))"
-        case .memberRemoved(let user, let record, _): fact = "\(user.rawValue)\(Self.memberList(record))"
-        case .renamed(let record, _): fact = "\(record.name ?? "")\(Self.memberList(record))"
+        case .membersAdded(let users, let record, _): fact = "\(users.map(\.rawValue).sorted())\(Self.memberList(record)) #\(change)"
+        case .memberRemoved(let user, let record, _): fact = "\(user.rawValue)\(Self.memberList(record)) #\(change)"
+        case .renamed(let record, _): fact = "\(record.name ?? "")\(Self.memberList(record)) #\(change)"
         case .receipt(let receipt, _): fact = "\(receipt.userId.rawValue) \(receipt.deliveredSeq) \(receipt.readSeq)"
         }
         let digest = SHA256.hash(data: Array("\(type.rawValue)\n\(conversation.rawValue)\n\(fact)".utf8))
@@ -99,6 +102,9 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     /// The members told of, with the watermarks told.
     public var members: [Member]
 
+    /// How many changes of members or name were told (what a delivery ID counts them by).
+    public var changes = 0
+
     public struct Member: Codable, Sendable, Hashable {
         public var userId: UserID
         public var deliveredSeq: Int64
@@ -120,8 +126,25 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         for index in members.indices { (members[index].deliveredSeq, members[index].readSeq) = (0, 0) }
     }
 
-    /// Moves what was told by `event`.
+    private enum CodingKeys: String, CodingKey {
+        case seq, name, members, changes
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        seq = try container.decode(Int64.self, forKey: .seq)
+        name = try container.decodeIfPresent(String.self, forKey: .name)
+        members = try container.decode([Member].self, forKey: .members)
+        // Cursors stored before changes were counted count from 0.
+        changes = try container.decodeIfPresent(Int.self, forKey: .changes) ?? 0
+    }
+
+    /// Moves what was told by `event`; a change of members or name that changed them counts.
     mutating func apply(_ event: WebhookEvent) {
+        let before = (name, members.map(\.userId))
+        defer {
+            if name != before.0 || members.map(\.userId) != before.1 { changes += 1 }
+        }
         switch event {
         case .created(let record):
             self = WebhookTold(created: record)
@@ -399,6 +422,11 @@ public struct WebhookLane: Sendable {
         // queue was dropped for a catch-up, which will find it again.
         if !catchUpNeeded, head > 0 { head -= 1 }
         return nil
+    }
+
+    /// The ID of a delivery of `event`, the next thing this endpoint is told.
+    public func deliveryID(of event: WebhookEvent, in conversation: ConversationID) -> String {
+        event.deliveryID(in: conversation, change: (told?.changes ?? 0) + 1)
     }
 
     private mutating func apply(_ event: WebhookEvent) {

@@ -1,5 +1,5 @@
 import Foundation
-import ParleyChat
+@testable import ParleyChat
 import ParleyModel
 import Testing
 
@@ -68,7 +68,9 @@ import Testing
         after.members[0].readSeq = 1
         after.members[2].deliveredSeq = 2
         after.members[2].readSeq = 2
-        #expect(lane.told == WebhookTold(after))
+        var expected = WebhookTold(after)
+        expected.changes = 1  // carol joined
+        #expect(lane.told == expected)
         #expect(!lane.isPending)
     }
 
@@ -95,7 +97,9 @@ import Testing
         #expect(sent.map(\.type) == [.conversationUpdated, .memberAdded, .messageCreated, .messageCreated, .memberRemoved, .receiptRead])
         #expect(sent[1] == .membersAdded([carol], current, at: wall))
         #expect(sent[4] == .memberRemoved(bob, current, at: wall))
-        #expect(lane.told == WebhookTold(current))
+        var expected = WebhookTold(current)
+        expected.changes = 3  // the new name, carol in, bob out
+        #expect(lane.told == expected)
         // Nothing changed since: nothing owed.
         var settled = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(current), owed: true)
         #expect(drain(&settled, current).isEmpty)
@@ -191,15 +195,15 @@ import Testing
 
     @Test func deliveryIDsAreTheSameForTheSameFactAndDifferForDifferentOnes() {
         let first = WebhookEvent.message(message(1))
-        #expect(first.deliveryID(in: "c_1") == WebhookEvent.message(message(1)).deliveryID(in: "c_1"))
-        #expect(first.deliveryID(in: "c_1") != WebhookEvent.message(message(2)).deliveryID(in: "c_1"))
-        #expect(first.deliveryID(in: "c_1") != first.deliveryID(in: "c_2"))
-        #expect(first.deliveryID(in: "c_1").hasPrefix("evt_") && first.deliveryID(in: "c_1").count == 26)
+        #expect(first.deliveryID(in: "c_1", change: 1) == WebhookEvent.message(message(1)).deliveryID(in: "c_1", change: 1))
+        #expect(first.deliveryID(in: "c_1", change: 1) != WebhookEvent.message(message(2)).deliveryID(in: "c_1", change: 1))
+        #expect(first.deliveryID(in: "c_1", change: 1) != first.deliveryID(in: "c_2", change: 1))
+        #expect(first.deliveryID(in: "c_1", change: 1).hasPrefix("evt_") && first.deliveryID(in: "c_1", change: 1).count == 26)
         let joined = record(members: record().members + [ConversationMember(userId: carol, role: .member)])
         // A catch-up finding the same change (another time, the record's watermarks moved) says it with the same ID.
         var later = joined
         later.members[0].readSeq = 4
-        #expect(WebhookEvent.membersAdded([carol], joined, at: wall).deliveryID(in: "c_1") == WebhookEvent.membersAdded([carol], later, at: wall.addingTimeInterval(9)).deliveryID(in: "c_1"))
+        #expect(WebhookEvent.membersAdded([carol], joined, at: wall).deliveryID(in: "c_1", change: 1) == WebhookEvent.membersAdded([carol], later, at: wall.addingTimeInterval(9)).deliveryID(in: "c_1", change: 1))
     }
 
     @Test func theBodyIsTheTypeTheTimeAndTheData() throws {
@@ -239,6 +243,47 @@ import Testing
         #expect(policy.retryDelay(afterFailures: 1, retryAfter: .seconds(120)) == .seconds(120))
         // At most 10 minutes apart, so 72 hours make hundreds of attempts: at least 24 hours of retries.
         #expect(policy.giveUpAfter >= .seconds(24 * 3600))
+    }
+
+    /// Standard Webhooks receivers drop a delivery whose ID they saw: "remove carol, add carol,
+    /// remove carol" are three deliveries with three IDs, each the same on every attempt, and the
+    /// same again from an owner that takes over with the cursor stored.
+    @Test func aChangeThatComesBackGetsANewIDAndARetryTheSameOne() throws {
+        let withCarol = record(members: record().members + [ConversationMember(userId: carol, role: .member)])
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: WebhookTold(withCarol), owed: false)
+        let events: [WebhookEvent] = [.memberRemoved(carol, record(), at: wall), .membersAdded([carol], withCarol, at: wall), .memberRemoved(carol, record(), at: wall)]
+        for event in events { lane.record(event) }
+        var ids: [String] = []
+        for (index, event) in events.enumerated() {
+            #expect(lane.next(record: record(), now: at(0), wallNow: wall) == .deliver(event))
+            let id = lane.deliveryID(of: event, in: "c_1")
+            if index == 1 {
+                // A failed attempt goes again with the same ID.
+                #expect(lane.failed(retryAfter: nil, now: at(0)) == nil)
+                #expect(lane.next(record: record(), now: at(5_000), wallNow: wall) == .deliver(event))
+                #expect(lane.deliveryID(of: event, in: "c_1") == id)
+            }
+            ids.append(id)
+            lane.delivered()
+        }
+        #expect(Set(ids).count == 3, "\(ids)")
+        #expect(events[0].deliveryID(in: "c_1", change: 1) != events[2].deliveryID(in: "c_1", change: 3))
+
+        // The cursor as stored after the first removal: an owner taking over tells the rest again
+        // with the IDs the first owner gave them.
+        var stored = WebhookTold(withCarol)
+        stored.apply(events[0])
+        let decoded = try JSONDecoder().decode(WebhookTold.self, from: JSONEncoder().encode(stored))
+        var takeover = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: decoded, owed: false)
+        for event in events.dropFirst() { takeover.record(event) }
+        for (index, event) in events.enumerated().dropFirst() {
+            #expect(takeover.next(record: record(), now: at(0), wallNow: wall) == .deliver(event))
+            #expect(takeover.deliveryID(of: event, in: "c_1") == ids[index])
+            takeover.delivered()
+        }
+        // A cursor stored before changes were counted reads as none counted.
+        let old = try JSONDecoder().decode(WebhookTold.self, from: Data(#"{"seq":3,"name":"team","members":[]}"#.utf8))
+        #expect(old.changes == 0 && old.seq == 3)
     }
 }
 
