@@ -91,7 +91,7 @@ def main():
         stdout=server_log, stderr=subprocess.STDOUT)
     env = {"PARLEY_TOKEN_SECRET": "push-e2e-token-secret-0123456789abcdef", "PARLEY_ADMIN_TOKEN": "push-e2e-admin-token-0123", "PARLEY_BCRYPT_COST": "4",
            "PARLEY_LOG_LEVEL": "debug", "PARLEY_APNS_KEY": apns_key, "PARLEY_APNS_KEY_ID": "TESTKEY123", "PARLEY_APNS_TEAM_ID": "TEAM123456",
-           "PARLEY_APNS_TOPIC": "app.parley.example", "PARLEY_APNS_URL": PUSH_URL, "PARLEY_APNS_SANDBOX_URL": f"{PUSH_URL}/sandbox",
+           "PARLEY_APNS_TOPIC": "app.parley.example", "PARLEY_APNS_TOPICS": "app.parley.dave", "PARLEY_APNS_URL": PUSH_URL, "PARLEY_APNS_SANDBOX_URL": f"{PUSH_URL}/sandbox",
            "PARLEY_FCM_SERVICE_ACCOUNT": account, "PARLEY_FCM_URL": PUSH_URL, "PARLEY_PUSH_CA": CA, "PARLEY_PUSH_WINDOW": "1s"}
     for name in NODES:
         nodes.start(name, env)
@@ -117,6 +117,9 @@ def main():
                          ("dave", {"platform": "apns", "token": phones["dave"], "topic": "app.parley.dave"})]:
         status, reply = call("POST", "/v1/devices", body, token[handle])
         check(status == 201, f"{handle} registers a device ({body['platform']})", f"{status} {reply}")
+    status, reply = call("POST", "/v1/devices", {"platform": "apns", "token": "ee" * 32, "topic": "com.example.another-app"}, token["bob"])
+    check(status == 400 and "app.parley.dave" in reply["error"]["message"],
+          "a topic that is none of the server's apps is refused (the team key would sign for it)", f"{status} {reply}")
     dave_stream = EventStream(nodes.client["gateway-1"], token["dave"], CONTEXT)
     dave_stream.start()
     check(dave_stream.ready.wait(15), "dave's event stream is open")

@@ -95,9 +95,16 @@ public struct PushSettings: Sendable {
     public var providers: [PushPlatform: any PushProvider]
     public var preview: PushPreview
     public var policy: PushPlanner.Policy
+    /// The APNs topics (bundle IDs) a device may register with; nil: any (no APNs provider to
+    /// check against).
+    public var apnsTopics: Set<String>?
 
-    public init(providers: [PushPlatform: any PushProvider], preview: PushPreview = .full, policy: PushPlanner.Policy = PushPlanner.Policy()) {
+    public init(
+        providers: [PushPlatform: any PushProvider], preview: PushPreview = .full, policy: PushPlanner.Policy = PushPlanner.Policy(),
+        apnsTopics: Set<String>? = nil
+    ) {
         self.providers = providers
+        self.apnsTopics = apnsTopics
         self.preview = preview
         self.policy = policy
     }

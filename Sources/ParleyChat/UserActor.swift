@@ -168,11 +168,21 @@ extension UserActor {
     public distributed func registerDevice(_ request: NewDevice, tokenId: String) async throws -> RegisteredDevice {
         guard profile != nil else { throw ChatError(.notFound, "user not found") }
         try request.validate()
+        if request.platform == .apns, let topic = request.topic, let allowed = services.pushes?.apnsTopics, !allowed.contains(topic) {
+            throw ChatError(.invalidRequest, "topic: \(topic) is not an app of this server (\(allowed.sorted().joined(separator: ", ")))")
+        }
         let device = StoredDevice(
             device: Device(id: .make(), platform: request.platform, token: request.token, topic: request.topic,
                            environment: request.platform == .apns ? request.environment ?? .production : nil, createdAt: actorSystem.clock.wallNow),
             userId: UserID(rawValue: id.key), tokenId: tokenId)
         let stored = try await services.withStore { try await $0.registerDevice(device, keepingAtMost: Self.devicesMax) }
+        if let previous = stored.takenFrom {
+            // A phone that changed hands, or its user signed in to another account: the token
+            // now reaches this user only. Logged, since it is also what a stolen token would do.
+            actorSystem.logger.notice("a device registered by another user moved to this one", metadata: [
+                "user.id": "\(id.key)", "device.previous_user": "\(previous)", "device.platform": "\(request.platform.rawValue)", "device.id": "\(stored.device.device.id)",
+            ])
+        }
         return RegisteredDevice(device: stored.device.device, created: stored.created)
     }
 

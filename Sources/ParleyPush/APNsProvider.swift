@@ -20,6 +20,10 @@ public final class APNsProvider: PushProvider {
         public var teamID: String
         /// The app's bundle ID, for devices registered without a topic.
         public var defaultTopic: String?
+        /// Other bundle IDs devices may name as their topic. The team's key signs for every app
+        /// of the team, so a topic outside these is never sent to: a device's owner could
+        /// otherwise reach another app of the same team.
+        public var otherTopics: Set<String> = []
         public var productionURL = "https://api.push.apple.com"
         public var sandboxURL = "https://api.sandbox.push.apple.com"
         /// How long APNs keeps a notification for a device that is off (`apns-expiration`).
@@ -33,6 +37,9 @@ public final class APNsProvider: PushProvider {
             self.teamID = teamID
             self.defaultTopic = defaultTopic
         }
+
+        /// The topics devices may have: ``defaultTopic`` and ``otherTopics``.
+        public var allowedTopics: Set<String> { otherTopics.union(defaultTopic.map { [$0] } ?? []) }
     }
 
     /// Apple takes a provider token for an hour and refuses one renewed more than every 20
@@ -103,6 +110,9 @@ public final class APNsProvider: PushProvider {
     private func send(_ payload: ByteBuffer, content: PushContent, to device: Device) async -> PushOutcome {
         guard let topic = device.topic ?? configuration.defaultTopic else {
             return .refused("the device has no topic and the node no --apns-topic")
+        }
+        guard configuration.allowedTopics.contains(topic) else {
+            return .refused("the device's topic \(topic) is none of the node's --apns-topic and --apns-topics")
         }
         let jwt: String
         do {

@@ -144,9 +144,9 @@ public protocol ChatStore: Sendable {
     /// registered again by the same user keeps its ID and creation time and takes the new login,
     /// topic and environment (an app registers at every launch); registered by another user (the
     /// phone changed hands, or its user signed in to another account), it leaves the first user.
-    /// Past `keepingAtMost` devices, the user's oldest are removed. Returns the stored device and
-    /// whether it is new.
-    func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool)
+    /// Past `keepingAtMost` devices, the user's oldest are removed. Returns the stored device,
+    /// whether it is new, and the user it was taken from, if another had it.
+    func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool, takenFrom: UserID?)
 
     /// A user's devices, oldest first.
     func devices(of user: UserID) async throws -> [StoredDevice]

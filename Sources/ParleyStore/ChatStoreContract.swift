@@ -591,20 +591,20 @@ public enum ChatStoreContract {
             }
             let phone = device(me, "aa\(run)")
             let first = try await store.registerDevice(phone, keepingAtMost: 3)
-            try check(first.created && first.device == phone, "registered: \(first)")
+            try check(first.created && first.device == phone && first.takenFrom == nil, "registered: \(first)")
             let listed = try await store.devices(of: me)
             try check(listed == [phone], "listed: \(listed)")
             // The app registers again at its next launch, from a new login.
             let again = try await store.registerDevice(device(me, "aa\(run)", login: "login-2", at: 5_000), keepingAtMost: 3)
             try check(!again.created && again.device.device.id == phone.device.id && again.device.device.createdAt == phone.device.createdAt
-                && again.device.tokenId == "login-2", "registered again: \(again)")
+                && again.device.tokenId == "login-2" && again.takenFrom == nil, "registered again: \(again)")
             try check(try await store.devices(of: me).map(\.tokenId) == ["login-2"], "one row per token")
             // The same string on the other platform is another device.
             let android = try await store.registerDevice(device(me, "aa\(run)", platform: .fcm, at: 10), keepingAtMost: 3)
             try check(android.created, "an FCM token equal to an APNs one is a device of its own")
             // Another user signs in on the phone: it leaves the first user.
             let taken = try await store.registerDevice(device(other, "aa\(run)", login: "login-3", at: 20), keepingAtMost: 3)
-            try check(taken.created && taken.device.device.id != phone.device.id, "taken over: \(taken)")
+            try check(taken.created && taken.device.device.id != phone.device.id && taken.takenFrom == me, "taken over, from the first user: \(taken)")
             try check(try await store.devices(of: me).map(\.device.platform) == [.fcm], "the phone stayed with its first user")
             try check(try await store.devices(of: other).map(\.device.id) == [taken.device.device.id], "the phone did not move")
             // Past the limit the oldest go.

@@ -337,16 +337,19 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.revoked[tokenID] != nil }
     }
 
-    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool) {
+    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool, takenFrom: UserID?) {
         users.withLock { users in
             var stored = device
             var created = true
+            var takenFrom: UserID?
             if let index = users.devices.firstIndex(where: { $0.device.platform == device.device.platform && $0.device.token == device.device.token }) {
                 let existing = users.devices.remove(at: index)
                 if existing.userId == device.userId {
                     stored.device.id = existing.device.id
                     stored.device.createdAt = existing.device.createdAt
                     created = false
+                } else {
+                    takenFrom = existing.userId
                 }
             }
             stored.device.createdAt = stored.device.createdAt.millisecondPrecision
@@ -355,7 +358,7 @@ public final class InMemoryChatStore: ChatStore {
             let mine = users.devices.filter { $0.userId == device.userId }
             let removed = Set(mine.dropLast(max(limit, 1)).map(\.device.id))
             users.devices.removeAll { removed.contains($0.device.id) }
-            return (stored, created)
+            return (stored, created, takenFrom)
         }
     }
 

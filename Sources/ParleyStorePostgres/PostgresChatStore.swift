@@ -478,7 +478,7 @@ public final class PostgresChatStore: ChatStore {
 
     // MARK: Devices
 
-    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool) {
+    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool, takenFrom: UserID?) {
         try await transaction { connection in
             var stored = device
             stored.device.createdAt = device.device.createdAt.millisecondPrecision
@@ -519,7 +519,8 @@ public final class PostgresChatStore: ChatStore {
                 DELETE FROM devices WHERE user_id = \(device.userId.rawValue) AND id NOT IN
                     (SELECT id FROM devices WHERE user_id = \(device.userId.rawValue) ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT \(max(limit, 1)))
                 """, logger: logger)
-            return (stored, existing?.userId != device.userId.rawValue)
+            let takenFrom = existing.flatMap { $0.userId == device.userId.rawValue ? nil : UserID(rawValue: $0.userId) }
+            return (stored, existing?.userId != device.userId.rawValue, takenFrom)
         }
     }
 

@@ -494,11 +494,12 @@ public final class SQLiteChatStore: ChatStore {
 
     // MARK: Devices
 
-    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool) {
+    public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool, takenFrom: UserID?) {
         try await write { db in
             var stored = device
             stored.device.createdAt = device.device.createdAt.millisecondPrecision
             var created = true
+            var takenFrom: UserID?
             let existing = try Row.fetchOne(
                 db, sql: "SELECT id, user_id, created_at FROM devices WHERE platform = ? AND token = ?",
                 arguments: [device.device.platform.rawValue, device.device.token])
@@ -510,7 +511,10 @@ public final class SQLiteChatStore: ChatStore {
                     sql: "UPDATE devices SET token_id = ?, topic = ?, environment = ? WHERE id = ?",
                     arguments: [device.tokenId, device.device.topic, device.device.environment?.rawValue, stored.device.id.rawValue])
             } else {
-                if let existing { try db.execute(sql: "DELETE FROM devices WHERE id = ?", arguments: [try existing.decode(forColumn: "id") as String]) }
+                if let existing {
+                    takenFrom = UserID(rawValue: try existing.decode(forColumn: "user_id"))
+                    try db.execute(sql: "DELETE FROM devices WHERE id = ?", arguments: [try existing.decode(forColumn: "id") as String])
+                }
                 try db.execute(
                     sql: """
                         INSERT INTO devices (id, user_id, token_id, platform, token, topic, environment, created_at)
@@ -527,7 +531,7 @@ public final class SQLiteChatStore: ChatStore {
                         (SELECT id FROM devices WHERE user_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2)
                     """,
                 arguments: [device.userId.rawValue, max(limit, 1)])
-            return (stored, created)
+            return (stored, created, takenFrom)
         }
     }
 

@@ -128,6 +128,7 @@ struct NodeConfiguration {
         self.pushes = try PushConfiguration(
             apnsKey: value(run.apnsKey, "PARLEY_APNS_KEY"), apnsKeyID: value(run.apnsKeyId, "PARLEY_APNS_KEY_ID"),
             apnsTeamID: value(run.apnsTeamId, "PARLEY_APNS_TEAM_ID"), apnsTopic: value(run.apnsTopic, "PARLEY_APNS_TOPIC"),
+            apnsTopics: value(run.apnsTopics, "PARLEY_APNS_TOPICS"),
             apnsURL: value(run.apnsUrl, "PARLEY_APNS_URL"), apnsSandboxURL: value(run.apnsSandboxUrl, "PARLEY_APNS_SANDBOX_URL"),
             fcmServiceAccount: value(run.fcmServiceAccount, "PARLEY_FCM_SERVICE_ACCOUNT"), fcmURL: value(run.fcmUrl, "PARLEY_FCM_URL"),
             fcmTokenURL: value(run.fcmTokenUrl, "PARLEY_FCM_TOKEN_URL"), trustRoots: value(run.pushCa, "PARLEY_PUSH_CA"),

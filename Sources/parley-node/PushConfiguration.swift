@@ -15,7 +15,7 @@ struct PushConfiguration {
     /// Nil when no provider is given; throws for a provider given in part, or a key file that
     /// cannot be read.
     init?(
-        apnsKey: String?, apnsKeyID: String?, apnsTeamID: String?, apnsTopic: String?, apnsURL: String?, apnsSandboxURL: String?,
+        apnsKey: String?, apnsKeyID: String?, apnsTeamID: String?, apnsTopic: String?, apnsTopics: String?, apnsURL: String?, apnsSandboxURL: String?,
         fcmServiceAccount: String?, fcmURL: String?, fcmTokenURL: String?, trustRoots: String?, preview: String?, window: Duration?
     ) throws {
         if let apnsKey {
@@ -29,6 +29,17 @@ struct PushConfiguration {
                 throw ValidationError("cannot read the APNs key \(apnsKey): \(error.localizedDescription)")
             }
             var apns = APNsProvider.Configuration(privateKeyPEM: pem, keyID: apnsKeyID, teamID: apnsTeamID, defaultTopic: apnsTopic)
+            if let apnsTopics {
+                let topics = apnsTopics.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                for topic in topics {
+                    do {
+                        try NewDevice(platform: .apns, token: String(repeating: "0", count: 64), topic: topic).validate()
+                    } catch {
+                        throw ValidationError("--apns-topics: \(topic) is not a bundle ID (1–255 of A-Z a-z 0-9 . - _)")
+                    }
+                }
+                apns.otherTopics = Set(topics)
+            }
             if let apnsURL { apns.productionURL = try Self.serverURL(apnsURL, flag: "--apns-url") }
             if let apnsSandboxURL { apns.sandboxURL = try Self.serverURL(apnsSandboxURL, flag: "--apns-sandbox-url") }
             apns.trustRoots = trustRoots
@@ -85,6 +96,6 @@ struct PushConfiguration {
         }
         var policy = PushPlanner.Policy()
         policy.window = window
-        return PushSettings(providers: providers, preview: preview, policy: policy)
+        return PushSettings(providers: providers, preview: preview, policy: policy, apnsTopics: apns?.allowedTopics)
     }
 }

@@ -89,6 +89,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Worker: the app's bundle ID, the APNs topic of devices registered without one. (env PARLEY_APNS_TOPIC; default none: such devices get no pushes)")
     var apnsTopic: String?
 
+    @Option(help: "Worker: other bundle IDs (comma-separated) a device may register as its APNs topic, for apps of the team besides --apns-topic's; a device naming any other topic is refused with 400, and none is ever signed for. (env PARLEY_APNS_TOPICS; default none: --apns-topic only)")
+    var apnsTopics: String?
+
     @Option(help: "Worker: the APNs server for production devices. (env PARLEY_APNS_URL; default https://api.push.apple.com)")
     var apnsUrl: String?
 

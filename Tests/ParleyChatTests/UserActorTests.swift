@@ -9,8 +9,8 @@ import Testing
 
 @Suite(.serialized) struct UserActorTests {
     /// Users' actors on the worker `node-a` (over an in-memory store), and these gateway nodes.
-    static func startUserCluster(gateways: [String]) async throws -> LoopbackCluster {
-        let services = ChatServices(store: InMemoryChatStore())
+    static func startUserCluster(gateways: [String], pushes: PushSettings? = nil) async throws -> LoopbackCluster {
+        let services = ChatServices(store: InMemoryChatStore(), pushes: pushes)
         let cluster = try LoopbackCluster { system, _ in
             guard system.settings.roles.contains(.worker) else { return }
             UserActor.register(on: system, services: services)
@@ -60,6 +60,31 @@ import Testing
         await #expect(throws: ClusterCallError.self) {
             try await UserActor.resolve(ann, using: cluster["node-a"]).authenticate(tokenId: "token-1")
         }
+    }
+
+    /// The team's APNs key signs for every app of the team: a device may name only a topic the
+    /// node was given, and a token another user had moves to the one registering it now.
+    @Test func aDeviceNamesOnlyTheServersAppsAndMovesWithItsToken() async throws {
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1"], pushes: PushSettings(providers: [:], apnsTopics: ["app.parley.chat"]))
+        defer { Task { await cluster.stopAll() } }
+        let ann = UserID.make(), bob = UserID.make()
+        for (user, handle) in [(ann, "ann"), (bob, "bob")] {
+            _ = try await UserActor.resolve(user, using: cluster["node-a"]).create(NewUser(handle: handle, displayName: handle, passwordHash: "h"))
+        }
+        let token = String(repeating: "cd", count: 32)
+        let ours = try await UserActor.resolve(ann, using: cluster["node-g1"]).registerDevice(
+            NewDevice(platform: .apns, token: token, topic: "app.parley.chat"), tokenId: "login-1")
+        #expect(ours.created && ours.device.topic == "app.parley.chat")
+        do {
+            _ = try await UserActor.resolve(ann, using: cluster["node-g1"]).registerDevice(
+                NewDevice(platform: .apns, token: String(repeating: "ef", count: 32), topic: "com.example.other-app"), tokenId: "login-1")
+            Issue.record("a device with another app's topic was stored")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "invalid_request" && error.message.contains("app.parley.chat"), "\(error)")
+        }
+        let moved = try await UserActor.resolve(bob, using: cluster["node-g1"]).registerDevice(NewDevice(platform: .apns, token: token), tokenId: "login-2")
+        #expect(moved.created)
+        #expect(try await UserActor.resolve(ann, using: cluster["node-g1"]).devices().isEmpty, "the phone left ann")
     }
 
     /// Devices through the user's actor, from another node: checked before they are stored, kept
