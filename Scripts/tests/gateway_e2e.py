@@ -677,6 +677,10 @@ def main():
         check(status == 400 and named in reply["error"]["message"], f"a password {what} is refused at registration (400 naming it)", f"{status} {reply}")
     status, reply, _ = Client("gateway-1").call("POST", "/v1/sessions", {"handle": "alice", "password": "correct horse\u0000anything"})
     check(status == 401, "a login whose password holds U+0000 does not match the password before it", f"{status} {reply}")
+    # A handle no account can have is never a limiter's key: six logins with the same 60 KB
+    # "handle" are each 401, where a key it held would be out of tokens (5 per handle) by the sixth.
+    statuses = [Client("gateway-2").call("POST", "/v1/sessions", {"handle": "H" * 60_000, "password": "wrong password"})[0] for _ in range(6)]
+    check(statuses == [401] * 6, "logins with a handle no account can have are 401 without being counted under it", statuses)
     for path in ["/v1/cluster", "/metrics"]:
         status, _, _ = Client("gateway-1").call("GET", path, token=alice["token"])
         check(status == 404, f"GET {path} is not served on the client port (only on the operations port)", f"{status}")

@@ -351,10 +351,19 @@ public struct NewUser: Codable, Sendable, Hashable {
         self.bot = try container.decodeIfPresent(Bool.self, forKey: .bot) ?? false
     }
 
+    /// Whether `text` is a handle: 3–32 characters of `a-z 0-9 _ . -`.
+    public static func isHandle(_ text: String) -> Bool {
+        (3...32).contains(text.utf8.count) && text.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"): true
+            default: false
+            }
+        }
+    }
+
     /// API.md: a handle of 3–32 characters of `a-z 0-9 _ . -`, a display name of 1–64.
     public func validate() throws(ChatError) {
-        let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789_.-")
-        guard (3...32).contains(handle.count), handle.allSatisfy(allowed.contains) else {
+        guard Self.isHandle(handle) else {
             throw ChatError(.invalidRequest, "handle must be 3–32 characters of a-z 0-9 _ . -")
         }
         guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }

@@ -227,15 +227,20 @@ extension Gateway {
 
     private func login(_ request: Request, _ context: GatewayContext) async throws -> Response {
         let body = try await decode(API.Credentials.self, from: request)
-        for (limiter, key) in [(loginByAddress, context.clientAddress), (loginByHandle, body.handle)] {
-            if let wait = limiter.acquire(key) {
-                throw APIError(.tooManyRequests, "rate_limited", "too many login attempts; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
-            }
+        if let wait = loginByAddress.acquire(context.clientAddress) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many login attempts; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
+        }
+        // What no account can have is refused before it is a limiter's key: the handle's
+        // limiter holds only handles (at most 32 bytes), never what a body happened to hold.
+        // A handle's form is public, so answering it at once tells nothing of any account.
+        guard NewUser.isHandle(body.handle) else { throw APIError.unauthorized("wrong handle or password") }
+        if let wait = loginByHandle.acquire(body.handle) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many login attempts; retry later", retryable: true, retryAfterSeconds: Self.seconds(wait))
         }
         // A password registration would refuse matches no account: bcrypt would compare only
         // its first 72 bytes, or the bytes before a U+0000.
         guard Self.passwordProblem(body.password) == nil else { throw APIError.unauthorized("wrong handle or password") }
-        let login = body.handle.count <= 64 ? try await AccountDirectory.resolve(handle: body.handle, using: system).login(handle: body.handle) : nil
+        let login = try await AccountDirectory.resolve(handle: body.handle, using: system).login(handle: body.handle)
         // An unknown handle costs the same bcrypt as a wrong password, and answers the same.
         // A bot has no password: its handle answers as an unknown one, after the same bcrypt.
         let matches = try await verifyPassword(body.password, hash: login.map { $0.user.bot ? decoyHash : $0.passwordHash } ?? decoyHash)

@@ -63,16 +63,3 @@ import Testing
         #expect(throws: TokenAuthorityError.self) { try TokenAuthority(secret: "short") }
     }
 }
-
-@Suite struct RateLimiterTests {
-    @Test func aBurstThenTheRateAndTheWaitUntilTheNextToken() {
-        let limiter = RateLimiter(.init(perSecond: 2, burst: 3))
-        let start = ContinuousClock.now
-        for _ in 0..<3 { #expect(limiter.acquire("u", now: start) == nil) }
-        let wait = limiter.acquire("u", now: start)
-        #expect(wait == .milliseconds(500))
-        #expect(limiter.acquire("someone else", now: start) == nil, "keys are independent")
-        #expect(limiter.acquire("u", now: start.advanced(by: .milliseconds(500))) == nil, "one token back after 1/rate")
-        #expect(limiter.acquire("u", now: start.advanced(by: .milliseconds(500))) != nil)
-    }
-}
