@@ -107,21 +107,27 @@ extension SendMessage {
     /// text that are not all whitespace — or no text and 1–10 attachments, each caption at most
     /// 1,000 scalars.
     func validate(limits: ChatLimits) throws(ChatError) {
+        try Self.validate(clientMessageId: clientMessageId, text: text, captions: attachments.map(\.caption), limits: limits)
+    }
+
+    /// The same checks, before the attachments are looked up: a gateway makes them before it
+    /// records anything for a send.
+    public static func validate(clientMessageId: String, text: String, captions: [String?], limits: ChatLimits) throws(ChatError) {
         guard ClientMessageID.isValid(clientMessageId) else {
             throw ChatError(.invalidRequest, "clientMessageId must be a UUID")
         }
-        guard attachments.count <= limits.attachmentsMax else {
-            throw ChatError(.invalidRequest, "attachments: at most \(limits.attachmentsMax), not \(attachments.count)")
+        guard captions.count <= limits.attachmentsMax else {
+            throw ChatError(.invalidRequest, "attachments: at most \(limits.attachmentsMax), not \(captions.count)")
         }
-        for (index, attachment) in attachments.enumerated() {
-            guard let caption = attachment.caption else { continue }
+        for (index, caption) in captions.enumerated() {
+            guard let caption else { continue }
             guard caption.unicodeScalars.count <= limits.captionScalarsMax else {
                 throw ChatError(.invalidRequest, "attachments[\(index)].caption: at most \(limits.captionScalarsMax) Unicode scalars")
             }
             try StoredText.require(caption, field: "attachments[\(index)].caption")
         }
         let scalars = text.unicodeScalars.count
-        if scalars == 0, !attachments.isEmpty { return }
+        if scalars == 0, !captions.isEmpty { return }
         guard scalars >= 1 else { throw ChatError(.invalidRequest, "text must not be empty (unless the message has attachments)") }
         guard scalars <= limits.textScalarsMax else {
             throw ChatError(.invalidRequest, "text has \(scalars) Unicode scalars; at most \(limits.textScalarsMax)")

@@ -235,12 +235,19 @@ extension UserActor {
         throw ChatError(.notFound, "media not found")
     }
 
-    /// A send with attachments, before the gateway hands it to the conversation's owner: each
-    /// must be an upload of this user's (else `invalid_request`, naming it), and from now on the
-    /// conversation's members may download it. Answers them as the message will carry them.
+    /// A send with attachments, before the gateway hands it to the conversation's owner: the
+    /// user must be a member of the conversation (else `not_found`, as the send would answer),
+    /// each attachment an upload of this user's (else `invalid_request`, naming it); then, and
+    /// only then, the conversation's members may download it. Answers them as the message will
+    /// carry them.
     public distributed func attach(_ attachments: [API.NewAttachment], to conversation: ConversationID) async throws -> [Attachment] {
         guard profile != nil else { throw ChatError(.notFound, "user not found") }
         let me = UserID(rawValue: id.key)
+        // Checked before anything is recorded: a reference from a conversation the sender is not
+        // in would keep the upload from the sweeper, and cost every later download a read.
+        guard try await services.withStore({ try await $0.conversation(conversation) })?.member(me) != nil else {
+            throw ChatError(.notFound, "conversation not found")
+        }
         var found: [Attachment] = []
         for (index, attachment) in attachments.enumerated() {
             guard let stored = try await services.withStore({ try await $0.media(attachment.mediaId) }), stored.uploaderId == me else {

@@ -370,7 +370,8 @@ extension Gateway {
         }
         var attachments: [Attachment] = []
         if let asked = body.attachments, !asked.isEmpty {
-            guard asked.count <= ChatLimits().attachmentsMax else { throw APIError.invalid("attachments: at most \(ChatLimits().attachmentsMax)") }
+            // A send the owner would refuse records nothing.
+            try SendMessage.validate(clientMessageId: body.clientMessageId, text: body.text, captions: asked.map(\.caption), limits: ChatLimits())
             attachments = try await UserActor.resolve(caller.id, using: system).attach(asked, to: id)
         }
         let result = try await sendRetrying(

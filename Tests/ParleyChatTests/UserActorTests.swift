@@ -172,3 +172,35 @@ import Testing
         #expect(bens.conversations.allSatisfy { $0.unreadCount == 0 }, "a sender has read what it sent")
     }
 }
+
+/// An attachment is recorded for a conversation only once its sender is found to be a member:
+/// a reference from elsewhere would keep the upload from the sweeper for good and cost every
+/// later download a read.
+@Suite struct AttachTests {
+    @Test func attachingToAConversationOneIsNotInRecordsNothing() async throws {
+        let ann = UserID.make(), ben = UserID.make(), cat = UserID.make()
+        let store = InMemoryChatStore()
+        // Push settings with no provider: users' actors run too.
+        let cluster = try await startChatCluster(users: [ann, ben, cat], workers: ["node-a"], gateways: ["node-g"], store: store, pushes: PushSettings(providers: [:]))
+        defer { Task { await cluster.stopAll() } }
+        let system = cluster["node-g"]
+        let photo = Media(id: .make(), contentType: "image/png", size: 10, sha256: String(repeating: "a", count: 64), createdAt: Date().millisecondPrecision)
+        _ = try await UserActor.resolve(ann, using: system).recordUpload(photo)
+        let theirs = ConversationID.make(), ours = ConversationID.make()
+        _ = try await ConversationActor.resolve(theirs, using: system).create(CreateConversation(creatorId: ben, memberIds: [cat], name: "b and c"))
+        _ = try await ConversationActor.resolve(ours, using: system).create(CreateConversation(creatorId: ann, memberIds: [ben], name: "a and b"))
+
+        for conversation in [theirs, ConversationID.make()] {
+            do {
+                _ = try await UserActor.resolve(ann, using: system).attach([API.NewAttachment(mediaId: photo.id)], to: conversation)
+                Issue.record("an attachment was recorded for a conversation ann is not in")
+            } catch let error as ClusterCallError {
+                #expect(error.code.rawValue == "not_found", "\(error)")
+            }
+        }
+        #expect(try await store.conversationsReferencing(photo.id) == [], "no row for a conversation ann is not in")
+        let attached = try await UserActor.resolve(ann, using: system).attach([API.NewAttachment(mediaId: photo.id)], to: ours)
+        #expect(attached.map(\.media.id) == [photo.id])
+        #expect(try await store.conversationsReferencing(photo.id) == [ours])
+    }
+}
