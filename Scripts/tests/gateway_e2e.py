@@ -903,7 +903,7 @@ def main():
 
     # Connections that hold a gateway: a gateway with short timeouts and small limits.
     start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",
-          PARLEY_CLIENT_REQUEST_TIMEOUT="1", PARLEY_WRITE_RATE="1", PARLEY_SEND_RATE="100000")
+          PARLEY_CLIENT_REQUEST_TIMEOUT="1", PARLEY_WRITE_RATE="1", PARLEY_SEND_RATE="100000", PARLEY_READ_RATE="2")
     if wait_until(30, lambda: ready("gateway-3")):
         port = CLIENT["gateway-3"]
         code, closed_after = h2_raw(port)
@@ -981,6 +981,12 @@ def main():
         limited = [(r, h) for st, r, h in typing if st == 429]
         check(limited and all(r["error"]["code"] == "rate_limited" and h.get("Retry-After") for r, h in limited) and typing[0][0] == 204,
               "typing faster than the per-user write rate gets 429 rate_limited with Retry-After", f"{[st for st, _, _ in typing]}")
+        # Reads are limited per user too (--read-rate 2: a burst of 10): asking about random
+        # conversations is a read like any other.
+        reads = [Client("gateway-3", carol["token"]).call("GET", f"/v1/conversations/c_{uuid.uuid4().hex}") for _ in range(14)]
+        limited = [(r, h) for st, r, h in reads if st == 429]
+        check(limited and all(r["error"]["code"] == "rate_limited" and h.get("Retry-After") for r, h in limited) and reads[0][0] == 404,
+              "reading faster than the per-user read rate gets 429 rate_limited with Retry-After", f"{[st for st, _, _ in reads]}")
         # An event stream whose client holds its HTTP/2 window at 0 is ended once what the gateway
         # holds for it passes the bound (2 MiB), not buffered without end.
         block = hpack_literal([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/v1/events"),

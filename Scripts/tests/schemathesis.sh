@@ -21,7 +21,7 @@ read -r CB OB GB <<<"$(free_ports 3)"
 export PARLEY_BIN="$(cd "$(dirname "$NODE")" && pwd)" PARLEY_STATE="$WORK/cluster"
 export PARLEY_CLUSTER_BASE="$CB" PARLEY_OPS_BASE="$OB" PARLEY_CLIENT_BASE="$GB"
 # Generated requests come fast and from one address: the limits would answer most of them 429.
-export PARLEY_SEND_RATE=100000 PARLEY_WRITE_RATE=100000 PARLEY_LOGIN_RATE=100000 PARLEY_REGISTRATION_RATE=100000 PARLEY_BCRYPT_COST=4
+export PARLEY_SEND_RATE=100000 PARLEY_WRITE_RATE=100000 PARLEY_READ_RATE=100000 PARLEY_LOGIN_RATE=100000 PARLEY_REGISTRATION_RATE=100000 PARLEY_BCRYPT_COST=4
 stop_recorded() { for f in "$WORK"/cluster/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; true; }
 trap 'stop_recorded; cleanup' EXIT
 "$ROOT/Scripts/cluster" up --workers 1 --gateways 1 >"$WORK/up.log" 2>&1 || { fail "the cluster did not start: $(tail -n 5 "$WORK/up.log")"; summary; exit 1; }

@@ -54,6 +54,8 @@ public distributed actor ConversationActor {
 
     /// Nil until the conversation exists in the store (an ID activated before ``create(_:)``).
     private var loaded: ConversationState?
+    /// Creations under way: an empty actor is not let go while one is.
+    private var creating = 0
     private var epoch: Int64
     private let services: ChatServices
     private let directory: GatewayDirectory
@@ -107,6 +109,9 @@ public distributed actor ConversationActor {
     ) async throws -> ConversationActor {
         let conversation = ConversationID(rawValue: id.key)
         do {
+            // An ID that names nothing is read, never written: taking ownership is a write (on
+            // SQLite, the one write transaction of every process).
+            guard try await services.store.conversation(conversation) != nil else { throw ChatStoreError(.notFound, "no conversation \(conversation)") }
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
             let cursors = services.webhooks == nil ? [] : try await services.store.webhookCursors(in: conversation)
             return ConversationActor(
@@ -215,10 +220,14 @@ public distributed actor ConversationActor {
         return record.members.map(\.userId).filter { $0 != sender && !record.isMuted(by: $0) }
     }
 
-    /// The conversation, or `not_found` while it does not exist.
+    /// The conversation, or `not_found` while it does not exist — and then the actor goes at
+    /// once unless the conversation is being created: asking about random IDs holds no memory.
     private var state: ConversationState {
         get throws(ChatError) {
-            guard let loaded else { throw ChatError(.notFound, "conversation not found") }
+            guard let loaded else {
+                if creating == 0 { actorSystem.passivate(self) }
+                throw ChatError(.notFound, "conversation not found")
+            }
             return loaded
         }
     }
@@ -242,6 +251,8 @@ public distributed actor ConversationActor {
             return CreateResult(conversation: loaded.record, created: false)
         }
         let record = try request.record(id: ConversationID(rawValue: id.key), limits: services.limits, now: actorSystem.clock.wallNow)
+        creating += 1
+        defer { creating -= 1 }
         try await requireUsersExist(record.members.map(\.userId))
         var created = true
         do {

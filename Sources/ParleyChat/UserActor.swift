@@ -15,6 +15,8 @@ public distributed actor UserActor {
 
     /// Nil until the user exists (an ID activated before ``create(_:)``).
     private var profile: User?
+    /// Registrations under way: an empty actor is not let go while one is.
+    private var creating = 0
     let services: ChatServices
     /// Token IDs checked against the store: revoked or not. A revocation goes through this actor,
     /// so the cache is never stale; a new owner after a ring change starts empty.
@@ -53,6 +55,8 @@ public distributed actor UserActor {
     public distributed func create(_ request: NewUser) async throws -> User {
         guard profile == nil else { throw ChatError(.conflict, "user exists") }
         try request.validate()
+        creating += 1
+        defer { creating -= 1 }
         let user = User(
             id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: actorSystem.clock.wallNow.millisecondPrecision,
             bot: request.bot)
@@ -68,13 +72,23 @@ public distributed actor UserActor {
     }
 
     public distributed func user() throws -> User {
-        guard let profile else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
+    }
+
+    /// This user, or `not_found` — and an actor for an ID that names no user (and is not being
+    /// registered) goes at once: asking about random IDs holds no memory.
+    @discardableResult
+    private func requireProfile() throws(ChatError) -> User {
+        guard let profile else {
+            if creating == 0 { actorSystem.passivate(self) }
+            throw ChatError(.notFound, "user not found")
+        }
         return profile
     }
 
     /// `PATCH /v1/users/me`: changes what is given.
     public distributed func updateProfile(displayName: String?, avatarURL: String?) async throws -> User {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         if let displayName {
             guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
             try StoredText.require(displayName, field: "displayName")
@@ -100,7 +114,7 @@ public distributed actor UserActor {
     /// One page of this user's conversations, newest activity first, each with the user's unread
     /// count and its last message; `next` continues the list.
     public distributed func conversations(after cursor: ConversationPageCursor?, limit: Int) async throws -> ConversationPage {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         guard (1...100).contains(limit) else { throw ChatError(.invalidRequest, "limit must be 1–100") }
         let me = UserID(rawValue: id.key)
         do {
@@ -166,7 +180,7 @@ extension UserActor {
     /// `POST /v1/devices`: registers (or registers again) a device for pushes, as the login
     /// `tokenId`'s; whether it is new.
     public distributed func registerDevice(_ request: NewDevice, tokenId: String) async throws -> RegisteredDevice {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         try request.validate()
         if request.platform == .apns, let topic = request.topic, let allowed = services.pushes?.apnsTopics, !allowed.contains(topic) {
             throw ChatError(.invalidRequest, "topic: \(topic) is not an app of this server (\(allowed.sorted().joined(separator: ", ")))")
@@ -188,14 +202,14 @@ extension UserActor {
 
     /// `GET /v1/devices`: this user's devices, oldest first.
     public distributed func devices() async throws -> [Device] {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         let me = UserID(rawValue: id.key)
         return try await services.withStore { try await $0.devices(of: me) }.map(\.device)
     }
 
     /// `DELETE /v1/devices/{id}`: throws `not_found` if this user has no such device.
     public distributed func removeDevice(_ device: DeviceID) async throws {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         let me = UserID(rawValue: id.key)
         guard try await services.withStore({ try await $0.removeDevice(device, of: me) }) else {
             throw ChatError(.notFound, "no device \(device)")
@@ -204,7 +218,7 @@ extension UserActor {
 
     /// `POST /v1/media`, once the gateway has kept the bytes: records the upload as this user's.
     public distributed func recordUpload(_ media: Media) async throws -> Media {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         let me = UserID(rawValue: id.key)
         try await services.withStore { try await $0.recordMedia(StoredMedia(media: media, uploaderId: me)) }
         return media
@@ -213,7 +227,7 @@ extension UserActor {
     /// The bytes of every upload this user made, together (`POST /v1/media` checks them against
     /// the quota before it takes more).
     public distributed func mediaBytes() async throws -> Int64 {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         let me = UserID(rawValue: id.key)
         return try await services.withStore { try await $0.mediaBytes(of: me) }
     }
@@ -223,7 +237,7 @@ extension UserActor {
     /// from a group no longer sees its files). Anything else is `not_found`, so that whether it
     /// exists does not leak.
     public distributed func downloadable(_ media: MediaID) async throws -> Media {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         let me = UserID(rawValue: id.key)
         guard let stored = try await services.withStore({ try await $0.media(media) }) else { throw ChatError(.notFound, "media not found") }
         if stored.uploaderId == me { return stored.media }
@@ -241,7 +255,7 @@ extension UserActor {
     /// only then, the conversation's members may download it. Answers them as the message will
     /// carry them.
     public distributed func attach(_ attachments: [API.NewAttachment], to conversation: ConversationID) async throws -> [Attachment] {
-        guard profile != nil else { throw ChatError(.notFound, "user not found") }
+        try requireProfile()
         let me = UserID(rawValue: id.key)
         // Checked before anything is recorded: a reference from a conversation the sender is not
         // in would keep the upload from the sweeper, and cost every later download a read.

@@ -169,6 +169,19 @@ extension ClusterSystem {
     }
 
     /// Deactivates virtual actors not called for `passivateAfter`.
+    /// Lets the virtual actor `actor` go now rather than after ``ClusterSettings/passivateAfter``:
+    /// one that holds nothing (an ID that names nothing) should cost nothing to be asked about.
+    /// Only that very instance goes; a newer activation under the same ID stays.
+    public func passivate(_ actor: some DistributedActor) {
+        guard let id = actor.id as? ClusterActorID else { return }
+        let released = state.withLock { state -> LocalActor? in
+            guard case .virtual(let held) = state.local[id], ObjectIdentifier(held) == ObjectIdentifier(actor) else { return nil }
+            state.lastUsed[id] = nil
+            return state.local.removeValue(forKey: id)
+        }
+        _ = consume released  // released outside the lock
+    }
+
     func passivateIdleActors() {
         let now = clock.now
         let idle = state.withLock { state -> [LocalActor] in

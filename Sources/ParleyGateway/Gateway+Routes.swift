@@ -287,7 +287,17 @@ extension Gateway {
         guard AdminToken.matches(request.headers[.authorization], token) else { throw APIError.unauthorized("the admin token is required") }
     }
 
+    /// The caller a bearer token names; a read (`GET`, `HEAD`) is counted against the caller's
+    /// read limit (`GatewayConfiguration.readRate`), else `429` with `Retry-After`.
     func authenticate(_ request: Request, fresh: Bool = false) async throws -> Caller {
+        let caller = try await authenticated(request, fresh: fresh)
+        if request.method == .get || request.method == .head, let wait = readLimiter.acquire(caller.id.rawValue) {
+            throw APIError(.tooManyRequests, "rate_limited", "too many reads; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
+        }
+        return caller
+    }
+
+    private func authenticated(_ request: Request, fresh: Bool) async throws -> Caller {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError.unauthorized("Authorization: Bearer <token> is required")
         }

@@ -39,6 +39,9 @@ public struct GatewayConfiguration: Sendable {
     /// Other writes per user: creating conversations, renames, members, receipts, typing,
     /// presence, profile, logout.
     public var writeRate = RateLimiter.Rule(perSecond: 20, burst: 100)
+    /// Reads per user (every authenticated `GET` and `HEAD`: conversations, history, users,
+    /// media, streams opened): a chat list's first screen fits in the burst.
+    public var readRate = RateLimiter.Rule(perSecond: 50, burst: 250)
     /// Login attempts per handle and per client address.
     public var loginRatePerHandle = RateLimiter.Rule(perSecond: 0.2, burst: 5)
     public var loginRatePerAddress = RateLimiter.Rule(perSecond: 2, burst: 30)
@@ -99,6 +102,7 @@ public final class Gateway: Sendable {
     let hub: StreamHub
     let sendLimiter: RateLimiter
     let writeLimiter: RateLimiter
+    let readLimiter: RateLimiter
     let loginByHandle: RateLimiter
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
@@ -124,6 +128,7 @@ public final class Gateway: Sendable {
         system.onRejoin { member in hub.endAll(because: "this gateway was declared down and rejoined as \(member.id)") }
         self.sendLimiter = RateLimiter(configuration.sendRate)
         self.writeLimiter = RateLimiter(configuration.writeRate)
+        self.readLimiter = RateLimiter(configuration.readRate)
         self.loginByHandle = RateLimiter(configuration.loginRatePerHandle)
         self.loginByAddress = RateLimiter(configuration.loginRatePerAddress)
         self.registrationByAddress = RateLimiter(configuration.registrationRatePerAddress)

@@ -179,6 +179,8 @@ struct NodeConfiguration {
             gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
             let writeRate = try number(run.writeRate, "PARLEY_WRITE_RATE", default: 20, range: 0.1...1_000_000)
             gateway.writeRate = .init(perSecond: writeRate, burst: max(1, writeRate * 5))
+            let readRate = try number(run.readRate, "PARLEY_READ_RATE", default: 50, range: 0.1...1_000_000)
+            gateway.readRate = .init(perSecond: readRate, burst: max(1, readRate * 5))
             let loginRate = try number(run.loginRate, "PARLEY_LOGIN_RATE", default: 2, range: 0.1...1_000_000)
             gateway.loginRatePerAddress = .init(perSecond: loginRate, burst: max(1, loginRate * 15))
             let registrationRate = try number(run.registrationRate, "PARLEY_REGISTRATION_RATE", default: 0.5, range: 0.01...1_000_000)

@@ -175,6 +175,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: other changes a user may make per second — new conversations, renames, members, receipts, typing, presence, profile, logout (bursts of 5× are allowed). (env PARLEY_WRITE_RATE; default 20)")
     var writeRate: Double?
 
+    @Option(help: "Gateway: reads a user may make per second — every authenticated GET: conversations, history, users, media, thumbnails, event streams opened (bursts of 5× are allowed). (env PARLEY_READ_RATE; default 50)")
+    var readRate: Double?
+
     @Option(help: "Gateway: logins one client address may make per second (bursts of 15× are allowed); each handle also has its own limit of one per 5 s. (env PARLEY_LOGIN_RATE; default 2)")
     var loginRate: Double?
 

@@ -204,3 +204,27 @@ import Testing
         #expect(try await store.conversationsReferencing(photo.id) == [ours])
     }
 }
+
+/// An ID that names nothing costs no actor: asking about random conversations and users leaves
+/// the worker holding what it held, while a conversation created under a fresh ID is found.
+@Suite struct UnknownIDTests {
+    @Test func unknownIDsHoldNoActors() async throws {
+        let ann = UserID.make(), ben = UserID.make()
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g"], pushes: PushSettings(providers: [:]))
+        defer { Task { await cluster.stopAll() } }
+        let system = cluster["node-g"], worker = cluster["node-a"]
+        let before = worker.activeActorIDs.count
+        for _ in 0..<200 {
+            await #expect(throws: ClusterCallError.self) { try await ConversationActor.resolve(ConversationID.make(), using: system).snapshot(for: ann) }
+            await #expect(throws: ClusterCallError.self) { try await UserActor.resolve(UserID.make(), using: system).user() }
+        }
+        #expect(worker.activeActorIDs.count == before, "\(worker.activeActorIDs.count - before) actors left by 400 unknown IDs")
+
+        // A fresh ID asked about while it is being created: the creation holds.
+        let fresh = ConversationID.make()
+        async let created = ConversationActor.resolve(fresh, using: system).create(CreateConversation(creatorId: ann, memberIds: [ben], name: "new"))
+        _ = try? await ConversationActor.resolve(fresh, using: system).snapshot(for: ann)
+        #expect(try await created.created)
+        #expect(try await ConversationActor.resolve(fresh, using: system).snapshot(for: ben).id == fresh)
+    }
+}
