@@ -27,6 +27,9 @@ static struct {
     int (*jpegsave_buffer)(VipsImage *in, void **buf, size_t *len, ...);
     int (*thumbnail_buffer)(void *buf, size_t len, VipsImage **out, int width, ...);
     VipsImage *(*image_new_from_memory)(const void *data, size_t size, int width, int height, int bands, int format);
+    VipsImage *(*image_new_from_buffer)(const void *buf, size_t len, const char *option_string, ...);
+    int (*image_get_width)(const VipsImage *image);
+    int (*image_get_height)(const VipsImage *image);
 } vips;
 
 static int started = 0;
@@ -61,6 +64,9 @@ int parley_vips_start(void) {
     FIND(jpegsave_buffer, "vips_jpegsave_buffer")
     FIND(thumbnail_buffer, "vips_thumbnail_buffer")
     FIND(image_new_from_memory, "vips_image_new_from_memory")
+    FIND(image_new_from_buffer, "vips_image_new_from_buffer")
+    FIND(image_get_width, "vips_image_get_width")
+    FIND(image_get_height, "vips_image_get_height")
 #undef FIND
     if (vips.init("parley") != 0) {
         snprintf(load_error, sizeof load_error, "libvips did not start: %s", vips.error_buffer());
@@ -107,8 +113,14 @@ static int save_jpeg(VipsImage *image, int quality, void **out, size_t *out_leng
     return failed ? -1 : 0;
 }
 
-int parley_vips_thumbnail_jpeg(const void *bytes, size_t length, int size, int quality, void **out, size_t *out_length) {
+int parley_vips_thumbnail_jpeg(const void *bytes, size_t length, int size, int quality, long long pixels_max, void **out, size_t *out_length) {
     if (!started) return -1;
+    // The header only (libvips opens lazily): its size, before anything is decoded.
+    VipsImage *header = vips.image_new_from_buffer(bytes, length, "", NULL);
+    if (header == NULL) return -1;
+    long long pixels = (long long)vips.image_get_width(header) * (long long)vips.image_get_height(header);
+    vips.g_object_unref(header);
+    if (pixels <= 0 || pixels > pixels_max) return -2;
     VipsImage *thumbnail = NULL;
     if (vips.thumbnail_buffer((void *)bytes, length, &thumbnail, size, "height", size, "size", VIPS_SIZE_DOWN, NULL)) return -1;
     return save_jpeg(thumbnail, quality, out, out_length);

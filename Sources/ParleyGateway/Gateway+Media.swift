@@ -251,6 +251,8 @@ extension Gateway {
         } catch let error as BlobStoreError {
             logger.error("a thumbnail could not be made", metadata: ["media.id": "\(media.id)", "error": "\(error)"])
             throw APIError.unavailable("the thumbnail could not be made; retry")
+        } catch is ThumbnailMaker.Busy {
+            throw APIError.unavailable("thumbnails are being made for others; retry shortly")
         } catch let error as ThumbnailMaker.Unavailable {
             logger.error("thumbnails cannot be made on this machine", metadata: ["error": "\(error)"])
             throw APIError.unavailable("thumbnails are not available on this server")

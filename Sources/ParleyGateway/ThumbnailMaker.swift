@@ -7,12 +7,15 @@ import ParleyModel
 /// Makes each image's thumbnails once, as they are first asked for, and keeps them beside the
 /// image in the blob store. Requests for one that is being made wait for it; at most
 /// ``concurrency`` are made at once (each decodes an image of up to the upload limit), on a
-/// thread pool, never on an event loop. An image libvips cannot decode — or one of more than
-/// ``Thumbnails/pixelsMax`` pixels by its header — is kept as an empty thumbnail, so it is not
-/// tried again. On a machine without libvips nothing is kept, and asking throws ``Unavailable``.
+/// thread pool, never on an event loop, and at most ``queueMax`` wait for their turn (one more is
+/// ``Busy``: `503` with `Retry-After`). An image libvips cannot decode — or one of more than
+/// ``Thumbnails/pixelsMax`` pixels by its header, read before it is decoded — is kept as an
+/// empty thumbnail, so it is not tried again. On a machine without libvips nothing is kept, and
+/// asking throws ``Unavailable``.
 actor ThumbnailMaker {
     private let pool: NIOThreadPool
     let concurrency: Int
+    let queueMax: Int
     private var making: [String: Task<ByteBuffer, any Error>] = [:]
     private var running = 0
     private var waiting: [CheckedContinuation<Void, Never>] = []
@@ -22,9 +25,13 @@ actor ThumbnailMaker {
         var description: String
     }
 
-    init(pool: NIOThreadPool = .singleton, concurrency: Int = 1) {
+    /// Thumbnails are being made and ``queueMax`` wait: try again shortly.
+    struct Busy: Error {}
+
+    init(pool: NIOThreadPool = .singleton, concurrency: Int = 1, queueMax: Int = 32) {
         self.pool = pool
         self.concurrency = max(1, concurrency)
+        self.queueMax = max(0, queueMax)
     }
 
     /// `media`'s thumbnail `size` pixels on its longer side: empty when it has none.
@@ -42,7 +49,7 @@ actor ThumbnailMaker {
     private func make(_ media: Media, size: Int, blobs: any BlobStore) async throws -> ByteBuffer {
         // Another gateway may have made it meanwhile.
         if let kept = try await blobs.thumbnail(of: media.sha256, size: size) { return kept }
-        await acquire()
+        try await acquire()
         defer { release() }
         do {
             // Loading libvips takes a moment the first time: on the pool, like the work.
@@ -51,6 +58,8 @@ actor ThumbnailMaker {
             throw Unavailable(description: "\(error)")
         }
         var made = ByteBuffer()
+        // The size the upload's header gave, when it gave one, spares reading a bomb at all;
+        // libvips checks the header itself before it decodes anything.
         let pixels = (media.width ?? 0).multipliedReportingOverflow(by: media.height ?? 0)
         if Thumbnails.imageTypes.contains(media.contentType), !pixels.overflow, pixels.partialValue <= Thumbnails.pixelsMax {
             var image: [UInt8] = []
@@ -66,11 +75,15 @@ actor ThumbnailMaker {
         return made
     }
 
-    private func acquire() async {
+    /// How many wait for their turn.
+    var waitingCount: Int { waiting.count }
+
+    private func acquire() async throws(Busy) {
         if running < concurrency {
             running += 1
             return
         }
+        guard waiting.count < queueMax else { throw Busy() }
         await withCheckedContinuation { waiting.append($0) }
     }
 

@@ -14,8 +14,8 @@ public enum Thumbnails {
     public static let imageTypes: Set<String> = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic"]
 
     /// The most pixels an image may have to be made a thumbnail of (a decompression bomb — a
-    /// small file of a huge image — is refused before libvips sees it). A 48-megapixel phone
-    /// photo passes.
+    /// small file of a huge image — is refused by the size its header gives, read before
+    /// anything is decoded, whatever the format). A 48-megapixel phone photo passes.
     public static let pixelsMax = 100_000_000
 
     /// JPEG quality of thumbnails.
@@ -48,9 +48,12 @@ public enum Thumbnails {
         guard (1...10_000).contains(size) else { throw Failure(description: "a thumbnail size of \(size)") }
         var out: UnsafeMutableRawPointer?
         var length = 0
-        guard parley_vips_thumbnail_jpeg(base, bytes.count, Int32(size), quality, &out, &length) == 0, let out else {
-            throw Failure(description: "the image does not decode: \(lastError())")
+        switch parley_vips_thumbnail_jpeg(base, bytes.count, Int32(size), quality, Int64(pixelsMax), &out, &length) {
+        case 0: break
+        case -2: throw Failure(description: "the image has more than \(pixelsMax) pixels by its header")
+        default: throw Failure(description: "the image does not decode: \(lastError())")
         }
+        guard let out else { throw Failure(description: "the image does not decode: \(lastError())") }
         defer { parley_vips_free(out) }
         return Array(UnsafeRawBufferPointer(start: out, count: length))
     }

@@ -52,6 +52,24 @@ import Testing
         #expect(made.width == 2 && made.height == 1)
     }
 
+    /// A small file whose header claims 60,000 × 60,000 pixels is refused by that header before
+    /// libvips decodes anything — whatever the upload's own header sniff found (nothing, for a
+    /// frame header past its first 128 KiB or a HEIC).
+    @Test func aHugeImageIsRefusedByItsHeaderBeforeItIsDecoded() throws {
+        var jpeg = try Thumbnails.jpeg(rgb: Self.pixels(width: 8, height: 8), width: 8, height: 8)
+        guard let sof = (2..<(jpeg.count - 9)).first(where: { jpeg[$0] == 0xFF && (jpeg[$0 + 1] == 0xC0 || jpeg[$0 + 1] == 0xC2) }) else {
+            Issue.record("no frame header in the JPEG")
+            return
+        }
+        jpeg.replaceSubrange((sof + 5)..<(sof + 9), with: [0xEA, 0x60, 0xEA, 0x60])  // 60,000 × 60,000
+        do {
+            _ = try jpeg.withUnsafeBytes { try Thumbnails.jpeg(of: $0, size: 160) }
+            Issue.record("a 3.6-gigapixel image was made a thumbnail of")
+        } catch {
+            #expect("\(error)".contains("more than \(Thumbnails.pixelsMax) pixels"), "\(error)")
+        }
+    }
+
     @Test func bytesThatDoNotDecodeAreRefusedNeverTrap() throws {
         var truncated = try Thumbnails.jpeg(rgb: Self.pixels(width: 64, height: 64), width: 64, height: 64)
         truncated.removeLast(truncated.count - 20)

@@ -26,8 +26,9 @@ void parley_vips_free(void *bytes);
 // A JPEG thumbnail of the image in `bytes`: at most `size` pixels on its longer side (never
 // larger than the image), turned upright as its EXIF orientation says, in sRGB, without metadata,
 // transparency put on white. 0 on success, with the JPEG in *out (free it with parley_vips_free);
-// -1 when the bytes do not decode.
-int parley_vips_thumbnail_jpeg(const void *bytes, size_t length, int size, int quality, void **out, size_t *out_length);
+// -1 when the bytes do not decode; -2, before anything is decoded, when the image's header says
+// it has more than `pixels_max` pixels (a decompression bomb).
+int parley_vips_thumbnail_jpeg(const void *bytes, size_t length, int size, int quality, long long pixels_max, void **out, size_t *out_length);
 
 // A JPEG of `width` × `height` pixels of 8-bit RGB, row by row in `pixels`.
 int parley_vips_jpeg_from_rgb(const unsigned char *pixels, int width, int height, int quality, void **out, size_t *out_length);
