@@ -454,6 +454,29 @@ def main():
     status, _ = upload("gateway-2", third_path, "image/png", stranger)
     check(status == 201, "another user's quota is their own", status)
 
+    print("under way")
+    # Uploads under way count against the quota too: as many slow uploads as fit, then one more
+    # while they are still coming is 413 — they could not pass the quota together.
+    fitting = (QUOTA - len(third)) // len(big)
+    slow = [subprocess.Popen(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {stranger}", "-H", "Content-Type: image/png",
+                              "--limit-rate", "1M", "--data-binary", f"@{big_path}", "-o", "/dev/null", "-w", "%{http_code}",
+                              f"https://localhost:{nodes.client['gateway-2']}/v1/media"], stdout=subprocess.PIPE, text=True) for _ in range(fitting)]
+    wait_until(10, lambda: len(leftovers()) >= fitting)
+    status, reply = upload("gateway-2", big_path, "image/png", stranger)
+    codes = [process.communicate(timeout=120)[0] for process in slow]
+    check(status == 413 and reply["error"]["code"] == "quota_exceeded" and codes == ["201"] * fitting,
+          f"{fitting} uploads under way fill the quota: one more is 413 quota_exceeded, and they are kept", f"{status} {reply} {codes}")
+    # A body trickled a little now and then is dropped once it averages under the minimum rate
+    # (16 KiB/s after 10 s), not held for ever; nothing of it is kept.
+    aside = leftovers()  # a gateway SIGKILLed above left its upload's file for a later start to remove
+    started = time.time()
+    trickle = subprocess.run(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {carol['token']}", "-H", "Content-Type: image/png",
+                              "--limit-rate", "2K", "--data-binary", f"@{big_path}", "-o", os.path.join(WORK, "trickle.json"), "-w", "%{http_code}",
+                              "--max-time", "60", f"https://localhost:{nodes.client['gateway-2']}/v1/media"], capture_output=True, text=True)
+    took = time.time() - started
+    check(trickle.stdout == "408" and 10 <= took <= 30 and wait_until(5, lambda: leftovers() == aside),
+          "an upload trickled at 2 KB/s is 408 once it averages under 16 KiB/s after 10 s, and leaves nothing", f"{trickle.stdout} after {took:.1f} s")
+
     print("the sweeper")
     check(thumbnails_of(broken_digest) == [160], "an image that did not decode is kept as having no thumbnail", thumbnails_of(broken_digest))
     # gateway-2 again, keeping uploads no message has attached for 2 s instead of a day.

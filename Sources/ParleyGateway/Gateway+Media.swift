@@ -22,9 +22,14 @@ public struct MediaSettings: Sendable {
     /// Where an upload whose location is removed waits on local disk until it is looked at
     /// (``UploadSpool``: unlinked at once, so nothing is left behind).
     public var spoolDirectory = FileManager.default.temporaryDirectory.path
-    /// The bytes of all of one user's uploads together; past it an upload is `413
-    /// quota_exceeded`. Nil: no quota.
+    /// The bytes of all of one user's uploads together, those under way on this gateway
+    /// included; past it an upload is `413 quota_exceeded`. Nil: no quota.
     public var quotaBytes: Int64? = 1 << 30
+    /// The slowest an upload may come, on average, once ``uploadGrace`` has passed: a body
+    /// trickled a byte now and then (never idle long enough for the request timeout) would
+    /// otherwise hold its connection, its spool file and its share of the quota for ever.
+    public var uploadBytesPerSecondMin: Int64 = 16 * 1024
+    public var uploadGrace: Duration = .seconds(10)
 
     public init(blobs: any BlobStore) {
         self.blobs = blobs
@@ -73,13 +78,15 @@ extension Gateway {
             throw APIError(.contentTooLarge, "payload_too_large", "an upload is at most \(settings.maxBytes) bytes; this one is \(length)")
         }
         if let quota = settings.quotaBytes {
-            // Checked as the upload starts: uploads under way at once may pass it together, by
-            // as many as the upload rate lets start.
+            // What is kept, and what is under way on this gateway (each whole, by its
+            // Content-Length): uploads started together cannot pass the quota together.
             let used = try await UserActor.resolve(caller.id, using: system).mediaBytes()
-            guard used + length <= quota else {
-                throw APIError(.contentTooLarge, "quota_exceeded", "your uploads hold \(used) of your \(quota) bytes; this one (\(length)) does not fit")
+            guard uploadsUnderWay.reserve(length, for: caller.id, within: quota - used) else {
+                throw APIError(.contentTooLarge, "quota_exceeded",
+                               "your uploads hold \(used) of your \(quota) bytes, and more are under way; this one (\(length)) does not fit")
             }
         }
+        defer { if settings.quotaBytes != nil { uploadsUnderWay.release(length, for: caller.id) } }
         let upload = try await settings.blobs.beginUpload()
         // A type that can carry a location is held whole before it is kept: its metadata may lie
         // anywhere in it (a video's `moov` after its media, a HEIF's Exif item where `iloc` says).
@@ -92,12 +99,18 @@ extension Gateway {
             head.reserveCapacity(headLength)
             var dimensions: (width: Int, height: Int)?
             var received: Int64 = 0
+            let started = ContinuousClock.now
             func keep(_ bytes: ByteBuffer) async throws {
                 if let spool { try await spool.write(bytes) } else { try await upload.write(bytes) }
             }
             for try await var piece in request.body {
                 received += Int64(piece.readableBytes)
                 guard received <= length else { throw APIError.invalid("the body is longer than its Content-Length, \(length)") }
+                let late = ContinuousClock.now - started - settings.uploadGrace
+                if late > .zero, Double(received) < late.seconds * Double(settings.uploadBytesPerSecondMin) {
+                    throw APIError(.requestTimeout, "request_timeout",
+                                   "the upload came slower than \(settings.uploadBytesPerSecondMin) bytes a second on average; it was dropped")
+                }
                 if head.count < headLength {
                     // The first bytes wait until there are enough to tell what they are.
                     let taken = min(headLength - head.count, piece.readableBytes)

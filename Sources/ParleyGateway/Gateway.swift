@@ -107,6 +107,8 @@ public final class Gateway: Sendable {
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
     let uploadLimiter: RateLimiter
+    /// The bytes of each user's uploads under way on this gateway (``MediaSettings/quotaBytes``).
+    let uploadsUnderWay = UploadsUnderWay()
     let thumbnails = ThumbnailMaker()
     let passwords: PasswordHashing
     let logger: Logger
