@@ -902,7 +902,7 @@ def main():
         check(False, "a throwaway user for the method matrix registers", f"{status} {thrown}")
 
     # Connections that hold a gateway: a gateway with short timeouts and small limits.
-    start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",
+    start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_CONNECTIONS_PER_ADDRESS="5", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",
           PARLEY_CLIENT_REQUEST_TIMEOUT="1", PARLEY_WRITE_RATE="1", PARLEY_SEND_RATE="100000", PARLEY_READ_RATE="2")
     if wait_until(30, lambda: ready("gateway-3")):
         port = CLIENT["gateway-3"]
@@ -910,20 +910,31 @@ def main():
         check(code == 0 and closed_after is not None and 1.5 <= closed_after <= 6,
               "an h2 connection with no stream is sent GOAWAY NO_ERROR and closed after the idle timeout (--client-idle-timeout 2)",
               f"GOAWAY {code}, closed after {closed_after}")
-        # Six TCP connections that never start TLS fill the gateway (--client-connections-max 6):
-        # a seventh is closed at once; once one of the six goes, a new one is served.
-        holders = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(6)]
+        # Each address has a share (--client-connections-per-address 5): five TCP connections from
+        # 127.0.0.2 that never start TLS take it, and a sixth from there is closed at once; one
+        # from 127.0.0.3 takes the last slot (--client-connections-max 6), and a seventh, from
+        # any address, is closed at once; once one of them goes, a new one is served.
+        def served_from(source):
+            try:
+                conn = http.client.HTTPSConnection("127.0.0.1", port, context=CONTEXT, timeout=5, source_address=(source, 0))
+                conn.request("GET", "/healthz")
+                status = conn.getresponse().status
+                conn.close()
+                return f"served {status}"
+            except Exception as error:
+                return f"refused ({type(error).__name__})"
+        holders = [socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0)) for _ in range(5)]
         time.sleep(0.3)
-        try:
-            Client("gateway-3").call("GET", "/healthz")
-            seventh = "served"
-        except Exception as error:
-            seventh = f"refused ({type(error).__name__})"
-        holders.pop().close()
+        sixth_same = served_from("127.0.0.2")
+        holders.append(socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.3", 0)))
+        time.sleep(0.3)
+        seventh = served_from("127.0.0.1")
+        holders.pop(0).close()
         # The gateway sees the close at its next read: on a busy machine, not at once.
-        after_one = wait_until(5, lambda: Client("gateway-3").call("GET", "/healthz")[0] == 200)
-        check(seventh.startswith("refused") and after_one,
-              "at --client-connections-max, a new connection is closed at once, and served once one has gone", f"seventh {seventh}, then {after_one}")
+        after_one = wait_until(5, lambda: served_from("127.0.0.1") == "served 200")
+        check(sixth_same.startswith("refused") and seventh.startswith("refused") and after_one,
+              "one address holds at most its share (--client-connections-per-address), and at --client-connections-max a new connection is closed at once; served once one has gone",
+              f"sixth from one address {sixth_same}, seventh {seventh}, then {after_one}")
         for h in holders:
             h.close()
         wait_until(5, lambda: Client("gateway-3").call("GET", "/healthz")[0] == 200)  # below the limit again

@@ -7,9 +7,15 @@ import Synchronization
 /// The client connections a gateway has open, against `--client-connections-max`: each costs
 /// memory (TLS state, buffers; one holding an idle event stream 62 KiB resident), so their number
 /// is what bounds a gateway's memory against clients that open connections and keep them.
+///
+/// Each client address has a share of them (`--client-connections-per-address`): one host, with
+/// no account, cannot hold every slot.
 final class ConnectionCount: Sendable {
     let max: Int
+    /// The most one client address may hold; nil: no share.
+    let perAddressMax: Int?
     private let count = Atomic(0)
+    private let byAddress = Mutex<[String: Int]>([:])
     /// Connections closed since ``MemoryTrim`` last gave memory back.
     private let closedSinceTrim = Atomic(0)
 
@@ -20,27 +26,53 @@ final class ConnectionCount: Sendable {
         var description: String { "the gateway is at its client connection limit" }
     }
 
-    init(max: Int) {
+    init(max: Int, perAddressMax: Int? = nil) {
         self.max = max
+        self.perAddressMax = perAddressMax
     }
 
-    /// Counts a new connection in; false (and not counted) at the limit.
-    func open() -> Bool {
+    /// Counts a new connection from `address` in; false (and not counted) at the limit, or at
+    /// the address's share.
+    func open(from address: String? = nil) -> Bool {
+        if let perAddressMax, let address {
+            let taken = byAddress.withLock { byAddress in
+                let held = byAddress[address, default: 0]
+                guard held < perAddressMax else { return false }
+                byAddress[address] = held + 1
+                return true
+            }
+            guard taken else { return false }
+        }
         var current = count.load(ordering: .relaxed)
         while current < max {
             let (exchanged, original) = count.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
             if exchanged { return true }
             current = original
         }
+        release(address)
         return false
     }
 
-    func closed() {
+    func closed(from address: String? = nil) {
+        release(address)
         count.subtract(1, ordering: .relaxed)
         closedSinceTrim.add(1, ordering: .relaxed)
     }
 
     var current: Int { count.load(ordering: .relaxed) }
+
+    /// The connections `address` holds.
+    func held(by address: String) -> Int {
+        byAddress.withLock { $0[address, default: 0] }
+    }
+
+    private func release(_ address: String?) {
+        guard perAddressMax != nil, let address else { return }
+        byAddress.withLock { byAddress in
+            let left = byAddress[address, default: 0] - 1
+            byAddress[address] = left > 0 ? left : nil
+        }
+    }
 
     /// The connections closed since the last call that returned a number, if there are at least
     /// `minimum` (and then counting starts over); nil otherwise, and they go on counting.

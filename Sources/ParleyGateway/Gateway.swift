@@ -27,6 +27,10 @@ public struct GatewayConfiguration: Sendable {
     public var clientIdleTimeout: Duration? = .seconds(300)
     /// Client connections open at once; past it a new one is closed at once.
     public var clientConnectionsMax = 10_000
+    /// The client connections one address may hold; nil: no share. A tenth of the default
+    /// maximum: one host without an account cannot hold every slot, while many users behind one
+    /// carrier's NAT still get in.
+    public var clientConnectionsPerAddressMax: Int? = 1_000
     /// A client connection must finish its TLS handshake this soon after it is accepted.
     public var handshakeTimeout: Duration = .seconds(10)
     /// A request must arrive whole (headers and body) this soon after its first byte (HTTP/1.1) or
@@ -123,7 +127,7 @@ public final class Gateway: Sendable {
     public init(system: ClusterSystem, configuration: GatewayConfiguration, logger: Logger) throws {
         self.system = system
         self.configuration = configuration
-        self.connections = ConnectionCount(max: configuration.clientConnectionsMax)
+        self.connections = ConnectionCount(max: configuration.clientConnectionsMax, perAddressMax: configuration.clientConnectionsPerAddressMax)
         self.tokens = try TokenAuthority(secret: configuration.tokenSecret)
         let hub = StreamHub(system: system, logger: logger)
         self.hub = hub

@@ -40,14 +40,17 @@ struct GatewayChildChannel: ServerChildChannel {
     let handshakeTimeout: TimeAmount
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        guard connections.open() else {
-            // Past the limit: closed before any TLS work is spent on it.
+        let address = channel.remoteAddress?.ipAddress
+        guard connections.open(from: address) else {
+            // Past the limit, or the address's share: closed before any TLS work is spent on it.
             ConnectionCount.refused.increment()
-            logger.debug("client connection refused: at the connection limit", metadata: ["connections.max": "\(connections.max)"])
+            logger.debug("client connection refused: at the connection limit or the address's share", metadata: [
+                "connections.max": "\(connections.max)", "connections.per_address_max": "\(connections.perAddressMax.map(String.init) ?? "none")",
+            ])
             return channel.close().flatMap { channel.eventLoop.makeFailedFuture(ConnectionCount.AtLimit()) }
         }
         channel.closeFuture.whenComplete { [connections] _ in
-            connections.closed()
+            connections.closed(from: address)
             logger.debug("client connection closed", metadata: ["connections.open": "\(connections.current)"])
         }
         return channel.eventLoop.makeCompletedFuture {

@@ -191,6 +191,9 @@ struct NodeConfiguration {
             let idle = try duration([(run.clientIdleTimeout, "--client-idle-timeout"), (environment["PARLEY_CLIENT_IDLE_TIMEOUT"], "PARLEY_CLIENT_IDLE_TIMEOUT")], in: .zero ... .seconds(86_400)) ?? .seconds(300)
             gateway.clientIdleTimeout = idle > .zero ? idle : nil
             gateway.clientConnectionsMax = Int(try number(run.clientConnectionsMax.map(Double.init), "PARLEY_CLIENT_CONNECTIONS_MAX", default: 10_000, range: 1...1_000_000))
+            let perAddress = Int(try number(
+                run.clientConnectionsPerAddress.map(Double.init), "PARLEY_CLIENT_CONNECTIONS_PER_ADDRESS", default: 1_000, range: 0...1_000_000))
+            gateway.clientConnectionsPerAddressMax = perAddress > 0 ? perAddress : nil
             gateway.handshakeTimeout = try duration(
                 [(run.clientHandshakeTimeout, "--client-handshake-timeout"), (environment["PARLEY_CLIENT_HANDSHAKE_TIMEOUT"], "PARLEY_CLIENT_HANDSHAKE_TIMEOUT")],
                 in: .milliseconds(100) ... .seconds(600)) ?? .seconds(10)

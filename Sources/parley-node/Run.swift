@@ -199,6 +199,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: client connections open at once; past it a new one is closed at once, before TLS. (env PARLEY_CLIENT_CONNECTIONS_MAX; default 10000)")
     var clientConnectionsMax: Int?
 
+    @Option(help: "Gateway: the client connections one address may hold, so that one host without an account cannot take every slot; many users behind one NAT share an address, so keep it well above what one user opens. 0: no share (behind a proxy that connects from one address). (env PARLEY_CLIENT_CONNECTIONS_PER_ADDRESS; default 1000)")
+    var clientConnectionsPerAddress: Int?
+
     @Option(help: "Gateway: how long a new client connection has to finish its TLS handshake. (env PARLEY_CLIENT_HANDSHAKE_TIMEOUT; default 10s)")
     var clientHandshakeTimeout: String?
 

@@ -23,4 +23,20 @@ import Testing
         #expect(connections.takeClosedSinceTrim(atLeast: 1) == nil, "the count did not start over")
         #expect(connections.current == 0)
     }
+
+    /// One address holds at most its share: a host without an account cannot take every slot,
+    /// and the others still get in; a refused connection counts for neither.
+    @Test func oneAddressHoldsAtMostItsShare() {
+        let connections = ConnectionCount(max: 10, perAddressMax: 3)
+        for _ in 0..<3 { #expect(connections.open(from: "203.0.113.7")) }
+        #expect(!connections.open(from: "203.0.113.7"), "a fourth from one address")
+        #expect(connections.open(from: "198.51.100.2"), "another address still gets in")
+        #expect(connections.current == 4 && connections.held(by: "203.0.113.7") == 3)
+        connections.closed(from: "203.0.113.7")
+        #expect(connections.open(from: "203.0.113.7"), "its own slot back once one closed")
+        // At the overall limit, an address under its share is refused, and not counted.
+        for index in 0..<6 { _ = connections.open(from: "192.0.2.\(index)") }
+        #expect(connections.current == 10)
+        #expect(!connections.open(from: "192.0.2.99") && connections.held(by: "192.0.2.99") == 0)
+    }
 }
