@@ -901,6 +901,34 @@ def main():
     else:
         check(False, "a throwaway user for the method matrix registers", f"{status} {thrown}")
 
+    # Downloads nobody reads: sixteen on a connection whose streams have no room to receive in
+    # (SETTINGS_INITIAL_WINDOW_SIZE 0) each hold a slot of their user's (16 at most), so a
+    # seventeenth, on another connection, is 429 too_many_downloads; after the write deadline
+    # (60 s) each of the sixteen is reset, and its slot given back.
+    photo = bytes(range(256)) * 2048  # 512 KiB: written as it is read, not collected whole
+    status, uploaded, _ = a1.call("POST", "/v1/media", raw=b"%PDF-1.4\n" + photo, headers={"Content-Type": "application/pdf"})
+    if check(status == 201, "a 512 KiB document uploads", f"{status} {uploaded}"):
+        media_path = f"/v1/media/{uploaded['media']['id']}"
+        requests = [h2_frame(0x1, stream, hpack_literal([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", media_path),
+                                                           ("authorization", f"Bearer {alice['token']}")]), flags=0x5) for stream in range(1, 33, 2)]
+        result, reset = {}, set()
+        started = time.time()
+        stalled = threading.Thread(target=lambda: result.update(frames=h2_exchange(
+            CLIENT["gateway-1"], requests, wait=90, settings=(0x4).to_bytes(2, "big") + (0).to_bytes(4, "big"),
+            until=lambda f: f[0] == 0x3 and (reset.add(f[2]) or len(reset) == 16))))
+        stalled.start()
+        time.sleep(3)
+        status, reply, headers = a1.call("GET", media_path)
+        check(status == 429 and reply["error"]["code"] == "too_many_downloads" and headers.get("Retry-After"),
+              "a seventeenth download while sixteen are stalled is 429 too_many_downloads", f"{status} {reply}")
+        stalled.join()
+        frames, _ = result.get("frames", ([], None))
+        resets = sorted(stream for ftype, _, stream, payload in frames if ftype == 0x3 and payload == (8).to_bytes(4, "big"))
+        took = time.time() - started
+        check(resets == list(range(1, 33, 2)) and 55 <= took <= 90,
+              "downloads whose client takes nothing are reset (CANCEL) after the 60 s write deadline", f"{resets} after {took:.0f} s")
+        check(wait_until(10, lambda: a1.call("GET", media_path)[0] == 200), "their slots given back, the download is served")
+
     # Connections that hold a gateway: a gateway with short timeouts and small limits.
     start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_CONNECTIONS_PER_ADDRESS="5", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",
           PARLEY_CLIENT_REQUEST_TIMEOUT="1", PARLEY_WRITE_RATE="1", PARLEY_SEND_RATE="100000", PARLEY_READ_RATE="2")

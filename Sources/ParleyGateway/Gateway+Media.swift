@@ -30,6 +30,9 @@ public struct MediaSettings: Sendable {
     /// otherwise hold its connection, its spool file and its share of the quota for ever.
     public var uploadBytesPerSecondMin: Int64 = 16 * 1024
     public var uploadGrace: Duration = .seconds(10)
+    /// Downloads one user may have being written at once on a gateway; one more is `429`. Each
+    /// holds a file (or a database read) and a task until its client has taken it.
+    public var downloadsPerUserMax = 16
 
     public init(blobs: any BlobStore) {
         self.blobs = blobs
@@ -171,11 +174,11 @@ extension Gateway {
     }
 
     /// The upload `{id}` names, if the caller may download it (``UserActor/downloadable(_:)``).
-    private func downloadable(_ request: Request, _ context: GatewayContext) async throws -> Media {
+    private func downloadable(_ request: Request, _ context: GatewayContext) async throws -> (Media, caller: UserID) {
         let caller = try await authenticate(request)
         let text = try context.parameters.require("id")
         guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("media not found") }
-        return try await UserActor.resolve(caller.id, using: system).downloadable(MediaID(rawValue: text))
+        return (try await UserActor.resolve(caller.id, using: system).downloadable(MediaID(rawValue: text)), caller.id)
     }
 
     /// What every answer of bytes under a media ID carries: they never change, they are this
@@ -200,7 +203,7 @@ extension Gateway {
     /// An upload's bytes, whole or a range of them, to who may see them (``UserActor/downloadable(_:)``).
     private func download(_ request: Request, _ context: GatewayContext) async throws -> Response {
         let settings = try mediaSettings()
-        let media = try await downloadable(request, context)
+        let (media, caller) = try await downloadable(request, context)
         let etag = "\"\(media.sha256)\""
         var headers = Self.mediaHeaders(contentType: media.contentType, etag: etag)
         headers[.acceptRanges] = "bytes"
@@ -224,10 +227,16 @@ extension Gateway {
             response.headers[.contentRange] = "bytes */\(media.size)"
             return response
         }
+        guard downloadsUnderWay.reserve(1, for: caller, within: Int64(settings.downloadsPerUserMax)) else {
+            throw APIError(.tooManyRequests, "too_many_downloads",
+                           "at most \(settings.downloadsPerUserMax) downloads at once; finish one first", retryable: true, retryAfterSeconds: 1)
+        }
+        let slot = UserTally.Reservation(downloadsUnderWay, 1, for: caller)
         let blobs = settings.blobs
         let sha256 = media.sha256
         let bytes = range
         let body = ResponseBody(contentLength: bytes.count) { writer in
+            defer { withExtendedLifetime(slot) {} }
             try await blobs.read(sha256, range: bytes, chunkSize: 64 * 1024) { piece in try await writer.write(piece) }
             try await writer.finish(nil)
         }
@@ -249,7 +258,7 @@ extension Gateway {
             }
             size = asked
         }
-        let media = try await downloadable(request, context)
+        let (media, _) = try await downloadable(request, context)
         guard Thumbnails.imageTypes.contains(media.contentType) else {
             throw APIError.notFound("no thumbnail: \(media.contentType) is not an image")
         }

@@ -112,7 +112,9 @@ public final class Gateway: Sendable {
     let registrationByAddress: RateLimiter
     let uploadLimiter: RateLimiter
     /// The bytes of each user's uploads under way on this gateway (``MediaSettings/quotaBytes``).
-    let uploadsUnderWay = UploadsUnderWay()
+    let uploadsUnderWay = UserTally()
+    /// Each user's downloads being written on this gateway (``MediaSettings/downloadsPerUserMax``).
+    let downloadsUnderWay = UserTally()
     let thumbnails = ThumbnailMaker()
     let passwords: PasswordHashing
     let logger: Logger

@@ -710,13 +710,35 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     }
 
     /// From any thread: returns once the client has room for more of the response (or the
-    /// stream is over).
-    func writable() async {
+    /// stream is over). A client that takes nothing more within `deadline` has its stream reset,
+    /// and this throws ``WriteTimedOut``: a download nobody reads holds no file, task or buffer
+    /// for long.
+    func writable(within deadline: TimeAmount) async throws {
         let id = self.id
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            loop.execute { [self] in onLoop.whenWritable(id) { continuation.resume() } }
+        let timedOut = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            loop.execute { [self] in
+                let connection = onLoop
+                guard connection.isOpen(id), !connection.isWritable(id) else { return continuation.resume(returning: false) }
+                let answered = NIOLoopBoundBox(false, eventLoop: loop)
+                let timer = loop.assumeIsolated().scheduleTask(in: deadline) { [self] in
+                    guard !answered.value else { return }
+                    answered.value = true
+                    onLoop.reset(id)
+                    continuation.resume(returning: true)
+                }
+                connection.whenWritable(id) {
+                    guard !answered.value else { return }
+                    answered.value = true
+                    timer.cancel()
+                    continuation.resume(returning: false)
+                }
+            }
         }
+        if timedOut { throw WriteTimedOut() }
     }
+
+    /// A response's client took nothing for the write deadline: its stream was reset.
+    struct WriteTimedOut: Error {}
 
     var isActive: Bool { onLoop.isOpen(id) }
     var isWritable: Bool { onLoop.isWritable(id) }
@@ -735,6 +757,9 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
 /// A response body on an HTTP/2 stream. A body of known length is collected and goes out with
 /// the head and the end in one flush; a streamed one goes out as it is written.
 struct HTTP2BodyWriter: ResponseBodyWriter {
+    /// How long a streamed body waits for its client to take more before its stream is reset.
+    static let writeDeadline: TimeAmount = .seconds(60)
+
     let sink: HTTP2StreamSink
     var pendingHead: HPACKHeaders?
     let collects: Bool
@@ -753,7 +778,7 @@ struct HTTP2BodyWriter: ResponseBodyWriter {
             sink.send(headers: pendingHead, data: [buffer], end: false)
             pendingHead = nil
             // A download is read from its store no faster than its client takes it.
-            await sink.writable()
+            try await sink.writable(within: Self.writeDeadline)
         }
     }
 

@@ -94,6 +94,10 @@ final class LiveEventStream: @unchecked Sendable {
     private var ticks = 0
     /// Bytes written while the stream could not take them, since it last could.
     private var bytesWhileUnwritable = 0
+    /// Since when the client has taken nothing (its HTTP/2 window at 0, or its connection's
+    /// buffers full), if it has not since the last tick.
+    private var unwritableSince: ContinuousClock.Instant?
+    private let unwritableFor: Duration
 
     /// A client that reads nothing (or holds its HTTP/2 window at 0): once this many bytes were
     /// written while its stream could not take them, the stream ends (its client resumes by
@@ -106,13 +110,18 @@ final class LiveEventStream: @unchecked Sendable {
     /// How long a message waits past a gap for the seqs before it (the owner resends a batch
     /// after 0.2–2 s) before the stream ends.
     static let gapMax: Duration = .seconds(5)
+    /// A stream whose client takes nothing for this long ends (its client resumes by cursor): an
+    /// idle stream writes only a ping every 15 s, which would take weeks to pass
+    /// ``unwritableBytesMax``, holding its buffers and task all that time.
+    static let unwritableFor: Duration = .seconds(60)
 
     init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
-        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, gapMax: Duration = LiveEventStream.gapMax,
-        clock: any ClusterClock = ContinuousClock(), logger: Logger
+        unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, unwritableFor: Duration = LiveEventStream.unwritableFor,
+        gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock = ContinuousClock(), logger: Logger
     ) {
         self.clock = clock
+        self.unwritableFor = unwritableFor
         self.user = user
         self.sink = sink
         self.loop = sink.loop
@@ -247,6 +256,21 @@ final class LiveEventStream: @unchecked Sendable {
             logger.debug("event stream's client went away", metadata: ["user.id": "\(user)"])
             end()
             return
+        }
+        if sink.isWritable {
+            unwritableSince = nil
+        } else {
+            let now = clock.now
+            let since = unwritableSince ?? now
+            unwritableSince = since
+            if now - since >= unwritableFor {
+                Self.slowStreamsEnded.increment()
+                logger.warning("event stream ended: its client took nothing for a while; it resumes by cursor", metadata: [
+                    "user.id": "\(user)", "unwritable.for": "\(unwritableFor)",
+                ])
+                close()
+                return
+            }
         }
         if order.isWaiting, case .end(let conversation) = order.tick(now: clock.now).first {
             Self.unfilledGapsEnded.increment()

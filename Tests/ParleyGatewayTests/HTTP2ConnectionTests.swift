@@ -51,6 +51,19 @@ import Testing
                         try await writer.finish(nil)
                     })
                 }
+                if request.uri.path == "/download" {
+                    // Eight pieces of 64 KiB (more than a body collected whole), each written once
+                    // the client has room.
+                    return Response(status: .ok, body: ResponseBody(contentLength: 8 * 65_536) { writer in
+                        do {
+                            for _ in 0..<8 { try await writer.write(ByteBuffer(repeating: 0x61, count: 65_536)) }
+                            try await writer.finish(nil)
+                        } catch {
+                            sinks.cancelled()
+                            throw error
+                        }
+                    })
+                }
                 if request.uri.path == "/fails" {
                     return Response(status: .ok, body: ResponseBody { _ in throw CancellationError() })
                 }
@@ -274,6 +287,25 @@ import Testing
         #expect(harness.channel.isWritable)
         harness.channel.pipeline.fireUserInboundEventTriggered(NIOHTTP2WindowUpdatedEvent(streamID: 1, inboundWindowSize: 65_535, outboundWindowSize: 4_096))
         #expect(try await loop.submit { sink.isWritable }.get())
+    }
+
+    /// A download whose client takes nothing (its window at 0) has its stream reset after the
+    /// write deadline, and the body's writer stops: no file, task or buffer held for good.
+    @Test func aDownloadNobodyTakesIsResetAfterTheWriteDeadline() async throws {
+        let harness = try await Harness()
+        let loop = harness.channel.testingEventLoop
+        // The client's SETTINGS gave streams no room to send in.
+        harness.channel.pipeline.fireUserInboundEventTriggered(NIOHTTP2StreamCreatedEvent(streamID: 1, localInitialWindowSize: 0, remoteInitialWindowSize: 65_535))
+        try await harness.headers(1, method: "GET", path: "/download", end: true)
+        let first = try await harness.frames(count: 2)
+        #expect(first.first.flatMap(Self.status) == "200" && first.count == 2, "the head and the first piece, then it waits for room")
+        await loop.advanceTime(by: .seconds(30))
+        #expect(try await harness.frames(count: 1, triesMax: 50).isEmpty, "still waiting within the deadline")
+        await loop.advanceTime(by: .seconds(31))
+        let after = try await harness.frames(count: 1)
+        #expect(Self.resetCode(after.last) == .cancel, "\(after)")
+        try await harness.runUntilCancelled(1)
+        #expect(harness.sinks.cancelledCount == 1, "the body's writer went on")
     }
 
     /// A client that resets its stream (or whose connection goes) stops the request's work.

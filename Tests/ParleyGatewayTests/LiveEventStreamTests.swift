@@ -36,13 +36,14 @@ import Testing
 
         init(
             pingTicks: Int = 15, pingOffset: Int = 0, unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax,
-            gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock = ContinuousClock()
+            unwritableFor: Duration = LiveEventStream.unwritableFor, gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock = ContinuousClock()
         ) async throws {
             // Active, as a client's stream is.
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8443)).get()
             stream = LiveEventStream(
                 user: "u_b", sink: ChannelEventSink(channel), cursor: StreamCursor(millis: 1_000), pingTicks: pingTicks,
-                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, gapMax: gapMax, clock: clock, logger: Logger(label: "test"))
+                pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax, unwritableFor: unwritableFor, gapMax: gapMax, clock: clock,
+                logger: Logger(label: "test"))
         }
 
         /// Every event written so far: (event name, the message's seq if any).
@@ -284,6 +285,34 @@ import Testing
         await harness.deliver(large(4))
         #expect(ended.isSet)
         #expect(!harness.channel.isActive)
+    }
+
+    /// An idle stream whose client takes nothing (its window at 0) writes too little to pass the
+    /// byte bound for weeks: it ends once nothing was taken for `unwritableFor`; a client that
+    /// takes again before then keeps it.
+    @Test func aClientThatTakesNothingForAWhileLosesAnIdleStream() async throws {
+        let clock = SteppedClock()
+        let harness = try await Harness(unwritableFor: .seconds(60), clock: clock)
+        let ended = Flag()
+        harness.stream.ended.whenSuccess { ended.set() }
+        harness.stream.start(replay: [])
+        let stream = harness.stream
+        await harness.run()
+        harness.channel.isWritable = false
+        await harness.run { stream.tick() }
+        clock.advance(by: .seconds(40))
+        await harness.run { stream.tick() }
+        harness.channel.isWritable = true
+        await harness.run { stream.tick() }
+        harness.channel.isWritable = false
+        await harness.run { stream.tick() }
+        clock.advance(by: .seconds(40))
+        await harness.run { stream.tick() }
+        #expect(!ended.isSet, "40 s without taking anything, twice, with a take between")
+        clock.advance(by: .seconds(25))
+        await harness.run { stream.tick() }
+        #expect(ended.isSet)
+        #expect(!harness.channel.isActive, "ended abruptly: its client resumes by cursor")
     }
 
     @Test func finishEndsTheStreamAfterWhatWasWritten() async throws {
