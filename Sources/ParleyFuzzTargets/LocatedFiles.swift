@@ -157,7 +157,9 @@ public enum LocatedFiles {
     static func u32(_ value: Int) -> [UInt8] { [UInt8(value >> 24 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)] }
     static func le32(_ value: Int) -> [UInt8] { u32(value).reversed() }
 
-    static func crc32(_ bytes: [UInt8]) -> UInt32 {
+    /// PNG's CRC-32, bit by bit: written apart from the stripper's table-driven one, so that each
+    /// checks the other.
+    public static func crc32(_ bytes: [UInt8]) -> UInt32 {
         var crc: UInt32 = 0xFFFF_FFFF
         for byte in bytes {
             crc ^= UInt32(byte)

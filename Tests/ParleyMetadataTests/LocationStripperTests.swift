@@ -77,20 +77,11 @@ import Testing
             let length = stripped[index..<(index + 4)].reduce(0) { $0 << 8 | Int($1) }
             let covered = Array(stripped[(index + 4)..<(index + 8 + length)])
             let crc = stripped[(index + 8 + length)..<(index + 12 + length)].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-            #expect(crc == Self.crc32(covered), "chunk \(String(decoding: covered.prefix(4), as: UTF8.self))")
+            #expect(crc == LocatedFiles.crc32(covered), "chunk \(String(decoding: covered.prefix(4), as: UTF8.self))")
             index += 12 + length
             chunks += 1
         }
         #expect(chunks == 5)
-    }
-
-    static func crc32(_ bytes: [UInt8]) -> UInt32 {
-        var crc: UInt32 = 0xFFFF_FFFF
-        for byte in bytes {
-            crc ^= UInt32(byte)
-            for _ in 0..<8 { crc = crc & 1 == 1 ? 0xEDB8_8320 ^ (crc >> 1) : crc >> 1 }
-        }
-        return crc ^ 0xFFFF_FFFF
     }
 
     /// What cannot be walked is refused, naming why, rather than kept as it is.
