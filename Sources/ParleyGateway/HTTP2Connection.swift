@@ -528,7 +528,9 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     fileprivate func reset(_ id: HTTP2StreamID) {
-        guard let context else { return }
+        // Once: a body that fails after its stream was reset (a write deadline, a slow reader)
+        // asks again, and a stream over already gets no RST_STREAM.
+        guard let context, responding[id] != nil else { return }
         reset(id, .cancel, context: context)
     }
 

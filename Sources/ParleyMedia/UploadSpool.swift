@@ -48,14 +48,7 @@ public final class UploadSpool: Sendable {
             let fd = try open()
             let written = bytes.withUnsafeReadableBytes { raw in
                 guard let base = raw.baseAddress else { return true }
-                var done = 0
-                while done < raw.count {
-                    let count = pwrite(fd, base + done, raw.count - done, off_t(offset + done))
-                    if count < 0, errno == EINTR { continue }
-                    guard count > 0 else { return false }
-                    done += count
-                }
-                return true
+                return Bytes.moveAll(raw.count) { done in pwrite(fd, base + done, raw.count - done, off_t(offset + done)) }
             }
             guard written else { throw FileBlobStore.failure("cannot write a spool file") }
         }
@@ -121,12 +114,19 @@ public final class UploadSpool: Sendable {
         /// Fills `buffer` from `offset`; false on an error or an early end.
         static func readAll(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) -> Bool {
             guard let base = buffer.baseAddress else { return true }
+            return moveAll(buffer.count) { done in pread(fd, base + done, buffer.count - done, off_t(offset + done)) }
+        }
+
+        /// Calls `move` (a `pread` or `pwrite` of what is left, given how much is done) until
+        /// `count` bytes have moved, going on after a short count or an interruption; false on an
+        /// error or an early end.
+        static func moveAll(_ count: Int, _ move: (_ done: Int) -> Int) -> Bool {
             var done = 0
-            while done < buffer.count {
-                let count = pread(fd, base + done, buffer.count - done, off_t(offset + done))
-                if count < 0, errno == EINTR { continue }
-                guard count > 0 else { return false }
-                done += count
+            while done < count {
+                let moved = move(done)
+                if moved < 0, errno == EINTR { continue }
+                guard moved > 0 else { return false }
+                done += moved
             }
             return true
         }

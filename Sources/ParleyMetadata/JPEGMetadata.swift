@@ -140,6 +140,12 @@ enum JPEGMetadata {
 
         /// The marker at or after `index` (which it is left at), or nil at the end of the file.
         private mutating func nextMarker(from index: inout Int) throws -> UInt8? {
+            // Segments follow one another: the marker is where the last one ended, and only scan
+            // data or stray bytes are scanned.
+            if index + 2 <= reader.count {
+                let here = try reader.bytes(index, 2, "a JPEG marker")
+                if here[0] == 0xFF, here[1] != 0x00, here[1] != 0xFF, !(0xD0...0xD7).contains(here[1]) { return here[1] }
+            }
             let window = 64 * 1024
             var at = index
             while at < reader.count - 1 {
