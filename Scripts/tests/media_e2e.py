@@ -43,6 +43,9 @@ WORK = tempfile.mkdtemp(prefix="parley-media.")
 TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
 MEDIA = os.path.join(WORK, "data", "media")
+# Where the gateways spool uploads that may carry a location (their TMPDIR).
+SPOOL = os.path.join(WORK, "spool")
+os.makedirs(SPOOL)
 LIMIT = 12_000_000
 QUOTA = 20_000_000
 check = Checks()
@@ -51,7 +54,7 @@ nodes = Nodes(NODE, WORK, TLS, NAMES, seeds=["worker-1", "worker-2"])
 ENV = {
     "PARLEY_TOKEN_SECRET": "media-e2e-token-secret-0123456789abcdef", "PARLEY_INSECURE_NO_ADMIN_TOKEN": "1",
     "PARLEY_REGISTRATION_RATE": "100", "PARLEY_MEDIA_MAX_BYTES": str(LIMIT), "PARLEY_EVENT_LOOPS": "1",
-    "PARLEY_MEDIA_QUOTA_BYTES": str(QUOTA), "PARLEY_UPLOAD_RATE": "10",
+    "PARLEY_MEDIA_QUOTA_BYTES": str(QUOTA), "PARLEY_UPLOAD_RATE": "10", "TMPDIR": SPOOL,
 }
 if POSTGRES:
     ENV["PARLEY_STORE"] = POSTGRES
@@ -214,6 +217,30 @@ def leftovers():
         return sorted(psql("SELECT DISTINCT blob FROM media_chunks WHERE blob LIKE 'upload:%'") - BEFORE["uploads"])
     uploads = os.path.join(MEDIA, "uploads")
     return os.listdir(uploads) if os.path.isdir(uploads) else []
+
+
+def spooled(name):
+    """The spool files gateway `name` holds open (unlinked, so seen only through its fds): an
+    upload that may carry a location waits whole there before anything of it is kept."""
+    proc = nodes.procs.get(name)
+    if proc is None or proc.poll() is not None:
+        return []
+    fds = f"/proc/{proc.pid}/fd"
+    found = []
+    for fd in os.listdir(fds):
+        try:
+            target = os.readlink(os.path.join(fds, fd))
+        except OSError:
+            continue
+        if target.startswith(SPOOL + "/"):
+            found.append(target)
+    return found
+
+
+def under_way(name):
+    """An upload's traces while it is received by gateway `name`: its spool file and what the
+    store holds of it."""
+    return spooled(name) + leftovers()
 
 
 BEFORE = {"blobs": set(), "uploads": set()}
@@ -387,15 +414,16 @@ def main():
     big_digest = hashlib.sha256(big).hexdigest()
     client = subprocess.Popen(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: image/png",
                                "--limit-rate", "1M", "--data-binary", f"@{big_path}", "-o", "/dev/null", f"https://localhost:{g1}/v1/media"])
-    check(wait_until(10, lambda: len(leftovers()) == 1), "an upload under way is written aside", leftovers())
+    check(wait_until(10, lambda: len(spooled("gateway-1")) == 1), "an upload under way is written aside", under_way("gateway-1"))
+    check(client.poll() is None, "and is still being sent when its client is killed")
     os.kill(client.pid, 9)
     client.wait()
-    check(wait_until(10, lambda: leftovers() == []), "cut off by its client: nothing of it stays", leftovers())
+    check(wait_until(10, lambda: under_way("gateway-1") == []), "cut off by its client: nothing of it stays", under_way("gateway-1"))
     check(big_digest not in blobs(), "and no blob of it")
 
     client = subprocess.Popen(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: image/png",
                                "--limit-rate", "1M", "--data-binary", f"@{big_path}", "-o", "/dev/null", f"https://localhost:{g1}/v1/media"])
-    check(wait_until(10, lambda: len(leftovers()) == 1), "another upload under way")
+    check(wait_until(10, lambda: len(spooled("gateway-1")) == 1) and client.poll() is None, "another upload under way")
     nodes.kill("gateway-1")
     client.wait()
     check(big_digest not in blobs(), "its gateway SIGKILLed midway: no media of it")
@@ -461,7 +489,7 @@ def main():
     slow = [subprocess.Popen(["curl", "-s", "--http2", "--cacert", CA, "-H", f"Authorization: Bearer {stranger}", "-H", "Content-Type: image/png",
                               "--limit-rate", "1M", "--data-binary", f"@{big_path}", "-o", "/dev/null", "-w", "%{http_code}",
                               f"https://localhost:{nodes.client['gateway-2']}/v1/media"], stdout=subprocess.PIPE, text=True) for _ in range(fitting)]
-    wait_until(10, lambda: len(leftovers()) >= fitting)
+    wait_until(10, lambda: len(spooled("gateway-2")) >= fitting)
     status, reply = upload("gateway-2", big_path, "image/png", stranger)
     codes = [process.communicate(timeout=120)[0] for process in slow]
     check(status == 413 and reply["error"]["code"] == "quota_exceeded" and codes == ["201"] * fitting,
@@ -474,7 +502,7 @@ def main():
                               "--limit-rate", "2K", "--data-binary", f"@{big_path}", "-o", os.path.join(WORK, "trickle.json"), "-w", "%{http_code}",
                               "--max-time", "60", f"https://localhost:{nodes.client['gateway-2']}/v1/media"], capture_output=True, text=True)
     took = time.time() - started
-    check(trickle.stdout == "408" and 10 <= took <= 30 and wait_until(5, lambda: leftovers() == aside),
+    check(trickle.stdout == "408" and 10 <= took <= 30 and wait_until(5, lambda: leftovers() == aside and spooled("gateway-2") == []),
           "an upload trickled at 2 KB/s is 408 once it averages under 16 KiB/s after 10 s, and leaves nothing", f"{trickle.stdout} after {took:.1f} s")
 
     print("the sweeper")
