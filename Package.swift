@@ -299,6 +299,7 @@ let package = Package(
             dependencies: [
                 "ParleyChat",
                 "ParleyCluster",
+                "ParleyGateway",
                 "ParleyLoad",
                 "ParleyModel",
                 "ParleyStore",

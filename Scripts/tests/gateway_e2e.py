@@ -101,6 +101,17 @@ def ready(name):
     return conn.getresponse().status == 200
 
 
+def metric(name, series):
+    """The sum of `series` (without labels or with any) on node `name`'s /metrics; 0 when absent."""
+    conn = http.client.HTTPConnection("127.0.0.1", OPS[name], timeout=5)
+    conn.request("GET", "/metrics")
+    total = 0.0
+    for line in conn.getresponse().read().decode().splitlines():
+        if line.startswith(series + " ") or line.startswith(series + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 CONTEXT = None
 
 
@@ -281,6 +292,43 @@ def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False):
                 if until(out[-1]):
                     return out, closed_after
     return out, closed_after
+
+
+def unread_download(port, path, token, protocol, hold):
+    """Asks for `path` over HTTP/1.1 or h2 (`protocol`), with a 4 KiB receive buffer and, in h2,
+    every window opened wide, then reads nothing for `hold` seconds; then reads for up to 10 s.
+    Returns the bytes read and whether the server had closed the connection (read to its end)."""
+    context = ssl.create_default_context(cafile=CA)
+    context.set_alpn_protocols([protocol])
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(5)
+    raw.connect(("127.0.0.1", port))
+    with context.wrap_socket(raw, server_hostname="localhost") as tls:
+        if protocol == "http/1.1":
+            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        else:
+            wide = (1 << 31) - 1
+            tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0, (0x4).to_bytes(2, "big") + wide.to_bytes(4, "big"))
+                        + h2_frame(0x8, 0, (wide - 65535).to_bytes(4, "big"))
+                        + h2_frame(0x1, 1, hpack_literal([(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", path),
+                                                          ("authorization", f"Bearer {token}")]), flags=0x5))
+        time.sleep(hold)
+        received, ended = b"", False
+        tls.settimeout(1)
+        until = time.time() + 10
+        while time.time() < until:
+            try:
+                chunk = tls.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                ended = True
+                break
+            received += chunk
+        return received, ended
 
 
 def seqs(messages):
@@ -917,10 +965,22 @@ def main():
             CLIENT["gateway-1"], requests, wait=90, settings=(0x4).to_bytes(2, "big") + (0).to_bytes(4, "big"),
             until=lambda f: f[0] == 0x3 and (reset.add(f[2]) or len(reset) == 16))))
         stalled.start()
+        # Meanwhile, a client that reads nothing at all of its connection, over HTTP/1.1 and over
+        # h2: no reset can reach it, so after the deadline its connection is closed.
+        status, large, _ = b1.call("POST", "/v1/media", raw=b"%PDF-1.4\n" + os.urandom(8 << 20), headers={"Content-Type": "application/pdf"})
+        unread = {}
+        readers = [threading.Thread(target=lambda protocol=protocol: unread.update({protocol: unread_download(
+            CLIENT["gateway-1"], f"/v1/media/{large['media']['id']}", bob["token"], protocol, hold=70)})) for protocol in ("http/1.1", "h2")]
+        if check(status == 201, "an 8 MiB document uploads", f"{status} {large}"):
+            for reader in readers:
+                reader.start()
+        closed_before = metric("gateway-1", "parley_gateway_connections_stalled_closed")
         time.sleep(3)
         status, reply, headers = a1.call("GET", media_path)
         check(status == 429 and reply["error"]["code"] == "too_many_downloads" and headers.get("Retry-After"),
               "a seventeenth download while sixteen are stalled is 429 too_many_downloads", f"{status} {reply}")
+        time.sleep(40)
+        closed_early = metric("gateway-1", "parley_gateway_connections_stalled_closed") - closed_before
         stalled.join()
         frames, _ = result.get("frames", ([], None))
         resets = sorted({stream for ftype, _, stream, payload in frames if ftype == 0x3 and payload == (8).to_bytes(4, "big")})
@@ -928,6 +988,15 @@ def main():
         check(resets == list(range(1, 33, 2)) and 55 <= took <= 90,
               "downloads whose client takes nothing are reset (CANCEL) after the 60 s write deadline", f"{resets} after {took:.0f} s")
         check(wait_until(10, lambda: a1.call("GET", media_path)[0] == 200), "their slots given back, the download is served")
+        for reader in readers:
+            if reader.is_alive() or reader.ident is not None:
+                reader.join()
+        size = 9 + (8 << 20)
+        cut = {protocol: (len(got), ended) for protocol, (got, ended) in unread.items()}
+        closed = metric("gateway-1", "parley_gateway_connections_stalled_closed") - closed_before
+        check(set(cut) == {"http/1.1", "h2"} and all(ended and length < size for length, ended in cut.values()) and closed_early == 0 and closed == 2,
+              "connections whose client reads nothing, HTTP/1.1 and h2, are closed after the 60 s deadline (not before), their downloads cut short",
+              f"{cut}; closed after 46 s: {closed_early}, in all: {closed}")
 
     # Connections that hold a gateway: a gateway with short timeouts and small limits.
     start("gateway-3", PARLEY_CLIENT_IDLE_TIMEOUT="2", PARLEY_CLIENT_CONNECTIONS_MAX="6", PARLEY_CLIENT_CONNECTIONS_PER_ADDRESS="5", PARLEY_CLIENT_HANDSHAKE_TIMEOUT="3",

@@ -244,3 +244,53 @@ final class HTTP1InputCloser: ChannelInboundHandler, RemovableChannelHandler {
         context.fireUserInboundEventTriggered(event)
     }
 }
+
+/// Closes a client connection whose client has taken none of what the gateway wrote for
+/// `deadline` (the socket's send buffer full, and the channel's past its high-water mark, the
+/// whole time). Such a client is gone or hostile: it holds a file descriptor, TLS state and every
+/// byte queued for it, for any protocol and any response, until it is closed. A download's own
+/// write deadline resets its stream, but an HTTP/2 reset cannot reach a client that reads
+/// nothing, and an HTTP/1.1 response has no stream to reset.
+final class StalledConnectionCloser: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+
+    /// As long as a download waits for its client (``HTTP2BodyWriter/writeDeadline``) and an event
+    /// stream for its reader.
+    static let deadline: TimeAmount = .seconds(60)
+    static let closed = Counter(label: "parley.gateway.connections_stalled_closed")
+
+    private let deadline: TimeAmount
+    private let logger: Logger
+    private var timer: Scheduled<Void>?
+
+    init(deadline: TimeAmount = StalledConnectionCloser.deadline, logger: Logger) {
+        self.deadline = deadline
+        self.logger = logger
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            timer?.cancel()
+            timer = nil
+        } else if timer == nil {
+            let deadline = self.deadline
+            let logger = self.logger
+            let channel = context.channel
+            timer = context.eventLoop.assumeIsolated().scheduleTask(in: deadline) {
+                guard !channel.isWritable else { return }
+                logger.info("client connection closed: its client took nothing written to it within the deadline", metadata: [
+                    "deadline": "\(deadline)", "client.address": "\(channel.remoteAddress?.ipAddress ?? "unknown")",
+                ])
+                Self.closed.increment()
+                channel.close(promise: nil)
+            }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        context.fireChannelInactive()
+    }
+}

@@ -54,6 +54,8 @@ struct GatewayChildChannel: ServerChildChannel {
             logger.debug("client connection closed", metadata: ["connections.open": "\(connections.current)"])
         }
         return channel.eventLoop.makeCompletedFuture {
+            // First: it sees the socket's writability, whatever the protocol.
+            try channel.pipeline.syncOperations.addHandler(StalledConnectionCloser(logger: logger))
             try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
             // Whichever protocol follows, its decoder keeps a copy of a read, not NIOSSL's buffer.
             try channel.pipeline.syncOperations.addHandler(ReadCompactor())
