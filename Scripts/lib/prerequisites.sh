@@ -8,7 +8,7 @@
 # Debian package: when it is missing or too old, where to get it is printed.
 #
 # `parley_python_tools` makes a virtual environment under .build/python with the PyPI tools the
-# tests use (Schemathesis; h2 and cryptography for the push providers' stand-in; Selenium and axe
+# tests use (Schemathesis and openapi-spec-validator; h2 and cryptography for the push providers' stand-in; Selenium and axe
 # for the web client's browser test), once, and prints
 # the path of its bin folder.
 
@@ -93,10 +93,11 @@ parley_python_tools() {
     local root venv
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
     venv="$root/.build/python"
-    if [ ! -x "$venv/bin/st" ] || ! "$venv/bin/python" -c 'import h2, cryptography, selenium, axe_selenium_python' >/dev/null 2>&1; then
-        echo "== installing Schemathesis, h2, cryptography, Selenium and axe into .build/python" >&2
+    if [ ! -x "$venv/bin/st" ] || [ ! -x "$venv/bin/openapi-spec-validator" ] \
+        || ! "$venv/bin/python" -c 'import h2, cryptography, selenium, axe_selenium_python' >/dev/null 2>&1; then
+        echo "== installing Schemathesis, openapi-spec-validator, h2, cryptography, Selenium and axe into .build/python" >&2
         python3 -m venv "$venv" >&2 || return 1
-        "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.3,<5' 'h2>=4.1,<5' 'cryptography>=41' 'selenium>=4.20,<5' \
+        "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.3,<5' 'openapi-spec-validator>=0.7,<1' 'h2>=4.1,<5' 'cryptography>=41' 'selenium>=4.20,<5' \
             'axe-selenium-python>=2.1,<3' >&2 || return 1
     fi
     echo "$venv/bin"

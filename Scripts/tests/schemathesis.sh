@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The API against its description: Schemathesis (from PyPI, in .build/python) generates requests
+# The API against its description. First openapi-spec-validator checks that docs/openapi.yaml is
+# valid OpenAPI; then Schemathesis (both from PyPI, in .build/python) generates requests
 # from docs/openapi.yaml — valid ones and ones that break the schema — and sends them over real TLS
 # to a live local cluster (1 worker, 1 gateway), into real users and conversations most of the
 # time (examples, coverage, fuzzing and stateful phases, seeded); every answer must not be a 5xx, must have a status
@@ -16,6 +17,16 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/Scripts/lib/prerequisites.sh"
 TOOLS="$(parley_python_tools)" || { echo "could not install Schemathesis into .build/python"; exit 2; }
 echo "schemathesis $("$TOOLS/st" --version 2>/dev/null | awk '{print $NF}') against docs/openapi.yaml (work dir $WORK)"
+
+# First the description itself: a file that is not valid OpenAPI generates clients that are wrong
+# or none, and Schemathesis would test what it guessed the file meant.
+if "$TOOLS/openapi-spec-validator" "$ROOT/docs/openapi.yaml" >"$WORK/validate.txt" 2>&1; then
+    pass "docs/openapi.yaml is valid OpenAPI (openapi-spec-validator)"
+else
+    fail "docs/openapi.yaml is not valid OpenAPI: $(tail -n 5 "$WORK/validate.txt" | tr '\n' ' ')"
+    summary
+    exit 1
+fi
 
 read -r CB OB GB <<<"$(free_ports 3)"
 export PARLEY_BIN="$(cd "$(dirname "$NODE")" && pwd)" PARLEY_STATE="$WORK/cluster"
