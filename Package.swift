@@ -206,7 +206,12 @@ let package = Package(
         ),
         .target(
             name: "ParleyTestKit",
-            dependencies: ["ParleyCluster", "ParleyTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "ParleyCluster", "ParleyMedia", "ParleyModel", "ParleyStore", "ParleyTransport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: upcoming
         ),
         // Seeded simulations on a manual timeline — of the pure state machines, and of whole
@@ -344,7 +349,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyMediaTests",
-            dependencies: ["ParleyMedia", "ParleyModel", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["ParleyMedia", "ParleyModel", "ParleyTestKit", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: upcoming
         ),
         .testTarget(

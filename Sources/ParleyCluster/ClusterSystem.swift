@@ -239,7 +239,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     /// Pins this node's ring to `workers`, whatever the membership says; nil returns to the
     /// membership's ring. For tests of ownership changes and split brain (two nodes made to
     /// believe they own the same actor).
-    public func forceRing(_ workers: [String]?) {
+    @_spi(Testing) public func forceRing(_ workers: [String]?) {
         state.withLock { $0.forcedRingWorkers = workers }
         updateRing()
     }
@@ -378,7 +378,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     }
 
     /// How many calls `target`'s direct target ran on this node (nil: none is registered).
-    public func directCalls(to target: String) -> Int? {
+    @_spi(Testing) public func directCalls(to target: String) -> Int? {
         directTargets.withLock { $0[target]?.calls }
     }
 

@@ -31,6 +31,15 @@ struct APIError: Error, HTTPResponseError, CustomStringConvertible {
     static func unavailable(_ message: String) -> APIError {
         APIError(.serviceUnavailable, "unavailable", message, retryable: true, retryAfterSeconds: 1)
     }
+    /// `429 rate_limited`, retryable after `wait` (in whole seconds, at least 1).
+    static func rateLimited(retryAfter wait: Duration, _ message: String) -> APIError {
+        APIError(.tooManyRequests, "rate_limited", message, retryable: true, retryAfterSeconds: wholeSeconds(wait))
+    }
+
+    /// `duration` rounded up to whole seconds, at least 1: what `Retry-After` says.
+    static func wholeSeconds(_ duration: Duration) -> Int {
+        max(1, Int(duration.components.seconds) + (duration.components.attoseconds > 0 ? 1 : 0))
+    }
 
     /// An error from the cluster: an actor's own code maps to its status; a failure of the call
     /// itself (deadline, lost connection, no owner) is `503 unavailable`, retryable.

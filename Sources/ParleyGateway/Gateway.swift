@@ -86,13 +86,18 @@ public struct GatewayContext: RequestContext {
     /// Where an event stream's bytes go, for a request on an HTTP/2 stream (``HTTP2Connection``);
     /// nil over HTTP/1.1, where it is the connection.
     var eventSink: (any EventStreamSink)?
+    /// Who the request's bearer token names, once ``Authenticator`` found it; routes that need a
+    /// caller take ``AuthenticatedContext``, which has it for certain.
+    var caller: Caller?
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.channel = source.channel
     }
 
-    public var maxUploadSize: Int { 64 * 1024 }
+    /// The largest JSON body (API.md's 64 KiB); uploads stream theirs (``HTTP2Responder/streamsBody``).
+    static let bodyLimit = 64 * 1024
+    public var maxUploadSize: Int { Self.bodyLimit }
 
     var clientAddress: String { channel.remoteAddress?.ipAddress ?? "unknown" }
 }

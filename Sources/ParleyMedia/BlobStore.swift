@@ -4,7 +4,7 @@ import NIOCore
 
 /// Where uploads' bytes are kept, by their SHA-256: the same bytes uploaded twice are kept once.
 /// What describes an upload (its ID, type, uploader) is in the ``ChatStore``; a blob store knows
-/// only bytes. Every store passes ``BlobStoreContract``.
+/// only bytes. Every store passes `BlobStoreContract` (in ParleyTestKit).
 public protocol BlobStore: Sendable {
     /// Starts a new blob: its bytes go through the upload's ``BlobUpload/write(_:)``, and are kept
     /// once ``BlobUpload/finish()`` returns. Until then nothing of it can be read.

@@ -3,7 +3,7 @@ import Logging
 import ParleyChat
 import ParleyCluster
 import ParleyModel
-import ParleyStore
+@_spi(Testing) import ParleyStore
 import Synchronization
 
 /// A seeded simulation of a whole cluster of real nodes: workers running the real chat actors

@@ -3,7 +3,7 @@ import ParleyModel
 
 /// Where conversations, members, receipts and messages are durable. One protocol, three
 /// implementations (in-memory for simulation, SQLite, PostgreSQL) that pass one contract suite
-/// (``ChatStoreContract``).
+/// (`ChatStoreContract` in ParleyTestKit).
 ///
 /// Ownership fencing: a conversation's owner takes an **epoch** when it activates
 /// (``acquireOwnership(of:)``) and every write it makes carries it. A write whose epoch is not the

@@ -47,9 +47,14 @@ public final class InMemoryChatStore: ChatStore {
     /// Whether a commit's answer is lost after it committed (a simulation's fault).
     private let losesAnswer: @Sendable ([AppendRequest]) -> Bool
 
+    public init() {
+        self.losesAnswer = { _ in false }
+    }
+
+    /// A store whose commits' answers may be lost (simulations' fault).
     /// - Parameter losesAnswer: asked after each commit; true makes the commit throw although
     ///   it committed, as a PostgreSQL connection that broke after `COMMIT` does.
-    public init(losesAnswer: @escaping @Sendable ([AppendRequest]) -> Bool = { _ in false }) {
+    @_spi(Testing) public init(losesAnswer: @escaping @Sendable ([AppendRequest]) -> Bool) {
         self.losesAnswer = losesAnswer
     }
 

@@ -19,7 +19,7 @@ struct NodeConfiguration {
     var store: StoreLocation
     /// Event-loop threads for the node's connections (cluster, clients, operations); nil: one per core.
     var eventLoops: Int?
-    /// The least time between the starts of two commits (`--commit-interval-us`); nil: the
+    /// The least time between the starts of two commits (`--commit-interval`); nil: the
     /// store's default.
     var commitInterval: Duration?
     /// Set when the node has the gateway role.
@@ -119,11 +119,8 @@ struct NodeConfiguration {
         }
         self.store = store
         self.eventLoops = try wholeNumber(run.eventLoops, "--event-loops", "PARLEY_EVENT_LOOPS", in: 1...256)
-        // --commit-interval-us (whole microseconds) is the older spelling, still read.
-        let olderCommitInterval = try wholeNumber(run.commitIntervalUs, "--commit-interval-us", "PARLEY_COMMIT_INTERVAL_US", in: 0...100_000).map { "\($0)us" }
         self.commitInterval = try duration(
-            [(run.commitInterval, "--commit-interval"), (olderCommitInterval, "--commit-interval-us"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")],
-            in: .zero ... .milliseconds(100))
+            [(run.commitInterval, "--commit-interval"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")], in: .zero ... .milliseconds(100))
 
         self.pushes = try PushConfiguration(
             apnsKey: value(run.apnsKey, "PARLEY_APNS_KEY"), apnsKeyID: value(run.apnsKeyId, "PARLEY_APNS_KEY_ID"),
@@ -170,11 +167,8 @@ struct NodeConfiguration {
                 guard range.contains(result) else { throw ValidationError("\(variable) \(result) must be in \(range.lowerBound)…\(range.upperBound)") }
                 return result
             }
-            // --send-retry-seconds and PARLEY_SEND_RETRY_SECONDS are the older spellings, still read.
             gateway.sendRetryWindow = try duration(
-                [(run.sendRetry, "--send-retry"), (run.sendRetrySeconds, "--send-retry-seconds"),
-                 (environment["PARLEY_SEND_RETRY"], "PARLEY_SEND_RETRY"), (environment["PARLEY_SEND_RETRY_SECONDS"], "PARLEY_SEND_RETRY_SECONDS")],
-                in: .zero ... .seconds(120)) ?? .seconds(5)
+                [(run.sendRetry, "--send-retry"), (environment["PARLEY_SEND_RETRY"], "PARLEY_SEND_RETRY")], in: .zero ... .seconds(120)) ?? .seconds(5)
             let rate = try number(run.sendRate, "PARLEY_SEND_RATE", default: 20, range: 0.1...1_000_000)
             gateway.sendRate = .init(perSecond: rate, burst: max(1, rate * 2.5))
             let writeRate = try number(run.writeRate, "PARLEY_WRITE_RATE", default: 20, range: 0.1...1_000_000)

@@ -75,8 +75,6 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Worker: the least time between the starts of two commits, 0–100ms. An append that comes sooner after the last commit began waits until then and shares the commit with whatever else came; one that comes later commits at once. 0: commits follow each other as fast as they can. (env PARLEY_COMMIT_INTERVAL; default 5ms with SQLite, 0 with PostgreSQL)")
     var commitInterval: String?
 
-    @Option(help: .hidden) var commitIntervalUs: Int?
-
     @Option(help: "Worker: the APNs auth key (.p8, from the Apple Developer account's Keys page) that signs provider tokens; with --apns-key-id and --apns-team-id it turns on push notifications to iOS devices. (env PARLEY_APNS_KEY; default none: no APNs pushes)")
     var apnsKey: String?
 
@@ -142,8 +140,6 @@ struct Run: AsyncParsableCommand {
 
     @Option(help: "Gateway: how long a send whose conversation owner died is retried before 503, 0–120s. (env PARLEY_SEND_RETRY; default 5s)")
     var sendRetry: String?
-
-    @Option(help: .hidden) var sendRetrySeconds: String?
 
     @Option(help: "Gateway: the directory uploads (POST /v1/media) are kept in, by their SHA-256; every gateway of a cluster must see the same one. (env PARLEY_MEDIA_DIR; default a media directory beside the SQLite file, or DATA-DIR/media with PostgreSQL)")
     var mediaDir: String?

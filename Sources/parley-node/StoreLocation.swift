@@ -30,7 +30,7 @@ enum StoreLocation: CustomStringConvertible {
         }
     }
 
-    /// The least time between the starts of two commits, unless `--commit-interval-us` says.
+    /// The least time between the starts of two commits, unless `--commit-interval` says.
     /// SQLite: 5 ms — a commit costs a worker about as much for one message as for several (each
     /// re-reads the pages other processes changed and writes a WAL frame per page it dirtied), and
     /// without an interval a worker at ~700 appends/s committed them one by one (1.04 a commit).

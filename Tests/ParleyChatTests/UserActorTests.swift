@@ -1,6 +1,6 @@
 import Foundation
 import ParleyChat
-import ParleyCluster
+@_spi(Testing) import ParleyCluster
 import ParleyModel
 import ParleyStore
 import ParleyTestKit

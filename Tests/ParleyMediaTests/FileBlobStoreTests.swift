@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import ParleyMedia
+import ParleyTestKit
 import Testing
 
 @Suite struct FileBlobStoreTests {

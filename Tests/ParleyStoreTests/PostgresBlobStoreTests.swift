@@ -3,6 +3,7 @@ import NIOCore
 import ParleyMedia
 import ParleyStorePostgres
 import PostgresNIO
+import ParleyTestKit
 import Testing
 
 /// The blob store contract on a real PostgreSQL (PARLEY_TEST_POSTGRES_URL, as the chat store's),

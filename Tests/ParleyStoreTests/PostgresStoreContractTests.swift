@@ -2,6 +2,7 @@ import Foundation
 import ParleyStore
 import ParleyStorePostgres
 import PostgresNIO
+import ParleyTestKit
 import Testing
 
 /// The contract on a real PostgreSQL: `Scripts/test` starts a throwaway server and sets

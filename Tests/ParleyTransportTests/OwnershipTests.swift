@@ -1,6 +1,6 @@
 import Distributed
 import Foundation
-import ParleyCluster
+@_spi(Testing) import ParleyCluster
 import ParleyTransport
 import Synchronization
 import ParleyTestKit

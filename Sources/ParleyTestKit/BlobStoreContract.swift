@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import NIOCore
+import ParleyMedia
 
 /// The one contract every ``BlobStore`` passes: test targets run each case against each store
 /// (`@Test(arguments: BlobStoreContract.cases)`). A broken rule throws ``ContractViolation``.

@@ -47,9 +47,11 @@ extension Gateway {
     }
 
     func addMediaRoutes(to v1: RouterGroup<GatewayContext>) {
-        v1.post("media") { request, context in try await self.upload(request) }
-        v1.get("media/:id") { request, context in try await self.download(request, context) }
-        v1.get("media/:id/thumbnail") { request, context in try await self.thumbnail(request, context) }
+        // Uploads are counted against a limit of their own, not the write limit.
+        v1.authenticated(by: self, writes: .ownLimit).post("media") { request, context in try await self.upload(request, context) }
+        let reads = v1.authenticated(by: self)
+        reads.get("media/:id") { request, context in try await self.download(request, context) }
+        reads.get("media/:id/thumbnail") { request, context in try await self.thumbnail(request, context) }
     }
 
     private func mediaSettings() throws -> MediaSettings {
@@ -60,12 +62,10 @@ extension Gateway {
     /// Keeps the body's bytes under their SHA-256, once its first bytes showed it is what its
     /// `Content-Type` says, then records the upload as the caller's. Nothing is recorded for an
     /// upload refused or cut off, and its bytes are dropped.
-    private func upload(_ request: Request) async throws -> Response {
+    private func upload(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
         let settings = try mediaSettings()
-        let caller = try await authenticate(request)
-        if let wait = uploadLimiter.acquire(caller.id.rawValue) {
-            throw APIError(.tooManyRequests, "rate_limited", "too many uploads; slow down", retryable: true, retryAfterSeconds: Self.seconds(wait))
-        }
+        let caller = context.caller
+        if let wait = uploadLimiter.acquire(caller.id.rawValue) { throw APIError.rateLimited(retryAfter: wait, "too many uploads; slow down") }
         let declared = (request.headers[.contentType] ?? "").split(separator: ";").first.map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
         } ?? ""
@@ -174,8 +174,8 @@ extension Gateway {
     }
 
     /// The upload `{id}` names, if the caller may download it (``UserActor/downloadable(_:)``).
-    private func downloadable(_ request: Request, _ context: GatewayContext) async throws -> (Media, caller: UserID) {
-        let caller = try await authenticate(request)
+    private func downloadable(_ request: Request, _ context: AuthenticatedContext) async throws -> (Media, caller: UserID) {
+        let caller = context.caller
         let text = try context.parameters.require("id")
         guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("media not found") }
         return (try await UserActor.resolve(caller.id, using: system).downloadable(MediaID(rawValue: text)), caller.id)
@@ -201,7 +201,7 @@ extension Gateway {
     }
 
     /// An upload's bytes, whole or a range of them, to who may see them (``UserActor/downloadable(_:)``).
-    private func download(_ request: Request, _ context: GatewayContext) async throws -> Response {
+    private func download(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
         let settings = try mediaSettings()
         let (media, caller) = try await downloadable(request, context)
         let etag = "\"\(media.sha256)\""
@@ -249,7 +249,7 @@ extension Gateway {
     /// longer side (one of ``Thumbnails/sizes``; 320 when not given), for who may download the
     /// upload. Made on first request and kept (``ThumbnailMaker``); `404` for an upload with none
     /// (not an image, or one that does not decode).
-    fileprivate func thumbnail(_ request: Request, _ context: GatewayContext) async throws -> Response {
+    fileprivate func thumbnail(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
         let settings = try mediaSettings()
         var size = Thumbnails.defaultSize
         if let text = request.uri.queryParameters.get("size") {

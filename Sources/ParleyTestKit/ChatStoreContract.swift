@@ -1,5 +1,6 @@
 import Foundation
 import ParleyModel
+import ParleyStore
 
 /// The one contract every ``ChatStore`` passes: test targets run each case against each store
 /// (`@Test(arguments: ChatStoreContract.cases)`). A broken rule throws ``ContractViolation``.

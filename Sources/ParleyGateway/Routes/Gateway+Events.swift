@@ -14,8 +14,8 @@ extension Gateway {
     /// events; without one, `ready` first. Per conversation, messages go out in seq order without
     /// duplicates; a gap the conversation's owner does not fill in time ends the stream
     /// (``LiveEventStream``).
-    func events(_ request: Request, _ context: GatewayContext) async throws -> Response {
-        let caller = try await authenticate(request)
+    func events(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
+        let caller = context.caller
         let cursorText = request.uri.queryParameters["cursor"].map(String.init) ?? request.headers[HTTPField.Name("Last-Event-ID")!]
         var cursor: StreamCursor?
         if let cursorText, !cursorText.isEmpty {

@@ -1,0 +1,82 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import ParleyChat
+import ParleyModel
+
+extension Gateway {
+    /// Registration and login (no caller yet), the caller's own account, and other users.
+    func addAccountRoutes(to v1: RouterGroup<GatewayContext>) {
+        v1.post("users") { request, context in try await self.register(request, context) }
+        v1.post("sessions") { request, context in try await self.login(request, context) }
+        // The user as the actor has it now, not as the token's lease remembers it.
+        v1.authenticated(by: self, fresh: true).get("users/me") { request, context in try Self.json(context.caller.user) }
+
+        let users = v1.authenticated(by: self)
+        users.delete("sessions/current") { request, context in
+            let caller = context.caller
+            try await UserActor.resolve(caller.id, using: self.system).revoke(tokenId: caller.claims.tokenId, expiresAt: caller.claims.expiresAt)
+            return Response(status: .noContent)
+        }
+        users.patch("users/me") { request, context in
+            let change = try await self.decode(API.ProfileChange.self, from: request)
+            let user = try await UserActor.resolve(context.caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL)
+            return try Self.json(user)
+        }
+        users.get("users") { request, context in
+            let prefix = String(request.uri.queryParameters["prefix"] ?? "")
+            let limit = try Self.intParameter(request, "limit", default: 20, range: 1...100)
+            let users = try await AccountDirectory.resolve(handle: "search", using: self.system).search(prefix: prefix, limit: limit)
+            return try Self.json(API.Users(users: users))
+        }
+        users.get("users/:userId") { request, context in
+            let id = try Self.userID(context.parameters.require("userId"))
+            return try Self.json(try await UserActor.resolve(id, using: self.system).user())
+        }
+    }
+
+    private func register(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        if let wait = registrationByAddress.acquire(context.clientAddress) {
+            throw APIError.rateLimited(retryAfter: wait, "too many registrations from this address; retry later")
+        }
+        let body = try await decode(API.NewUser.self, from: request)
+        if let problem = Self.passwordProblem(body.password) { throw APIError.invalid(problem) }
+        let unhashed = NewUser(handle: body.handle, displayName: body.displayName, passwordHash: "-")
+        try unhashed.validate()  // before spending a bcrypt on it
+        let hash = try await passwords.hash(body.password)
+        let id = UserID.make()
+        let user = try await UserActor.resolve(id, using: system).create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: hash))
+        logger.info("user registered", metadata: ["user.id": "\(user.id)"])
+        return try Self.json(API.Session(user: user, token: tokens.issue(for: user.id).token), status: .created)
+    }
+
+    private func login(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        let body = try await decode(API.Credentials.self, from: request)
+        if let wait = loginByAddress.acquire(context.clientAddress) { throw APIError.rateLimited(retryAfter: wait, "too many login attempts; retry later") }
+        // What no account can have is refused before it is a limiter's key: the handle's
+        // limiter holds only handles (at most 32 bytes), never what a body happened to hold.
+        // A handle's form is public, so answering it at once tells nothing of any account.
+        guard NewUser.isHandle(body.handle) else { throw APIError.unauthorized("wrong handle or password") }
+        if let wait = loginByHandle.acquire(body.handle) { throw APIError.rateLimited(retryAfter: wait, "too many login attempts; retry later") }
+        // A password registration would refuse matches no account: bcrypt would compare only
+        // its first 72 bytes, or the bytes before a U+0000.
+        guard Self.passwordProblem(body.password) == nil else { throw APIError.unauthorized("wrong handle or password") }
+        let login = try await AccountDirectory.resolve(handle: body.handle, using: system).login(handle: body.handle)
+        // An unknown handle costs the same bcrypt as a wrong password, and answers the same.
+        // A bot has no password: its handle answers as an unknown one, after the same bcrypt.
+        let matches = try await passwords.verify(body.password, hash: login.map { $0.user.bot ? decoyHash : $0.passwordHash } ?? decoyHash)
+        guard let login, matches, !login.user.bot else { throw APIError.unauthorized("wrong handle or password") }
+        return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id).token))
+    }
+
+    /// Why a password cannot be registered, or nil. bcrypt reads at most 72 bytes and stops at a
+    /// zero byte, so a longer password, or one holding U+0000, would be accepted by any other
+    /// password that shares what bcrypt reads: both are refused rather than cut silently.
+    static func passwordProblem(_ password: String) -> String? {
+        if password.count < 8 { return "password must be at least 8 characters" }
+        if password.utf8.count > 72 { return "password must be at most 72 bytes of UTF-8 (bcrypt reads no more)" }
+        if password.utf8.contains(0) { return "password must not contain U+0000" }
+        return nil
+    }
+}

@@ -1,0 +1,73 @@
+import Hummingbird
+import ParleyChat
+import ParleyModel
+
+extension Gateway {
+    /// Conversations: made, listed, read, renamed, muted, and their members.
+    func addConversationRoutes(to v1: RouterGroup<GatewayContext>) {
+        let conversations = v1.authenticated(by: self)
+        conversations.post("conversations") { request, context in try await self.createConversation(request, context) }
+        conversations.get("conversations") { request, context in try await self.listConversations(request, context) }
+        conversations.get("conversations/:id") { request, context in
+            try Self.json(try await self.conversation(try Self.conversationID(context), for: context.caller.id))
+        }
+        conversations.patch("conversations/:id") { request, context in
+            let id = try Self.conversationID(context)
+            let rename = try await self.decode(API.Rename.self, from: request)
+            let record = try await ConversationActor.resolve(id, using: self.system).rename(rename.name, by: context.caller.id)
+            return try Self.json(API.Conversation(record, for: context.caller.id))
+        }
+        conversations.put("conversations/:id/settings") { request, context in
+            let id = try Self.conversationID(context)
+            let settings = try await self.decode(API.ConversationSettings.self, from: request)
+            let record = try await ConversationActor.resolve(id, using: self.system).setMuted(settings.muted, by: context.caller.id)
+            return try Self.json(API.ConversationSettings(muted: record.isMuted(by: context.caller.id)))
+        }
+        conversations.post("conversations/:id/members") { request, context in
+            let id = try Self.conversationID(context)
+            let body = try await self.decode(API.NewMembers.self, from: request)
+            guard body.userIds.count <= 1000 else { throw APIError.invalid("userIds: at most 1,000") }
+            let record = try await ConversationActor.resolve(id, using: self.system).addMembers(body.userIds, by: context.caller.id)
+            return try Self.json(API.Conversation(record, for: context.caller.id))
+        }
+        conversations.delete("conversations/:id/members/:userId") { request, context in
+            let id = try Self.conversationID(context)
+            let member = try Self.userID(context.parameters.require("userId"))
+            try await ConversationActor.resolve(id, using: self.system).removeMember(member, by: context.caller.id)
+            return Response(status: .noContent)
+        }
+    }
+
+    private func createConversation(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
+        let caller = context.caller
+        let body = try await decode(API.NewConversation.self, from: request)
+        guard body.memberIds.count <= 1000 else { throw APIError.invalid("memberIds: a group has at most 1,000 members") }
+        let create = CreateConversation(creatorId: caller.id, memberIds: body.memberIds, name: body.name)
+        let others = Set(body.memberIds).subtracting([caller.id])
+        let id = create.isDirect ? ConversationActor.directID(caller.id, others.first ?? caller.id) : ConversationID.make()
+        let result = try await ConversationActor.resolve(id, using: system).create(create)
+        return try Self.json(API.CreatedConversation(conversation: API.Conversation(result.conversation, for: caller.id)), status: result.created ? .created : .ok)
+    }
+
+    private func listConversations(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
+        let caller = context.caller
+        let limit = try Self.intParameter(request, "limit", default: 50, range: 1...100)
+        var cursor: ConversationPageCursor?
+        if let text = request.uri.queryParameters["cursor"] {
+            guard let parsed = ClientInput.pageCursor(text) else { throw APIError.invalid("cursor is not one this server gave") }
+            cursor = parsed
+        }
+        let page = try await UserActor.resolve(caller.id, using: system).conversations(after: cursor, limit: limit)
+        return try Self.json(API.ConversationList(
+            conversations: page.conversations.map { API.Conversation($0.conversation, for: caller.id, lastMessage: $0.lastMessage) },
+            next: page.next.map(ClientInput.pageCursorToken)))
+    }
+
+    /// A conversation as the member sees it, with its last message.
+    func conversation(_ id: ConversationID, for user: UserID) async throws -> API.Conversation {
+        let actor = try ConversationActor.resolve(id, using: system)
+        let record = try await actor.snapshot(for: user)
+        let last = record.lastSeq > 0 ? try await actor.messages(for: user, before: record.lastSeq + 1, limit: 1).last : nil
+        return API.Conversation(record, for: user, lastMessage: last)
+    }
+}

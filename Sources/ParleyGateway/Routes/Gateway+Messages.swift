@@ -1,0 +1,124 @@
+import Hummingbird
+import Logging
+import Metrics
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+
+extension Gateway {
+    /// Messages (sent, paged, annotated by bots), receipts and typing.
+    func addMessageRoutes(to v1: RouterGroup<GatewayContext>) {
+        // Sends are counted against a limit of their own, not the write limit.
+        v1.authenticated(by: self, writes: .ownLimit).post("conversations/:id/messages") { request, context in try await self.send(request, context) }
+        let messages = v1.authenticated(by: self)
+        messages.get("conversations/:id/messages") { request, context in try await self.history(request, context) }
+        messages.put("conversations/:id/messages/:seq/annotations/:key") { request, context in
+            let id = try Self.conversationID(context)
+            guard let seq = Int64(try context.parameters.require("seq")), seq >= 1 else { throw APIError.invalid("seq must be a whole number, at least 1") }
+            let key = try context.parameters.require("key")
+            let body = try await self.decode(API.AnnotationValue.self, from: request)
+            let annotation = try await ConversationActor.resolve(id, using: self.system).annotate(seq: seq, key: key, value: body.value, by: context.caller.id)
+            return try Self.json(API.AnnotationEvent(annotation: annotation))
+        }
+        messages.post("conversations/:id/receipts") { request, context in
+            let id = try Self.conversationID(context)
+            let body = try await self.decode(API.Receipts.self, from: request)
+            _ = try await ConversationActor.resolve(id, using: self.system).markReceipts(for: context.caller.id, deliveredSeq: body.deliveredSeq, readSeq: body.readSeq)
+            return Response(status: .noContent)
+        }
+        messages.post("conversations/:id/typing") { request, context in
+            let id = try Self.conversationID(context)
+            let body = try await self.decode(API.Typing.self, from: request)
+            _ = try await ConversationActor.resolve(id, using: self.system).setTyping(for: context.caller.id, body.typing)
+            return Response(status: .noContent)
+        }
+    }
+
+    private func send(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
+        let caller = context.caller
+        let id = try Self.conversationID(context)
+        let body = try await decode(API.NewMessage.self, from: request, readingFirst: API.NewMessage.fromCanonicalJSON)
+        if let wait = sendLimiter.acquire(caller.id.rawValue) { throw APIError.rateLimited(retryAfter: wait, "too many messages; slow down") }
+        var attachments: [Attachment] = []
+        if let asked = body.attachments, !asked.isEmpty {
+            // A send the owner would refuse records nothing.
+            try SendMessage.validate(clientMessageId: body.clientMessageId, text: body.text, captions: asked.map(\.caption), limits: ChatLimits())
+            attachments = try await UserActor.resolve(caller.id, using: system).attach(asked, to: id)
+        }
+        let result = try await sendRetrying(
+            SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text, attachments: attachments), to: id)
+        // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable) —
+        // the same bytes as a `message` event's data, so encoded once for both.
+        let json = result.message.wrappedJSON
+        // The sender's own event, if its stream is on this loop, goes out with this response.
+        hub.deliverAhead(result.message, json: json, to: caller.id)
+        return Self.json(bytes: json, status: result.created ? .created : .ok)
+    }
+
+    /// Sends through the conversation's owner. When the owner dies mid-request (lost connection,
+    /// no reply, the ring moving), the send is retried with the same `clientMessageId` — it is
+    /// the idempotency key, so a send that did commit returns the original — until
+    /// `sendRetryWindow` runs out; only then the client gets `503`, retryable.
+    func sendRetrying(_ message: SendMessage, to conversation: ConversationID) async throws -> SendResult {
+        try await Self.retryingSend(within: configuration.sendRetryWindow, logger: logger, conversation: conversation) { [system] in
+            try await ConversationActor.resolve(conversation, using: system).send(message)
+        }
+    }
+
+    /// `send` until it succeeds, fails with an error that is not a retryable cluster error, or
+    /// `window` runs out (then `503`, retryable), pausing 50 ms and doubling up to 500 ms between
+    /// attempts.
+    static func retryingSend<Result>(
+        within window: Duration, logger: Logger, conversation: ConversationID, _ send: () async throws -> Result
+    ) async throws -> Result {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: window)
+        var pause = Duration.milliseconds(50)
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                let result = try await send()
+                if attempt > 1 {
+                    logger.info("send succeeded after retries", metadata: ["conversation.id": "\(conversation)", "attempts": "\(attempt)"])
+                }
+                return result
+            } catch let error as ClusterCallError where retryableSendCodes.contains(error.code.rawValue) {
+                guard clock.now.advanced(by: pause) < deadline else {
+                    throw APIError.unavailable("the conversation's owner did not answer within \(window) (\(error.code)); retry with the same clientMessageId")
+                }
+                logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
+                sendRetries.increment()
+                try await Task.sleep(for: pause)
+                pause = min(pause * 2, .milliseconds(500))
+            }
+        }
+    }
+
+    static let sendRetries = Counter(label: "parley.gateway.send_retries")
+
+    static let retryableSendCodes: Set<String> = [
+        ClusterCallError.Code.deadlineExceeded.rawValue, ClusterCallError.Code.notOwner.rawValue,
+        ClusterCallError.Code.unavailable.rawValue, ClusterCallError.Code.connectionLost.rawValue,
+        ClusterCallError.Code.shutdown.rawValue,
+    ]
+
+    private func history(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
+        let caller = context.caller
+        let id = try Self.conversationID(context)
+        let actor = try ConversationActor.resolve(id, using: system)
+        let query = request.uri.queryParameters
+        if query["after"] != nil, query["before"] != nil { throw APIError.invalid("give after or before, not both") }
+        let messages: [Message]
+        if query["before"] != nil {
+            let before = try Self.intParameter(request, "before", default: 0, range: 1...Int.max)
+            let limit = try Self.intParameter(request, "limit", default: 50, range: 1...200)
+            messages = try await actor.history(for: caller.id, after: nil, before: Int64(before), limit: limit)
+        } else {
+            let after = try Self.intParameter(request, "after", default: 0, range: 0...Int.max)
+            let limit = try Self.intParameter(request, "limit", default: 100, range: 1...200)
+            messages = try await actor.history(for: caller.id, after: Int64(after), before: nil, limit: limit)
+        }
+        return try Self.json(API.Messages(messages: messages))
+    }
+}
