@@ -173,6 +173,7 @@ let package = Package(
             name: "ParleyTransport",
             dependencies: [
                 "ParleyCluster",
+                "ParleyModel",
                 "ParleyWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -407,6 +408,7 @@ let package = Package(
             name: "ParleyTransportTests",
             dependencies: [
                 "ParleyCluster",
+                "ParleyModel",
                 "ParleyTransport",
                 "ParleyWire",
                 "ParleyTestKit", "ParleySimulation",

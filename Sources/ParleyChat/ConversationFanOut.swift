@@ -79,8 +79,7 @@ final class ConversationFanOut: Sendable {
         self.logger = logger
         var policy = Machine.Policy()
         policy.holdMax = timings.holdMax
-        policy.retryDelay = timings.retryDelay
-        policy.retryDelayMax = timings.retryDelayMax
+        policy.retry = timings.retry
         // Every call to a gateway ends, at the latest with the cluster's call timeout, and its
         // outcome is reported: the machine's own timeout is only a backstop.
         policy.ackTimeout = courier.callTimeout * 2
@@ -322,9 +321,8 @@ final class ConversationFanOut: Sendable {
 public struct DeliveryTimings: Sendable {
     /// How long a committed message waits for a seq before it before the store is read.
     public var holdMax: Duration = .seconds(1)
-    /// The wait after a failed call before its batch goes again, doubling to `retryDelayMax`.
-    public var retryDelay: Duration = .milliseconds(200)
-    public var retryDelayMax: Duration = .seconds(2)
+    /// The wait after a failed call before its batch goes again.
+    public var retry = Backoff(first: .milliseconds(200), max: .seconds(2))
     /// How far back a node that takes over a departed owner's conversations republishes their
     /// messages (``ConversationRecovery``); zero: not at all.
     public var recoveryWindow: Duration = ConversationRecovery.window

@@ -168,7 +168,7 @@ final class ConversationWebhooks: Sendable {
                     state.withLock { $0.lanes[name]?.lane.messagesRead(messages, after: after) }
                 } catch {
                     logger.info("cannot read messages for a webhook; trying again", metadata: ["webhook.endpoint": "\(name)", "error": "\(error)"])
-                    try? await clock.sleep(for: policy.retryFirst)
+                    try? await clock.sleep(for: policy.retry.first)
                 }
             case .deliver(let event):
                 await deliver(event, id: id ?? event.deliveryID(in: conversation, change: 0), in: conversation, to: endpoint)

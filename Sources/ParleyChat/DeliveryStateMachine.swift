@@ -1,3 +1,5 @@
+import ParleyModel
+
 /// A conversation's events on their way from its owner to the gateways that hold its members'
 /// streams, as one pure state machine: what to send to which gateway, what to send again, when to
 /// read the store. The shell does the IO it is told and reports what happened; every timer is a
@@ -13,7 +15,7 @@
 /// - **One path per gateway.** Each gateway gets the released events in order, one batch in
 ///   flight at a time, and acknowledges the last position of each batch it received. A batch that
 ///   failed is sent again from the first unacknowledged position after the retry delay, which
-///   doubles up to ``Policy/retryDelayMax``; one with no answer at all within
+///   doubles up to ``Policy/retry``'s most; one with no answer at all within
 ///   ``Policy/ackTimeout`` is sent again at once. So a lost batch, a lost acknowledgement or a
 ///   gateway that was cut off for a while costs a resend, and the gateway's streams drop a
 ///   message they already wrote, by seq.
@@ -43,9 +45,8 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
         /// Reads of the store that leave the gap before the held seqs are given up after this many:
         /// the held events are then released past it (streams that miss them end and resume).
         public var storeReadsMax = 10
-        /// The wait after a failed batch before it is sent again, doubling to `retryDelayMax`.
-        public var retryDelay: Duration = .milliseconds(200)
-        public var retryDelayMax: Duration = .seconds(2)
+        /// The wait after a failed batch before it is sent again.
+        public var retry = Backoff(first: .milliseconds(200), max: .seconds(2))
         /// A batch with neither an acknowledgement nor a failure reported this long after it was
         /// sent is taken as lost. A shell whose calls always end (with a timeout of their own)
         /// sets it above that timeout.
@@ -185,7 +186,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
             if let path = paths.removeValue(forKey: gateway) { forget(path) }
         }
         for gateway in current where paths[gateway] == nil {
-            paths[gateway] = Path(acknowledged: nextPosition - 1, sent: nextPosition - 1, retryDelay: policy.retryDelay)
+            paths[gateway] = Path(acknowledged: nextPosition - 1, sent: nextPosition - 1, retryDelay: policy.retry.first)
         }
         order = paths.keys.sorted()
         trim()
@@ -199,7 +200,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
         if path.acknowledged == path.sent, path.sentAt != nil {
             path.sentAt = nil
             inFlight -= 1
-            path.retryDelay = policy.retryDelay
+            path.retryDelay = policy.retry.first
         }
         paths[gateway] = path
         trim()
@@ -214,7 +215,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
         inFlight -= 1
         path.resendAt = now.advanced(by: path.retryDelay)
         resending += 1
-        path.retryDelay = min(path.retryDelay * 2, policy.retryDelayMax)
+        path.retryDelay = policy.retry.next(after: path.retryDelay)
         paths[gateway] = path
     }
 
@@ -238,7 +239,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
                 // Unanswered: lost on its way, or its acknowledgement was. It waited long enough.
                 path.sentAt = nil
                 path.sent = path.acknowledged
-                path.retryDelay = min(path.retryDelay * 2, policy.retryDelayMax)
+                path.retryDelay = policy.retry.next(after: path.retryDelay)
                 inFlight -= 1
             } else if let resendAt = path.resendAt, resendAt <= now {
                 path.resendAt = nil

@@ -16,9 +16,8 @@ public struct PushPlanner: Sendable {
     public struct Policy: Sendable {
         /// The least time between two notices of this conversation to one member.
         public var window: Duration = .seconds(3)
-        /// The wait after a failed notice, doubling to `retryDelayMax`.
-        public var retryDelay: Duration = .seconds(1)
-        public var retryDelayMax: Duration = .seconds(60)
+        /// The wait after a failed notice (at least what the provider asked for).
+        public var retry = Backoff(first: .seconds(1), max: .seconds(60))
         /// How long a notice that keeps failing is tried again.
         public var giveUpAfter: Duration = .seconds(600)
 
@@ -122,9 +121,7 @@ public struct PushPlanner: Sendable {
             owed[member] = nil
             return .gaveUp(member, through: entry.latest.seq)
         }
-        var delay = policy.retryDelay
-        for _ in 1..<min(entry.failures, 32) where delay < policy.retryDelayMax { delay *= 2 }
-        entry.dueAt = now.advanced(by: max(min(delay, policy.retryDelayMax), retryAfter ?? .zero))
+        entry.dueAt = now.advanced(by: policy.retry.delay(afterFailures: entry.failures, atLeast: retryAfter))
         owed[member] = entry
         return nil
     }

@@ -417,7 +417,7 @@ public struct WebhookLane: Sendable {
             apply(event)
             return event
         }
-        retryAt = now + policy.retryDelay(afterFailures: failures, retryAfter: retryAfter)
+        retryAt = now + policy.retry.delay(afterFailures: failures, atLeast: retryAfter)
         // Still where it was taken from (nothing is taken while it is in flight), unless the
         // queue was dropped for a catch-up, which will find it again.
         if !catchUpNeeded, head > 0 { head -= 1 }

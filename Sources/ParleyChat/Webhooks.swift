@@ -126,9 +126,8 @@ public struct WebhookSettings: Sendable {
 
 /// The pace of deliveries to one endpoint from one conversation.
 public struct WebhookPolicy: Sendable, Hashable {
-    /// The first retry's wait; each after waits twice as long, up to ``retryMax``.
-    public var retryFirst: Duration = .seconds(1)
-    public var retryMax: Duration = .seconds(600)
+    /// The wait after a failed attempt (at least what the endpoint asked for).
+    public var retry = Backoff(first: .seconds(1), max: .seconds(600))
     /// How long one event is retried before it is dropped (and logged): three days, past a
     /// weekend's outage of the receiver.
     public var giveUpAfter: Duration = .seconds(72 * 3600)
@@ -140,13 +139,6 @@ public struct WebhookPolicy: Sendable, Hashable {
     public var queueMax: Int = 1000
 
     public init() {}
-
-    /// The wait after `failures` failed attempts in a row (1 or more), at least `retryAfter`.
-    public func retryDelay(afterFailures failures: Int, retryAfter: Duration?) -> Duration {
-        var delay = retryFirst
-        for _ in 1..<max(1, min(failures, 32)) where delay < retryMax { delay = delay * 2 }
-        return max(min(delay, retryMax), retryAfter ?? .zero)
-    }
 }
 
 /// What a webhook endpoint is told of a conversation (`data.conversation`): everything but what

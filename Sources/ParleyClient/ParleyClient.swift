@@ -209,7 +209,8 @@ public final class ParleyClient: Sendable {
     ) async throws -> Message {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
-        var pause = Duration.milliseconds(100)
+        let backoff = Backoff(first: .milliseconds(100), max: .seconds(2))
+        var failures = 0
         while true {
             do {
                 let sent: API.SentMessage = try await call(
@@ -217,11 +218,11 @@ public final class ParleyClient: Sendable {
                     body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments))
                 return sent.message
             } catch let error as ParleyError where error.retryable {
-                let wait = max(pause, error.retryAfter ?? .zero)
+                failures += 1
+                let wait = backoff.delay(afterFailures: failures, atLeast: error.retryAfter)
                 guard clock.now.advanced(by: wait) < deadline else { throw error }
                 logger.debug("send failed; retrying with the same clientMessageId", metadata: ["error": "\(error)", "clientMessageId": "\(clientMessageId)"])
                 try await Task.sleep(for: wait)
-                pause = min(pause * 2, .seconds(2))
             }
         }
     }

@@ -111,7 +111,8 @@ extension ParleyClient {
                 var cursor = cursor
                 var deduplicator = MessageDeduplicator()
                 var gateway = 0
-                var pause = Duration.milliseconds(200)
+                let backoff = Backoff(first: .milliseconds(200), max: .seconds(5))
+                var pause = backoff.first
                 while !Task.isCancelled {
                     let url = configuration.gateways[gateway % configuration.gateways.count]
                     do {
@@ -122,7 +123,7 @@ extension ParleyClient {
                             delivered = true
                             continuation.yield(event)
                         }
-                        if delivered { pause = .milliseconds(200) }
+                        if delivered { pause = backoff.first }
                     } catch let error as ParleyError where error.code == "cursor_expired" {
                         cursor = nil
                         continuation.yield(.cursorExpired)
@@ -136,7 +137,7 @@ extension ParleyClient {
                     guard !Task.isCancelled else { break }
                     gateway += 1
                     try? await Task.sleep(for: pause + .milliseconds(Int.random(in: 0...100)))
-                    pause = min(pause * 2, .seconds(5))
+                    pause = backoff.next(after: pause)
                 }
                 continuation.finish()
             }

@@ -1,6 +1,7 @@
 import Distributed
 import Logging
 import Metrics
+import ParleyModel
 import Synchronization
 
 extension ClusterSystem {
@@ -12,7 +13,7 @@ extension ClusterSystem {
     func call(_ id: ClusterActorID, target: String, arguments: [[UInt8]]) async -> ReplyEnvelope.Outcome {
         let started = clock.now
         let deadline = started.advanced(by: settings.callTimeout)
-        var backoff = Duration.milliseconds(2)
+        var failures = 0
         var lastProblem = ClusterCallError(code: .unavailable, message: "no worker is up to own \(id)")
         if let node = id.node, node != settings.name, !isLiveMember(node) {
             // A pinned actor on a node the cluster does not know (or knows dead): no waiting.
@@ -41,10 +42,14 @@ extension ClusterSystem {
                 }
                 return .error(lastProblem)
             }
-            try? await clock.sleep(until: min(now.advanced(by: backoff), deadline))
-            backoff = min(backoff * 2, .milliseconds(100))
+            failures += 1
+            try? await clock.sleep(until: min(now.advanced(by: Self.callRetry.delay(afterFailures: failures)), deadline))
         }
     }
+
+    /// Between attempts of a call that certainly did not run: short, since an owner that was not
+    /// up yet, or a ring that had not moved yet, is usually ready within milliseconds.
+    static let callRetry = Backoff(first: .milliseconds(2), max: .milliseconds(100))
 
     enum Attempt {
         case sent(ReplyEnvelope.Outcome)

@@ -71,8 +71,7 @@ public final class ClusterSimulation: Sendable {
             switch self {
             case .storeRead: options.delivery.holdMax = .seconds(3_600)
             case .resend:
-                options.delivery.retryDelay = .seconds(3_600)
-                options.delivery.retryDelayMax = .seconds(3_600)
+                options.delivery.retry = Backoff(first: .seconds(3_600), max: .seconds(3_600))
             case .streamEnd: options.streamGapMax = .seconds(3_600)
             case .recovery: options.delivery.recoveryWindow = .zero
             }

@@ -1,4 +1,5 @@
 import ParleyCluster
+import ParleyModel
 
 /// Which connection to each peer is the one, and when to dial. Pure: the transport asks it on each
 /// hello and each dial, and carries out the answer.
@@ -42,13 +43,11 @@ struct ConnectionTable<Handle: Hashable & Sendable>: Sendable {
     private var dials: [NodeAddress: Dial] = [:]
     /// Addresses that turned out to be this node (a seed list naming us under another address).
     private var selfAddresses: Set<NodeAddress> = []
-    let backoffFirst: Duration
-    let backoffMax: Duration
+    let backoff: Backoff
 
-    init(me: NodeID, backoffFirst: Duration = .milliseconds(50), backoffMax: Duration = .seconds(2)) {
+    init(me: NodeID, backoff: Backoff = Backoff(first: .milliseconds(50), max: .seconds(2))) {
         self.me = me
-        self.backoffFirst = backoffFirst
-        self.backoffMax = backoffMax
+        self.backoff = backoff
     }
 
     // MARK: Hellos
@@ -144,10 +143,10 @@ struct ConnectionTable<Handle: Hashable & Sendable>: Sendable {
         var dial = dials[address] ?? Dial(node: nil, notBefore: now)
         dial.inFlight = false
         dial.failures += 1
-        let backoff = min(backoffFirst * (1 << min(dial.failures - 1, 16)), backoffMax)
-        dial.notBefore = now.advanced(by: backoff)
+        let wait = backoff.delay(afterFailures: dial.failures)
+        dial.notBefore = now.advanced(by: wait)
         dials[address] = dial
-        return backoff
+        return wait
     }
 
     /// Forgets every connection (after a change of identity, all are closed).

@@ -46,7 +46,7 @@ public final class NIOClusterTransport: ClusterTransport {
         let placeholder = PeerIdentity(id: NodeID(name: "", incarnation: 0), roles: [], address: bindAddress)
         self.state = Mutex(State(
             identity: placeholder,
-            table: ConnectionTable(me: placeholder.id, backoffFirst: settings.reconnectBackoffFirst, backoffMax: settings.reconnectBackoffMax)))
+            table: ConnectionTable(me: placeholder.id, backoff: settings.reconnect)))
     }
 
     var identity: PeerIdentity { state.withLock { $0.identity } }

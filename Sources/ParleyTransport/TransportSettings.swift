@@ -1,3 +1,5 @@
+import ParleyModel
+
 /// Limits and timings of the cluster transport.
 public struct TransportSettings: Sendable {
     /// Largest frame accepted or sent; a bigger length prefix closes the connection.
@@ -11,9 +13,8 @@ public struct TransportSettings: Sendable {
     /// A connection that brings nothing for this long is closed (peers gossip several times a
     /// second, so only a dead or half-open connection is this quiet).
     public var idleTimeout: Duration = .seconds(6)
-    /// Reconnect backoff: doubles from the first to the cap.
-    public var reconnectBackoffFirst: Duration = .milliseconds(50)
-    public var reconnectBackoffMax: Duration = .seconds(2)
+    /// The wait before dialing a peer again after failed dials.
+    public var reconnect = Backoff(first: .milliseconds(50), max: .seconds(2))
 
     public init() {}
 

@@ -245,6 +245,10 @@ extension WorkloadOptions {
 /// The users, their clients and streams, and the conversations: set up once, then loaded in
 /// phases; the verifier sees every phase.
 final class Workload: Sendable {
+    /// Between attempts of a user's setup (sign-up, its photo's upload) that a gateway refused for
+    /// now, at least what it asked for (`Retry-After`).
+    static let setupRetry = Backoff(first: .milliseconds(200), max: .seconds(2))
+
     let clients: [ParleyClient]
     /// With `--engine frames`: each user's connection, which sends and holds its stream.
     let connections: [FrameLevelConnection]
@@ -314,7 +318,7 @@ final class Workload: Sendable {
                                 let hint = error.status == 429 ? " (a gateway's login or registration limit: start it with a higher --login-rate or --registration-rate, or use a new --prefix)" : ""
                                 throw ParleyError(status: error.status, code: "setup_failed", message: "\(handle) could not sign up: \(error.message)\(hint)", retryable: false)
                             }
-                            try await Task.sleep(for: max(.milliseconds(200 * attempt), error.retryAfter ?? .zero))
+                            try await Task.sleep(for: Workload.setupRetry.delay(afterFailures: attempt, atLeast: error.retryAfter))
                         }
                     }
                     throw ParleyError(status: 0, code: "setup_failed", message: "\(handle) could not sign up", retryable: false)
@@ -416,7 +420,7 @@ final class Workload: Sendable {
                         do {
                             return (index, try await client.upload(file: file, contentType: "image/jpeg").id)
                         } catch let error as ParleyError where error.retryable && attempt < 5 {
-                            try await Task.sleep(for: max(.milliseconds(200 * attempt), error.retryAfter ?? .zero))
+                            try await Task.sleep(for: Workload.setupRetry.delay(afterFailures: attempt, atLeast: error.retryAfter))
                         }
                     }
                     throw ParleyError(status: 0, code: "setup_failed", message: "user \(index) could not upload a photo", retryable: false)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ParleyChat
+import ParleyModel
 import ParleyPush
 
 /// `parley-node run --webhooks FILE`: the endpoints a worker delivers webhooks to, read from a
@@ -48,7 +49,7 @@ struct WebhookConfiguration {
         guard Set(endpoints.map(\.name)).count == endpoints.count else { throw ValidationError("\(file): two webhook endpoints have the same name") }
         self.endpoints = endpoints
         self.trustRoots = trustRoots
-        if let retryMax { policy.retryMax = retryMax }
+        if let retryMax { policy.retry.max = max(retryMax, policy.retry.first) }
     }
 
     private static func check(_ endpoint: Endpoint, in file: String) throws -> WebhookEndpoint {

@@ -16,8 +16,7 @@ import Testing
     var policy: PushPlanner.Policy {
         var policy = PushPlanner.Policy()
         policy.window = .seconds(3)
-        policy.retryDelay = .seconds(1)
-        policy.retryDelayMax = .seconds(8)
+        policy.retry = Backoff(first: .seconds(1), max: .seconds(8))
         policy.giveUpAfter = .seconds(30)
         return policy
     }

@@ -37,7 +37,7 @@ final class RecordingPushProvider: PushProvider {
         let apns = RecordingPushProvider(), fcm = RecordingPushProvider()
         var policy = PushPlanner.Policy()
         policy.window = .seconds(1)
-        policy.retryDelay = .milliseconds(200)
+        policy.retry.first = .milliseconds(200)
         let store = InMemoryChatStore()
         let cluster = try await startChatCluster(
             users: [Self.alice, Self.bob, Self.carol, Self.dave], workers: ["node-a", "node-b"], gateways: ["node-g"], store: store,

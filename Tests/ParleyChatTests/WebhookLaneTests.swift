@@ -22,8 +22,7 @@ import Testing
 
     var policy: WebhookPolicy {
         var policy = WebhookPolicy()
-        policy.retryFirst = .seconds(1)
-        policy.retryMax = .seconds(8)
+        policy.retry = Backoff(first: .seconds(1), max: .seconds(8))
         policy.giveUpAfter = .seconds(60)
         policy.queueMax = 4
         return policy
@@ -237,10 +236,10 @@ import Testing
 
     @Test func retriesWaitLongerEachTimeUpToTheirMost() {
         let policy = WebhookPolicy()
-        #expect(policy.retryDelay(afterFailures: 1, retryAfter: nil) == .seconds(1))
-        #expect(policy.retryDelay(afterFailures: 4, retryAfter: nil) == .seconds(8))
-        #expect(policy.retryDelay(afterFailures: 40, retryAfter: nil) == .seconds(600))
-        #expect(policy.retryDelay(afterFailures: 1, retryAfter: .seconds(120)) == .seconds(120))
+        #expect(policy.retry.delay(afterFailures: 1, atLeast: nil) == .seconds(1))
+        #expect(policy.retry.delay(afterFailures: 4, atLeast: nil) == .seconds(8))
+        #expect(policy.retry.delay(afterFailures: 40, atLeast: nil) == .seconds(600))
+        #expect(policy.retry.delay(afterFailures: 1, atLeast: .seconds(120)) == .seconds(120))
         // At most 10 minutes apart, so 72 hours make hundreds of attempts: at least 24 hours of retries.
         #expect(policy.giveUpAfter >= .seconds(24 * 3600))
     }

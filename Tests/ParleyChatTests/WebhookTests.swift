@@ -63,8 +63,7 @@ final class RecordingWebhookEndpoint: Sendable {
     ) async throws -> LoopbackCluster {
         try await registerUsers([Self.alice, Self.bob, Self.carol, Self.dave], in: store)
         var policy = WebhookPolicy()
-        policy.retryFirst = .milliseconds(50)
-        policy.retryMax = .milliseconds(200)
+        policy.retry = Backoff(first: .milliseconds(50), max: .milliseconds(200))
         policy.saveEvery = .milliseconds(200)
         let endpoints = [WebhookEndpoint(name: "bots", url: "http://127.0.0.1:1/unused", secret: Array(repeating: 7, count: 32), types: Set(WebhookEventType.allCases))]
         let firstSeen = try await WebhookSettings(endpoints: endpoints, sender: RecordingWebhookEndpoint.Sender(node: "", endpoint: endpoint))

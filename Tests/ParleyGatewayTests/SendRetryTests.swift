@@ -15,7 +15,7 @@ import Testing
         let attempts = Mutex(0)
         // A window far longer than the two short pauses: the test is about what is retried, not how
         // fast a busy machine resumes the task after each pause.
-        let result = try await Gateway.retryingSend(within: .seconds(120), logger: Self.logger, conversation: "c_1") { () throws -> String in
+        let result = try await Gateway.retryingSend(within: .seconds(120), clock: ContinuousClock(), logger: Self.logger, conversation: "c_1") { () throws -> String in
             let attempt = attempts.withLock { attempts in
                 attempts += 1
                 return attempts
@@ -33,7 +33,7 @@ import Testing
     @Test func aRefusalOfTheSendItselfIsNotRetried() async throws {
         let attempts = Mutex(0)
         do {
-            _ = try await Gateway.retryingSend(within: .seconds(5), logger: Self.logger, conversation: "c_1") { () throws -> String in
+            _ = try await Gateway.retryingSend(within: .seconds(5), clock: ContinuousClock(), logger: Self.logger, conversation: "c_1") { () throws -> String in
                 attempts.withLock { $0 += 1 }
                 throw ClusterCallError(code: ClusterCallError.Code(rawValue: ChatError.Code.notFound.rawValue), message: "conversation not found")
             }
@@ -47,7 +47,7 @@ import Testing
     @Test func pastTheWindowTheClientGetsARetryableUnavailable() async throws {
         let attempts = Mutex(0)
         do {
-            _ = try await Gateway.retryingSend(within: .milliseconds(200), logger: Self.logger, conversation: "c_1") { () throws -> String in
+            _ = try await Gateway.retryingSend(within: .milliseconds(200), clock: ContinuousClock(), logger: Self.logger, conversation: "c_1") { () throws -> String in
                 attempts.withLock { $0 += 1 }
                 throw ClusterCallError(code: .unavailable, message: "no worker is up to own it")
             }

@@ -1,5 +1,6 @@
 import ParleySimulation
 import ParleyCluster
+import ParleyModel
 import ParleyTestKit
 import Testing
 
@@ -80,7 +81,7 @@ import Testing
     }
 
     @Test func failedDialsBackOffDoublingToTheCap() {
-        var table = Table(me: NodeID(name: "a", incarnation: 1), backoffFirst: .milliseconds(50), backoffMax: .seconds(2))
+        var table = Table(me: NodeID(name: "a", incarnation: 1), backoff: Backoff(first: .milliseconds(50), max: .seconds(2)))
         let address = NodeAddress(host: "127.0.0.1", port: 9)
         var time = ManualTime()
         var backoffs: [Duration] = []

@@ -60,20 +60,18 @@ extension Gateway {
     /// the idempotency key, so a send that did commit returns the original — until
     /// `sendRetryWindow` runs out; only then the client gets `503`, retryable.
     func sendRetrying(_ message: SendMessage, to conversation: ConversationID) async throws -> SendResult {
-        try await Self.retryingSend(within: configuration.sendRetryWindow, logger: logger, conversation: conversation) { [system] in
+        try await Self.retryingSend(within: configuration.sendRetryWindow, clock: system.clock, logger: logger, conversation: conversation) { [system] in
             try await ConversationActor.resolve(conversation, using: system).send(message)
         }
     }
 
     /// `send` until it succeeds, fails with an error that is not a retryable cluster error, or
-    /// `window` runs out (then `503`, retryable), pausing 50 ms and doubling up to 500 ms between
+    /// `window` on `clock` runs out (then `503`, retryable), pausing by ``sendRetry`` between
     /// attempts.
     static func retryingSend<Result>(
-        within window: Duration, logger: Logger, conversation: ConversationID, _ send: () async throws -> Result
+        within window: Duration, clock: some ClusterClock, logger: Logger, conversation: ConversationID, _ send: () async throws -> Result
     ) async throws -> Result {
-        let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: window)
-        var pause = Duration.milliseconds(50)
         var attempt = 0
         while true {
             attempt += 1
@@ -84,18 +82,20 @@ extension Gateway {
                 }
                 return result
             } catch let error as ClusterCallError where retryableSendCodes.contains(error.code.rawValue) {
+                let pause = Self.sendRetry.delay(afterFailures: attempt)
                 guard clock.now.advanced(by: pause) < deadline else {
                     throw APIError.unavailable("the conversation's owner did not answer within \(window) (\(error.code)); retry with the same clientMessageId")
                 }
                 logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
                 sendRetries.increment()
-                try await Task.sleep(for: pause)
-                pause = min(pause * 2, .milliseconds(500))
+                try await clock.sleep(for: pause)
             }
         }
     }
 
     static let sendRetries = Counter(label: "parley.gateway.send_retries")
+    /// Between attempts of a send whose owner died: 50 ms, doubling up to 500 ms.
+    static let sendRetry = Backoff(first: .milliseconds(50), max: .milliseconds(500))
 
     static let retryableSendCodes: Set<String> = [
         ClusterCallError.Code.deadlineExceeded.rawValue, ClusterCallError.Code.notOwner.rawValue,
