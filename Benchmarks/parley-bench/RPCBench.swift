@@ -31,7 +31,7 @@ struct NodeOptions: ParsableArguments {
         logger.logLevel = .warning
         let transport = NIOClusterTransport(
             bindAddress: settings.bindAddress, tls: try ClusterTLS.load(directory: URL(fileURLWithPath: tlsDir), node: name), logger: logger)
-        return ClusterSystem(settings: settings, transport: transport, logger: logger)
+        return ClusterSystem(settings: settings, transport: transport, clock: ContinuousClock(), logger: logger)
     }
 
     /// Starts a gateway-only node (never on the ring) and waits until a worker is.

@@ -59,7 +59,7 @@ struct StoreBench: AsyncParsableCommand {
         let owned = try await ownedConversations(conversations, in: chatStore)
         if let concurrentCommits, concurrentCommits < 1 { throw ValidationError("--concurrent-commits must be at least 1") }
         let committer = GroupCommitter(
-            store: chatStore, maxBatch: maxBatch, minInterval: .microseconds(commitIntervalMicros), maxConcurrentCommits: concurrentCommits)
+            store: chatStore, maxBatch: maxBatch, minInterval: .microseconds(commitIntervalMicros), maxConcurrentCommits: concurrentCommits, clock: ContinuousClock())
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be 0 (closed loop) or a positive number of appends per second") }
         guard tickMicros >= 1 else { throw ValidationError("--tick-micros must be at least 1") }
         let load = rate > 0 ? String(format: "offered %.0f/s (open loop)", rate) : "in flight \(inFlight)"

@@ -17,10 +17,10 @@ public struct ChatServices: Sendable {
     /// Where this node delivers webhooks; nil: nowhere.
     public let webhooks: WebhookSettings?
 
-    /// - Parameter clock: the time of the default committer's commit interval (a simulation's).
+    /// - Parameter clock: the time of the default committer's commit interval (the node's).
     public init(
         store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), delivery: DeliveryTimings = DeliveryTimings(),
-        pushes: PushSettings? = nil, webhooks: WebhookSettings? = nil, clock: any ClusterClock = ContinuousClock()
+        pushes: PushSettings? = nil, webhooks: WebhookSettings? = nil, clock: any ClusterClock
     ) {
         self.store = store
         self.committer = committer ?? GroupCommitter(store: store, clock: clock)

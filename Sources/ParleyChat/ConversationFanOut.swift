@@ -69,7 +69,7 @@ final class ConversationFanOut: Sendable {
     ///     long after a failed call its batch goes again.
     init(
         directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, timings: DeliveryTimings = DeliveryTimings(),
-        clock: any ClusterClock = ContinuousClock(), logger: Logger, pushes: ConversationPushes? = nil, readCommitted: @escaping ReadCommitted
+        clock: any ClusterClock, logger: Logger, pushes: ConversationPushes? = nil, readCommitted: @escaping ReadCommitted
     ) {
         self.directory = directory
         self.pushes = pushes

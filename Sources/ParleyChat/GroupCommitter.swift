@@ -33,8 +33,7 @@ public final class GroupCommitter: Sendable {
     /// A store with one writer that blocks its thread (``ChatStore/blockingCommit``) commits on a
     /// thread of its own, on the machine's clock; any other through tasks, on `clock`.
     public convenience init(
-        store: any ChatStore, maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int? = nil,
-        clock: any ClusterClock = ContinuousClock()
+        store: any ChatStore, maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int? = nil, clock: any ClusterClock
     ) {
         let concurrent = maxConcurrentCommits ?? store.concurrentCommits
         if concurrent == 1, let blockingCommit = store.blockingCommit, clock is ContinuousClock {
@@ -48,7 +47,7 @@ public final class GroupCommitter: Sendable {
 
     /// Commits run as tasks, up to `maxConcurrentCommits` at once.
     public init(
-        maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int = 1, clock: any ClusterClock = ContinuousClock(),
+        maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int = 1, clock: any ClusterClock,
         commit: @escaping Commit
     ) {
         self.clock = clock

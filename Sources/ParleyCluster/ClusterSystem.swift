@@ -99,7 +99,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         settings: ClusterSettings,
         transport: any ClusterTransport,
         serialization: any ClusterSerialization = BinaryClusterSerialization(),
-        clock: any ClusterClock = ContinuousClock(),
+        clock: any ClusterClock,
         random: ClusterRandomness = ClusterRandomness(),
         logger: Logger? = nil
     ) {

@@ -1,4 +1,5 @@
 import Foundation
+import ParleyCluster
 import ParleyModel
 import Synchronization
 
@@ -80,9 +81,11 @@ struct AuthenticationCache {
 /// The gateway's ``AuthenticationCache``, shared by its request handlers and its inbox.
 final class SharedAuthenticationCache: Sendable {
     private let cache: Mutex<AuthenticationCache>
+    private let clock: any ClusterClock
 
-    init(lease: Duration) {
+    init(lease: Duration, clock: any ClusterClock) {
         cache = Mutex(AuthenticationCache(lease: lease))
+        self.clock = clock
     }
 
     func caller(token: String, now: ContinuousClock.Instant, wallClock: Date) -> (user: User, claims: TokenAuthority.Claims)? {
@@ -94,10 +97,12 @@ final class SharedAuthenticationCache: Sendable {
     }
 
     func remember(_ user: User, claims: TokenAuthority.Claims, token: String, askedAt: ContinuousClock.Instant) {
-        cache.withLock { $0.remember(user, claims: claims, token: token, askedAt: askedAt, now: .now) }
+        let now = clock.now
+        cache.withLock { $0.remember(user, claims: claims, token: token, askedAt: askedAt, now: now) }
     }
 
     func revoke(_ tokenIds: [String]) {
-        cache.withLock { $0.revoke(tokenIds, now: .now) }
+        let now = clock.now
+        cache.withLock { $0.revoke(tokenIds, now: now) }
     }
 }

@@ -149,7 +149,7 @@ public final class Gateway: Sendable {
         self.passwords = PasswordHashing(cost: configuration.bcryptCost, outstandingMax: configuration.passwordHashesOutstandingMax)
         self.logger = logger
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
-        let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease)
+        let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease, clock: system.clock)
         self.authentication = authentication
         self.inbox = GatewayInboxHolder(GatewayInbox.open(on: system, revocations: { authentication.revoke($0) }) { deliveries in
             hub.deliver(deliveries)

@@ -118,7 +118,7 @@ final class LiveEventStream: @unchecked Sendable {
     init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
         unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, unwritableFor: Duration = LiveEventStream.unwritableFor,
-        gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock = ContinuousClock(), logger: Logger
+        gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock, logger: Logger
     ) {
         self.clock = clock
         self.unwritableFor = unwritableFor

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import ParleyCluster
 import ParleyMedia
 import ParleyModel
 import ParleyStore
@@ -22,6 +23,9 @@ public actor MediaSweeper {
     /// Uploads removed per store call.
     public let batch: Int
     private let logger: Logger
+    /// When sweeps run, and the first one's phase: the node's.
+    private let clock: any ClusterClock
+    private let random: ClusterRandomness
     /// Bytes whose uploads were removed, not yet deleted: left because they had just been kept
     /// again, or because the sweep stopped on an error.
     private var recheck: Set<String> = []
@@ -42,8 +46,10 @@ public actor MediaSweeper {
 
     public init(
         store: any ChatStore, blobs: any BlobStore, keepUnattached: Duration = .seconds(86_400), batch: Int = 500,
-        logger: Logger = Logger(label: "parley.media.sweeper")
+        clock: any ClusterClock, random: ClusterRandomness, logger: Logger = Logger(label: "parley.media.sweeper")
     ) {
+        self.clock = clock
+        self.random = random
         self.store = store
         self.blobs = blobs
         self.keepUnattached = keepUnattached
@@ -60,7 +66,7 @@ public actor MediaSweeper {
     }
 
     /// One sweep: everything unattached and old at `now`.
-    public func sweep(now: Date = Date()) async throws -> Report {
+    public func sweep(now: Date) async throws -> Report {
         var report = Report()
         let cutoff = now.addingTimeInterval(-keepUnattached.seconds)
         let keptBefore = now.addingTimeInterval(-recentlyKept.seconds)
@@ -93,16 +99,16 @@ public actor MediaSweeper {
     /// gateways started together do not sweep together) until the task is cancelled.
     public func run() async {
         let interval = self.interval
-        var wait = interval * Double.random(in: 0.1...1)
+        var wait = interval * (0.1 + 0.9 * Double(random.int(in: 0..<1_000)) / 1_000)
         while !Task.isCancelled {
             do {
-                try await Task.sleep(for: wait)
+                try await clock.sleep(for: wait)
             } catch {
                 return
             }
             wait = interval
             do {
-                let report = try await sweep()
+                let report = try await sweep(now: clock.wallNow)
                 if report.uploads > 0 || report.blobs > 0 {
                     logger.info("removed uploads never attached to a message", metadata: [
                         "media.uploads": "\(report.uploads)", "media.blobs": "\(report.blobs)", "media.bytes": "\(report.bytes)",

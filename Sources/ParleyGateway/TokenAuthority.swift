@@ -31,7 +31,7 @@ public struct TokenAuthority: Sendable {
     }
 
     /// A new token for `user`, valid for `lifetime` (nil: the authority's).
-    public func issue(for user: UserID, lifetime: Duration? = nil, now: Date = Date()) -> (token: String, claims: Claims) {
+    public func issue(for user: UserID, lifetime: Duration? = nil, now: Date) -> (token: String, claims: Claims) {
         let claims = Claims(
             userId: user, tokenId: UUID().uuidString.lowercased(),
             expiresAt: now.addingTimeInterval(Double((lifetime ?? self.lifetime).components.seconds)).millisecondPrecision)
@@ -42,7 +42,7 @@ public struct TokenAuthority: Sendable {
 
     /// The claims of a well-formed, correctly signed, unexpired token; nil otherwise (no detail:
     /// every bad token is the same 401).
-    public func verify(_ token: String, now: Date = Date()) -> Claims? {
+    public func verify(_ token: String, now: Date) -> Claims? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == "pt1",
             let payload = Self.data(base64URL: parts[1]), let mac = Self.data(base64URL: parts[2]),

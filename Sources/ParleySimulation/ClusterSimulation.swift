@@ -309,7 +309,7 @@ public final class ClusterSimulation: Sendable {
         if isWorker {
             // The commit interval SQLite nodes run with, on the simulation's clock.
             let services = ChatServices(
-                store: store, committer: GroupCommitter(store: store, minInterval: .milliseconds(5), clock: clock), delivery: options.delivery)
+                store: store, committer: GroupCommitter(store: store, minInterval: .milliseconds(5), clock: clock), delivery: options.delivery, clock: clock)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)

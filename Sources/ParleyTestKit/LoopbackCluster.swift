@@ -51,7 +51,7 @@ public final class LoopbackCluster: Sendable {
         let transport = NIOClusterTransport(
             bindAddress: settings.bindAddress, tls: try ClusterTLS.load(directory: directory, node: name),
             settings: transportSettings, logger: logger)
-        let system = ClusterSystem(settings: settings, transport: transport, logger: logger)
+        let system = ClusterSystem(settings: settings, transport: transport, clock: ContinuousClock(), logger: logger)
         configure(system, self)
         try await system.start()
         systems.withLock { $0[name] = system }

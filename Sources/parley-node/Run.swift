@@ -226,7 +226,7 @@ struct Run: AsyncParsableCommand {
             throw ValidationError("\(error)")
         }
         let transport = NIOClusterTransport(bindAddress: config.cluster.bindAddress, tls: tls, logger: Logger(label: "parley.transport"))
-        let system = ClusterSystem(settings: config.cluster, transport: transport, logger: Logger(label: "parley.cluster"))
+        let system = ClusterSystem(settings: config.cluster, transport: transport, clock: ContinuousClock(), logger: Logger(label: "parley.cluster"))
         var workerStore: (any ChatStore)?
         if config.cluster.roles.contains(.worker) {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
@@ -234,7 +234,7 @@ struct Run: AsyncParsableCommand {
             let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
             let pushes = try config.pushes.map { try $0.settings(logger: Logger(label: "parley.push")) }
             let webhooks = try await config.webhooks?.settings().recordingFirstSeen(in: store, now: Date())
-            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval), pushes: pushes, webhooks: webhooks)
+            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval, clock: system.clock), pushes: pushes, webhooks: webhooks, clock: system.clock)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
@@ -274,7 +274,7 @@ struct Run: AsyncParsableCommand {
             let blobs = try await Self.openBlobs(media.placement, store: config.store, opened: store, logger: logger)
             gatewayConfig.media = media.settings(blobs: blobs)
             if let keep = media.keepUnattached, let store {
-                let sweeper = MediaSweeper(store: store, blobs: blobs, keepUnattached: keep)
+                let sweeper = MediaSweeper(store: store, blobs: blobs, keepUnattached: keep, clock: system.clock, random: system.random)
                 services.append(.init(service: MediaSweeperService(sweeper: sweeper)))
                 logger.info("uploads never attached are removed", metadata: [
                     "media.keep_unattached": "\(DurationText.format(keep))", "media.sweep_every": "\(DurationText.format(sweeper.interval))",

@@ -46,7 +46,7 @@ import Testing
         let cluster = try LoopbackCluster { system, cluster in
             guard let store = try? SQLiteChatStore(path: path) else { return }
             stores.byNode.withLock { $0[system.settings.name] = store }
-            let services = ChatServices(store: store)
+            let services = ChatServices(store: store, clock: ContinuousClock())
             let directory = GatewayDirectory(system: system)
             let courier = GatewayCourier(system: system)
             system.register(kind: ConversationActor.kind) { id, system in

@@ -263,7 +263,7 @@ import Testing
         let system = cluster["node-a"]
         let fanOut = ConversationFanOut(
             directory: GatewayDirectory(system: system), courier: courier ?? GatewayCourier(system: system), lastSeq: 0, timings: DeliveryTimings(holdMax: holdMax),
-            logger: system.logger
+            clock: system.clock, logger: system.logger
         ) { after, limit in
             (1...max(1, stored)).filter { $0 > after && $0 <= stored }.prefix(limit).map(Self.message)
         }

@@ -179,7 +179,7 @@ final class RecordingStore: Sendable {
     }
 
     func committer(concurrentCommits: Int = 1, minInterval: Duration = .zero) -> GroupCommitter {
-        GroupCommitter(minInterval: minInterval, maxConcurrentCommits: concurrentCommits) { try await self.commit($0) }
+        GroupCommitter(minInterval: minInterval, maxConcurrentCommits: concurrentCommits, clock: ContinuousClock()) { try await self.commit($0) }
     }
 
     /// Commits on the committer's own thread, through ``blockingCommit(_:)``.
@@ -243,7 +243,7 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
         let entered = Mutex(0)
         let committer: GroupCommitter = switch mode {
         case .tasks:
-            GroupCommitter(minInterval: interval) { appends in
+            GroupCommitter(minInterval: interval, clock: ContinuousClock()) { appends in
                 entered.withLock { $0 += 1 }
                 while !open.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(1)) }
                 return try await store.commit(appends)

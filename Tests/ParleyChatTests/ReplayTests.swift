@@ -30,7 +30,7 @@ import Testing
             for chunk in stride(from: 0, to: appends.count, by: 500) { _ = try await store.commit(Array(appends[chunk..<min(chunk + 500, appends.count)])) }
             conversations.append(id)
         }
-        let services = ChatServices(store: store)
+        let services = ChatServices(store: store, clock: ContinuousClock())
         let cluster = try LoopbackCluster { system, _ in UserActor.register(on: system, services: services) }
         try await cluster.start("node-a")
         try await cluster.waitForUp(["node-a"])

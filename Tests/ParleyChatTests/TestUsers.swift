@@ -20,7 +20,7 @@ func startChatCluster(
     users: [UserID], workers: [String], gateways: [String], store: InMemoryChatStore = InMemoryChatStore(), pushes: PushSettings? = nil
 ) async throws -> LoopbackCluster {
     try await registerUsers(users, in: store)
-    let services = ChatServices(store: store, pushes: pushes)
+    let services = ChatServices(store: store, pushes: pushes, clock: ContinuousClock())
     let cluster = try LoopbackCluster { system, _ in
         guard system.settings.roles.contains(.worker) else { return }
         ConversationActor.register(on: system, services: services)

@@ -10,7 +10,7 @@ import Testing
 @Suite(.serialized) struct UserActorTests {
     /// Users' actors on the worker `node-a` (over an in-memory store), and these gateway nodes.
     static func startUserCluster(gateways: [String], pushes: PushSettings? = nil) async throws -> LoopbackCluster {
-        let services = ChatServices(store: InMemoryChatStore(), pushes: pushes)
+        let services = ChatServices(store: InMemoryChatStore(), pushes: pushes, clock: ContinuousClock())
         let cluster = try LoopbackCluster { system, _ in
             guard system.settings.roles.contains(.worker) else { return }
             UserActor.register(on: system, services: services)
@@ -122,7 +122,7 @@ import Testing
 
     @Test func usersRegisterOnceAndListTheirConversationsWithUnreadCounts() async throws {
         let store = InMemoryChatStore()
-        let services = ChatServices(store: store)
+        let services = ChatServices(store: store, clock: ContinuousClock())
         let cluster = try LoopbackCluster { system, _ in
             UserActor.register(on: system, services: services)
             ConversationActor.register(on: system, services: services)

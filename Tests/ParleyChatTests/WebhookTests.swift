@@ -74,7 +74,7 @@ final class RecordingWebhookEndpoint: Sendable {
             let sender = RecordingWebhookEndpoint.Sender(node: system.settings.name, endpoint: endpoint)
             var delivery = DeliveryTimings()
             delivery.recoveryWindow = recoveryWindow
-            let services = ChatServices(store: store, delivery: delivery, webhooks: WebhookSettings(endpoints: endpoints, sender: sender, policy: settings, firstSeen: firstSeen))
+            let services = ChatServices(store: store, delivery: delivery, webhooks: WebhookSettings(endpoints: endpoints, sender: sender, policy: settings, firstSeen: firstSeen), clock: ContinuousClock())
             ConversationActor.register(on: system, services: services)
             PresenceShard.register(on: system)
         }

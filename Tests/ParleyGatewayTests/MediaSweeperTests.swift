@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import ParleyCluster
 import ParleyGateway
 import ParleyMedia
 import ParleyModel
@@ -42,7 +43,7 @@ import Testing
         try #expect(await store.referenceMedia([attached], in: ConversationID.make()) == [attached])
 
         // Ten minutes on: the bytes were last kept longer ago than the five minutes left alone.
-        let sweeper = MediaSweeper(store: store, blobs: blobs)
+        let sweeper = MediaSweeper(store: store, blobs: blobs, clock: ContinuousClock(), random: ClusterRandomness())
         let report = try await sweeper.sweep(now: now.addingTimeInterval(600))
         #expect(report == MediaSweeper.Report(uploads: 2, blobs: 1, bytes: 3))
         try #expect(await store.media(old) == nil)
@@ -62,7 +63,7 @@ import Testing
         // A day-old upload's bytes, uploaded again just now: that upload is being recorded.
         let blob = try await keep([42, 43], in: blobs)
         _ = try await record(blob, hoursAgo: 25, in: store)
-        let sweeper = MediaSweeper(store: store, blobs: blobs)
+        let sweeper = MediaSweeper(store: store, blobs: blobs, clock: ContinuousClock(), random: ClusterRandomness())
         #expect(try await sweeper.sweep(now: now) == MediaSweeper.Report(uploads: 1, blobs: 0, bytes: 0))
         try #expect(await blobs.size(of: blob.sha256) == 2)
         // No upload was recorded for them after all: the next sweep deletes them.
@@ -94,7 +95,7 @@ import Testing
         let blobs = FailingDeletes(files)
         let blob = try await keep([7, 7, 7], in: blobs)
         _ = try await record(blob, hoursAgo: 30, in: store)
-        let sweeper = MediaSweeper(store: store, blobs: blobs)
+        let sweeper = MediaSweeper(store: store, blobs: blobs, clock: ContinuousClock(), random: ClusterRandomness())
         await #expect(throws: BlobStoreError.self) { try await sweeper.sweep(now: now.addingTimeInterval(600)) }
         try #expect(await blobs.size(of: blob.sha256) == 3, "the upload's record went, its bytes stayed")
         blobs.failing.withLock { $0 = false }
@@ -105,8 +106,8 @@ import Testing
     @Test func aSweepComesEvery24thOfTheTimeKeptBetweenASecondAndAnHour() async throws {
         let store = InMemoryChatStore(), blobs = try blobStore()
         defer { try? FileManager.default.removeItem(at: blobs.directory) }
-        #expect(MediaSweeper(store: store, blobs: blobs).interval == .seconds(3600))
-        #expect(MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(4800)).interval == .seconds(200))
-        #expect(MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(3)).interval == .seconds(1))
+        #expect(MediaSweeper(store: store, blobs: blobs, clock: ContinuousClock(), random: ClusterRandomness()).interval == .seconds(3600))
+        #expect(MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(4800), clock: ContinuousClock(), random: ClusterRandomness()).interval == .seconds(200))
+        #expect(MediaSweeper(store: store, blobs: blobs, keepUnattached: .seconds(3), clock: ContinuousClock(), random: ClusterRandomness()).interval == .seconds(1))
     }
 }

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 
 /// The caller of an authenticated route.
@@ -93,10 +94,10 @@ extension Gateway {
         while let first = rest.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { rest = rest.dropFirst() }
         while let last = rest.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { rest = rest.dropLast() }
         let token = String(Substring(rest))
-        let askedAt = ContinuousClock.now
+        let askedAt = system.clock.now
         // The very text of a token this gateway verified (and the actor found valid) needs
         // neither its signature checked again nor the actor asked, until its lease runs out.
-        let wallClock = Date()
+        let wallClock = system.clock.wallNow
         if !fresh, let known = authentication.caller(token: token, now: askedAt, wallClock: wallClock) {
             return Caller(user: known.user, claims: known.claims)
         }

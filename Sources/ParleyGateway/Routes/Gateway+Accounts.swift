@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 
 extension Gateway {
@@ -48,7 +49,7 @@ extension Gateway {
         let id = UserID.make()
         let user = try await UserActor.resolve(id, using: system).create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: hash))
         logger.info("user registered", metadata: ["user.id": "\(user.id)"])
-        return try Self.json(API.Session(user: user, token: tokens.issue(for: user.id).token), status: .created)
+        return try Self.json(API.Session(user: user, token: tokens.issue(for: user.id, now: system.clock.wallNow).token), status: .created)
     }
 
     private func login(_ request: Request, _ context: GatewayContext) async throws -> Response {
@@ -67,7 +68,7 @@ extension Gateway {
         // A bot has no password: its handle answers as an unknown one, after the same bcrypt.
         let matches = try await passwords.verify(body.password, hash: login.map { $0.user.bot ? decoyHash : $0.passwordHash } ?? decoyHash)
         guard let login, matches, !login.user.bot else { throw APIError.unauthorized("wrong handle or password") }
-        return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id).token))
+        return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id, now: system.clock.wallNow).token))
     }
 
     /// Why a password cannot be registered, or nil. bcrypt reads at most 72 bytes and stops at a

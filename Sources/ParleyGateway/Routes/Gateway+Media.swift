@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import ParleyChat
+import ParleyCluster
 import ParleyImaging
 import ParleyMedia
 import ParleyMetadata
@@ -102,14 +103,14 @@ extension Gateway {
             head.reserveCapacity(headLength)
             var dimensions: (width: Int, height: Int)?
             var received: Int64 = 0
-            let started = ContinuousClock.now
+            let started = system.clock.now
             func keep(_ bytes: ByteBuffer) async throws {
                 if let spool { try await spool.write(bytes) } else { try await upload.write(bytes) }
             }
             for try await var piece in request.body {
                 received += Int64(piece.readableBytes)
                 guard received <= length else { throw APIError.invalid("the body is longer than its Content-Length, \(length)") }
-                let late = ContinuousClock.now - started - settings.uploadGrace
+                let late = system.clock.now - started - settings.uploadGrace
                 if late > .zero, Double(received) < late.seconds * Double(settings.uploadBytesPerSecondMin) {
                     throw APIError(.requestTimeout, "request_timeout",
                                    "the upload came slower than \(settings.uploadBytesPerSecondMin) bytes a second on average; it was dropped")
@@ -134,7 +135,7 @@ extension Gateway {
             let blob = try await upload.finish()
             let media = Media(
                 id: .make(), contentType: declared, size: blob.size, sha256: blob.sha256, width: dimensions?.width, height: dimensions?.height,
-                createdAt: Date().millisecondPrecision)
+                createdAt: system.clock.wallNow.millisecondPrecision)
             let recorded = try await UserActor.resolve(caller.id, using: system).recordUpload(media)
             // The same bytes, a day unattached under another upload, may have been swept while this
             // one was being recorded (finishing kept them again, so only within moments); this

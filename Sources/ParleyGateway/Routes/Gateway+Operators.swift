@@ -1,6 +1,7 @@
 import Hummingbird
 import Logging
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 
 extension Gateway {
@@ -39,6 +40,6 @@ extension Gateway {
 
     /// `201 {user, token}`: a bot and a new token for it.
     func botSession(_ user: User) throws -> Response {
-        try Self.json(API.Session(user: user, token: tokens.issue(for: user.id, lifetime: Self.botTokenLifetime).token), status: .created)
+        try Self.json(API.Session(user: user, token: tokens.issue(for: user.id, lifetime: Self.botTokenLifetime, now: system.clock.wallNow).token), status: .created)
     }
 }
