@@ -30,6 +30,29 @@ final class ClusterConnection: Sendable, Hashable {
         channel.isWritable && queuedBytes.load(ordering: .relaxed) < outboundBytesMax
     }
 
+    /// Returns once the connection may have room — the channel became writable, or closed — or
+    /// after `timeout`. Looked at on the event loop, behind the writes already handed to it, so
+    /// that those are in the channel (and count against its writability) first.
+    func waitForRoom(outboundBytesMax: Int, timeout: TimeAmount) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            channel.eventLoop.execute { [self] in
+                guard !hasRoom(outboundBytesMax: outboundBytesMax) else { return continuation.resume() }
+                let answered = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
+                let timer = channel.eventLoop.assumeIsolated().scheduleTask(in: timeout) {
+                    guard !answered.value else { return }
+                    answered.value = true
+                    continuation.resume()
+                }
+                handler.value.whenWritable {
+                    guard !answered.value else { return }
+                    answered.value = true
+                    timer.cancel()
+                    continuation.resume()
+                }
+            }
+        }
+    }
+
     /// Queues an encoded frame (length prefix included).
     func write(_ frame: ByteBuffer) {
         let count = frame.readableBytes

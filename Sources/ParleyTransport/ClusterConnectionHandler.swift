@@ -30,6 +30,8 @@ final class ClusterConnectionHandler: ChannelInboundHandler, LoopTurnFlushable {
     /// Frames written in one turn of the loop go out in one flush.
     private let flusher = LoopTurnFlush(afterTurns: 1)
     private var helloTimeout: Scheduled<Void>?
+    /// Senders waiting for the channel to take more (``whenWritable(_:)``).
+    private var writableWaiters: [() -> Void] = []
     /// Set once the channel is registered; the transport's view of this connection.
     var connection: ClusterConnection?
 
@@ -113,7 +115,25 @@ final class ClusterConnectionHandler: ChannelInboundHandler, LoopTurnFlushable {
         state = .closing
         helloTimeout?.cancel()
         if let connection { transport.closed(connection) }
+        wakeWriters()
         context.fireChannelInactive()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { wakeWriters() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Runs `action` once the channel is writable (at once if it is, or once it is closed).
+    func whenWritable(_ action: @escaping () -> Void) {
+        guard let context, context.channel.isActive, !context.channel.isWritable else { return action() }
+        writableWaiters.append(action)
+    }
+
+    private func wakeWriters() {
+        let waiters = writableWaiters
+        writableWaiters = []
+        for waiter in waiters { waiter() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

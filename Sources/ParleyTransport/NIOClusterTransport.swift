@@ -99,10 +99,14 @@ public final class NIOClusterTransport: ClusterTransport {
                 connection.write(frame)
                 return
             }
-            // Back-pressure: the peer (or the network) is slower than we write. Wait for room.
-            guard ContinuousClock.now < deadline else { throw ClusterTransportError.backpressureTimeout(node) }
+            // Back-pressure: the peer (or the network) is slower than we write. Wait for room,
+            // woken when the channel takes more rather than polling for it.
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard left > .zero else { throw ClusterTransportError.backpressureTimeout(node) }
             Self.backpressureWaits.increment()
-            try await Task.sleep(for: .milliseconds(1))
+            let (seconds, attoseconds) = left.components
+            await connection.waitForRoom(
+                outboundBytesMax: settings.outboundBytesMax, timeout: .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000 + 1))
         }
     }
 
