@@ -79,6 +79,7 @@ let package = Package(
                 "ParleyStore",
                 "ParleyCluster",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
