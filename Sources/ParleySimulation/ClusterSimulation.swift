@@ -8,14 +8,16 @@ import Synchronization
 
 /// A seeded simulation of a whole cluster of real nodes: workers running the real chat actors
 /// (conversations, users, presence shards, group commit) over one in-memory store, and gateways
-/// with their real inboxes, each client stream kept by the real ``EventStreamStateMachine`` — all
-/// on one ``SteppedClock`` over a ``SimulatedNetwork``. Clients register streams, resume them from
-/// the store, and send with retries under one `clientMessageId` each — or give up after a failed
+/// with their real inboxes, each client stream kept by the real ``StreamSessionStateMachine`` — all
+/// on one ``SteppedClock`` over a ``SimulatedNetwork``. Clients open streams and resume them as
+/// apps do, from the cursor of the last event they got, through the user's actor's replay
+/// (`UserActor.replay`), and send with retries under one `clientMessageId` each — or give up after a failed
 /// try, as an app that is closed does, leaving a message that may or may not be committed — while
 /// workers and gateways are killed and restarted as new incarnations, links are cut and nodes paused.
 ///
 /// After a stretch with faults comes a quiet one (every node back, no new sends). The run fails if
-/// a stream wrote a message out of order, twice or past a gap; if an acknowledged message is not
+/// a stream wrote a message out of order or twice, or a client got one past a gap (a message it
+/// already had may come again only in the replay of a new stream, as API.md allows); if an acknowledged message is not
 /// stored exactly once with the seq its sender was given, or a conversation's seqs have a gap;
 /// if a send not given up was never acknowledged; or if at the end a client's open stream lacks a committed
 /// message of one of its conversations.
@@ -106,9 +108,9 @@ public final class ClusterSimulation: Sendable {
     struct Stream {
         var gateway: String
         var sessionID: String
-        var machine: EventStreamStateMachine<ConversationID, Int64>?
-        /// Deliveries that arrived before the replay was written.
-        var early: [(ConversationID, Int64)] = []
+        var session: StreamSessionStateMachine
+        /// The last seq this stream wrote of each conversation.
+        var written: [ConversationID: Int64] = [:]
     }
 
     struct Client {
@@ -116,6 +118,9 @@ public final class ClusterSimulation: Sendable {
         var conversations: [ConversationID] = []
         /// The last seq written to this client of each conversation, over all its streams.
         var received: [ConversationID: Int64] = [:]
+        /// The cursor of the last event the client got (an event's `id:`): where its next stream
+        /// resumes. Registered clients start with the run's start, before any message.
+        var cursor: StreamCursor
         var stream: Stream?
         var reconnectAt: ContinuousClock.Instant?
     }
@@ -341,7 +346,7 @@ public final class ClusterSimulation: Sendable {
             let id = UserID(rawValue: "u_sim\(index)")
             let user = User(id: id, handle: "sim\(index)", displayName: "User \(index)", createdAt: clock.wallNow)
             try await store.createUser(StoredUser(user: user, passwordHash: "not-a-hash"))
-            clients.append(Client(id: id))
+            clients.append(Client(id: id, cursor: StreamCursor(clock.wallNow)))
         }
         state.withLock { $0.clients = clients }
     }
@@ -473,46 +478,69 @@ public final class ClusterSimulation: Sendable {
         state.withLock { state in state.clients.indices.filter { state.clients[$0].stream?.gateway == gateway } }
     }
 
-    /// Registers the stream on a gateway, opens its presence session (so owners deliver there),
-    /// then replays from the store what the client lacks, then writes what arrived meanwhile.
+    /// Opens a stream as the gateway does: registers it (live events wait in its session until
+    /// its replay is written), opens its presence session (so owners deliver there), then replays
+    /// through the user's actor every durable event since the client's cursor, page by page, and
+    /// starts it: `ready`, then what arrived meanwhile.
     func openStream(_ user: Int) {
         guard let gateway = anyGateway(), let system = system(gateway) else {
             state.withLock { $0.clients[user].reconnectAt = clock.now.advanced(by: .milliseconds(500)) }
             return
         }
         let sessionID = random.uuid().uuidString.lowercased()
-        let id = state.withLock { state -> UserID in
-            state.clients[user].stream = Stream(gateway: gateway, sessionID: sessionID)
+        let (id, cursor) = state.withLock { state -> (UserID, StreamCursor) in
+            let session = StreamSessionStateMachine(
+                cursor: state.clients[user].cursor, pingTicks: 15, unwritableBytesMax: .max,
+                unwritableFor: .seconds(86_400), gapMax: options.streamGapMax)
+            state.clients[user].stream = Stream(gateway: gateway, sessionID: sessionID, session: session)
             state.clients[user].reconnectAt = nil
-            return state.clients[user].id
+            return (state.clients[user].id, state.clients[user].cursor)
         }
         Task {
             do {
                 _ = try await PresenceShard.resolve(for: id, using: system)
                     .openSession(PresenceShard.SessionRef(userId: id, sessionID: sessionID), gateway: gateway)
-                var written: [ConversationID: Int64] = [:]
-                for conversation in state.withLock({ $0.clients[user].conversations }) {
-                    let after = state.withLock { $0.clients[user].received[conversation] ?? 0 }
-                    let replay = try await store.messages(in: conversation, after: after, limit: 10_000)
-                    guard state.withLock({ $0.clients[user].stream?.sessionID == sessionID }) else { return }
-                    for message in replay { wrote(user, conversation, message.seq, replay: true) }
-                    written[conversation] = replay.last?.seq ?? after
+                let users = try UserActor.resolve(id, using: system)
+                var page: ReplayPage? = try await users.replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: 5_000)
+                while let current = page {
+                    guard stream(user, sessionID, { $0.replay(current.events, now: clock.now) }) else { return }
+                    if let next = current.next { page = try await users.replay(continuing: next) } else { page = nil }
                 }
-                state.withLock { state in
-                    guard state.clients[user].stream?.sessionID == sessionID else { return }
-                    state.clients[user].stream?.machine = EventStreamStateMachine(written: written, gapMax: options.streamGapMax)
-                }
+                guard stream(user, sessionID, { $0.start(now: clock.now) }) else { return }
                 note("user \(user) streams on \(gateway)")
-                let early = state.withLock { state -> [(ConversationID, Int64)] in
-                    guard state.clients[user].stream?.sessionID == sessionID else { return [] }
-                    defer { state.clients[user].stream?.early = [] }
-                    return state.clients[user].stream?.early ?? []
-                }
-                for (conversation, seq) in early { streamReceived(user, sessionID: sessionID, conversation, seq) }
             } catch {
                 endStream(user, reason: "it could not open: \(error)")
             }
         }
+    }
+
+    /// Gives `user`'s stream `sessionID` an input and carries out what its session says; false
+    /// when that stream is no longer open.
+    @discardableResult
+    func stream(_ user: Int, _ sessionID: String, _ input: (inout StreamSessionStateMachine) -> [StreamSessionStateMachine.Action]) -> Bool {
+        let actions = state.withLock { state -> [StreamSessionStateMachine.Action]? in
+            guard var stream = state.clients[user].stream, stream.sessionID == sessionID else { return nil }
+            let actions = input(&stream.session)
+            state.clients[user].stream = stream
+            return actions
+        }
+        guard let actions else { return false }
+        for action in actions {
+            switch action {
+            case .write(.event(let out, let cursor)):
+                if case .message(let message) = out.event { wrote(user, sessionID, message.conversationId, message.seq) }
+                state.withLock { $0.clients[user].cursor = cursor }
+            case .write(.ready(let cursor)):
+                state.withLock { $0.clients[user].cursor = cursor }
+            case .write(.ping), .flush:
+                break
+            case .end(let reason):
+                if case .gap = reason { state.withLock { $0.streamsEnded += 1 } }
+                endStream(user, reason: "\(reason)")
+                return false
+            }
+        }
+        return true
     }
 
     func endStream(_ user: Int, reason: String) {
@@ -540,68 +568,42 @@ public final class ClusterSimulation: Sendable {
     /// A gateway's inbox received deliveries: each message goes to the streams of its recipients
     /// held there.
     func delivered(_ deliveries: [EventDelivery], at gateway: String) {
+        let now = clock.now
         for delivery in deliveries {
-            guard case .message(let message) = delivery.event else { continue }
+            guard case .message = delivery.event else { continue }
             for recipient in delivery.recipients {
                 let targets = state.withLock { state in
                     state.clients.indices.filter { state.clients[$0].id == recipient && state.clients[$0].stream?.gateway == gateway }
                         .compactMap { user in state.clients[user].stream.map { (user, $0.sessionID) } }
                 }
-                for (user, sessionID) in targets { streamReceived(user, sessionID: sessionID, message.conversationId, message.seq) }
+                for (user, sessionID) in targets {
+                    stream(user, sessionID) { $0.received(delivery.event, shared: nil, now: now) + $0.flushIfNeeded() }
+                }
             }
         }
-    }
-
-    func streamReceived(_ user: Int, sessionID: String, _ conversation: ConversationID, _ seq: Int64) {
-        let now = clock.now
-        let directives = state.withLock { state -> [EventStreamStateMachine<ConversationID, Int64>.Directive] in
-            guard var stream = state.clients[user].stream, stream.sessionID == sessionID else { return [] }
-            guard var machine = stream.machine else {
-                stream.early.append((conversation, seq))
-                state.clients[user].stream = stream
-                return []
-            }
-            let directives = machine.received(conversation, seq: seq, seq, now: now)
-            stream.machine = machine
-            state.clients[user].stream = stream
-            return directives
-        }
-        apply(directives, user: user)
     }
 
     func tickStreams() {
         let now = clock.now
-        let all = state.withLock { state -> [(Int, [EventStreamStateMachine<ConversationID, Int64>.Directive])] in
-            state.clients.indices.compactMap { user in
-                guard var machine = state.clients[user].stream?.machine, machine.isWaiting else { return nil }
-                let directives = machine.tick(now: now)
-                state.clients[user].stream?.machine = machine
-                return (user, directives)
-            }
-        }
-        for (user, directives) in all { apply(directives, user: user) }
+        let open = state.withLock { state in state.clients.indices.compactMap { user in state.clients[user].stream.map { (user, $0.sessionID) } } }
+        for (user, sessionID) in open { stream(user, sessionID) { $0.tick(now: now, active: true, writable: true) } }
     }
 
-    func apply(_ directives: [EventStreamStateMachine<ConversationID, Int64>.Directive], user: Int) {
-        for directive in directives {
-            switch directive {
-            case .write(let events):
-                for event in events { wrote(user, event.conversation, event.seq, replay: false) }
-            case .end(let conversation):
-                state.withLock { $0.streamsEnded += 1 }
-                endStream(user, reason: "a gap in \(conversation) was not filled in time")
-            }
-        }
-    }
-
-    func wrote(_ user: Int, _ conversation: ConversationID, _ seq: Int64, replay: Bool) {
-        let last = state.withLock { state -> Int64 in
+    /// A message written to `user` by stream `sessionID`: each stream writes a conversation's
+    /// seqs in order, each once, and the client gets none past a gap. One it got on an earlier
+    /// stream may come again (a resume's replay reaches back before its cursor): API.md's
+    /// duplicates across a reconnect, which clients drop by seq.
+    func wrote(_ user: Int, _ sessionID: String, _ conversation: ConversationID, _ seq: Int64) {
+        let (inStream, last, replaying) = state.withLock { state -> (Int64?, Int64, Bool) in
+            let inStream = state.clients[user].stream?.written[conversation]
+            state.clients[user].stream?.written[conversation] = seq
             let last = state.clients[user].received[conversation] ?? 0
             state.clients[user].received[conversation] = max(last, seq)
             state.written += 1
-            return last
+            return (inStream, last, state.clients[user].stream?.session.phase == .replaying)
         }
-        if seq != last + 1 { fail("user \(user) was written \(conversation) seq \(seq) after seq \(last)\(replay ? " (replay)" : "")") }
+        if let inStream, seq <= inStream { fail("user \(user)'s stream wrote \(conversation) seq \(seq) after seq \(inStream)") }
+        if seq > last + 1 { fail("user \(user) was written \(conversation) seq \(seq) after seq \(last)\(replaying ? " (replay)" : "")") }
     }
 
     /// What each gateway does every 2 s: renews the presence leases of the sessions it holds.
@@ -712,7 +714,7 @@ public final class ClusterSimulation: Sendable {
             fail("clientMessageId \(clientMessageId) was acknowledged as \(conversation) seq \(seq) but is stored as \(stored[clientMessageId] ?? [])")
         }
         for (user, client) in clients.enumerated() {
-            guard let stream = client.stream, stream.machine != nil else {
+            guard let stream = client.stream, stream.session.phase == .live else {
                 fail("user \(user) has no open stream at the end")
                 continue
             }
