@@ -46,7 +46,9 @@ public final class ClusterSimulation: Sendable {
         /// closed app does. Only the next owner's recovery brings that message to the streams.
         public var lastWords = true
         /// Chance that a commit's answer is lost after it committed (its appends fail without
-        /// saying whether they committed; their senders retry).
+        /// saying whether they committed; their senders retry). For half of them the request dies
+        /// with it — its gateway killed, its app closed — and nobody sends it again: only the
+        /// owner's read of the store brings such a message to the streams.
         public var lostAnswerRate = 0.02
         /// How far the clock moves per step; each step lets the nodes' woken tasks run.
         public var step: Duration = .milliseconds(20)
@@ -136,6 +138,11 @@ public final class ClusterSimulation: Sendable {
         var once = false
     }
 
+    /// The clientMessageIds whose commit's answer was lost with the request that sent it.
+    final class DiedWithAnswer: Sendable {
+        let ids = Mutex<Set<String>>([])
+    }
+
     /// The last words' message, the node thought to own it, and whether its commit landed.
     final class LastWords: Sendable {
         let state = Mutex<(clientMessageId: String, owner: String, committed: Bool)?>(nil)
@@ -165,6 +172,7 @@ public final class ClusterSimulation: Sendable {
     let network: SimulatedNetwork
     let store: InMemoryChatStore
     let lastWords = LastWords()
+    let diedWithAnswer = DiedWithAnswer()
     let random: ClusterRandomness
     let state = Mutex(State())
     let logger: Logger
@@ -184,6 +192,7 @@ public final class ClusterSimulation: Sendable {
         self.network = network
         let losses = ClusterRandomness(SeededRandom(seed: seed &+ 0x5EED))
         let rate = options.lostAnswerRate
+        let diedWithAnswer = self.diedWithAnswer
         let lastWords = self.lastWords
         self.store = InMemoryChatStore(losesAnswer: { appends in
             lastWords.state.withLock { words in
@@ -192,7 +201,9 @@ public final class ClusterSimulation: Sendable {
                 if let owner = words?.owner { network.pause(owner) }
                 words?.committed = true
             }
-            return Double(losses.next() % 1_000_000) / 1e6 < rate
+            guard Double(losses.next() % 1_000_000) / 1e6 < rate else { return false }
+            if losses.next() % 2 == 0 { diedWithAnswer.ids.withLock { $0.formUnion(appends.map(\.clientMessageId)) } }
+            return true
         })
         var logger = Logger(label: "parley.simulation")
         // The nodes' own logs, for finding out why a seed failed: PARLEY_SIMULATION_LOG=debug.
@@ -646,8 +657,10 @@ public final class ClusterSimulation: Sendable {
         for clientMessageId in due { attempt(clientMessageId) }
     }
 
-    /// One try of a send through a live gateway, as the gateway sends it; a failure is tried
-    /// again 500 ms later with the same clientMessageId.
+    /// One try of a send through a live gateway, as the gateway sends it (its retry while the
+    /// owner cannot take it, ``SendRetry``, for the gateway's 5 s window on the simulation's
+    /// clock); a failure is tried again 500 ms later with the same clientMessageId, as an app's
+    /// outbox does.
     func attempt(_ clientMessageId: String) {
         guard let gateway = anyGateway(), let system = system(gateway) else {
             state.withLock { $0.sends[clientMessageId]?.retryAt = clock.now.advanced(by: .milliseconds(500)) }
@@ -662,8 +675,13 @@ public final class ClusterSimulation: Sendable {
         let sender = state.withLock { $0.clients[send.sender].id }
         Task {
             do {
-                let result = try await ConversationActor.resolve(send.conversation, using: system)
-                    .send(SendMessage(senderId: sender, clientMessageId: clientMessageId, text: "m \(clientMessageId.prefix(8))"))
+                let message = SendMessage(senderId: sender, clientMessageId: clientMessageId, text: "m \(clientMessageId.prefix(8))")
+                let result = try await SendRetry.send(within: .seconds(5), clock: clock, logger: logger, conversation: send.conversation) {
+                    // A gateway killed mid-request answers nothing more: its client sees the request fail.
+                    guard self.system(gateway) === system else { throw RequestDied(clientGone: false) }
+                    guard !self.diedWithAnswer.ids.withLock({ $0.contains(clientMessageId) }) else { throw RequestDied(clientGone: true) }
+                    return try await ConversationActor.resolve(send.conversation, using: system).send(message)
+                }
                 note("\(send.conversation) seq \(result.message.seq) acknowledged to user \(send.sender) through \(gateway)\(result.created ? "" : " (found stored)")")
                 let previous = state.withLock { state -> (ConversationID, Int64)? in
                     defer { state.sends[clientMessageId] = nil }
@@ -678,7 +696,7 @@ public final class ClusterSimulation: Sendable {
                 // One failed send in four is not tried again. Its message may be committed all the
                 // same (the answer was lost, the owner died after the commit), and then only the
                 // owners' own repair brings it to the streams: a retry would publish it again.
-                let givesUp = random.int(in: 0..<4) == 0 || send.once
+                let givesUp = random.int(in: 0..<4) == 0 || send.once || (error as? RequestDied)?.clientGone == true
                 if givesUp { note("user \(send.sender) gives up on \(clientMessageId.prefix(8)) in \(send.conversation)") }
                 state.withLock { state in
                     if givesUp {
@@ -693,13 +711,22 @@ public final class ClusterSimulation: Sendable {
         }
     }
 
+    /// The request of a send died before it was answered: its gateway was killed, or (a lost
+    /// answer's fault) it died with its client, which does not send it again.
+    struct RequestDied: Error {
+        var clientGone: Bool
+    }
+
     // MARK: The verdict
 
     func check() async throws {
         let (pending, acknowledged, conversations, clients) = state.withLock { state in
-            (state.sends.count, state.acknowledged, state.conversations, state.clients)
+            (state.sends.values.sorted { $0.clientMessageId < $1.clientMessageId }, state.acknowledged, state.conversations, state.clients)
         }
-        if pending > 0 { fail("\(pending) sends were never acknowledged, through the quiet stretch") }
+        if !pending.isEmpty {
+            let which = pending.map { "\($0.clientMessageId.prefix(8)) in \($0.conversation) (\($0.attempts) attempts\($0.inFlight ? ", one in flight" : ""))" }
+            fail("\(pending.count) sends were never acknowledged, through the quiet stretch: \(which.joined(separator: ", "))")
+        }
         var stored: [String: [Int64]] = [:]
         var lastSeq: [ConversationID: Int64] = [:]
         for (conversation, _) in conversations {

@@ -187,6 +187,10 @@ public final class SimulatedNetwork: Sendable {
 final class SimulatedTransport: ClusterTransport {
     let network: SimulatedNetwork
     let name: String
+    /// Shut down: this incarnation's process is dead. A restarted node of the same name has a
+    /// transport of its own; what this one's leftover tasks send must not reach the network
+    /// through the new one's connections (a dead process sends nothing).
+    private let stopped = Atomic(false)
 
     init(network: SimulatedNetwork, name: String) {
         self.network = network
@@ -203,24 +207,28 @@ final class SimulatedTransport: ClusterTransport {
     }
 
     func send(_ message: ClusterMessage, to node: String, deadline: ContinuousClock.Instant) async throws {
-        try network.send(message, from: name, to: node)
+        try sendWithoutWaiting(message, to: node)
     }
 
     func sendWithoutWaiting(_ message: ClusterMessage, to node: String) throws {
+        guard !stopped.load(ordering: .relaxed) else { throw ClusterTransportError.notConnected(node) }
         try network.send(message, from: name, to: node)
     }
 
     func broadcast(_ message: ClusterMessage) {
+        guard !stopped.load(ordering: .relaxed) else { return }
         for peer in connectedPeers { try? network.send(message, from: name, to: peer) }
     }
 
     func connect(to address: NodeAddress, node: String?) {
+        guard !stopped.load(ordering: .relaxed) else { return }
         network.connect(name, to: address)
     }
 
     var connectedPeers: [String] { network.connectedPeers(of: name) }
 
     func shutdown() async {
+        stopped.store(true, ordering: .relaxed)
         network.stop(name)
     }
 }

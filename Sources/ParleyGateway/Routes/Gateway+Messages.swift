@@ -55,53 +55,25 @@ extension Gateway {
         return Self.json(bytes: json, status: result.created ? .created : .ok)
     }
 
-    /// Sends through the conversation's owner. When the owner dies mid-request (lost connection,
-    /// no reply, the ring moving), the send is retried with the same `clientMessageId` — it is
-    /// the idempotency key, so a send that did commit returns the original — until
-    /// `sendRetryWindow` runs out; only then the client gets `503`, retryable.
+    /// Sends through the conversation's owner, retried with the same `clientMessageId` while
+    /// the owner cannot take it (``SendRetry``); only once `sendRetryWindow` runs out the client
+    /// gets `503`, retryable.
     func sendRetrying(_ message: SendMessage, to conversation: ConversationID) async throws -> SendResult {
         try await Self.retryingSend(within: configuration.sendRetryWindow, clock: system.clock, logger: logger, conversation: conversation) { [system] in
             try await ConversationActor.resolve(conversation, using: system).send(message)
         }
     }
 
-    /// `send` until it succeeds, fails with an error that is not a retryable cluster error, or
-    /// `window` on `clock` runs out (then `503`, retryable), pausing by ``sendRetry`` between
-    /// attempts.
+    /// ``SendRetry/send(within:clock:logger:conversation:_:)``, its giving up answered as `503`.
     static func retryingSend<Result>(
         within window: Duration, clock: some ClusterClock, logger: Logger, conversation: ConversationID, _ send: () async throws -> Result
     ) async throws -> Result {
-        let deadline = clock.now.advanced(by: window)
-        var attempt = 0
-        while true {
-            attempt += 1
-            do {
-                let result = try await send()
-                if attempt > 1 {
-                    logger.info("send succeeded after retries", metadata: ["conversation.id": "\(conversation)", "attempts": "\(attempt)"])
-                }
-                return result
-            } catch let error as ClusterCallError where retryableSendCodes.contains(error.code.rawValue) {
-                let pause = Self.sendRetry.delay(afterFailures: attempt)
-                guard clock.now.advanced(by: pause) < deadline else {
-                    throw APIError.unavailable("the conversation's owner did not answer within \(window) (\(error.code)); retry with the same clientMessageId")
-                }
-                logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
-                sendRetries.increment()
-                try await clock.sleep(for: pause)
-            }
+        do {
+            return try await SendRetry.send(within: window, clock: clock, logger: logger, conversation: conversation, send)
+        } catch let gaveUp as SendRetry.GaveUp {
+            throw APIError.unavailable("the conversation's owner did not answer within \(gaveUp.window) (\(gaveUp.last.code)); retry with the same clientMessageId")
         }
     }
-
-    static let sendRetries = Counter(label: "parley.gateway.send_retries")
-    /// Between attempts of a send whose owner died: 50 ms, doubling up to 500 ms.
-    static let sendRetry = Backoff(first: .milliseconds(50), max: .milliseconds(500))
-
-    static let retryableSendCodes: Set<String> = [
-        ClusterCallError.Code.deadlineExceeded.rawValue, ClusterCallError.Code.notOwner.rawValue,
-        ClusterCallError.Code.unavailable.rawValue, ClusterCallError.Code.connectionLost.rawValue,
-        ClusterCallError.Code.shutdown.rawValue,
-    ]
 
     private func history(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
         let caller = context.caller
