@@ -6,18 +6,10 @@ import ParleyMedia
 /// The one contract every ``BlobStore`` passes: test targets run each case against each store
 /// (`@Test(arguments: BlobStoreContract.cases)`). A broken rule throws ``ContractViolation``.
 public enum BlobStoreContract {
-    public struct Case: Sendable, CustomStringConvertible {
-        public let name: String
-        public let run: @Sendable (any BlobStore) async throws -> Void
-        public var description: String { name }
-    }
-
-    public struct ContractViolation: Error, CustomStringConvertible {
-        public var description: String
-    }
+    public typealias Case = ContractCase<any BlobStore>
 
     static func check(_ condition: Bool, _ message: @autoclosure () -> String, line: Int = #line) throws {
-        if !condition { throw ContractViolation(description: "BlobStoreContract.swift:\(line): \(message())") }
+        try contractCheck(condition, message, file: "BlobStoreContract.swift", line: line)
     }
 
     /// `count` bytes that differ from one run to the next (a shared store keeps earlier runs'

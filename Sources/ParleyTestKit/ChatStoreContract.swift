@@ -5,18 +5,10 @@ import ParleyStore
 /// The one contract every ``ChatStore`` passes: test targets run each case against each store
 /// (`@Test(arguments: ChatStoreContract.cases)`). A broken rule throws ``ContractViolation``.
 public enum ChatStoreContract {
-    public struct Case: Sendable, CustomStringConvertible {
-        public let name: String
-        public let run: @Sendable (any ChatStore) async throws -> Void
-        public var description: String { name }
-    }
-
-    public struct ContractViolation: Error, CustomStringConvertible {
-        public var description: String
-    }
+    public typealias Case = ContractCase<any ChatStore>
 
     static func check(_ condition: Bool, _ message: @autoclosure () -> String, line: Int = #line) throws {
-        if !condition { throw ContractViolation(description: "ChatStoreContract.swift:\(line): \(message())") }
+        try contractCheck(condition, message, file: "ChatStoreContract.swift", line: line)
     }
 
     static let alice: UserID = "u_alice"
@@ -747,6 +739,6 @@ public enum ChatStoreContract {
 
 /// Unwraps or fails the contract.
 func require2<T>(_ value: T?, line: Int = #line) throws -> T {
-    guard let value else { throw ChatStoreContract.ContractViolation(description: "ChatStoreContract.swift:\(line): unexpected nil") }
+    guard let value else { throw ContractViolation(description: "ChatStoreContract.swift:\(line): unexpected nil") }
     return value
 }
