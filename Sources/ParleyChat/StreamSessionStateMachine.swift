@@ -91,18 +91,14 @@ public struct StreamSessionStateMachine: Sendable {
         case ended(EndReason)
     }
 
-    private enum Queued: Sendable {
-        case event(Outgoing)
-        case ready
-    }
-
     public private(set) var phase: Phase = .replaying
     /// The cursor the next live event builds on (see the type's description).
     public private(set) var cursor: StreamCursor
     private var replayedThrough: StreamCursor?
     private var cursorPastGap: StreamCursor?
     private var order: EventStreamStateMachine<ConversationID, Outgoing>
-    private var queue = Deque<Queued>()
+    /// Live events that arrived during the replay, in order.
+    private var queue = Deque<Outgoing>()
     private var needsFlush = false
     private var ticks = 0
     private let pingTicks: Int
@@ -155,10 +151,7 @@ public struct StreamSessionStateMachine: Sendable {
         if let replayedThrough { cursor = max(cursor, replayedThrough) }
         phase = .live
         var actions: [Action] = [.write(.ready(cursor: cursor))]
-        while let item = queue.popFirst() {
-            guard case .event(let out) = item else { continue }
-            actions += emit(ordered(out, now: now))
-        }
+        while let out = queue.popFirst() { actions += emit(ordered(out, now: now)) }
         needsFlush = true
         return actions + flushIfNeeded()
     }
@@ -168,7 +161,7 @@ public struct StreamSessionStateMachine: Sendable {
     public mutating func received(_ event: ChatEvent, shared: [UInt8]?, now: Instant) -> [Action] {
         switch phase {
         case .replaying:
-            queue.append(.event(Outgoing(event: event, shared: shared)))
+            queue.append(Outgoing(event: event, shared: shared))
             return []
         case .live:
             return emit(ordered(Outgoing(event: event, shared: shared), now: now))

@@ -1,6 +1,5 @@
 import Hummingbird
 import Logging
-import Metrics
 import ParleyChat
 import ParleyCluster
 import ParleyModel
