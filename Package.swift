@@ -102,6 +102,7 @@ let package = Package(
             name: "ParleyPush",
             dependencies: [
                 "ParleyChat",
+                "ParleyCluster",
                 "ParleyHTTP2Client",
                 "ParleyModel",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

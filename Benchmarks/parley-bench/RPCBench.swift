@@ -26,7 +26,7 @@ struct NodeOptions: ParsableArguments {
     func system(roles: NodeRoles) throws -> ClusterSystem {
         let settings = ClusterSettings(
             name: name, roles: roles, bindAddress: NodeAddress(host: "127.0.0.1", port: port),
-            seeds: seed.flatMap(NodeAddress.init(parsing:)).map { [$0] } ?? [], incarnations: WallClockIncarnations.next)
+            seeds: seed.flatMap(NodeAddress.init(parsing:)).map { [$0] } ?? [], incarnations: WallClockIncarnations.of(ContinuousClock()))
         var logger = Logger(label: "bench.\(name)")
         logger.logLevel = .warning
         let transport = NIOClusterTransport(

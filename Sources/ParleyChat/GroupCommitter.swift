@@ -27,17 +27,17 @@ public final class GroupCommitter: Sendable {
 
     private let committing: Committing
     private let machine: Mutex<GroupCommitStateMachine<Entry, ConversationID>>
-    /// The time of the commit interval's timer (a commit thread keeps the machine's own).
+    /// The time of the commit interval's timer.
     private let clock: any ClusterClock
 
     /// A store with one writer that blocks its thread (``ChatStore/blockingCommit``) commits on a
-    /// thread of its own, on the machine's clock; any other through tasks, on `clock`.
+    /// thread of its own; any other through tasks.
     public convenience init(
         store: any ChatStore, maxBatch: Int = 512, minInterval: Duration = .zero, maxConcurrentCommits: Int? = nil, clock: any ClusterClock
     ) {
         let concurrent = maxConcurrentCommits ?? store.concurrentCommits
-        if concurrent == 1, let blockingCommit = store.blockingCommit, clock is ContinuousClock {
-            self.init(maxBatch: maxBatch, minInterval: minInterval, blockingCommit: blockingCommit)
+        if concurrent == 1, let blockingCommit = store.blockingCommit {
+            self.init(maxBatch: maxBatch, minInterval: minInterval, clock: clock, blockingCommit: blockingCommit)
         } else {
             self.init(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: concurrent, clock: clock) {
                 try await store.commit($0)
@@ -57,11 +57,11 @@ public final class GroupCommitter: Sendable {
 
     /// Commits run one after another on a thread of this committer's: each starts as soon as the
     /// last one ended and `minInterval` allows, on the thread that ran it (no task per commit, no
-    /// hop between commits); the thread also keeps the interval's timer. The thread ends when the
-    /// committer goes.
-    public init(maxBatch: Int = 512, minInterval: Duration = .zero, blockingCommit: @escaping BlockingCommit) {
-        let thread = CommitThread(commit: blockingCommit)
-        self.clock = ContinuousClock()
+    /// hop between commits); the thread also keeps the interval's timer, on `clock`. The thread
+    /// ends when the committer goes.
+    public init(maxBatch: Int = 512, minInterval: Duration = .zero, clock: any ClusterClock, blockingCommit: @escaping BlockingCommit) {
+        let thread = CommitThread(commit: blockingCommit, clock: clock)
+        self.clock = clock
         self.committing = .thread(thread)
         self.machine = Mutex(GroupCommitStateMachine(maxBatch: maxBatch, minInterval: minInterval, maxConcurrentCommits: 1))
         thread.start(self)
@@ -117,36 +117,36 @@ public final class GroupCommitter: Sendable {
 
     /// Commits `batch`; the result of each append, in order.
     private func commit(_ batch: [Entry], through commitBatch: Commit) async -> [Result<AppendOutcome, ChatStoreError>] {
-        let started = ContinuousClock.now
+        let started = clock.now
         let outcomes: Result<[AppendOutcome], any Error>
         do {
             outcomes = .success(try await commitBatch(batch.map(\.request)))
         } catch {
             outcomes = .failure(error)
         }
-        return Self.results(of: outcomes, for: batch, started: started)
+        return Self.results(of: outcomes, for: batch, took: started.duration(to: clock.now))
     }
 
     /// Commits `batch` on the commit thread; starts the next commit before it answers these
     /// appends, as the tasks do.
     fileprivate func commitOnThread(_ batch: GroupCommitStateMachine<Entry, ConversationID>.Batch, _ commit: BlockingCommit) {
-        let started = ContinuousClock.now
+        let started = clock.now
         let outcomes = Result { try commit(batch.items.map(\.request)) }
-        let results = Self.results(of: outcomes, for: batch.items, started: started)
-        perform(machine.withLock { $0.commitFinished(batch.id, now: .now) })
+        let results = Self.results(of: outcomes, for: batch.items, took: started.duration(to: clock.now))
+        perform(machine.withLock { $0.commitFinished(batch.id, now: clock.now) })
         for (entry, result) in zip(batch.items, results) { entry.slot.complete(result) }
     }
 
     /// The commit thread's timer went off: the appends that waited go now.
     fileprivate func timerFiredOnThread() {
-        perform(machine.withLock { $0.timerFired(now: .now) })
+        perform(machine.withLock { $0.timerFired(now: clock.now) })
     }
 
     /// What each append of a batch is told, in order; records the commit's metrics.
     private static func results(
-        of outcomes: Result<[AppendOutcome], any Error>, for batch: [Entry], started: ContinuousClock.Instant
+        of outcomes: Result<[AppendOutcome], any Error>, for batch: [Entry], took: Duration
     ) -> [Result<AppendOutcome, ChatStoreError>] {
-        commitLatency.recordNanoseconds(started.duration(to: .now).nanoseconds)
+        commitLatency.recordNanoseconds(took.nanoseconds)
         batchSizes.record(batch.count)
         switch outcomes {
         case .success(let outcomes):
@@ -168,7 +168,9 @@ public final class GroupCommitter: Sendable {
 }
 
 /// The thread a blocking store's commits run on: it commits the batches the state machine hands
-/// out one after another and sleeps only when there is none.
+/// out one after another and sleeps only when there is none. On the machine's clock it is an OS
+/// thread; on any other clock (a simulation's) the same loop runs as a task that waits on that
+/// clock, so that the production path is the one simulated.
 private final class CommitThread: Sendable {
     typealias Batch = GroupCommitStateMachine<GroupCommitter.Entry, ConversationID>.Batch
 
@@ -177,6 +179,12 @@ private final class CommitThread: Sendable {
         /// When the state machine's timer goes off (nil: not armed).
         var timer: ContinuousClock.Instant?
         var stopped = false
+        /// Wake-ups signalled and not yet taken by the loop (a task loop's).
+        var signals = 0
+        /// The task loop waiting for a wake-up.
+        var waiter: CheckedContinuation<Void, Never>?
+        /// The deadline a task loop's timer task is armed for.
+        var sleepingUntil: ContinuousClock.Instant?
     }
 
     private enum Step {
@@ -187,18 +195,24 @@ private final class CommitThread: Sendable {
     }
 
     private let commit: BlockingCommit
+    private let clock: any ClusterClock
     private let state = Mutex(State())
     private let wakeUp = DispatchSemaphore(value: 0)
 
-    init(commit: @escaping BlockingCommit) {
+    init(commit: @escaping BlockingCommit, clock: any ClusterClock) {
         self.commit = commit
+        self.clock = clock
     }
 
     /// Holds `committer` weakly: the committer owns the thread, and going stops it.
     func start(_ committer: GroupCommitter) {
+        guard clock is ContinuousClock else {
+            Task { [weak committer, self] in await runAsTask(committer) }
+            return
+        }
         let thread = Thread { [weak committer, self] in
             while true {
-                switch state.withLock({ Self.next(&$0) }) {
+                switch state.withLock({ Self.next(&$0, now: clock.now) }) {
                 case .commit(let batch):
                     guard let committer else { return }
                     committer.commitOnThread(batch, commit)
@@ -208,7 +222,7 @@ private final class CommitThread: Sendable {
                 case .sleep(until: nil):
                     wakeUp.wait()
                 case .sleep(until: let deadline?):
-                    let nanoseconds = ContinuousClock.now.duration(to: deadline).nanoseconds
+                    let nanoseconds = clock.now.duration(to: deadline).nanoseconds
                     _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(max(nanoseconds, 0))))
                 case .stop:
                     return
@@ -219,27 +233,89 @@ private final class CommitThread: Sendable {
         thread.start()
     }
 
+    /// The thread's loop as a task on `clock`: a timer is a task asleep on the clock that
+    /// signals when it wakes.
+    private func runAsTask(_ committer: GroupCommitter?) async {
+        weak var committer = committer
+        while true {
+            switch state.withLock({ Self.next(&$0, now: clock.now) }) {
+            case .commit(let batch):
+                guard let committer else { return }
+                committer.commitOnThread(batch, commit)
+            case .timerFired:
+                guard let committer else { return }
+                committer.timerFiredOnThread()
+            case .sleep(until: let deadline):
+                let newTimer = deadline.map { deadline in
+                    state.withLock { state in
+                        defer { state.sleepingUntil = deadline }
+                        return state.sleepingUntil != deadline
+                    }
+                } ?? false
+                if newTimer, let deadline {
+                    Task { [clock] in
+                        try? await clock.sleep(until: deadline)
+                        self.signal()
+                    }
+                }
+                await waitForSignal()
+            case .stop:
+                return
+            }
+        }
+    }
+
+    private func signal() {
+        if clock is ContinuousClock {
+            wakeUp.signal()
+            return
+        }
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.signals += 1
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    private func waitForSignal() async {
+        await withCheckedContinuation { continuation in
+            let signalled = state.withLock { state -> Bool in
+                guard state.signals == 0 else {
+                    state.signals -= 1
+                    return true
+                }
+                state.waiter = continuation
+                return false
+            }
+            if signalled { continuation.resume() }
+        }
+    }
+
     func submit(_ batches: [Batch]) {
         state.withLock { $0.batches += batches }
-        wakeUp.signal()
+        signal()
     }
 
     /// Calls the committer's ``GroupCommitter/timerFiredOnThread()`` at `deadline`, from this thread.
     func arm(at deadline: ContinuousClock.Instant) {
         state.withLock { $0.timer = deadline }
-        wakeUp.signal()
+        signal()
     }
 
     func stop() {
         state.withLock { $0.stopped = true }
-        wakeUp.signal()
+        signal()
     }
 
-    private static func next(_ state: inout State) -> Step {
+    private static func next(_ state: inout State, now: ContinuousClock.Instant) -> Step {
         if state.stopped { return .stop }
         if !state.batches.isEmpty { return .commit(state.batches.removeFirst()) }
         guard let timer = state.timer else { return .sleep(until: nil) }
-        guard timer <= .now else { return .sleep(until: timer) }
+        guard timer <= now else { return .sleep(until: timer) }
         state.timer = nil
         return .timerFired
     }

@@ -196,7 +196,7 @@ public final class Gateway: Sendable {
     /// Ticks streams and renews presence leases, and gives the memory of closed connections back
     /// to the system, until cancelled.
     public func runStreams() async {
-        async let trims: Void = MemoryTrim.run(after: connections, logger: logger)
+        async let trims: Void = MemoryTrim.run(after: connections, clock: system.clock, logger: logger)
         await hub.run()
         await trims
     }

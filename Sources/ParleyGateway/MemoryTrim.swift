@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Logging
+import ParleyCluster
 
 /// Gives the memory that closed client connections freed back to the system, once enough of them
 /// have closed.
@@ -21,15 +22,15 @@ enum MemoryTrim {
 
     /// Until cancelled: every `interval`, trims if `closedConnectionsMin` connections have closed
     /// since the last trim.
-    static func run(after connections: ConnectionCount, interval: Duration = interval, logger: Logger) async {
+    static func run(after connections: ConnectionCount, interval: Duration = interval, clock: any ClusterClock, logger: Logger) async {
         guard let trim = Self.trim else { return }
         while !Task.isCancelled {
-            do { try await Task.sleep(for: interval) } catch { return }
+            do { try await clock.sleep(until: clock.now.advanced(by: interval)) } catch { return }
             guard let closed = connections.takeClosedSinceTrim(atLeast: closedConnectionsMin) else { continue }
-            let started = ContinuousClock.now
+            let started = clock.now
             _ = trim(0)
             logger.debug("memory of closed connections returned to the system", metadata: [
-                "connections.closed": "\(closed)", "duration": "\(ContinuousClock.now - started)",
+                "connections.closed": "\(closed)", "duration": "\(clock.now - started)",
             ])
         }
     }

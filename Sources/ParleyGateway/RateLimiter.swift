@@ -52,7 +52,7 @@ public final class RateLimiter: Sendable {
     public var count: Int { state.withLock { $0.buckets.count } }
 
     /// Takes a token for `key`: nil when allowed, else how long until one is available.
-    public func acquire(_ key: String, now: ContinuousClock.Instant = .now) -> Duration? {
+    public func acquire(_ key: String, now: ContinuousClock.Instant) -> Duration? {
         state.withLock { state in
             sweep(&state, now: now)
             var bucket: Bucket

@@ -28,9 +28,9 @@ public final class FileBlobStore: BlobStore {
     private let pool: NIOThreadPool
 
     /// Opens (creating) the store under `directory`, and removes uploads left over by a process
-    /// that died mid-upload more than `leftoversAfter` ago (other nodes sharing the directory may
-    /// be writing theirs now).
-    public init(directory: URL, pool: NIOThreadPool = .singleton, leftoversAfter: Duration = .seconds(3600)) throws {
+    /// that died mid-upload more than `leftoversAfter` before `now` (other nodes sharing the
+    /// directory may be writing theirs now).
+    public init(directory: URL, pool: NIOThreadPool = .singleton, leftoversAfter: Duration = .seconds(3600), now: Date) throws {
         self.directory = directory
         self.blobs = directory.appendingPathComponent("blobs").path
         self.uploads = directory.appendingPathComponent("uploads").path
@@ -38,7 +38,7 @@ public final class FileBlobStore: BlobStore {
         self.pool = pool
         let files = FileManager.default
         for folder in [blobs, uploads, thumbnails] { try files.createDirectory(atPath: folder, withIntermediateDirectories: true) }
-        let cutoff = Date().addingTimeInterval(-Double(leftoversAfter.components.seconds))
+        let cutoff = now.addingTimeInterval(-Double(leftoversAfter.components.seconds))
         for name in (try? files.contentsOfDirectory(atPath: uploads)) ?? [] where name.hasSuffix(".part") || name.hasSuffix(".thumbnail") {
             let path = uploads + "/" + name
             if let modified = (try? files.attributesOfItem(atPath: path))?[.modificationDate] as? Date, modified < cutoff {

@@ -5,6 +5,7 @@ import NIOCore
 import NIOHPACK
 import NIOSSL
 import ParleyChat
+import ParleyCluster
 import ParleyHTTP2Client
 import ParleyModel
 import Synchronization
@@ -77,10 +78,13 @@ public final class APNsProvider: PushProvider {
     private let http: HTTP2ClientPool
     private let logger: Logger
     private let token = Mutex<(jwt: String, issuedAt: ContinuousClock.Instant)?>(nil)
+    /// What the token's age and the notifications' expiry go by.
+    private let clock: any ClusterClock
 
     /// Throws when the key is not a P-256 private key in PEM, or a URL is not an https:// one.
-    public init(_ configuration: Configuration, logger: Logger) throws {
+    public init(_ configuration: Configuration, clock: any ClusterClock, logger: Logger) throws {
         self.configuration = configuration
+        self.clock = clock
         self.key = try P256.Signing.PrivateKey(pemRepresentation: configuration.privateKeyPEM).rawRepresentation
         self.production = try Server(configuration.productionURL)
         self.sandbox = try Server(configuration.sandboxURL)
@@ -121,7 +125,7 @@ public final class APNsProvider: PushProvider {
             return .refused("cannot sign the provider token: \(error)")
         }
         let server = device.environment == .sandbox ? sandbox : production
-        let expiration = Int(Date().timeIntervalSince1970) + Int(configuration.expiration.components.seconds)
+        let expiration = Int(clock.wallNow.timeIntervalSince1970) + Int(configuration.expiration.components.seconds)
         var headers = HPACKHeaders()
         headers.add(name: "authorization", value: "bearer \(jwt)")
         headers.add(name: "apns-topic", value: topic)
@@ -147,15 +151,15 @@ public final class APNsProvider: PushProvider {
             token.withLock { $0 = nil }
             return .retry(after: nil, reason: "403 \(reason)")
         default:
-            return PushHTTP.outcome(status: response.status, retryAfter: response.headers.first(name: "retry-after"), reason: reason)
+            return PushHTTP.outcome(status: response.status, retryAfter: response.headers.first(name: "retry-after"), reason: reason, now: clock.wallNow)
         }
     }
 
     /// The provider token, signed again once it is ``tokenLifetime`` old.
     func providerToken() throws -> String {
-        let now = ContinuousClock.now
+        let now = clock.now
         if let current = token.withLock({ $0 }), now - current.issuedAt < Self.tokenLifetime { return current.jwt }
-        let jwt = try JWT.sign(claims: ["iss": configuration.teamID, "iat": Int(Date().timeIntervalSince1970)], keyID: configuration.keyID, with: .es256(try P256.Signing.PrivateKey(rawRepresentation: key)))
+        let jwt = try JWT.sign(claims: ["iss": configuration.teamID, "iat": Int(clock.wallNow.timeIntervalSince1970)], keyID: configuration.keyID, with: .es256(try P256.Signing.PrivateKey(rawRepresentation: key)))
         token.withLock { $0 = (jwt, now) }
         logger.debug("APNs provider token signed", metadata: ["apns.key_id": "\(configuration.keyID)"])
         return jwt

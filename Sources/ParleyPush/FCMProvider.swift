@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 import Synchronization
 import _CryptoExtras
@@ -49,9 +50,13 @@ public final class FCMProvider: PushProvider {
     private let logger: Logger
     private let accessToken = Mutex<(token: String, expiresAt: ContinuousClock.Instant)?>(nil)
 
+    /// What the access token's expiry goes by.
+    private let clock: any ClusterClock
+
     /// Throws when the account's key is not an RSA private key in PEM.
-    public init(_ configuration: Configuration, logger: Logger) throws {
+    public init(_ configuration: Configuration, clock: any ClusterClock, logger: Logger) throws {
         self.configuration = configuration
+        self.clock = clock
         self.key = try _RSA.Signing.PrivateKey(pemRepresentation: configuration.account.privateKey)
         self.http = try PushHTTP(trustRoots: configuration.trustRoots)
         self.logger = logger
@@ -99,7 +104,7 @@ public final class FCMProvider: PushProvider {
                 self.accessToken.withLock { $0 = nil }
                 return .retry(after: nil, reason: "401 \(code)")
             default:
-                return PushHTTP.outcome(status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"), reason: code)
+                return PushHTTP.outcome(status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"), reason: code, now: clock.wallNow)
             }
         } catch {
             return .retry(after: nil, reason: "FCM did not answer: \(error)")
@@ -109,9 +114,9 @@ public final class FCMProvider: PushProvider {
     /// The cached access token, or a new one from the token endpoint once it is within a minute
     /// of expiring.
     func currentAccessToken() async throws -> String {
-        let now = ContinuousClock.now
+        let now = clock.now
         if let current = accessToken.withLock({ $0 }), now < current.expiresAt { return current.token }
-        let issuedAt = Int(Date().timeIntervalSince1970)
+        let issuedAt = Int(clock.wallNow.timeIntervalSince1970)
         let assertion = try JWT.sign(
             claims: ["iss": configuration.account.clientEmail, "scope": Self.scope, "aud": tokenURL, "iat": issuedAt, "exp": issuedAt + 3600],
             keyID: nil, with: .rs256(key))

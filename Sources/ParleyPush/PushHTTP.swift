@@ -54,7 +54,7 @@ struct PushHTTP: Sendable {
 
     /// A `Retry-After` header's delay: seconds, or an HTTP date (RFC 9110 §10.2.3); nil when absent
     /// or unreadable.
-    static func retryAfter(_ header: String?, now: Date = Date()) -> Duration? {
+    static func retryAfter(_ header: String?, now: Date) -> Duration? {
         guard let value = header?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
         if let seconds = Int(value), seconds >= 0 { return .seconds(min(seconds, 86_400)) }
         let formatter = DateFormatter()
@@ -67,9 +67,9 @@ struct PushHTTP: Sendable {
 
     /// What a status that names no more specific outcome means: try a 429 or 5xx again, else the
     /// provider refused the notification.
-    static func outcome(status: Int, retryAfter header: String?, reason: String) -> PushOutcome {
+    static func outcome(status: Int, retryAfter header: String?, reason: String, now: Date) -> PushOutcome {
         if status == 429 || status >= 500 {
-            return .retry(after: retryAfter(header), reason: "\(status) \(reason)")
+            return .retry(after: retryAfter(header, now: now), reason: "\(status) \(reason)")
         }
         return .refused("\(status) \(reason)")
     }

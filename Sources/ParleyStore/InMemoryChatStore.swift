@@ -83,6 +83,14 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
+        try commitNow(appends)
+    }
+
+    /// Commits under the store's lock on the caller's thread, as SQLite does: the group commit
+    /// runs its commit thread over this store, and a simulation runs that path.
+    public var blockingCommit: BlockingCommit? { { try self.commitNow($0) } }
+
+    private func commitNow(_ appends: [AppendRequest]) throws -> [AppendOutcome] {
         let outcomes = state.withLock { state in
             appends.map { append in
                 // Mutated in place: a copy of `Stored` would copy its whole message array.

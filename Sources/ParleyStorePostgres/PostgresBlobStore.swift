@@ -20,9 +20,17 @@ public final class PostgresBlobStore: BlobStore {
     /// Bytes per chunk row: what an upload holds before it writes, and a read fetches at a time.
     let chunkBytes: Int
 
+    /// The node's wall clock: when a chunk was written and a blob kept, which the leftover and
+    /// media sweeps go by.
+    let wallClock: @Sendable () -> Date
+
     /// Blobs in `store`'s database (its migrations make the tables).
-    public init(store: PostgresChatStore, chunkBytes: Int = 256 * 1024, logger: Logger = Logger(label: "parley.media.postgres")) {
+    public init(
+        store: PostgresChatStore, chunkBytes: Int = 256 * 1024, wallClock: @escaping @Sendable () -> Date,
+        logger: Logger = Logger(label: "parley.media.postgres")
+    ) {
         self.client = store.client
+        self.wallClock = wallClock
         self.chunkBytes = chunkBytes
         self.logger = logger
     }
@@ -31,7 +39,7 @@ public final class PostgresBlobStore: BlobStore {
     /// gateway died; other gateways may be writing theirs now). Returns how many chunks went.
     @discardableResult
     public func removeLeftovers(olderThan age: Duration) async throws -> Int {
-        let cutoff = Date().millisecondsSince1970 - Int64(age.components.seconds) * 1000
+        let cutoff = wallClock().millisecondsSince1970 - Int64(age.components.seconds) * 1000
         return try await run {
             var removed = 0
             for try await _ in try await client.query(
@@ -130,7 +138,7 @@ public final class PostgresBlobStore: BlobStore {
     }
 
     fileprivate func writeChunk(_ data: ByteBuffer, of name: String, part: Int) async throws {
-        let now = Date().millisecondsSince1970
+        let now = wallClock().millisecondsSince1970
         try await run {
             try await client.query(
                 "INSERT INTO media_chunks (blob, part, data, written_at) VALUES (\(name), \(Int32(part)), \(data), \(now))", logger: logger)
@@ -139,7 +147,7 @@ public final class PostgresBlobStore: BlobStore {
 
     /// Names the chunks written under `name` as blob `blob`, or drops them if it is kept already.
     fileprivate func keep(_ name: String, as blob: StoredBlob) async throws {
-        let now = Date().millisecondsSince1970
+        let now = wallClock().millisecondsSince1970
         try await run {
             try await client.withTransaction(logger: logger) { connection in
                 // Bytes kept already are kept again now: `created_at` is when they were last kept,

@@ -252,9 +252,10 @@ public final class PostgresChatStore: ChatStore {
                 for statement in migration.statements {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
-                let now = Date().millisecondsSince1970
+                // When the database applied it, by the database's clock.
                 try await connection.query(
-                    "INSERT INTO parley_migrations (version, name, applied_at) VALUES (\(migration.version), \(migration.name), \(now))", logger: logger)
+                    "INSERT INTO parley_migrations (version, name, applied_at) VALUES (\(migration.version), \(migration.name), (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT)",
+                    logger: logger)
                 logger.info("applied migration", metadata: ["migration.version": "\(migration.version)", "migration.name": "\(migration.name)"])
             }
         }

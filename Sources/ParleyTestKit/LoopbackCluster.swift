@@ -25,7 +25,7 @@ public final class LoopbackCluster: Sendable {
     public init(configure: @escaping @Sendable (ClusterSystem, LoopbackCluster) -> Void) throws {
         self.configure = configure
         directory = URL(fileURLWithPath: Scratch.path("parley-test"))
-        try ClusterCertificates.initAuthority(in: directory)
+        try ClusterCertificates.initAuthority(in: directory, now: Date())
     }
 
     deinit {
@@ -40,12 +40,12 @@ public final class LoopbackCluster: Sendable {
         membership: MembershipSettings = LoopbackCluster.membership
     ) async throws -> ClusterSystem {
         if !FileManager.default.fileExists(atPath: directory.appendingPathComponent("\(name).pem").path) {
-            try ClusterCertificates.issue(node: name, in: directory)
+            try ClusterCertificates.issue(node: name, in: directory, now: Date())
         }
         let seedAddress = seed ?? firstSeed.withLock { $0 }
         let settings = ClusterSettings(
             name: name, roles: roles, bindAddress: NodeAddress(host: "127.0.0.1", port: 0),
-            seeds: seedAddress.map { [$0] } ?? [], incarnations: WallClockIncarnations.next, incarnation: incarnation, membership: membership, callTimeout: callTimeout)
+            seeds: seedAddress.map { [$0] } ?? [], incarnations: WallClockIncarnations.of(ContinuousClock()), incarnation: incarnation, membership: membership, callTimeout: callTimeout)
         var logger = Logger(label: "test.\(name)")
         logger.logLevel = ProcessInfo.processInfo.environment["PARLEY_TEST_LOG"] == nil ? .critical : .debug
         let transport = NIOClusterTransport(

@@ -22,9 +22,10 @@ public enum ClusterCertificates {
         public var description: String
     }
 
-    /// Creates a new cluster CA in `directory` (P-256, valid 10 years). Refuses to overwrite one.
+    /// Creates a new cluster CA in `directory` (P-256, valid 10 years from `now`). Refuses to
+    /// overwrite one.
     @discardableResult
-    public static func initAuthority(in directory: URL, commonName: String = "Parley cluster CA") throws -> Certificate {
+    public static func initAuthority(in directory: URL, commonName: String = "Parley cluster CA", now: Date) throws -> Certificate {
         let certificatePath = directory.appendingPathComponent(caCertificateFile)
         guard !FileManager.default.fileExists(atPath: certificatePath.path) else {
             throw Failure(description: "\(certificatePath.path) already exists; delete it to make a new CA (every node certificate must then be issued again)")
@@ -36,7 +37,6 @@ public enum ClusterCertificates {
             OrganizationName("Parley")
             CommonName(commonName)
         }
-        let now = Date()
         let certificate = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: key.publicKey,
             notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(10 * 365 * 86400),
@@ -54,7 +54,7 @@ public enum ClusterCertificates {
 
     /// Issues a certificate for node `name`, signed by the CA in `directory`, valid for the DNS
     /// names and IP addresses given (always `name`, `localhost` and `127.0.0.1` as well), for both
-    /// server and client authentication (valid 2 years).
+    /// server and client authentication (valid 2 years from `now`).
     ///
     /// With `clientPort`, the certificate of gateway `name`'s client port instead (`NAME-client.pem`):
     /// for server authentication only, and named `client port of NAME` — not a node name, so a
@@ -62,7 +62,7 @@ public enum ClusterCertificates {
     /// on the machine that faces the Internet, cannot join the cluster.
     @discardableResult
     public static func issue(
-        node name: String, in directory: URL, dnsNames: [String] = [], ipAddresses: [String] = [], clientPort: Bool = false
+        node name: String, in directory: URL, dnsNames: [String] = [], ipAddresses: [String] = [], clientPort: Bool = false, now: Date
     ) throws -> Certificate {
         guard isValidNodeName(name) else {
             throw Failure(description: "'\(name)' is not a valid node name (1–64 characters of a-z A-Z 0-9 . _ -)")
@@ -78,7 +78,6 @@ public enum ClusterCertificates {
             names.append(.ipAddress(ASN1OctetString(contentBytes: bytes[...])))
         }
         let key = Certificate.PrivateKey(P256.Signing.PrivateKey())
-        let now = Date()
         let certificate = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: key.publicKey,
             notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(2 * 365 * 86400),

@@ -20,7 +20,7 @@ struct Certs: ParsableCommand {
         func run() throws {
             let directory = URL(fileURLWithPath: dir)
             do {
-                try ClusterCertificates.initAuthority(in: directory, commonName: commonName)
+                try ClusterCertificates.initAuthority(in: directory, commonName: commonName, now: Date())
             } catch let failure as ClusterCertificates.Failure {
                 throw ValidationError(failure.description)
             }
@@ -56,7 +56,7 @@ struct Certs: ParsableCommand {
         func run() throws {
             let directory = URL(fileURLWithPath: dir)
             do {
-                try ClusterCertificates.issue(node: name, in: directory, dnsNames: dns, ipAddresses: ip, clientPort: client)
+                try ClusterCertificates.issue(node: name, in: directory, dnsNames: dns, ipAddresses: ip, clientPort: client, now: Date())
             } catch let failure as ClusterCertificates.Failure {
                 throw ValidationError(failure.description)
             }

@@ -105,7 +105,7 @@ struct NodeConfiguration {
         self.cluster = ClusterSettings(
             name: name, roles: roles, bindAddress: bind,
             advertisedAddress: advertiseHost.map { NodeAddress(host: $0, port: clusterPort) },
-            seeds: seeds, incarnations: WallClockIncarnations.next)
+            seeds: seeds, incarnations: WallClockIncarnations.of(ContinuousClock()))
         self.tlsDirectory = URL(fileURLWithPath: tlsDir)
         self.opsHost = value(run.opsHost, "PARLEY_OPS_HOST") ?? "127.0.0.1"
         self.opsPort = try port(run.opsPort, "--ops-port", "PARLEY_OPS_PORT", default: 7700)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 import ParleyPush
 
@@ -78,18 +79,18 @@ struct PushConfiguration {
     }
 
     /// The providers, made: throws when a key is not one the provider takes.
-    func settings(logger: Logger) throws -> PushSettings {
+    func settings(clock: any ClusterClock, logger: Logger) throws -> PushSettings {
         var providers: [PushPlatform: any PushProvider] = [:]
         if let apns {
             do {
-                providers[.apns] = try APNsProvider(apns, logger: logger)
+                providers[.apns] = try APNsProvider(apns, clock: clock, logger: logger)
             } catch {
                 throw ValidationError("the APNs provider cannot start: \(error) (the key must be a P-256 private key in PEM, a .p8 file)")
             }
         }
         if let fcm {
             do {
-                providers[.fcm] = try FCMProvider(fcm, logger: logger)
+                providers[.fcm] = try FCMProvider(fcm, clock: clock, logger: logger)
             } catch {
                 throw ValidationError("the FCM service account's private_key is not an RSA private key in PEM: \(error)")
             }

@@ -232,8 +232,8 @@ struct Run: AsyncParsableCommand {
             let store = try await config.store.open(logger: Logger(label: "parley.store"))
             workerStore = store
             let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
-            let pushes = try config.pushes.map { try $0.settings(logger: Logger(label: "parley.push")) }
-            let webhooks = try await config.webhooks?.settings().recordingFirstSeen(in: store, now: Date())
+            let pushes = try config.pushes.map { try $0.settings(clock: system.clock, logger: Logger(label: "parley.push")) }
+            let webhooks = try await config.webhooks?.settings(clock: system.clock).recordingFirstSeen(in: store, now: system.clock.wallNow)
             let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval, clock: system.clock), pushes: pushes, webhooks: webhooks, clock: system.clock)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
@@ -271,7 +271,7 @@ struct Run: AsyncParsableCommand {
             if store == nil, media.keepUnattached != nil || media.placement.isDatabase {
                 store = try await config.store.open(logger: Logger(label: "parley.store"))
             }
-            let blobs = try await Self.openBlobs(media.placement, store: config.store, opened: store, logger: logger)
+            let blobs = try await Self.openBlobs(media.placement, store: config.store, opened: store, clock: system.clock, logger: logger)
             gatewayConfig.media = media.settings(blobs: blobs)
             if let keep = media.keepUnattached, let store {
                 let sweeper = MediaSweeper(store: store, blobs: blobs, keepUnattached: keep, clock: system.clock, random: system.random)
@@ -310,11 +310,13 @@ struct Run: AsyncParsableCommand {
 
     /// The store a gateway keeps uploads' bytes in. Uploads a gateway left unfinished when it
     /// died are removed once an hour old (others may be writing theirs now).
-    static func openBlobs(_ placement: MediaConfiguration.Placement, store: StoreLocation, opened: (any ChatStore)?, logger: Logger) async throws -> any BlobStore {
+    static func openBlobs(
+        _ placement: MediaConfiguration.Placement, store: StoreLocation, opened: (any ChatStore)?, clock: any ClusterClock, logger: Logger
+    ) async throws -> any BlobStore {
         switch placement {
         case .directory(let path):
             do {
-                return try FileBlobStore(directory: URL(fileURLWithPath: path))
+                return try FileBlobStore(directory: URL(fileURLWithPath: path), now: clock.wallNow)
             } catch {
                 throw ValidationError("the media directory \(path) cannot be used: \(error)")
             }
@@ -322,7 +324,7 @@ struct Run: AsyncParsableCommand {
             var database = opened as? PostgresChatStore
             if database == nil { database = try await store.open(logger: Logger(label: "parley.store")) as? PostgresChatStore }
             guard let database else { throw ValidationError("uploads go to the PostgreSQL store only when it is the store; give --media-dir") }
-            let blobs = PostgresBlobStore(store: database)
+            let blobs = PostgresBlobStore(store: database, wallClock: { clock.wallNow })
             let removed = try await blobs.removeLeftovers(olderThan: .seconds(3600))
             logger.info("uploads kept in the PostgreSQL store", metadata: ["store": "\(store)", "media.leftover_chunks_removed": "\(removed)"])
             return blobs

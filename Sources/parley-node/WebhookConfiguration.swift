@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ParleyChat
+import ParleyCluster
 import ParleyModel
 import ParleyPush
 
@@ -74,7 +75,7 @@ struct WebhookConfiguration {
         return WebhookEndpoint(name: name, url: endpoint.url, secret: secret, types: types)
     }
 
-    func settings() throws -> WebhookSettings {
-        WebhookSettings(endpoints: endpoints, sender: try WebhookHTTPSender(trustRoots: trustRoots), policy: policy)
+    func settings(clock: any ClusterClock) throws -> WebhookSettings {
+        WebhookSettings(endpoints: endpoints, sender: try WebhookHTTPSender(trustRoots: trustRoots, clock: clock), policy: policy)
     }
 }

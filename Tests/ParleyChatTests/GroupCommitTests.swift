@@ -1,6 +1,7 @@
 import Foundation
 import ParleyChat
 import ParleyModel
+import ParleySimulation
 import ParleyStore
 import ParleyTestKit
 import Synchronization
@@ -184,7 +185,7 @@ final class RecordingStore: Sendable {
 
     /// Commits on the committer's own thread, through ``blockingCommit(_:)``.
     func threadCommitter(minInterval: Duration = .zero) -> GroupCommitter {
-        GroupCommitter(minInterval: minInterval) { try self.blockingCommit($0) }
+        GroupCommitter(minInterval: minInterval, clock: ContinuousClock()) { try self.blockingCommit($0) }
     }
 
     func committer(_ mode: CommitMode, minInterval: Duration = .zero) -> GroupCommitter {
@@ -249,7 +250,7 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
                 return try await store.commit(appends)
             }
         case .thread:
-            GroupCommitter(minInterval: interval) { appends in
+            GroupCommitter(minInterval: interval, clock: ContinuousClock()) { appends in
                 entered.withLock { $0 += 1 }
                 while !open.withLock({ $0 }) { usleep(1_000) }
                 return try store.blockingCommit(appends)
@@ -289,6 +290,34 @@ enum CommitMode: CaseIterable, Sendable { case tasks, thread }
         var seqs: [Int64?] = []
         for task in three { seqs.append(try await task.value.message?.seq) }
         #expect(seqs == [2, 1, 1])
+    }
+
+    /// On a clock other than the machine's (a simulation's), a blocking store's commits take the
+    /// same path with a task in the thread's place, and the interval's timer waits on that clock:
+    /// an interval of an hour ends when the clock is moved an hour, not before.
+    @Test func aCommitThreadOnAnotherClockWaitsOnThatClock() async throws {
+        let clock = SteppedClock()
+        let store = RecordingStore(delay: .zero)
+        let committer = GroupCommitter(minInterval: .seconds(3600), clock: clock) { try store.blockingCommit($0) }
+        let owned = try await Self.setUp(conversations: 1, store: store)
+        func append() -> Task<AppendOutcome, any Error> {
+            Task {
+                try await committer.append(AppendRequest(
+                    conversationId: owned[0].0, epoch: owned[0].1, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: "m",
+                    sentAt: clock.wallNow))
+            }
+        }
+        #expect(try await append().value.message?.seq == 1, "the first append goes at once")
+        let second = append()
+        let deadline = ContinuousClock.now + .seconds(30)
+        while committer.pendingCount == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(committer.pendingCount == 1, "the second waits for the interval")
+        clock.advance(by: .seconds(3599))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(store.commitSizes.withLock { $0 } == [1], "not before the interval on the committer's clock")
+        clock.advance(by: .seconds(1))
+        #expect(try await second.value.message?.seq == 2)
+        #expect(store.commitSizes.withLock { $0 } == [1, 1])
     }
 
     @Test func concurrentCommitsOverlapAndEveryConversationStaysGapless() async throws {

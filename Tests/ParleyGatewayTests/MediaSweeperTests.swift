@@ -26,7 +26,7 @@ import Testing
     }
 
     func blobStore() throws -> FileBlobStore {
-        try FileBlobStore(directory: FileManager.default.temporaryDirectory.appendingPathComponent("parley-sweeper-\(UUID().uuidString)"))
+        try FileBlobStore(directory: FileManager.default.temporaryDirectory.appendingPathComponent("parley-sweeper-\(UUID().uuidString)"), now: Date())
     }
 
     @Test func aDayOldUnattachedUploadGoesWithItsBytesAndThumbnailsWhatIsAttachedYoungOrSharedStays() async throws {

@@ -13,7 +13,7 @@ import Testing
         let inner: FileBlobStore
         let kept = Mutex(0)
         init() throws {
-            inner = try FileBlobStore(directory: FileManager.default.temporaryDirectory.appendingPathComponent("parley-thumbnails-\(UUID().uuidString)"))
+            inner = try FileBlobStore(directory: FileManager.default.temporaryDirectory.appendingPathComponent("parley-thumbnails-\(UUID().uuidString)"), now: Date())
         }
         func beginUpload() async throws -> any BlobUpload { try await inner.beginUpload() }
         func size(of sha256: String) async throws -> Int64? { try await inner.size(of: sha256) }

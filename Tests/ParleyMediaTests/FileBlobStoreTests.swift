@@ -9,13 +9,13 @@ import Testing
     func contract(_ contractCase: BlobStoreContract.Case) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-blobs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        try await contractCase.run(try FileBlobStore(directory: directory))
+        try await contractCase.run(try FileBlobStore(directory: directory, now: Date()))
     }
 
     @Test func blobsAreNamedFilesAndUploadsInProgressAreNot() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-blobs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try FileBlobStore(directory: directory)
+        let store = try FileBlobStore(directory: directory, now: Date())
         let upload = try await store.beginUpload()
         try await upload.write(ByteBuffer(string: "hello"))
         let inProgress = try FileManager.default.contentsOfDirectory(atPath: directory.appendingPathComponent("uploads").path)
@@ -30,14 +30,14 @@ import Testing
     @Test func uploadsLeftByADeadProcessAreRemovedOnceOld() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("parley-blobs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        _ = try FileBlobStore(directory: directory)
+        _ = try FileBlobStore(directory: directory, now: Date())
         let uploads = directory.appendingPathComponent("uploads")
         let old = uploads.appendingPathComponent("old.part").path
         let recent = uploads.appendingPathComponent("recent.part").path
         #expect(FileManager.default.createFile(atPath: old, contents: Data([1, 2, 3])))
         #expect(FileManager.default.createFile(atPath: recent, contents: Data([4])))
         try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7200)], ofItemAtPath: old)
-        _ = try FileBlobStore(directory: directory, leftoversAfter: .seconds(3600))
+        _ = try FileBlobStore(directory: directory, leftoversAfter: .seconds(3600), now: Date())
         #expect(!FileManager.default.fileExists(atPath: old))
         #expect(FileManager.default.fileExists(atPath: recent), "another node's upload may be under way")
     }

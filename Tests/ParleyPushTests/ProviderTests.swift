@@ -47,8 +47,8 @@ import _CryptoExtras
 
 @Suite struct ProviderWireTests {
     @Test func retryAfterReadsSecondsAndHTTPDates() {
-        #expect(PushHTTP.retryAfter(nil) == nil)
-        #expect(PushHTTP.retryAfter("120") == .seconds(120))
+        #expect(PushHTTP.retryAfter(nil, now: Date()) == nil)
+        #expect(PushHTTP.retryAfter("120", now: Date()) == .seconds(120))
         let now = Date(timeIntervalSince1970: 1_800_000_000)
         let date = Date(timeIntervalSince1970: 1_800_000_030)
         let formatter = DateFormatter()
@@ -56,14 +56,14 @@ import _CryptoExtras
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         #expect(PushHTTP.retryAfter(formatter.string(from: date), now: now) == .seconds(30))
-        #expect(PushHTTP.retryAfter("soon") == nil)
-        #expect(PushHTTP.retryAfter("99999999") == .seconds(86_400), "capped at a day")
+        #expect(PushHTTP.retryAfter("soon", now: Date()) == nil)
+        #expect(PushHTTP.retryAfter("99999999", now: Date()) == .seconds(86_400), "capped at a day")
     }
 
     @Test func aStatusWithoutAMoreSpecificMeaningIsRetriedOrRefused() {
-        #expect(PushHTTP.outcome(status: 429, retryAfter: "7", reason: "TooManyRequests") == .retry(after: .seconds(7), reason: "429 TooManyRequests"))
-        #expect(PushHTTP.outcome(status: 503, retryAfter: nil, reason: "Shutdown") == .retry(after: nil, reason: "503 Shutdown"))
-        #expect(PushHTTP.outcome(status: 413, retryAfter: nil, reason: "PayloadTooLarge") == .refused("413 PayloadTooLarge"))
+        #expect(PushHTTP.outcome(status: 429, retryAfter: "7", reason: "TooManyRequests", now: Date()) == .retry(after: .seconds(7), reason: "429 TooManyRequests"))
+        #expect(PushHTTP.outcome(status: 503, retryAfter: nil, reason: "Shutdown", now: Date()) == .retry(after: nil, reason: "503 Shutdown"))
+        #expect(PushHTTP.outcome(status: 413, retryAfter: nil, reason: "PayloadTooLarge", now: Date()) == .refused("413 PayloadTooLarge"))
     }
 
     @Test func theAPNsPayloadIsWhatAppleDocuments() throws {

@@ -17,14 +17,14 @@ struct PostgresBlobStoreTests {
         let store = try PostgresChatStore(url: Self.url)
         defer { store.shutdown() }
         try await store.migrate()
-        try await contractCase.run(PostgresBlobStore(store: store, chunkBytes: 10_000))
+        try await contractCase.run(PostgresBlobStore(store: store, chunkBytes: 10_000, wallClock: { Date() }))
     }
 
     @Test func anUploadLeftByADeadGatewayIsRemovedOnceOld() async throws {
         let store = try PostgresChatStore(url: Self.url)
         defer { store.shutdown() }
         try await store.migrate()
-        let blobs = PostgresBlobStore(store: store, chunkBytes: 1_000)
+        let blobs = PostgresBlobStore(store: store, chunkBytes: 1_000, wallClock: { Date() })
         let upload = try await blobs.beginUpload()
         try await upload.write(ByteBuffer(repeating: 7, count: 3_500))
         // The gateway dies here: three chunks stay under the upload's name, no blob.

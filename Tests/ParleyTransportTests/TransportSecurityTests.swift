@@ -93,12 +93,12 @@ final class OutsiderHandler: ChannelInboundHandler, Sendable {
         // A rogue CA issuing a certificate with a legitimate node's name.
         let rogue = URL(fileURLWithPath: Scratch.path("parley-rogue"))
         defer { try? FileManager.default.removeItem(at: rogue) }
-        try ClusterCertificates.initAuthority(in: rogue, commonName: "Rogue CA")
-        try ClusterCertificates.issue(node: "node-b", in: rogue)
+        try ClusterCertificates.initAuthority(in: rogue, commonName: "Rogue CA", now: Date())
+        try ClusterCertificates.issue(node: "node-b", in: rogue, now: Date())
         // A real certificate whose holder claims to be someone else.
-        try ClusterCertificates.issue(node: "intruder", in: cluster.directory)
+        try ClusterCertificates.issue(node: "intruder", in: cluster.directory, now: Date())
         // A gateway's client-port certificate (its key sits on the machine facing the Internet).
-        try ClusterCertificates.issue(node: "gateway-x", in: cluster.directory, clientPort: true)
+        try ClusterCertificates.issue(node: "gateway-x", in: cluster.directory, clientPort: true, now: Date())
 
         let attempts: [(String, Credentials, ByteBuffer, URL)] = [
             ("plain TCP garbage", .plainTCP, ByteBuffer(bytes: (0..<512).map { UInt8(truncatingIfNeeded: $0 &* 37) }), cluster.directory),
@@ -140,9 +140,9 @@ final class OutsiderHandler: ChannelInboundHandler, Sendable {
         defer { try? FileManager.default.removeItem(at: directory.deletingLastPathComponent()) }
         let previous = umask(0)  // the widest: the files' modes must not depend on it
         defer { umask(previous) }
-        try ClusterCertificates.initAuthority(in: directory)
-        try ClusterCertificates.issue(node: "worker-1", in: directory)
-        try ClusterCertificates.issue(node: "gateway-1", in: directory, clientPort: true)
+        try ClusterCertificates.initAuthority(in: directory, now: Date())
+        try ClusterCertificates.issue(node: "worker-1", in: directory, now: Date())
+        try ClusterCertificates.issue(node: "gateway-1", in: directory, clientPort: true, now: Date())
         func mode(_ name: String) throws -> Int {
             let path = name.isEmpty ? directory.path : directory.appendingPathComponent(name).path
             return try #require(FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)

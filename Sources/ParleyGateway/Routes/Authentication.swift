@@ -77,8 +77,8 @@ extension Gateway {
     func authenticate(_ request: Request, fresh: Bool = false, limitingWrites: Bool) async throws -> Caller {
         let caller = try await authenticated(request, fresh: fresh)
         if request.method == .get || request.method == .head {
-            if let wait = readLimiter.acquire(caller.id.rawValue) { throw APIError.rateLimited(retryAfter: wait, "too many reads; slow down") }
-        } else if limitingWrites, let wait = writeLimiter.acquire(caller.id.rawValue) {
+            if let wait = readLimiter.acquire(caller.id.rawValue, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many reads; slow down") }
+        } else if limitingWrites, let wait = writeLimiter.acquire(caller.id.rawValue, now: system.clock.now) {
             throw APIError.rateLimited(retryAfter: wait, "too many changes; slow down")
         }
         return caller

@@ -38,7 +38,7 @@ extension Gateway {
     }
 
     private func register(_ request: Request, _ context: GatewayContext) async throws -> Response {
-        if let wait = registrationByAddress.acquire(context.clientAddress) {
+        if let wait = registrationByAddress.acquire(context.clientAddress, now: system.clock.now) {
             throw APIError.rateLimited(retryAfter: wait, "too many registrations from this address; retry later")
         }
         let body = try await decode(API.NewUser.self, from: request)
@@ -54,12 +54,12 @@ extension Gateway {
 
     private func login(_ request: Request, _ context: GatewayContext) async throws -> Response {
         let body = try await decode(API.Credentials.self, from: request)
-        if let wait = loginByAddress.acquire(context.clientAddress) { throw APIError.rateLimited(retryAfter: wait, "too many login attempts; retry later") }
+        if let wait = loginByAddress.acquire(context.clientAddress, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many login attempts; retry later") }
         // What no account can have is refused before it is a limiter's key: the handle's
         // limiter holds only handles (at most 32 bytes), never what a body happened to hold.
         // A handle's form is public, so answering it at once tells nothing of any account.
         guard NewUser.isHandle(body.handle) else { throw APIError.unauthorized("wrong handle or password") }
-        if let wait = loginByHandle.acquire(body.handle) { throw APIError.rateLimited(retryAfter: wait, "too many login attempts; retry later") }
+        if let wait = loginByHandle.acquire(body.handle, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many login attempts; retry later") }
         // A password registration would refuse matches no account: bcrypt would compare only
         // its first 72 bytes, or the bytes before a U+0000.
         guard Self.passwordProblem(body.password) == nil else { throw APIError.unauthorized("wrong handle or password") }

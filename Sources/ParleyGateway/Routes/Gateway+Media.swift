@@ -66,7 +66,7 @@ extension Gateway {
     private func upload(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
         let settings = try mediaSettings()
         let caller = context.caller
-        if let wait = uploadLimiter.acquire(caller.id.rawValue) { throw APIError.rateLimited(retryAfter: wait, "too many uploads; slow down") }
+        if let wait = uploadLimiter.acquire(caller.id.rawValue, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many uploads; slow down") }
         let declared = (request.headers[.contentType] ?? "").split(separator: ";").first.map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
         } ?? ""

@@ -37,7 +37,7 @@ extension Gateway {
         let caller = context.caller
         let id = try Self.conversationID(context)
         let body = try await decode(API.NewMessage.self, from: request, readingFirst: API.NewMessage.fromCanonicalJSON)
-        if let wait = sendLimiter.acquire(caller.id.rawValue) { throw APIError.rateLimited(retryAfter: wait, "too many messages; slow down") }
+        if let wait = sendLimiter.acquire(caller.id.rawValue, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many messages; slow down") }
         var attachments: [Attachment] = []
         if let asked = body.attachments, !asked.isEmpty {
             // A send the owner would refuse records nothing.
