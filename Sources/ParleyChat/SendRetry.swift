@@ -6,9 +6,11 @@ import ParleyModel
 /// A send through a conversation's owner, as a gateway makes it: when the owner dies mid-request
 /// (a lost connection, no reply, the ring moving), the same send goes again — its
 /// `clientMessageId` is the idempotency key, so a send that did commit returns the original —
-/// until the window runs out.
+/// until the window runs out. This is the send's only retry: each call is attempted once
+/// (``ClusterSystem/retriedByCaller(_:)``).
 public enum SendRetry {
-    /// Between attempts: 50 ms, doubling up to 500 ms.
+    /// Between attempts: 50 ms, doubling up to 500 ms; after `not_owner`, the cluster's own short
+    /// pause (``ClusterSystem/callRetry``).
     public static let backoff = Backoff(first: .milliseconds(50), max: .milliseconds(500))
     static let retries = Counter(label: "parley.gateway.send_retries")
 
@@ -36,13 +38,16 @@ public enum SendRetry {
         while true {
             attempt += 1
             do {
-                let result = try await send()
+                let result = try await ClusterSystem.retriedByCaller(send)
                 if attempt > 1 {
                     logger.info("send succeeded after retries", metadata: ["conversation.id": "\(conversation)", "attempts": "\(attempt)"])
                 }
                 return result
             } catch let error as ClusterCallError where retryableCodes.contains(error.code.rawValue) {
-                let pause = backoff.delay(afterFailures: attempt)
+                // `not_owner`: the ring moved first, and the owner is usually ready within
+                // milliseconds; `unavailable` may be the owner's store, which a quick retry does
+                // not help.
+                let pause = (error.code == .notOwner ? ClusterSystem.callRetry : backoff).delay(afterFailures: attempt)
                 guard clock.now.advanced(by: pause) < deadline else { throw GaveUp(window: window, last: error) }
                 logger.debug("send failed; retrying on the owner", metadata: ["conversation.id": "\(conversation)", "error": "\(error)"])
                 retries.increment()

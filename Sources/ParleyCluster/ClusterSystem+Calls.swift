@@ -9,7 +9,8 @@ extension ClusterSystem {
     ///
     /// Retried within the deadline, because the call certainly did not run: no worker up yet, no
     /// connection to the owner yet, or the owner answered `not_owner` (its ring moved first).
-    /// Not retried: a call that was sent and then lost its connection (it may have run).
+    /// Not retried: a call that was sent and then lost its connection (it may have run). Nor
+    /// anything, inside ``retriedByCaller(_:)``: that caller's own loop retries.
     func call(_ id: ClusterActorID, target: String, arguments: [[UInt8]]) async -> ReplyEnvelope.Outcome {
         let started = clock.now
         let deadline = started.advanced(by: settings.callTimeout)
@@ -35,7 +36,7 @@ extension ClusterSystem {
                 }
             }
             let now = clock.now
-            guard now < deadline, !state.withLock({ $0.isShutDown }) else {
+            guard now < deadline, !state.withLock({ $0.isShutDown }), !Self.callerRetries else {
                 Self.callFailures.increment()
                 if lastProblem.code == .notOwner || lastProblem.code == .unavailable {
                     return .error(ClusterCallError(code: lastProblem.code, message: "\(lastProblem.message) (gave up after \(started.duration(to: now)))"))
@@ -49,7 +50,17 @@ extension ClusterSystem {
 
     /// Between attempts of a call that certainly did not run: short, since an owner that was not
     /// up yet, or a ring that had not moved yet, is usually ready within milliseconds.
-    static let callRetry = Backoff(first: .milliseconds(2), max: .milliseconds(100))
+    public static let callRetry = Backoff(first: .milliseconds(2), max: .milliseconds(100))
+
+    /// Runs `body` with each call it makes attempted once: a call that did not run fails at once
+    /// (`unavailable`, `not_owner`) instead of being retried within the call timeout, for a
+    /// caller whose own loop retries every failure (a gateway's send), so that one loop, not two
+    /// nested, decides when to try again.
+    public static func retriedByCaller<T>(_ body: () async throws -> T) async rethrows -> T {
+        try await $callerRetries.withValue(true, operation: body)
+    }
+
+    @TaskLocal static var callerRetries = false
 
     enum Attempt {
         case sent(ReplyEnvelope.Outcome)
@@ -63,7 +74,9 @@ extension ClusterSystem {
         if owner == settings.name {
             let envelope = CallEnvelope(callID: 0, recipient: id, target: target, arguments: arguments, timeout: remaining)
             let slot = ReplySlot()
-            await execute(envelope, reply: { slot.complete($0) })
+            // The calls the actor makes in turn (and the tasks it starts) are its own, retried as
+            // usual, not its caller's.
+            await Self.$callerRetries.withValue(false) { await execute(envelope, reply: { slot.complete($0) }) }
             return .sent(await slot.wait())
         }
         let slot = ReplySlot()

@@ -40,6 +40,31 @@ import Testing
         #expect(cluster.activations.withLock { $0[ClusterActorID(kind: "probe", key: key)] } == nil, "nobody activated it")
     }
 
+    /// A caller with its own retry loop (a gateway's send) gets the first failure, so that its
+    /// loop alone decides: where the call of the first test is retried until the ring catches up,
+    /// this one fails with `not_owner`, although the ring catches up too.
+    @Test func aCallRetriedByItsCallerIsAttemptedOnce() async throws {
+        let cluster = try makeTestCluster()
+        for name in ["node-a", "node-b", "node-c"] { try await cluster.start(name, callTimeout: .seconds(30)) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b", "node-c"])
+        let key = try probeKey(ownedBy: "node-c", on: cluster["node-a"])
+        cluster["node-a"].forceRing(["node-b"])
+        let call = Task {
+            try await ClusterSystem.retriedByCaller {
+                try await Probe.resolve(id: ClusterActorID(kind: "probe", key: key), using: cluster["node-a"]).whereAreYou()
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        cluster["node-a"].forceRing(nil)
+        do {
+            let answer = try await call.value
+            Issue.record("the call must fail at its one attempt; it was retried and reached \(answer)")
+        } catch let error as ClusterCallError {
+            #expect(error.code == .notOwner, "\(error)")
+        }
+    }
+
     @Test func anActorMovedAwayIsDeactivatedAndReactivatedOnItsNewOwner() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }
