@@ -251,6 +251,9 @@ final class HTTP1InputCloser: ChannelInboundHandler, RemovableChannelHandler {
 /// byte queued for it, for any protocol and any response, until it is closed. A download's own
 /// write deadline resets its stream, but an HTTP/2 reset cannot reach a client that reads
 /// nothing, and an HTTP/1.1 response has no stream to reset.
+///
+/// Being the handler that sees the socket's writability change, it also wakes what waits for
+/// room on the connection (``whenWritable(_:_:)``).
 final class StalledConnectionCloser: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = NIOAny
 
@@ -262,16 +265,35 @@ final class StalledConnectionCloser: ChannelInboundHandler, RemovableChannelHand
     private let deadline: TimeAmount
     private let logger: Logger
     private var timer: Scheduled<Void>?
+    /// What waits for the connection to take more (or to close).
+    private var writableWaiters: [() -> Void] = []
 
     init(deadline: TimeAmount = StalledConnectionCloser.deadline, logger: Logger) {
         self.deadline = deadline
         self.logger = logger
     }
 
+    /// On `channel`'s loop: runs `action` once `channel` takes more without buffering, or is
+    /// closed (at once if it is either now).
+    func whenWritable(_ channel: any Channel, _ action: @escaping () -> Void) {
+        if channel.isWritable || !channel.isActive {
+            action()
+        } else {
+            writableWaiters.append(action)
+        }
+    }
+
+    private func wakeWriters() {
+        let waiters = writableWaiters
+        writableWaiters = []
+        for waiter in waiters { waiter() }
+    }
+
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             timer?.cancel()
             timer = nil
+            wakeWriters()
         } else if timer == nil {
             let deadline = self.deadline
             let logger = self.logger
@@ -291,6 +313,7 @@ final class StalledConnectionCloser: ChannelInboundHandler, RemovableChannelHand
     func channelInactive(context: ChannelHandlerContext) {
         timer?.cancel()
         timer = nil
+        wakeWriters()
         context.fireChannelInactive()
     }
 }

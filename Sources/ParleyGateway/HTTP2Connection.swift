@@ -751,6 +751,7 @@ final class HTTP2StreamSink: EventStreamSink, @unchecked Sendable {
     func flush() { onLoop.flush() }
     func close() { onLoop.reset(id) }
     var closed: EventLoopFuture<Void> { closedPromise.futureResult }
+    func whenWritable(_ action: @escaping () -> Void) { onLoop.whenWritable(id, action) }
 
     /// The stream is over (response ended, reset, connection gone).
     fileprivate func ended() {

@@ -22,6 +22,9 @@ protocol EventStreamSink: AnyObject, Sendable {
     func close()
     /// Completes when the client has gone (connection closed, stream reset).
     var closed: EventLoopFuture<Void> { get }
+    /// Runs `action` once the sink takes more without buffering, or is over (at once if it is
+    /// either now).
+    func whenWritable(_ action: @escaping () -> Void)
 }
 
 /// An HTTP/1.1 response body: body parts written into the connection's channel.
@@ -35,6 +38,17 @@ final class ChannelEventSink: EventStreamSink {
     func flush() { channel.flush() }
     func close() { channel.close(promise: nil) }
     var closed: EventLoopFuture<Void> { channel.closeFuture }
+    func whenWritable(_ action: @escaping () -> Void) {
+        // The connection's first handler sees its writability change; a channel without one (a
+        // test's) is woken only by its close.
+        if let watcher = try? channel.pipeline.syncOperations.handler(type: StalledConnectionCloser.self) {
+            watcher.whenWritable(channel, action)
+        } else if channel.isWritable || !channel.isActive {
+            action()
+        } else {
+            channel.closeFuture.whenComplete { _ in action() }
+        }
+    }
 }
 
 /// One open event stream, written on its connection's event loop: the shell of a
@@ -134,16 +148,24 @@ final class LiveEventStream: @unchecked Sendable {
         loop.execute { [self] in perform(session.start(now: clock.now)) }
     }
 
-    enum Room {
-        /// The client takes more now (its connection or HTTP/2 stream is writable).
-        case available
-        /// What was written is still waiting for the client.
-        case full
-        case ended
-    }
-
-    func room() -> EventLoopFuture<Room> {
-        loop.submit { [self] in session.isEnded ? .ended : sink.isWritable ? .available : .full }
+    /// Succeeds with true once the client takes more (its connection or HTTP/2 stream is
+    /// writable), false once the stream has ended — which the session decides, a client that
+    /// takes nothing for ``unwritableFor`` included.
+    func roomForMore() -> EventLoopFuture<Bool> {
+        loop.flatSubmit { [self] in
+            if session.isEnded { return loop.makeSucceededFuture(false) }
+            if sink.isWritable { return loop.makeSucceededFuture(true) }
+            let promise = loop.makePromise(of: Bool.self)
+            var answered = false
+            func answer(_ room: Bool) {
+                guard !answered else { return }
+                answered = true
+                promise.succeed(room)
+            }
+            sink.whenWritable { [self] in answer(!session.isEnded) }
+            ended.whenComplete { _ in answer(false) }
+            return promise.futureResult
+        }
     }
 
     /// Ends the stream abruptly, as a client that read too slowly (its client resumes by cursor).

@@ -315,6 +315,35 @@ import Testing
         #expect(!harness.channel.isActive, "ended abruptly: its client resumes by cursor")
     }
 
+    /// A replay's next page waits for its client to take the last: it goes when the connection
+    /// becomes writable again (woken by the handler that sees the socket's writability, not by
+    /// polling), and not at all once the session ended a client that took nothing for a while.
+    @Test func aReplayPageWaitsForRoomOrForTheStreamsEnd() async throws {
+        let clock = SteppedClock()
+        let harness = try await Harness(unwritableFor: .seconds(60), clock: clock)
+        try await harness.channel.pipeline.addHandler(StalledConnectionCloser(logger: Logger(label: "test")))
+        let stream = harness.stream
+        let answers = Mutex<[Bool]>([])
+        harness.stream.replay([.message(Self.message(1))])
+        harness.channel.isWritable = false
+        harness.stream.roomForMore().whenSuccess { room in answers.withLock { $0.append(room) } }
+        await harness.run()
+        #expect(answers.withLock { $0 }.isEmpty, "no room while the connection takes nothing")
+        harness.channel.isWritable = true
+        harness.channel.pipeline.fireChannelWritabilityChanged()
+        await harness.run()
+        #expect(answers.withLock { $0 } == [true], "room as soon as it takes more")
+
+        harness.channel.isWritable = false
+        harness.channel.pipeline.fireChannelWritabilityChanged()
+        harness.stream.roomForMore().whenSuccess { room in answers.withLock { $0.append(room) } }
+        await harness.run { stream.tick() }
+        clock.advance(by: .seconds(61))
+        await harness.run { stream.tick() }
+        #expect(answers.withLock { $0 } == [true, false], "the session ended the stream: no page goes")
+        #expect(!harness.channel.isActive)
+    }
+
     @Test func finishEndsTheStreamAfterWhatWasWritten() async throws {
         let harness = try await Harness()
         let ended = Flag()

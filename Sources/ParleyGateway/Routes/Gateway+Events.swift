@@ -90,13 +90,10 @@ extension Gateway {
             body: body)
     }
 
-    /// How long a replay waits for its client to take the page it was sent before it ends the
-    /// stream (a client that reads nothing is not buffered for).
-    static let replayRoomWait: Duration = .seconds(30)
-
     /// Writes a resume's replay into `stream` page by page, each page once the client took the
-    /// last; false when the stream ended meanwhile, or was ended because the next page could
-    /// not be read (the client resumes by cursor again).
+    /// last; false when the stream ended meanwhile (a client that takes nothing for a while is
+    /// ended by its session, as a live stream is), or was ended because the next page could not
+    /// be read (the client resumes by cursor again).
     func replay(from first: ReplayPage, to stream: LiveEventStream) async -> Bool {
         var page: ReplayPage? = first
         var pages = 0
@@ -104,22 +101,7 @@ extension Gateway {
             stream.replay(current.events)
             pages += 1
             guard let next = current.next else { break }
-            let waitEnd = system.clock.now.advanced(by: Self.replayRoomWait)
-            waiting: while true {
-                switch try? await stream.room().get() {
-                case .available:
-                    break waiting
-                case .ended, nil:
-                    return false
-                case .full:
-                    guard system.clock.now < waitEnd else {
-                        logger.warning("event stream ended: its client took no replay for \(Self.replayRoomWait)", metadata: ["user.id": "\(stream.user)"])
-                        stream.abort()
-                        return false
-                    }
-                    try? await system.clock.sleep(for: .milliseconds(10))
-                }
-            }
+            guard (try? await stream.roomForMore().get()) == true else { return false }
             do {
                 page = try await UserActor.resolve(stream.user, using: system).replay(continuing: next)
             } catch {
