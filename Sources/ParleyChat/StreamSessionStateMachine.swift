@@ -91,6 +91,25 @@ public struct StreamSessionStateMachine: Sendable {
         case ended(EndReason)
     }
 
+    /// The guards of a stream's order, each of which a simulation can run without, to see that
+    /// some seed fails then (never in production).
+    @_spi(Testing) public enum Guard: String, CaseIterable, Sendable {
+        /// Live events that arrive during a replay wait for its end.
+        case replayQueue = "replay-queue"
+        /// A message the stream wrote already is not written again.
+        case repeats
+        /// A message past a gap waits for the seqs before it.
+        case order
+    }
+
+    /// The guards this session runs without (a simulation's; empty in production).
+    @_spi(Testing) public var without: Set<Guard> = [] {
+        didSet {
+            order.dropsRepeats = !without.contains(.repeats)
+            order.holdsPastGaps = !without.contains(.order)
+        }
+    }
+
     public private(set) var phase: Phase = .replaying
     /// The cursor the next live event builds on (see the type's description).
     public private(set) var cursor: StreamCursor
@@ -160,9 +179,11 @@ public struct StreamSessionStateMachine: Sendable {
     /// (``flushIfNeeded()``).
     public mutating func received(_ event: ChatEvent, shared: [UInt8]?, now: Instant) -> [Action] {
         switch phase {
-        case .replaying:
+        case .replaying where !without.contains(.replayQueue):
             queue.append(Outgoing(event: event, shared: shared))
             return []
+        case .replaying:
+            return emit(ordered(Outgoing(event: event, shared: shared), now: now))
         case .live:
             return emit(ordered(Outgoing(event: event, shared: shared), now: now))
         case .ended:

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import ParleyChat
+@_spi(Testing) import ParleyChat
 import ParleyCluster
 import ParleyModel
 @_spi(Testing) import ParleyStore
@@ -55,6 +55,8 @@ public final class ClusterSimulation: Sendable {
         /// The workers' delivery timings, and how long a stream waits past a gap before it ends.
         public var delivery = DeliveryTimings()
         public var streamGapMax: Duration = .seconds(5)
+        /// The stream guards the clients' sessions run without.
+        var streamsWithout: Set<StreamSessionStateMachine.Guard> = []
 
         public init() {}
     }
@@ -70,6 +72,12 @@ public final class ClusterSimulation: Sendable {
         case streamEnd = "stream-end"
         /// A node that takes over a departed owner's conversations publishes their recent messages again.
         case recovery
+        /// A stream holds live events back during its replay.
+        case replayQueue = "replay-queue"
+        /// A stream does not write a message twice.
+        case repeats
+        /// A stream writes a message past a gap only after the seqs before it.
+        case order
 
         public func remove(from options: inout Options) {
             switch self {
@@ -78,6 +86,9 @@ public final class ClusterSimulation: Sendable {
                 options.delivery.retry = Backoff(first: .seconds(3_600), max: .seconds(3_600))
             case .streamEnd: options.streamGapMax = .seconds(3_600)
             case .recovery: options.delivery.recoveryWindow = .zero
+            case .replayQueue: options.streamsWithout.insert(.replayQueue)
+            case .repeats: options.streamsWithout.insert(.repeats)
+            case .order: options.streamsWithout.insert(.order)
             }
         }
     }
@@ -500,9 +511,10 @@ public final class ClusterSimulation: Sendable {
         }
         let sessionID = random.uuid().uuidString.lowercased()
         let (id, cursor) = state.withLock { state -> (UserID, StreamCursor) in
-            let session = StreamSessionStateMachine(
+            var session = StreamSessionStateMachine(
                 cursor: state.clients[user].cursor, pingTicks: 15, unwritableBytesMax: .max,
                 unwritableFor: .seconds(86_400), gapMax: options.streamGapMax)
+            session.without = options.streamsWithout
             state.clients[user].stream = Stream(gateway: gateway, sessionID: sessionID, session: session)
             state.clients[user].reconnectAt = nil
             return (state.clients[user].id, state.clients[user].cursor)

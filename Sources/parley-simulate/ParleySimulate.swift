@@ -31,8 +31,11 @@ struct ParleySimulate: AsyncParsableCommand {
     @Option(help: "Run this one seed and print its trace on failure.") var seed: UInt64?
     @Option(help: "Run seeds 1…N (or from --first) and print a summary.") var seeds: UInt64 = 100
     @Option(help: "The first seed of --seeds.") var first: UInt64 = 1
-    @Option(help: "Remove one guard, to see the simulation catch it: \(DeliverySimulation.Guard.allCases.map(\.rawValue).joined(separator: ", ")).")
-    var without: DeliverySimulation.Guard?
+    @Option(help: """
+        Remove one guard, to see the simulation catch it: \(DeliverySimulation.Guard.allCases.map(\.rawValue).joined(separator: ", ")); \
+        with --cluster, \(ClusterSimulation.Guard.allCases.map(\.rawValue).joined(separator: ", ")).
+        """)
+    var without: String?
     @Flag(help: "Print the whole trace of --seed, not only the lines that concern a failure.") var trace = false
     @Flag(help: "Print the ring's balance and key movement and the membership protocol's convergence at scale, instead of the delivery simulation.")
     var scale = false
@@ -49,7 +52,12 @@ struct ParleySimulate: AsyncParsableCommand {
         if checkGuards { return try await checkEveryGuard() }
         if scale { return printScale() }
         var options = DeliverySimulation.Options()
-        without?.remove(from: &options)
+        if let without {
+            guard let removed = DeliverySimulation.Guard(rawValue: without) else {
+                throw ValidationError("the delivery simulation's guards are \(DeliverySimulation.Guard.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            removed.remove(from: &options)
+        }
         if let seed {
             var simulation = DeliverySimulation(seed: seed, options: options)
             simulation.run()
@@ -72,11 +80,11 @@ struct ParleySimulate: AsyncParsableCommand {
                 print("seed \(seed) FAILED: \(simulation.failures[0])\(simulation.failures.count > 1 ? " (and \(simulation.failures.count - 1) more)" : "")")
             }
         }
-        print("\(seeds) seeds from \(first)\(without.map { " without \($0.rawValue)" } ?? ""): \(failed.count) failed; "
+        print("\(seeds) seeds from \(first)\(without.map { " without \($0)" } ?? ""): \(failed.count) failed; "
             + "\(totals.committed) messages committed, \(totals.written) written to streams, \(totals.ended) streams ended on a gap, "
             + "\(totals.reads) store reads of held-back seqs")
         if !failed.isEmpty {
-            print("reproduce one: parley-simulate --seed \(failed[0])\(without.map { " --without \($0.rawValue)" } ?? "")")
+            print("reproduce one: parley-simulate --seed \(failed[0])\(without.map { " --without \($0)" } ?? "")")
             throw ExitCode(1)
         }
     }
@@ -84,7 +92,7 @@ struct ParleySimulate: AsyncParsableCommand {
     func runCluster() async throws {
         var options = ClusterSimulation.Options()
         if let without {
-            guard let removed = ClusterSimulation.Guard(rawValue: without.rawValue) else {
+            guard let removed = ClusterSimulation.Guard(rawValue: without) else {
                 throw ValidationError("the cluster simulation's guards are \(ClusterSimulation.Guard.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             removed.remove(from: &options)
@@ -117,7 +125,7 @@ struct ParleySimulate: AsyncParsableCommand {
         }
         if range.count > 1 { print("\(range.count) cluster seeds from \(range.lowerBound): \(failed.count) failed") }
         if !failed.isEmpty {
-            print("run one again: parley-simulate --cluster --seed \(failed[0])\(without.map { " --without \($0.rawValue)" } ?? "")")
+            print("run one again: parley-simulate --cluster --seed \(failed[0])\(without.map { " --without \($0)" } ?? "")")
             throw ExitCode(1)
         }
     }
