@@ -222,7 +222,7 @@ let package = Package(
         // simulator builds in release quickly enough for CI to run a thousand seeds.
         .target(
             name: "ParleySimulation",
-            dependencies: ["ParleyChat", "ParleyCluster", "ParleyModel", "ParleyStore"],
+            dependencies: ["ParleyChat", "ParleyCluster", "ParleyGateway", "ParleyModel", "ParleyStore", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: upcoming
         ),
         .executableTarget(

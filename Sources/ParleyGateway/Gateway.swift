@@ -136,9 +136,6 @@ public final class Gateway: Sendable {
         self.configuration = configuration
         self.connections = ConnectionCount(max: configuration.clientConnectionsMax, perAddressMax: configuration.clientConnectionsPerAddressMax)
         self.tokens = try TokenAuthority(secret: configuration.tokenSecret)
-        let hub = StreamHub(system: system, logger: logger)
-        self.hub = hub
-        system.onRejoin { member in hub.endAll(because: "this gateway was declared down and rejoined as \(member.id)") }
         self.sendLimiter = RateLimiter(configuration.sendRate)
         self.writeLimiter = RateLimiter(configuration.writeRate)
         self.readLimiter = RateLimiter(configuration.readRate)
@@ -151,9 +148,9 @@ public final class Gateway: Sendable {
         self.decoyHash = Bcrypt.hash("decoy-password-\(UUID())", cost: configuration.bcryptCost)
         let authentication = SharedAuthenticationCache(lease: UserActor.authenticationLease, clock: system.clock)
         self.authentication = authentication
-        self.inbox = GatewayInboxHolder(GatewayInbox.open(on: system, revocations: { authentication.revoke($0) }) { deliveries in
-            hub.deliver(deliveries)
-        })
+        let (hub, inbox) = StreamHub.serving(system, logger: logger, revocations: { authentication.revoke($0) })
+        self.hub = hub
+        self.inbox = GatewayInboxHolder(inbox)
     }
 
     /// The Hummingbird application serving the client port. Run it as a service; `onRunning`

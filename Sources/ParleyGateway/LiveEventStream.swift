@@ -3,13 +3,13 @@ import Logging
 import Metrics
 import NIOCore
 import NIOHTTPTypes
-import ParleyChat
+@_spi(Testing) import ParleyChat
 import ParleyCluster
 import ParleyModel
 
 /// Where an event stream's bytes go: the response body of one HTTP/1.1 connection or of one
 /// HTTP/2 stream. Everything but `loop` and `closed` is used only on `loop`.
-protocol EventStreamSink: AnyObject, Sendable {
+package protocol EventStreamSink: AnyObject, Sendable {
     var loop: any EventLoop { get }
     /// The client is still there (the connection is open, the HTTP/2 stream not reset).
     var isActive: Bool { get }
@@ -62,10 +62,10 @@ final class ChannelEventSink: EventStreamSink {
 /// it (`start()`) and waits for its end (`ended`).
 ///
 /// Everything but the constants is touched only on `loop`.
-final class LiveEventStream: @unchecked Sendable {
+package final class LiveEventStream: @unchecked Sendable {
     typealias Session = StreamSessionStateMachine
 
-    let user: UserID
+    package let user: UserID
     let sink: any EventStreamSink
     let loop: any EventLoop
     private let logger: Logger
@@ -97,10 +97,11 @@ final class LiveEventStream: @unchecked Sendable {
     ///     every client of a restarted gateway) with one phase all pinged at once: 1,000 pings
     ///     every 15 s held the gateway's loop, and a 3,500 msg/s run's delivery p99 was 132 ms
     ///     against 27 ms with a phase per stream.
-    init(
+    ///   - without: guards of the session a simulation runs without (never in production).
+    package init(
         user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
         unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, unwritableFor: Duration = LiveEventStream.unwritableFor,
-        gapMax: Duration = LiveEventStream.gapMax, clock: any ClusterClock, logger: Logger
+        gapMax: Duration = LiveEventStream.gapMax, without: Set<StreamSessionStateMachine.Guard> = [], clock: any ClusterClock, logger: Logger
     ) {
         self.clock = clock
         self.user = user
@@ -110,6 +111,7 @@ final class LiveEventStream: @unchecked Sendable {
         self.session = Session(
             cursor: cursor, pingTicks: pingTicks, pingOffset: pingOffset, unwritableBytesMax: unwritableBytesMax,
             unwritableFor: unwritableFor, gapMax: gapMax)
+        self.session.without = without
         self.endedPromise = sink.loop.makePromise()
         // Weak: an HTTP/1.1 connection may carry many streams, one after another, and its close
         // should not keep the ended ones. A live stream is held by the hub and its response.
@@ -126,7 +128,7 @@ final class LiveEventStream: @unchecked Sendable {
 
     /// Completes when the stream has ended: its client went away (connection closed, stream
     /// reset) or read too slowly, or the hub finished it. Nothing is written after that.
-    var ended: EventLoopFuture<Void> { endedPromise.futureResult }
+    package var ended: EventLoopFuture<Void> { endedPromise.futureResult }
 
     // MARK: Called from anywhere
 
@@ -179,7 +181,7 @@ final class LiveEventStream: @unchecked Sendable {
     }
 
     /// Ends the stream (the response then completes).
-    func finish() {
+    package func finish() {
         loop.execute { [self] in perform(session.finish()) }
     }
 

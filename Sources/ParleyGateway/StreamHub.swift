@@ -35,6 +35,19 @@ public final class StreamHub: Sendable {
         self.renewEvery = renewEvery
     }
 
+    /// The hub of `system`'s gateway, with the node's inbox feeding it: every delivery to this
+    /// node goes to its streams, and revoked tokens to `revocations`. When the cluster declares
+    /// this gateway down and it rejoins, its streams end (events for them may have gone elsewhere
+    /// or nowhere meanwhile). The caller keeps the inbox: the system holds pinned actors weakly.
+    package static func serving(
+        _ system: ClusterSystem, logger: Logger, revocations: @escaping GatewayInbox.RevocationHandler = { _ in }
+    ) -> (hub: StreamHub, inbox: GatewayInbox) {
+        let hub = StreamHub(system: system, logger: logger)
+        system.onRejoin { member in hub.endAll(because: "this gateway was declared down and rejoined as \(member.id)") }
+        let inbox = GatewayInbox.open(on: system, revocations: revocations) { deliveries in hub.deliver(deliveries) }
+        return (hub, inbox)
+    }
+
     public var openStreams: Int { state.withLock { $0.streams.count } }
 
     enum Registration: Equatable {
@@ -73,6 +86,100 @@ public final class StreamHub: Sendable {
 
     static let streamsGauge = Gauge(label: "parley.gateway.streams")
 
+    /// Why a stream was not opened.
+    package enum Refusal: Error {
+        case shuttingDown
+        /// Its user has as many streams open here as a user may.
+        case tooManyStreams
+    }
+
+    /// Opens `stream` for its user, as `GET /v1/events` does: registers it first, so nothing
+    /// committed from then on is missed; then opens its presence session, so owners deliver here;
+    /// then reads the first page of what happened before (the replay from `cursor`, if any), so
+    /// that a cursor too old to replay is refused before the response. The stream holds live
+    /// events back until ``serve(_:replayFrom:)`` starts it. However it ends (its client gone,
+    /// the hub closing it, this failing, or never served), it leaves the hub, and its presence
+    /// session is closed in the background (if the shard cannot be reached, its lease runs out
+    /// instead). Throws ``Refusal`` or what the cluster threw.
+    package func open(
+        _ stream: LiveEventStream, resumingFrom cursor: StreamCursor?, streamsPerUserMax: Int, replayMessagesMax: Int
+    ) async throws -> ReplayPage? {
+        let sessionID: String
+        switch register(stream, streamsPerUserMax: streamsPerUserMax) {
+        case .registered(let id):
+            sessionID = id
+        case .shuttingDown:
+            stream.finish()
+            throw Refusal.shuttingDown
+        case .tooManyStreams:
+            stream.finish()
+            throw Refusal.tooManyStreams
+        }
+        let session = PresenceShard.SessionRef(userId: stream.user, sessionID: sessionID)
+        stream.ended.whenComplete { [self] _ in
+            unregister(sessionID)
+            Task { await closeSession(session) }
+        }
+        do {
+            _ = try await PresenceShard.resolve(for: stream.user, using: system).openSession(session, gateway: system.settings.name)
+            logger.debug("event stream opened", metadata: ["user.id": "\(stream.user)", "session.id": "\(sessionID)", "resumed": "\(cursor != nil)"])
+            guard let cursor else { return nil }
+            return try await UserActor.resolve(stream.user, using: system)
+                .replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: replayMessagesMax)
+        } catch {
+            stream.finish()
+            throw error
+        }
+    }
+
+    /// Writes an opened stream's replay page by page from `firstPage`, then starts it: `ready`,
+    /// then what arrived meanwhile, then live events. Returns when the stream has ended.
+    package func serve(_ stream: LiveEventStream, replayFrom firstPage: ReplayPage?) async {
+        // A replay runs in a child task, whose memory (the calls that read its pages) is freed
+        // when it ends: the caller's task lasts as long as the stream and would keep it.
+        var replayed = true
+        if let firstPage {
+            async let pages = replay(from: firstPage, to: stream)
+            replayed = await pages
+        }
+        if replayed { stream.start() }
+        try? await stream.ended.get()
+    }
+
+    /// Writes a resume's replay into `stream` page by page, each page once the client took the
+    /// last; false when the stream ended meanwhile (a client that takes nothing for a while is
+    /// ended by its session, as a live stream is), or was ended because the next page could not
+    /// be read (the client resumes by cursor again).
+    private func replay(from first: ReplayPage, to stream: LiveEventStream) async -> Bool {
+        var page: ReplayPage? = first
+        var pages = 0
+        while let current = page {
+            stream.replay(current.events)
+            pages += 1
+            guard let next = current.next else { break }
+            guard (try? await stream.roomForMore().get()) == true else { return false }
+            do {
+                page = try await UserActor.resolve(stream.user, using: system).replay(continuing: next)
+            } catch {
+                logger.warning("event stream ended: a page of its replay could not be read; its client resumes by cursor", metadata: [
+                    "user.id": "\(stream.user)", "replay.pages": "\(pages)", "error": "\(error)",
+                ])
+                stream.abort()
+                return false
+            }
+        }
+        return true
+    }
+
+    private func closeSession(_ session: PresenceShard.SessionRef) async {
+        do {
+            _ = try await PresenceShard.resolve(for: session.userId, using: system).closeSession(session)
+        } catch {
+            // The lease runs out by itself (the user shows offline within the lease).
+            logger.debug("presence session not closed; its lease will run out", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// This node's inbox handler: every event to every local stream of its recipients, one task
     /// per event loop for the whole batch, each stream flushed once at its end.
     public func deliver(_ deliveries: [EventDelivery]) {
@@ -101,7 +208,7 @@ public final class StreamHub: Sendable {
     /// in one flush (the delivery, which comes later on another path, is then a duplicate). A
     /// stream on another loop, or one that does not take it, gets the delivery as usual. `json` is
     /// the message's event data (``ServerSentEvent/sharedData(for:)``), which the response carries too.
-    func deliverAhead(_ message: Message, json: [UInt8], to sender: UserID) {
+    package func deliverAhead(_ message: Message, json: [UInt8], to sender: UserID) {
         let streams = state.withLock { $0.byUser[sender] ?? [] }
         for stream in streams where stream.loop.inEventLoop {
             if stream.receiveAhead(message, sharedData: json) {

@@ -1,17 +1,21 @@
 import Foundation
 import Logging
+import NIOCore
 @_spi(Testing) import ParleyChat
 import ParleyCluster
+import ParleyGateway
 import ParleyModel
 @_spi(Testing) import ParleyStore
 import Synchronization
 
 /// A seeded simulation of a whole cluster of real nodes: workers running the real chat actors
 /// (conversations, users, presence shards, group commit) over one in-memory store, and gateways
-/// with their real inboxes, each client stream kept by the real ``StreamSessionStateMachine`` — all
-/// on one ``SteppedClock`` over a ``SimulatedNetwork``. Clients open streams and resume them as
-/// apps do, from the cursor of the last event they got, through the user's actor's replay
-/// (`UserActor.replay`), and send with retries under one `clientMessageId` each — or give up after a failed
+/// with their real inboxes and stream hubs, each client stream a real `LiveEventStream` writing
+/// server-sent events into a simulated response — all on one ``SteppedClock`` over a
+/// ``SimulatedNetwork``. Clients open streams as `GET /v1/events` does and resume them as apps do,
+/// from the `id:` of the last event they read, through the user's actor's replay
+/// (`UserActor.replay`), and send through the gateway's retry (its sender's own event written
+/// ahead of the delivery, as the route does) under one `clientMessageId` each — or give up after a failed
 /// try, as an app that is closed does, leaving a message that may or may not be committed — while
 /// workers and gateways are killed and restarted as new incarnations, links are cut and nodes paused.
 ///
@@ -114,14 +118,25 @@ public final class ClusterSimulation: Sendable {
     struct Node {
         var system: ClusterSystem
         var incarnation: UInt64
-        /// A gateway's inbox (held: the system keeps pinned actors weakly).
-        var inbox: GatewayInbox?
+        var gateway: GatewayStreams?
+    }
+
+    /// A gateway's streams: its hub, with its inbox (held: the system keeps pinned actors
+    /// weakly), the loop its client connections run on, and the hub's ticks.
+    struct GatewayStreams {
+        var hub: StreamHub
+        var inbox: GatewayInbox
+        var loop: SimulatedEventLoop
+        var ticks: Task<Void, Never>
     }
 
     struct Stream {
         var gateway: String
-        var sessionID: String
-        var session: StreamSessionStateMachine
+        /// Which of the client's streams (they are numbered as it opens them).
+        var number: Int
+        var sink: SimulatedEventSink
+        /// Whether `ready` came.
+        var live = false
         /// The last seq this stream wrote of each conversation.
         var written: [ConversationID: Int64] = [:]
     }
@@ -171,6 +186,7 @@ public final class ClusterSimulation: Sendable {
         var failures: [String] = []
         var written = 0
         var streamsEnded = 0
+        var streamsOpened = 0
         var retries = 0
         var abandoned = 0
         /// Conversations no one sends to any more.
@@ -268,7 +284,6 @@ public final class ClusterSimulation: Sendable {
         for user in 0..<options.users { openStream(user) }
         let faults = scheduleFaults()
         var nextFault = 0
-        var lastRenewal = elapsed
         let end = options.activeTime + options.quietTime
         while elapsed < end {
             clock.advance(by: options.step)
@@ -289,11 +304,6 @@ public final class ClusterSimulation: Sendable {
             reconnectDue()
             if elapsed < options.activeTime { sendNew() }
             retryDue()
-            tickStreams()
-            if elapsed - lastRenewal >= .seconds(2) {
-                lastRenewal = elapsed
-                renewSessions()
-            }
         }
         try await check()
         for node in state.withLock({ Array($0.nodes.values) }) { await node.system.stop() }
@@ -331,7 +341,7 @@ public final class ClusterSimulation: Sendable {
             settings: settings, transport: network.transport(for: name), clock: clock,
             random: ClusterRandomness(SeededRandom(seed: seed &* 1_000 &+ incarnation &* 100 &+ UInt64((workerNames + gatewayNames).firstIndex(of: name) ?? 0))),
             logger: nodeLogger)
-        var inbox: GatewayInbox?
+        var gateway: GatewayStreams?
         system.onRejoin { [weak self] member in self?.note("\(name) was declared down; rejoined as \(member.id)") }
         if isWorker {
             // The commit interval SQLite nodes run with, on the simulation's clock.
@@ -341,15 +351,13 @@ public final class ClusterSimulation: Sendable {
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
         } else {
-            inbox = GatewayInbox.open(on: system) { [weak self] deliveries in self?.delivered(deliveries, at: name) }
-            // As a gateway does: declared down (paused, cut off), it may have missed deliveries.
-            system.onRejoin { [weak self] _ in
-                guard let self else { return }
-                for user in streams(on: name) { endStream(user, reason: "its gateway was declared down") }
-            }
+            // The gateway's own hub and inbox: declared down (paused, cut off), it ends its
+            // streams, as it may have missed deliveries.
+            let (hub, inbox) = StreamHub.serving(system, logger: nodeLogger)
+            gateway = GatewayStreams(hub: hub, inbox: inbox, loop: SimulatedEventLoop(clock: clock), ticks: Task { await hub.run() })
         }
         try await system.start()
-        state.withLock { $0.nodes[name] = Node(system: system, incarnation: incarnation, inbox: inbox) }
+        state.withLock { $0.nodes[name] = Node(system: system, incarnation: incarnation, gateway: gateway) }
     }
 
     func system(_ name: String) -> ClusterSystem? { state.withLock { $0.nodes[name]?.system } }
@@ -439,10 +447,9 @@ public final class ClusterSimulation: Sendable {
         case .kill(let name):
             guard let node = state.withLock({ $0.nodes.removeValue(forKey: name) }) else { return }
             note("\(name) killed")
+            node.gateway?.ticks.cancel()
             await node.system.stop()
-            if name.hasPrefix("gateway") {
-                for user in streams(on: name) { endStream(user, reason: "its gateway died") }
-            }
+            for user in streams(on: name) { endStream(user, reason: "its gateway died") }
             // Above every incarnation the process had (rejoins raise it), as the wall clock makes
             // a restarted node's: an older one would be taken for the dead incarnation's past.
             let at = clock.now.advanced(by: .milliseconds(random.int(in: 2_000..<3_000)))
@@ -500,85 +507,89 @@ public final class ClusterSimulation: Sendable {
         state.withLock { state in state.clients.indices.filter { state.clients[$0].stream?.gateway == gateway } }
     }
 
-    /// Opens a stream as the gateway does: registers it (live events wait in its session until
-    /// its replay is written), opens its presence session (so owners deliver there), then replays
-    /// through the user's actor every durable event since the client's cursor, page by page, and
-    /// starts it: `ready`, then what arrived meanwhile.
+    /// Opens a stream for `user` on a live gateway, as `GET /v1/events` does, through the
+    /// gateway's own hub (``StreamHub/open(_:resumingFrom:streamsPerUserMax:replayMessagesMax:)``
+    /// and ``StreamHub/serve(_:replayFrom:)``) and a `LiveEventStream` writing into a simulated
+    /// response: registered, its presence session opened, the replay from the client's cursor
+    /// page by page, `ready`, then live events. The client reads what is flushed
+    /// (``read(_:user:stream:)``) and opens another stream when this one ends.
     func openStream(_ user: Int) {
-        guard let gateway = anyGateway(), let system = system(gateway) else {
+        guard let gateway = anyGateway(), let streams = state.withLock({ $0.nodes[gateway]?.gateway }) else {
             state.withLock { $0.clients[user].reconnectAt = clock.now.advanced(by: .milliseconds(500)) }
             return
         }
-        let sessionID = random.uuid().uuidString.lowercased()
-        let (id, cursor) = state.withLock { state -> (UserID, StreamCursor) in
-            var session = StreamSessionStateMachine(
-                cursor: state.clients[user].cursor, pingTicks: 15, unwritableBytesMax: .max,
-                unwritableFor: .seconds(86_400), gapMax: options.streamGapMax)
-            session.without = options.streamsWithout
-            state.clients[user].stream = Stream(gateway: gateway, sessionID: sessionID, session: session)
-            state.clients[user].reconnectAt = nil
-            return (state.clients[user].id, state.clients[user].cursor)
+        let (id, cursor, number) = state.withLock { state -> (UserID, StreamCursor, Int) in
+            state.streamsOpened += 1
+            return (state.clients[user].id, state.clients[user].cursor, state.streamsOpened)
         }
+        let sink = SimulatedEventSink(loop: streams.loop) { [weak self] frames in self?.read(frames, user: user, stream: number) }
+        let stream = LiveEventStream(
+            user: id, sink: sink, cursor: cursor, pingTicks: 15, unwritableBytesMax: .max, unwritableFor: .seconds(86_400),
+            gapMax: options.streamGapMax, without: options.streamsWithout, clock: clock, logger: logger)
+        state.withLock { state in
+            state.clients[user].stream = Stream(gateway: gateway, number: number, sink: sink)
+            state.clients[user].reconnectAt = nil
+        }
+        let hub = streams.hub
         Task {
             do {
-                _ = try await PresenceShard.resolve(for: id, using: system)
-                    .openSession(PresenceShard.SessionRef(userId: id, sessionID: sessionID), gateway: gateway)
-                let users = try UserActor.resolve(id, using: system)
-                var page: ReplayPage? = try await users.replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: 5_000)
-                while let current = page {
-                    guard stream(user, sessionID, { $0.replay(current.events, now: clock.now) }) else { return }
-                    if let next = current.next { page = try await users.replay(continuing: next) } else { page = nil }
-                }
-                guard stream(user, sessionID, { $0.start(now: clock.now) }) else { return }
-                note("user \(user) streams on \(gateway)")
+                let firstPage = try await hub.open(stream, resumingFrom: cursor, streamsPerUserMax: .max, replayMessagesMax: 5_000)
+                await hub.serve(stream, replayFrom: firstPage)
+                if sink.closedByGateway { state.withLock { $0.streamsEnded += 1 } }
+                endStream(user, number: number, reason: sink.closedByGateway ? "ended by its gateway" : "finished by its gateway")
             } catch {
-                endStream(user, reason: "it could not open: \(error)")
+                endStream(user, number: number, reason: "it could not open: \(error)")
             }
         }
     }
 
-    /// Gives `user`'s stream `sessionID` an input and carries out what its session says; false
-    /// when that stream is no longer open.
-    @discardableResult
-    func stream(_ user: Int, _ sessionID: String, _ input: (inout StreamSessionStateMachine) -> [StreamSessionStateMachine.Action]) -> Bool {
-        let actions = state.withLock { state -> [StreamSessionStateMachine.Action]? in
-            guard var stream = state.clients[user].stream, stream.sessionID == sessionID else { return nil }
-            let actions = input(&stream.session)
-            state.clients[user].stream = stream
-            return actions
-        }
-        guard let actions else { return false }
-        for action in actions {
-            switch action {
-            case .write(.event(let out, let cursor)):
-                if case .message(let message) = out.event { wrote(user, sessionID, message.conversationId, message.seq) }
+    /// What `user`'s stream `number` flushed to its client: each event's `id:` is the cursor the
+    /// client resumes from; messages are checked as they arrive (``wrote(_:_:_:_:)``).
+    func read(_ frames: [SimulatedEventSink.Frame], user: Int, stream number: Int) {
+        for frame in frames {
+            guard state.withLock({ $0.clients[user].stream?.number == number }) else { return }
+            if frame.event == "ready" {
+                state.withLock { $0.clients[user].stream?.live = true }
+                note("user \(user) streams on stream \(number)")
+            }
+            if frame.event == "message" {
+                guard let (conversation, seq) = Self.messageSeq(in: frame.data) else {
+                    fail("user \(user)'s stream \(number) wrote a message event that does not read as one: \(frame.data.prefix(200))")
+                    continue
+                }
+                wrote(user, conversation, seq)
+            }
+            if let id = frame.id {
+                guard let cursor = StreamCursor(token: id) else {
+                    fail("user \(user)'s stream \(number) wrote an id that is no cursor: \(id)")
+                    continue
+                }
                 state.withLock { $0.clients[user].cursor = cursor }
-            case .write(.ready(let cursor)):
-                state.withLock { $0.clients[user].cursor = cursor }
-            case .write(.ping), .flush:
-                break
-            case .end(let reason):
-                if case .gap = reason { state.withLock { $0.streamsEnded += 1 } }
-                endStream(user, reason: "\(reason)")
-                return false
             }
         }
-        return true
     }
 
-    func endStream(_ user: Int, reason: String) {
+    /// The conversation and seq of a `message` event's data (`{"message": {…}}`).
+    static func messageSeq(in data: String) -> (ConversationID, Int64)? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(data.utf8)) as? [String: Any],
+              let message = object["message"] as? [String: Any],
+              let conversation = message["conversationId"] as? String, let seq = message["seq"] as? NSNumber
+        else { return nil }
+        return (ConversationID(rawValue: conversation), seq.int64Value)
+    }
+
+    /// `user`'s stream is over (stream `number` only, if given): the client lets go of it (its
+    /// gateway then ends it, and closes its presence session) and opens another a moment later.
+    func endStream(_ user: Int, number: Int? = nil, reason: String) {
         let ended = state.withLock { state -> Stream? in
-            guard let stream = state.clients[user].stream else { return nil }
+            guard let stream = state.clients[user].stream, number == nil || stream.number == number else { return nil }
             state.clients[user].stream = nil
             state.clients[user].reconnectAt = clock.now.advanced(by: .milliseconds(random.int(in: 200..<1_000)))
             return stream
         }
         guard let ended else { return }
-        note("user \(user)'s stream on \(ended.gateway) ended: \(reason)")
-        if let system = system(ended.gateway) {
-            let id = state.withLock { $0.clients[user].id }
-            Task { _ = try? await PresenceShard.resolve(for: id, using: system).closeSession(PresenceShard.SessionRef(userId: id, sessionID: ended.sessionID)) }
-        }
+        ended.sink.clientGone()
+        note("user \(user)'s stream \(ended.number) on \(ended.gateway) ended: \(reason)")
     }
 
     func reconnectDue() {
@@ -588,61 +599,21 @@ public final class ClusterSimulation: Sendable {
         for user in due { openStream(user) }
     }
 
-    /// A gateway's inbox received deliveries: each message goes to the streams of its recipients
-    /// held there.
-    func delivered(_ deliveries: [EventDelivery], at gateway: String) {
-        let now = clock.now
-        for delivery in deliveries {
-            guard case .message = delivery.event else { continue }
-            for recipient in delivery.recipients {
-                let targets = state.withLock { state in
-                    state.clients.indices.filter { state.clients[$0].id == recipient && state.clients[$0].stream?.gateway == gateway }
-                        .compactMap { user in state.clients[user].stream.map { (user, $0.sessionID) } }
-                }
-                for (user, sessionID) in targets {
-                    stream(user, sessionID) { $0.received(delivery.event, shared: nil, now: now) + $0.flushIfNeeded() }
-                }
-            }
-        }
-    }
-
-    func tickStreams() {
-        let now = clock.now
-        let open = state.withLock { state in state.clients.indices.compactMap { user in state.clients[user].stream.map { (user, $0.sessionID) } } }
-        for (user, sessionID) in open { stream(user, sessionID) { $0.tick(now: now, active: true, writable: true) } }
-    }
-
-    /// A message written to `user` by stream `sessionID`: each stream writes a conversation's
-    /// seqs in order, each once, and the client gets none past a gap. One it got on an earlier
-    /// stream may come again (a resume's replay reaches back before its cursor): API.md's
-    /// duplicates across a reconnect, which clients drop by seq.
-    func wrote(_ user: Int, _ sessionID: String, _ conversation: ConversationID, _ seq: Int64) {
+    /// A message written to `user` by its open stream: each stream writes a conversation's seqs
+    /// in order, each once, and the client gets none past a gap. One it got on an earlier stream
+    /// may come again (a resume's replay reaches back before its cursor): API.md's duplicates
+    /// across a reconnect, which clients drop by seq.
+    func wrote(_ user: Int, _ conversation: ConversationID, _ seq: Int64) {
         let (inStream, last, replaying) = state.withLock { state -> (Int64?, Int64, Bool) in
             let inStream = state.clients[user].stream?.written[conversation]
             state.clients[user].stream?.written[conversation] = seq
             let last = state.clients[user].received[conversation] ?? 0
             state.clients[user].received[conversation] = max(last, seq)
             state.written += 1
-            return (inStream, last, state.clients[user].stream?.session.phase == .replaying)
+            return (inStream, last, state.clients[user].stream?.live == false)
         }
         if let inStream, seq <= inStream { fail("user \(user)'s stream wrote \(conversation) seq \(seq) after seq \(inStream)") }
         if seq > last + 1 { fail("user \(user) was written \(conversation) seq \(seq) after seq \(last)\(replaying ? " (replay)" : "")") }
-    }
-
-    /// What each gateway does every 2 s: renews the presence leases of the sessions it holds.
-    func renewSessions() {
-        for gateway in gatewayNames {
-            guard let system = system(gateway) else { continue }
-            let sessions = state.withLock { state in
-                state.clients.compactMap { client in
-                    client.stream.flatMap { $0.gateway == gateway ? PresenceShard.SessionRef(userId: client.id, sessionID: $0.sessionID) : nil }
-                }
-            }
-            for (_, shardSessions) in Dictionary(grouping: sessions, by: { PresenceShard.shard(of: $0.userId) }) {
-                guard let first = shardSessions.first else { continue }
-                Task { try? await PresenceShard.resolve(for: first.userId, using: system).renewSessions(shardSessions, gateway: gateway) }
-            }
-        }
     }
 
     // MARK: Sends
@@ -695,6 +666,11 @@ public final class ClusterSimulation: Sendable {
                     return try await ConversationActor.resolve(send.conversation, using: system).send(message)
                 }
                 note("\(send.conversation) seq \(result.message.seq) acknowledged to user \(send.sender) through \(gateway)\(result.created ? "" : " (found stored)")")
+                // As the send's route does, on the connection's loop: the sender's own event to
+                // its streams there, ahead of the delivery, if they take it.
+                if let streams = state.withLock({ $0.nodes[gateway]?.gateway }), self.system(gateway) === system {
+                    streams.loop.execute { streams.hub.deliverAhead(result.message, json: result.message.wrappedJSON, to: sender) }
+                }
                 let previous = state.withLock { state -> (ConversationID, Int64)? in
                     defer { state.sends[clientMessageId] = nil }
                     let previous = state.acknowledged[clientMessageId]
@@ -753,7 +729,7 @@ public final class ClusterSimulation: Sendable {
             fail("clientMessageId \(clientMessageId) was acknowledged as \(conversation) seq \(seq) but is stored as \(stored[clientMessageId] ?? [])")
         }
         for (user, client) in clients.enumerated() {
-            guard let stream = client.stream, stream.session.phase == .live else {
+            guard let stream = client.stream, stream.live else {
                 fail("user \(user) has no open stream at the end")
                 continue
             }

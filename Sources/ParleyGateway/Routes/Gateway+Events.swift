@@ -33,95 +33,23 @@ extension Gateway {
             user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(system.clock.wallNow),
             // A phase of its own, so that streams opened together do not all ping in one second.
             pingTicks: pingTicks, pingOffset: system.random.int(in: 0..<pingTicks), clock: system.clock, logger: logger)
-        // Register first, so nothing committed from now on is missed; then tell the presence
-        // shard, so owners deliver here; then read what happened before (replay). The stream
-        // holds the live events back until `start()`: its replay's pages, `ready`, then what
-        // arrived meanwhile.
-        let sessionID: String
-        switch hub.register(stream, streamsPerUserMax: configuration.streamsPerUserMax) {
-        case .registered(let id):
-            sessionID = id
-        case .shuttingDown:
-            stream.finish()
-            throw APIError.unavailable("this gateway is shutting down; connect to another")
-        case .tooManyStreams:
-            stream.finish()
-            throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) event streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
-        }
-        let session = PresenceShard.SessionRef(userId: caller.id, sessionID: sessionID)
-        // However the stream ends — its client gone, the hub closing it, this request failing, or
-        // a response never written — it leaves the hub, and the presence shard hears of it in the
-        // background (if it cannot be reached, the session's lease runs out instead).
-        stream.ended.whenComplete { [self] _ in
-            hub.unregister(sessionID)
-            Task { await self.closeSession(session) }
-        }
-        // The replay's first page is read before the response, so that a cursor too old to
-        // replay is a `410`; the rest is read page by page as the client takes it.
         let firstPage: ReplayPage?
         do {
-            _ = try await PresenceShard.resolve(for: caller.id, using: system).openSession(session, gateway: system.settings.name)
-            if let cursor {
-                firstPage = try await UserActor.resolve(caller.id, using: system)
-                    .replay(since: cursor.replayFrom, cursor: cursor.date, messagesMax: configuration.replayMessagesMax)
-            } else {
-                firstPage = nil
-            }
-        } catch {
-            stream.finish()
-            throw error
+            firstPage = try await hub.open(
+                stream, resumingFrom: cursor, streamsPerUserMax: configuration.streamsPerUserMax, replayMessagesMax: configuration.replayMessagesMax)
+        } catch StreamHub.Refusal.shuttingDown {
+            throw APIError.unavailable("this gateway is shutting down; connect to another")
+        } catch StreamHub.Refusal.tooManyStreams {
+            throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) event streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
         }
-        logger.debug("event stream opened", metadata: ["user.id": "\(caller.id)", "session.id": "\(sessionID)", "resumed": "\(cursor != nil)"])
-        let body = ResponseBody { [self] bodyWriter in
-            // A replay runs in a child task, whose memory (the calls that read its pages) is
-            // freed when it ends: this task lasts as long as the stream and would keep it.
-            var replayed = true
-            if let firstPage {
-                async let pages = replay(from: firstPage, to: stream)
-                replayed = await pages
-            }
-            if replayed { stream.start() }
-            try? await stream.ended.get()
+        let body = ResponseBody { [hub] bodyWriter in
+            await hub.serve(stream, replayFrom: firstPage)
             try? await bodyWriter.finish(nil)
         }
         return Response(
             status: .ok,
             headers: [.contentType: "text/event-stream", .cacheControl: "no-cache", HTTPField.Name("X-Accel-Buffering")!: "no"],
             body: body)
-    }
-
-    /// Writes a resume's replay into `stream` page by page, each page once the client took the
-    /// last; false when the stream ended meanwhile (a client that takes nothing for a while is
-    /// ended by its session, as a live stream is), or was ended because the next page could not
-    /// be read (the client resumes by cursor again).
-    func replay(from first: ReplayPage, to stream: LiveEventStream) async -> Bool {
-        var page: ReplayPage? = first
-        var pages = 0
-        while let current = page {
-            stream.replay(current.events)
-            pages += 1
-            guard let next = current.next else { break }
-            guard (try? await stream.roomForMore().get()) == true else { return false }
-            do {
-                page = try await UserActor.resolve(stream.user, using: system).replay(continuing: next)
-            } catch {
-                logger.warning("event stream ended: a page of its replay could not be read; its client resumes by cursor", metadata: [
-                    "user.id": "\(stream.user)", "replay.pages": "\(pages)", "error": "\(error)",
-                ])
-                stream.abort()
-                return false
-            }
-        }
-        return true
-    }
-
-    func closeSession(_ session: PresenceShard.SessionRef) async {
-        do {
-            _ = try await PresenceShard.resolve(for: session.userId, using: system).closeSession(session)
-        } catch {
-            // The lease runs out by itself (the user shows offline within the lease).
-            logger.debug("presence session not closed; its lease will run out", metadata: ["error": "\(error)"])
-        }
     }
 }
 
