@@ -41,8 +41,12 @@ public final class ClusterSimulation: Sendable {
         public var activeTime: Duration = .seconds(20)
         public var quietTime: Duration = .seconds(15)
         public var sendsPerSecond = 15.0
-        /// Kills (restarted 2–3 s later), link cuts, pauses and broken streams in the active stretch.
-        public var faultsPerMinute = 12.0
+        /// Read receipts (a member marks read what it has) and group renames in the active stretch.
+        public var receiptsPerSecond = 3.0
+        public var renamesPerSecond = 0.4
+        /// Kills (restarted 2–3 s later), link cuts, pauses, broken streams and apps gone to the
+        /// background for 2–8 s in the active stretch.
+        public var faultsPerMinute = 15.0
         /// Kill every worker, one after another (1.5–3.5 s apart), once in the run.
         public var burst = true
         /// Once, in the active stretch's last 1.5 s, a conversation's last message of the run: its
@@ -102,6 +106,8 @@ public final class ClusterSimulation: Sendable {
         case cut(String, String, Duration)
         case pause(String, Duration)
         case breakStream(Int)
+        /// The user's app goes to the background: its stream closes, and it resumes this much later.
+        case offline(Int, Duration)
         case lastWords
 
         var description: String {
@@ -110,6 +116,7 @@ public final class ClusterSimulation: Sendable {
             case .cut(let a, let b, let length): "cut \(a) – \(b) for \(length)"
             case .pause(let node, let length): "pause \(node) for \(length)"
             case .breakStream(let user): "break user \(user)'s stream"
+            case .offline(let user, let length): "user \(user) offline for \(length)"
             case .lastWords: "a conversation's last message, its owner dying as it commits"
             }
         }
@@ -146,6 +153,11 @@ public final class ClusterSimulation: Sendable {
         var conversations: [ConversationID] = []
         /// The last seq written to this client of each conversation, over all its streams.
         var received: [ConversationID: Int64] = [:]
+        /// What the client knows of its conversations' states, from the events it read: each
+        /// member's read seq (its receipts, and its own messages), and each group's name (from
+        /// `conversation` events, applied in the order read).
+        var readSeqs: [ConversationID: [UserID: Int64]] = [:]
+        var names: [ConversationID: String] = [:]
         /// The cursor of the last event the client got (an event's `id:`): where its next stream
         /// resumes. Registered clients start with the run's start, before any message.
         var cursor: StreamCursor
@@ -302,10 +314,15 @@ public final class ClusterSimulation: Sendable {
             }
             try await restartDue()
             reconnectDue()
-            if elapsed < options.activeTime { sendNew() }
+            if elapsed < options.activeTime {
+                sendNew()
+                changeStates()
+            }
             retryDue()
         }
         try await check()
+        try await resumeEveryStream()
+        try await checkStates()
         for node in state.withLock({ Array($0.nodes.values) }) { await node.system.stop() }
     }
 
@@ -403,7 +420,10 @@ public final class ClusterSimulation: Sendable {
             state.withLock { state in
                 guard !state.conversations.contains(where: { $0.id == id }) else { return }
                 state.conversations.append((id, plan.members))
-                for member in plan.members { state.clients[member].conversations.append(id) }
+                for member in plan.members {
+                    state.clients[member].conversations.append(id)
+                    if let name = plan.name { state.clients[member].names[id] = name }
+                }
             }
             note("conversation \(id): users \(plan.members)")
         }
@@ -417,13 +437,14 @@ public final class ClusterSimulation: Sendable {
             let at = Duration.milliseconds(random.int(in: 1_000..<(seconds * 1000)))
             let nodes = workerNames + gatewayNames
             let fault: Fault
-            switch random.int(in: 0..<4) {
+            switch random.int(in: 0..<5) {
             case 0: fault = .kill(nodes[random.int(in: 0..<nodes.count)])
             case 1:
                 fault = .cut(workerNames[random.int(in: 0..<workerNames.count)], nodes[random.int(in: 0..<nodes.count)],
                              .milliseconds(random.int(in: 500..<5_000)))
             case 2: fault = .pause(nodes[random.int(in: 0..<nodes.count)], .milliseconds(random.int(in: 500..<3_000)))
-            default: fault = .breakStream(random.int(in: 0..<options.users))
+            case 3: fault = .breakStream(random.int(in: 0..<options.users))
+            default: fault = .offline(random.int(in: 0..<options.users), .milliseconds(random.int(in: 2_000..<8_000)))
             }
             faults.append((at, fault))
         }
@@ -474,6 +495,9 @@ public final class ClusterSimulation: Sendable {
             }
         case .breakStream(let user):
             endStream(user, reason: "its connection broke")
+        case .offline(let user, let length):
+            endStream(user, reason: "its app went to the background for \(length)")
+            state.withLock { $0.clients[user].reconnectAt = clock.now.advanced(by: length) }
         case .lastWords:
             let (conversation, members) = state.withLock { $0.conversations[random.int(in: 0..<$0.conversations.count)] }
             guard let gateway = anyGateway(), let owner = system(gateway)?.owner(of: ConversationActor.id(conversation)) else { return }
@@ -552,12 +576,26 @@ public final class ClusterSimulation: Sendable {
                 state.withLock { $0.clients[user].stream?.live = true }
                 note("user \(user) streams on stream \(number)")
             }
-            if frame.event == "message" {
-                guard let (conversation, seq) = Self.messageSeq(in: frame.data) else {
-                    fail("user \(user)'s stream \(number) wrote a message event that does not read as one: \(frame.data.prefix(200))")
-                    continue
+            do {
+                switch frame.event {
+                case "message":
+                    let message = try Self.decoder.decode(API.MessageEvent.self, from: Data(frame.data.utf8)).message
+                    wrote(user, message.conversationId, message.seq)
+                    // Sending moves the sender's own read seq to its message, with no receipt.
+                    state.withLock { $0.clients[user].readSeqs[message.conversationId, default: [:]][message.senderId, default: 0].formMax(message.seq) }
+                case "receipt":
+                    let receipt = try Self.decoder.decode(API.ReceiptEvent.self, from: Data(frame.data.utf8))
+                    // Watermarks only move forward: a receipt replayed after a later one is older news.
+                    state.withLock { $0.clients[user].readSeqs[receipt.conversationId, default: [:]][receipt.userId, default: 0].formMax(receipt.readSeq) }
+                case "conversation":
+                    let conversation = try Self.decoder.decode(API.ConversationEvent.self, from: Data(frame.data.utf8)).conversation
+                    state.withLock { $0.clients[user].names[conversation.id] = conversation.name }
+                default:
+                    break
                 }
-                wrote(user, conversation, seq)
+            } catch {
+                fail("user \(user)'s stream \(number) wrote a \(frame.event) event that does not read as one (\(error)): \(frame.data.prefix(200))")
+                continue
             }
             if let id = frame.id {
                 guard let cursor = StreamCursor(token: id) else {
@@ -569,14 +607,7 @@ public final class ClusterSimulation: Sendable {
         }
     }
 
-    /// The conversation and seq of a `message` event's data (`{"message": {…}}`).
-    static func messageSeq(in data: String) -> (ConversationID, Int64)? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(data.utf8)) as? [String: Any],
-              let message = object["message"] as? [String: Any],
-              let conversation = message["conversationId"] as? String, let seq = message["seq"] as? NSNumber
-        else { return nil }
-        return (ConversationID(rawValue: conversation), seq.int64Value)
-    }
+    static let decoder = API.makeDecoder()
 
     /// `user`'s stream is over (stream `number` only, if given): the client lets go of it (its
     /// gateway then ends it, and closes its presence session) and opens another a moment later.
@@ -619,10 +650,7 @@ public final class ClusterSimulation: Sendable {
     // MARK: Sends
 
     func sendNew() {
-        let perStep = options.sendsPerSecond * Double(options.step.components.attoseconds) / 1e18
-        var count = Int(perStep)
-        if Double(random.next() % 1_000_000) / 1e6 < perStep - Double(count) { count += 1 }
-        for _ in 0..<count {
+        for _ in 0..<draws(perSecond: options.sendsPerSecond) {
             let open = state.withLock { state in state.conversations.filter { !state.silenced.contains($0.id) } }
             guard !open.isEmpty else { return }
             let (conversation, members) = open[random.int(in: 0..<open.count)]
@@ -631,6 +659,45 @@ public final class ClusterSimulation: Sendable {
             state.withLock { $0.sends[clientMessageId] = Send(conversation: conversation, sender: sender, clientMessageId: clientMessageId) }
             attempt(clientMessageId)
         }
+    }
+
+    /// Members mark read what they have, and groups are renamed, through a live gateway as their
+    /// routes do; a failure is left (the state is the store's either way, and what a client
+    /// learns of it is checked against the store).
+    func changeStates() {
+        for _ in 0..<draws(perSecond: options.receiptsPerSecond) {
+            let (id, conversation, seq) = state.withLock { state -> (UserID, ConversationID?, Int64) in
+                let client = state.clients[random.int(in: 0..<state.clients.count)]
+                let conversation = client.conversations.isEmpty ? nil : client.conversations[random.int(in: 0..<client.conversations.count)]
+                return (client.id, conversation, conversation.flatMap { client.received[$0] } ?? 0)
+            }
+            guard let conversation, seq > 0, let gateway = anyGateway(), let system = system(gateway) else { continue }
+            Task {
+                do {
+                    let stored = try await ConversationActor.resolve(conversation, using: system).markReceipts(for: id, deliveredSeq: seq, readSeq: seq)
+                    note("\(id) read \(conversation) through \(stored.readSeq)")
+                } catch {
+                    note("\(id) could not mark \(conversation) read: \(error)")
+                }
+            }
+        }
+        for _ in 0..<draws(perSecond: options.renamesPerSecond) {
+            let groups = state.withLock { $0.conversations.filter { $0.id.rawValue.hasPrefix("c_") } }
+            guard !groups.isEmpty, let gateway = anyGateway(), let system = system(gateway) else { continue }
+            let (conversation, members) = groups[random.int(in: 0..<groups.count)]
+            let by = state.withLock { $0.clients[members[random.int(in: 0..<members.count)]].id }
+            let name = "named \(random.int(in: 0..<1_000_000))"
+            note("\(conversation) renamed \(name) by \(by)")
+            Task { _ = try? await ConversationActor.resolve(conversation, using: system).rename(name, by: by) }
+        }
+    }
+
+    /// How many of something that happens `perSecond` on average happen in this step.
+    func draws(perSecond: Double) -> Int {
+        let perStep = perSecond * Double(options.step.components.attoseconds) / 1e18
+        var count = Int(perStep)
+        if Double(random.next() % 1_000_000) / 1e6 < perStep - Double(count) { count += 1 }
+        return count
     }
 
     func retryDue() {
@@ -742,4 +809,42 @@ public final class ClusterSimulation: Sendable {
             }
         }
     }
+
+    /// Every client resumes once more, as after any break, from the `id:` of the last event it
+    /// read, with every node up: the contract's "a client that reconnects with its cursor gets
+    /// every durable event after it" then leaves each knowing its conversations' states.
+    func resumeEveryStream() async throws {
+        for user in 0..<options.users {
+            endStream(user, reason: "the final resume")
+            state.withLock { $0.clients[user].reconnectAt = clock.now }
+        }
+        let allLive = try await advance(until: { [self] in
+            reconnectDue()
+            return state.withLock { $0.clients.allSatisfy { $0.stream?.live == true } }
+        }, limit: .seconds(30))
+        if !allLive { fail("the final resume: not every stream reached ready within 30 s") }
+    }
+
+    /// What each client learned from `receipt` and `conversation` events is the store's state:
+    /// every member's read seq, every group's name.
+    func checkStates() async throws {
+        let (conversations, clients) = state.withLock { ($0.conversations, $0.clients) }
+        for (id, members) in conversations {
+            guard let record = try await store.conversation(id) else { continue }
+            for user in members {
+                let client = clients[user]
+                if record.kind == .group, client.names[id] != record.name {
+                    fail("user \(user) knows \(id) as \(client.names[id] ?? "nil"), the store as \(record.name ?? "nil")")
+                }
+                for member in record.members where member.readSeq > 0 && client.readSeqs[id]?[member.userId] != member.readSeq {
+                    fail("user \(user) knows \(member.userId)'s read seq in \(id) as \(client.readSeqs[id]?[member.userId] ?? 0), the store as \(member.readSeq)")
+                }
+            }
+        }
+    }
+
+}
+
+extension Int64 {
+    mutating func formMax(_ other: Int64) { self = Swift.max(self, other) }
 }
