@@ -100,6 +100,8 @@ public struct StreamSessionStateMachine: Sendable {
         case repeats
         /// A message past a gap waits for the seqs before it.
         case order
+        /// The sender's own message goes ahead of its delivery only as its conversation's next.
+        case aheadWhenNext = "ahead-when-next"
     }
 
     /// The guards this session runs without (a simulation's; empty in production).
@@ -197,7 +199,9 @@ public struct StreamSessionStateMachine: Sendable {
     /// last written, or seq 1). Otherwise nil, and the delivery brings it: written now, it would
     /// make a predecessor still on its way a repeat. Not flushed.
     public mutating func receivedAhead(_ message: Message, shared: [UInt8]?, now: Instant) -> [Action]? {
-        guard phase == .live, (order.lastWritten(message.conversationId) ?? 0) + 1 == message.seq else { return nil }
+        guard phase == .live, (order.lastWritten(message.conversationId) ?? 0) + 1 == message.seq || without.contains(.aheadWhenNext) else {
+            return nil
+        }
         return emit(ordered(Outgoing(event: .message(message), shared: shared), now: now))
     }
 

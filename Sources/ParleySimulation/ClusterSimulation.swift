@@ -86,6 +86,8 @@ public final class ClusterSimulation: Sendable {
         case repeats
         /// A stream writes a message past a gap only after the seqs before it.
         case order
+        /// A sender's own message goes ahead of its delivery only as its conversation's next.
+        case aheadWhenNext = "ahead-when-next"
 
         public func remove(from options: inout Options) {
             switch self {
@@ -97,6 +99,7 @@ public final class ClusterSimulation: Sendable {
             case .replayQueue: options.streamsWithout.insert(.replayQueue)
             case .repeats: options.streamsWithout.insert(.repeats)
             case .order: options.streamsWithout.insert(.order)
+            case .aheadWhenNext: options.streamsWithout.insert(.aheadWhenNext)
             }
         }
     }
