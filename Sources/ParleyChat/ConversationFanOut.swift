@@ -42,11 +42,25 @@ final class ConversationFanOut: Sendable {
         /// The members of the conversation as of its latest event: whom messages read back from
         /// the store are for, and whose gateways the deliveries go to.
         var members: [UserID] = []
-        /// The directory's latest answer for each member.
+        /// The directory's freshest answer for each member, and when it was asked.
         var gatewayOf: [UserID: [String]] = [:]
+        var askedAt: [UserID: ContinuousClock.Instant] = [:]
         var queued: [(Input, [UserID])] = []
         var consuming = false
         var ticking = false
+
+        /// Takes the directory's `answer`, asked at `askedAt`, for each user it names unless a
+        /// later question's answer is held already: answers can come back out of the order they
+        /// were asked (one waits on a shard that does not answer), and an older one may lack a
+        /// stream that opened since — events sent by it would never reach that stream. Returns
+        /// the gateways of the users it names, as now remembered.
+        mutating func remember(_ answer: [UserID: [String]], askedAt: ContinuousClock.Instant) -> Set<String> {
+            for (user, gateways) in answer where (self.askedAt[user].map { $0 <= askedAt } ?? true) {
+                gatewayOf[user] = gateways
+                self.askedAt[user] = askedAt
+            }
+            return Set(answer.keys.flatMap { gatewayOf[$0] ?? [] })
+        }
     }
 
     /// Reads committed messages of this conversation after a seq (at most `limit`, ascending).
@@ -149,14 +163,14 @@ final class ConversationFanOut: Sendable {
             // The directory's word alone decides the gateways: this node's view of the membership
             // may lag (a node that just started or rejoined has not heard of every gateway, and may
             // still hold a restarted gateway's old incarnation as down).
+            let askedAt = clock.now
             let (answer, presumed) = await directory.gatewaysAndPresumed(of: Array(Set(batch.flatMap(\.1))))
             logger.trace("the directory answered", metadata: ["directory.answer": "\(answer.sorted { $0.key < $1.key })"])
             var owed: [(Message, offline: [UserID], online: [UserID])] = []
             var undecided: [(Message, [UserID])] = []
             let directives = state.withLock { state -> [Machine.Directive] in
                 let now = clock.now
-                state.gatewayOf.merge(answer) { $1 }
-                var directives = state.machine.gateways(Set(answer.values.joined()), now: now)
+                var directives = state.machine.gateways(state.remember(answer, askedAt: askedAt), now: now)
                 for (input, members) in batch {
                     state.members = members
                     switch input {
@@ -269,9 +283,17 @@ final class ConversationFanOut: Sendable {
                     "after.seq": "\(after)", "before.seq": "\(before == .max ? "-" : "\(before)")", "read.count": "\(found.count)",
                 ])
             }
+            // What the store read found was committed before the read, perhaps after the directory
+            // was last asked: it goes out by an answer asked after the read, which names every
+            // stream opened before it was committed (the replay of one opened later has it).
+            var answer: [UserID: [String]]?
+            let askedAt = clock.now
+            if !found.isEmpty { answer = await directory.gateways(of: state.withLock { $0.members }) }
             perform(state.withLock { state in
                 let members = state.members
-                return state.machine.storeRead(found.map { ($0.seq, Self.item(.message($0), members)) }, now: clock.now)
+                var directives: [Machine.Directive] = []
+                if let answer { directives += state.machine.gateways(state.remember(answer, askedAt: askedAt), now: clock.now) }
+                return directives + state.machine.storeRead(found.map { ($0.seq, Self.item(.message($0), members)) }, now: clock.now)
             })
         } catch {
             logger.warning("cannot read held-back seqs from the store; trying again", metadata: ["error": "\(error)"])
@@ -292,13 +314,13 @@ final class ConversationFanOut: Sendable {
             while true {
                 try? await clock.sleep(for: Self.tickEvery)
                 let members = state.withLock { $0.machine.isResending ? $0.members : nil }
+                let askedAt = clock.now
                 let answer = if let members { await directory.gateways(of: members) } else { [UserID: [String]]?.none }
                 let (directives, more) = state.withLock { state -> ([Machine.Directive], Bool) in
                     let now = clock.now
                     var directives: [Machine.Directive] = []
                     if let answer {
-                        state.gatewayOf.merge(answer) { $1 }
-                        directives += state.machine.gateways(Set(answer.values.joined()), now: now)
+                        directives += state.machine.gateways(state.remember(answer, askedAt: askedAt), now: now)
                     }
                     directives += state.machine.tick(now: now)
                     state.ticking = state.machine.needsTicks

@@ -85,15 +85,17 @@ public distributed actor PresenceShard {
         return state.presence(of: session.userId)
     }
 
-    /// `gateway` still holds these streams.
-    public distributed func renewSessions(_ sessions: [SessionRef], gateway: String) async {
+    /// `gateway` still holds these streams. Returns the IDs of those whose sessions had lapsed
+    /// here (``PresenceState/Renewal/lapsed``): events may have passed them by, so the gateway
+    /// ends them, and their clients resume by cursor.
+    public distributed func renewSessions(_ sessions: [SessionRef], gateway: String) async -> [String] {
         expire()
         // A renewal opens a session this shard did not know (it moved here, or the lease ran out).
         let newGateway = Set(sessions.map(\.userId).filter { !state.hasSession(of: $0, on: gateway) })
-        for change in state.renew(gateway: gateway, sessions: sessions.map { ($0.userId, $0.sessionID) }, now: actorSystem.clock.now) {
-            announce(change)
-        }
+        let renewal = state.renew(gateway: gateway, sessions: sessions.map { ($0.userId, $0.sessionID) }, now: actorSystem.clock.now)
+        for change in renewal.changes { announce(change) }
         await invalidateDirectories(of: newGateway.filter { state.hasSession(of: $0, on: gateway) }.sorted())
+        return renewal.lapsed
     }
 
     /// A stream closed; returns the user's presence (offline with `lastSeenAt` if it was the last).

@@ -67,14 +67,29 @@ public struct PresenceState: Sendable {
         return changed(user, from: before)
     }
 
-    /// A gateway renews the leases of its open sessions. Unknown sessions (expired meanwhile) are
-    /// opened again. Returns the presences that changed.
-    public mutating func renew(gateway: String, sessions renewed: [(user: UserID, sessionID: String)], now: ContinuousClock.Instant) -> [Presence] {
+    /// What a renewal changed.
+    public struct Renewal: Sendable, Equatable {
+        /// The presences that changed.
+        public var changes: [Presence] = []
+        /// The sessions it opened again after this shard may have answered the directory without
+        /// them: their lease ran out here, or, in a shard that moved, they were not renewed within
+        /// its first lease. Events may have passed their streams by.
+        public var lapsed: [String] = []
+    }
+
+    /// A gateway renews the leases of its open sessions. Unknown sessions (expired meanwhile, or
+    /// held by the shard before it moved) are opened again, unless they were closed here.
+    public mutating func renew(gateway: String, sessions renewed: [(user: UserID, sessionID: String)], now: ContinuousClock.Instant) -> Renewal {
         closed = closed.filter { $0.value > now }
-        return renewed.compactMap { renewal in
-            guard closed[renewal.sessionID] == nil else { return nil }
-            return sessionOpened(renewal.user, gateway: gateway, sessionID: renewal.sessionID, now: now)
+        // Within its first lease a shard that moved names every live gateway for users it knows
+        // no stream of, so a session it learns of then was passed by nothing.
+        let presuming = startedAt.map { now < $0.advanced(by: lease) } ?? false
+        var renewal = Renewal()
+        for (user, sessionID) in renewed where closed[sessionID] == nil {
+            if sessions[user]?[sessionID] == nil, !presuming { renewal.lapsed.append(sessionID) }
+            if let change = sessionOpened(user, gateway: gateway, sessionID: sessionID, now: now) { renewal.changes.append(change) }
         }
+        return renewal
     }
 
     /// A stream closed. Returns the new presence if the user went offline.

@@ -274,20 +274,35 @@ public final class StreamHub: Sendable {
         }
     }
 
+    /// Renews the sessions' leases with their shards, and ends the streams whose sessions had
+    /// lapsed there (this gateway could not renew them in time): their shard answered the
+    /// directory without them meanwhile, so events may have passed them by, and their clients
+    /// resume by cursor.
     private func renew(_ sessions: [PresenceShard.SessionRef]) async {
         let gateway = system.settings.name
         let system = self.system
-        await withTaskGroup(of: Void.self) { group in
+        let lapsed = await withTaskGroup(of: [String].self) { group in
             for (_, shardSessions) in Dictionary(grouping: sessions, by: { PresenceShard.shard(of: $0.userId) }) {
                 guard let first = shardSessions.first else { continue }
                 group.addTask { [logger] in
                     do {
-                        try await PresenceShard.resolve(for: first.userId, using: system).renewSessions(shardSessions, gateway: gateway)
+                        return try await PresenceShard.resolve(for: first.userId, using: system).renewSessions(shardSessions, gateway: gateway)
                     } catch {
                         logger.warning("presence lease renewal failed; retried next round", metadata: ["sessions.count": "\(shardSessions.count)", "error": "\(error)"])
+                        return []
                     }
                 }
             }
+            return await group.reduce(into: []) { $0 += $1 }
         }
+        guard !lapsed.isEmpty else { return }
+        let streams = state.withLock { state in lapsed.compactMap { state.streams[$0] } }
+        Self.lapsedStreamsEnded.increment(by: streams.count)
+        logger.warning("event streams ended: their presence sessions had lapsed, so events may have passed them by; their clients resume by cursor", metadata: [
+            "streams.count": "\(streams.count)",
+        ])
+        for stream in streams { stream.abort() }
     }
+
+    static let lapsedStreamsEnded = Counter(label: "parley.gateway.lapsed_streams_ended")
 }

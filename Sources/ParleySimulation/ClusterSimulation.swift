@@ -262,7 +262,7 @@ public final class ClusterSimulation: Sendable {
         let acknowledged = state.withLock { $0.acknowledged.count }
         return state.withLock { state in
             "\(state.failures.isEmpty ? "passed" : "FAILED (\(state.failures.count))"): \(acknowledged) sends acknowledged "
-                + "(\(state.retries) retried, \(state.abandoned) given up), \(state.written) messages written to streams, \(state.streamsEnded) streams ended on a gap"
+                + "(\(state.retries) retried, \(state.abandoned) given up), \(state.written) messages written to streams, \(state.streamsEnded) streams ended by their gateway"
         }
     }
 

@@ -29,7 +29,7 @@ import Testing
         _ = state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "s1", now: time.now)
         for _ in 0..<10 {
             time.advance(by: .seconds(3))
-            #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).isEmpty)
+            #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).changes.isEmpty)
             #expect(state.expireLeases(now: time.now, wallClock: Date()).isEmpty)
         }
         #expect(state.presence(of: Self.ann).status == .online)
@@ -59,10 +59,10 @@ import Testing
         time.advance(by: .seconds(1))
         #expect(state.sessionClosed(Self.ann, sessionID: "s1", now: time.now, wallClock: Date())?.status == .offline)
         // The gateway's renewal round listed s1 before the stream closed, and arrives after.
-        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).isEmpty)
+        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).changes.isEmpty)
         #expect(state.presence(of: Self.ann).status == .offline)
         // A renewal of a session never closed here (the shard moved) still opens it.
-        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s2")], now: time.now).map(\.status) == [.online])
+        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s2")], now: time.now).changes.map(\.status) == [.online])
     }
 
     /// A shard that moved starts with no sessions: until the gateways' renewals have all had their
@@ -87,6 +87,31 @@ import Testing
         // A shard nobody used before (no earlier owner) knows every stream from the start.
         let fresh = PresenceState(lease: .seconds(6))
         #expect(fresh.gateways(of: [Self.ann], now: time.now, liveGateways: live).isEmpty)
+    }
+
+    /// A session renewed after its lease ran out here was left out of the directory's answers
+    /// meanwhile: the renewal names it lapsed, so its gateway ends the stream and its client
+    /// resumes by cursor. A shard that moved learns sessions from renewals within its first
+    /// lease without naming them (it named every gateway then); after that, one it learns of
+    /// only now is lapsed too.
+    @Test func aRenewalAfterTheLeaseRanOutNamesTheSessionLapsed() {
+        var time = ManualTime()
+        var state = PresenceState(lease: .seconds(6))
+        _ = state.sessionOpened(Self.ann, gateway: "gateway-1", sessionID: "s1", now: time.now)
+        time.advance(by: .seconds(3))
+        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).lapsed.isEmpty, "renewed in time")
+        time.advance(by: .seconds(7))
+        #expect(state.expireLeases(now: time.now, wallClock: Date()).map(\.status) == [.offline])
+        let late = state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now)
+        #expect(late.lapsed == ["s1"])
+        #expect(late.changes.map(\.status) == [.online], "open again, as its gateway still holds it")
+        #expect(state.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).lapsed.isEmpty)
+
+        var moved = PresenceState(lease: .seconds(6), startedAt: time.now)
+        time.advance(by: .seconds(2))
+        #expect(moved.renew(gateway: "gateway-1", sessions: [(Self.ann, "s1")], now: time.now).lapsed.isEmpty, "learnt within the first lease")
+        time.advance(by: .seconds(5))
+        #expect(moved.renew(gateway: "gateway-2", sessions: [(Self.ben, "s9")], now: time.now).lapsed == ["s9"], "first heard of after it")
     }
 
     @Test func awayShowsOnlyWhileConnected() throws {
