@@ -212,16 +212,12 @@ private final class CommitThread: Sendable {
         }
         let thread = Thread { [weak committer, self] in
             while true {
-                switch state.withLock({ Self.next(&$0, now: clock.now) }) {
-                case .commit(let batch):
-                    guard let committer else { return }
-                    committer.commitOnThread(batch, commit)
-                case .timerFired:
-                    guard let committer else { return }
-                    committer.timerFiredOnThread()
-                case .sleep(until: nil):
+                switch step(committer) {
+                case .ran:
+                    continue
+                case .wait(until: nil):
                     wakeUp.wait()
-                case .sleep(until: let deadline?):
+                case .wait(until: let deadline?):
                     let nanoseconds = clock.now.duration(to: deadline).nanoseconds
                     _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(max(nanoseconds, 0))))
                 case .stop:
@@ -238,14 +234,10 @@ private final class CommitThread: Sendable {
     private func runAsTask(_ committer: GroupCommitter?) async {
         weak var committer = committer
         while true {
-            switch state.withLock({ Self.next(&$0, now: clock.now) }) {
-            case .commit(let batch):
-                guard let committer else { return }
-                committer.commitOnThread(batch, commit)
-            case .timerFired:
-                guard let committer else { return }
-                committer.timerFiredOnThread()
-            case .sleep(until: let deadline):
+            switch step(committer) {
+            case .ran:
+                continue
+            case .wait(until: let deadline):
                 let newTimer = deadline.map { deadline in
                     state.withLock { state in
                         defer { state.sleepingUntil = deadline }
@@ -262,6 +254,32 @@ private final class CommitThread: Sendable {
             case .stop:
                 return
             }
+        }
+    }
+
+    private enum Progress {
+        /// A commit or the timer ran: look again.
+        case ran
+        /// Nothing is due before this instant (nil: before a signal).
+        case wait(until: ContinuousClock.Instant?)
+        case stop
+    }
+
+    /// Runs what is due (a commit, the timer's firing), or says how long to wait.
+    private func step(_ committer: GroupCommitter?) -> Progress {
+        switch state.withLock({ Self.next(&$0, now: clock.now) }) {
+        case .commit(let batch):
+            guard let committer else { return .stop }
+            committer.commitOnThread(batch, commit)
+            return .ran
+        case .timerFired:
+            guard let committer else { return .stop }
+            committer.timerFiredOnThread()
+            return .ran
+        case .sleep(until: let deadline):
+            return .wait(until: deadline)
+        case .stop:
+            return .stop
         }
     }
 
