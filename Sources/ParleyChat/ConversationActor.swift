@@ -419,7 +419,7 @@ public distributed actor ConversationActor {
             throw ChatError(.invalidRequest, "value must be 1–\(services.limits.annotationScalarsMax) characters")
         }
         try StoredText.require(value, field: "value")
-        guard (1...current.record.lastSeq).contains(seq) else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
+        guard seq >= 1, seq <= current.record.lastSeq else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
         let author = try await services.withStore { try await $0.user(id: user) }
         guard author?.user.bot == true else { throw ChatError(.forbidden, "only bots annotate messages (POST /v1/bots)") }
         let annotation = Annotation(conversationId: current.id, seq: seq, key: key, value: value, authorId: user, at: actorSystem.clock.wallNow)

@@ -196,17 +196,20 @@ private final class CommitThread: Sendable {
 
     private let commit: BlockingCommit
     private let clock: any ClusterClock
+    /// An OS thread on the machine's clock; a task on any other.
+    private let onOSThread: Bool
     private let state = Mutex(State())
     private let wakeUp = DispatchSemaphore(value: 0)
 
     init(commit: @escaping BlockingCommit, clock: any ClusterClock) {
         self.commit = commit
         self.clock = clock
+        self.onOSThread = clock is ContinuousClock
     }
 
     /// Holds `committer` weakly: the committer owns the thread, and going stops it.
     func start(_ committer: GroupCommitter) {
-        guard clock is ContinuousClock else {
+        guard onOSThread else {
             Task { [weak committer, self] in await runAsTask(committer) }
             return
         }
@@ -284,7 +287,7 @@ private final class CommitThread: Sendable {
     }
 
     private func signal() {
-        if clock is ContinuousClock {
+        if onOSThread {
             wakeUp.signal()
             return
         }

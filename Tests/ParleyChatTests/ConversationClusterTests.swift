@@ -172,6 +172,16 @@ import Testing
         } catch let error as ClusterCallError {
             #expect(error.code.rawValue == "not_found")
         }
+        // A note on a message of a conversation with none yet (or on seq 0 or below) is not_found,
+        // not a crash of its owner (an empty range `1...0` traps).
+        for seq: Int64 in [1, 0, -5] {
+            do {
+                _ = try await actor.annotate(seq: seq, key: "translation", value: "hola", by: "u_a")
+                Issue.record("a note on seq \(seq) of an empty conversation must be refused")
+            } catch let error as ClusterCallError {
+                #expect(error.code.rawValue == "not_found", "seq \(seq): \(error)")
+            }
+        }
         // Receipts through the actor: forward only, never past lastSeq.
         _ = try await actor.send(SendMessage(senderId: "u_a", clientMessageId: UUID().uuidString, text: "one"))
         _ = try await actor.send(SendMessage(senderId: "u_a", clientMessageId: UUID().uuidString, text: "two"))
