@@ -135,6 +135,7 @@ final class ConversationFanOut: Sendable {
     /// shows the gap, and only a retry of its send would publish it — one that may never come if
     /// the sender is gone. So after `holdMax` the store is read past the last released seq.
     func appendUncertain() {
+        logger.trace("an append's outcome is not known; the store will be read")
         state.withLock { $0.machine.commitUncertain(now: clock.now) }
         startTicking()
     }
@@ -258,6 +259,16 @@ final class ConversationFanOut: Sendable {
             return recipients.isEmpty ? nil : EventDelivery(event: item.event, recipients: recipients)
         }
         let through = from + Int64(items.count) - 1
+        if logger.logLevel <= .trace {
+            let messages = deliveries.compactMap { delivery -> String? in
+                guard case .message(let message) = delivery.event else { return nil }
+                return "\(message.seq) to \(delivery.recipients)"
+            }
+            logger.trace("batch sent", metadata: [
+                "gateway": "\(gateway)", "batch.from": "\(from)", "batch.through": "\(through)",
+                "events.count": "\(deliveries.count)", "messages": "\(messages)",
+            ])
+        }
         guard !deliveries.isEmpty else {
             perform(state.withLock { $0.machine.acknowledged(gateway, through: through, now: clock.now) })
             return
@@ -277,6 +288,7 @@ final class ConversationFanOut: Sendable {
         do {
             let found = try await readCommitted(after, Int(min(before - after - 1, 500)))
                 .filter { $0.seq < before }
+            logger.trace("store read", metadata: ["after.seq": "\(after)", "found": "\(found.map(\.seq))"])
             if !found.isEmpty {
                 Self.repairedMessages.increment(by: found.count)
                 logger.warning("committed seqs this owner was not told of were read from the store", metadata: [

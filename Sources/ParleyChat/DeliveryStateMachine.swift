@@ -85,6 +85,10 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// Since when an append's outcome is unknown: its commit may have reached the store with the
     /// answer lost, and with no later commit nothing would show the seq missing.
     private var uncertainSince: Instant?
+    /// When the latest append's outcome became unknown.
+    private var uncertainLast: Instant?
+    /// When the running store read, one past the last released seq, was asked for.
+    private var tailReadAskedAt: Instant?
     /// The next position to release.
     private var nextPosition: Int64 = 1
     /// Released events not yet acknowledged by every gateway: positions `retainedFrom`, … .
@@ -147,6 +151,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// commit is handed on even when nothing is committed after it.
     public mutating func commitUncertain(now: Instant) {
         uncertainSince = uncertainSince ?? now
+        uncertainLast = now
     }
 
     /// A message committed before, found stored again (a send's retry, a new owner's recovery):
@@ -161,7 +166,18 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// What the store answered to ``Directive/readStore(after:before:)``.
     public mutating func storeRead(_ events: [(seq: Int64, event: Event)], now: Instant) -> [Directive] {
         storeReadRunning = false
-        if let since = uncertainSince, since.advanced(by: policy.holdMax) <= now { uncertainSince = nil }
+        if let askedAt = tailReadAskedAt, let last = uncertainLast {
+            // The read saw what the appends uncertain for `holdMax` before it was asked committed.
+            // One uncertain since (it may have committed after the read) needs a read of its own:
+            // with no later commit, nothing else would show its seq missing.
+            if last.advanced(by: policy.holdMax) <= askedAt {
+                uncertainSince = nil
+                uncertainLast = nil
+            } else {
+                uncertainSince = last
+            }
+        }
+        tailReadAskedAt = nil
         for (seq, event) in events where seq >= nextSeq && held[seq] == nil { held[seq] = event }
         release(now: now)
         if !held.isEmpty {
@@ -176,6 +192,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
 
     public mutating func storeReadFailed(now: Instant) {
         storeReadRunning = false
+        tailReadAskedAt = nil
         heldSince = now
     }
 
@@ -230,6 +247,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
             directives.append(.readStore(after: nextSeq - 1, before: first))
         } else if !storeReadRunning, let since = uncertainSince, since.advanced(by: policy.holdMax) <= now {
             storeReadRunning = true
+            tailReadAskedAt = now
             directives.append(.readStore(after: nextSeq - 1, before: .max))
         }
         var resend = false

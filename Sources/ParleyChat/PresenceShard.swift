@@ -80,6 +80,9 @@ public distributed actor PresenceShard {
     public distributed func openSession(_ session: SessionRef, gateway: String) async -> Presence {
         expire()
         let newGateway = !state.hasSession(of: session.userId, on: gateway)
+        actorSystem.logger.trace("session opened", metadata: [
+            "user.id": "\(session.userId)", "gateway": "\(gateway)", "gateway.new": "\(newGateway)",
+        ])
         announce(state.sessionOpened(session.userId, gateway: gateway, sessionID: session.sessionID, now: actorSystem.clock.now))
         if newGateway { await invalidateDirectories(of: [session.userId]) }
         return state.presence(of: session.userId)
@@ -161,6 +164,9 @@ public distributed actor PresenceShard {
                 targets[member.id.name] = .init(users: users, leaseEnd: max(targets[member.id.name]?.leaseEnd ?? until, until))
             }
         }
+        system.logger.trace("directories told to forget", metadata: [
+            "users": "\(users)", "nodes": "\(targets.keys.sorted())", "every.node": "\(invalidation.everyNodeUntil != nil)",
+        ])
         let waitUntil = await withTaskGroup(of: ContinuousClock.Instant?.self) { group in
             for (node, holder) in targets {
                 group.addTask {
@@ -185,6 +191,7 @@ public distributed actor PresenceShard {
             return await group.reduce(nil) { latest, next in [latest, next].compactMap { $0 }.max() }
         }
         if let waitUntil { try? await system.clock.sleep(until: waitUntil) }
+        for (node, holder) in targets { state.forgotten(holder.users, by: node, leaseEnd: holder.leaseEnd) }
     }
 
     /// Leases are checked on every call and every second, so a dead gateway's users read as

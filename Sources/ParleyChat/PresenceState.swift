@@ -30,6 +30,11 @@ public struct PresenceState: Sendable {
     /// Nodes that remember this shard's answer about a user (``GatewayDirectory``), each until its
     /// lease ends.
     private var holders: [UserID: [String: ContinuousClock.Instant]] = [:]
+    /// Holders being told to forget a user, until they have been (or their lease ended): a stream
+    /// that opens while an earlier invalidation of its user is still under way (a node that cannot
+    /// be reached, waited out) waits for it too, or it would count as open while that node still
+    /// uses an answer that lacks it (cluster simulation seed 6135: a cut link and a close under way).
+    private var telling: [UserID: [String: ContinuousClock.Instant]] = [:]
     /// How long a node may use an answer.
     public let directoryLease: Duration
     /// When this shard started on this node, if an earlier owner may have answered directory
@@ -176,12 +181,17 @@ public struct PresenceState: Sendable {
     }
 
     /// Who must forget what it remembers of `users` (whose streams are opening on a gateway their
-    /// answer lacks) before the streams may count as open. The holders are dropped: whoever asks
-    /// after this is answered with the new gateway.
+    /// answer lacks) before the streams may count as open: the holders, and those still being told
+    /// by an earlier invalidation until ``forgotten(_:by:leaseEnd:)`` says they were. The holders
+    /// are dropped: whoever asks after this is answered with the new gateway.
     public mutating func directoryInvalidation(for users: [UserID], now: ContinuousClock.Instant) -> DirectoryInvalidation {
         var invalidation = DirectoryInvalidation()
         for user in users {
-            for (node, leaseEnd) in holders.removeValue(forKey: user) ?? [:] where now < leaseEnd {
+            var nodes = telling[user] ?? [:]
+            for (node, leaseEnd) in holders.removeValue(forKey: user) ?? [:] { nodes[node] = max(nodes[node] ?? leaseEnd, leaseEnd) }
+            nodes = nodes.filter { now < $0.value }
+            telling[user] = nodes.isEmpty ? nil : nodes
+            for (node, leaseEnd) in nodes {
                 var holder = invalidation.holders[node] ?? .init(users: [], leaseEnd: leaseEnd)
                 holder.users.append(user)
                 holder.leaseEnd = max(holder.leaseEnd, leaseEnd)
@@ -197,6 +207,16 @@ public struct PresenceState: Sendable {
             }
         }
         return invalidation
+    }
+
+    /// `node` forgot `users` (or needs no telling any more: it is dead, or its lease on them ended),
+    /// as far as answers whose lease ends by `leaseEnd` go.
+    public mutating func forgotten(_ users: [UserID], by node: String, leaseEnd: ContinuousClock.Instant) {
+        for user in users {
+            guard let end = telling[user]?[node], end <= leaseEnd else { continue }
+            telling[user]?[node] = nil
+            if telling[user]?.isEmpty == true { telling[user] = nil }
+        }
     }
 
     private func changed(_ user: UserID, from before: PresenceStatus) -> Presence? {

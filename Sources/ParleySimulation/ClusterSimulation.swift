@@ -272,6 +272,8 @@ public final class ClusterSimulation: Sendable {
         let milliseconds = Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
         let text = "t=\(milliseconds / 1000).\(String(1000 + milliseconds % 1000).dropFirst()) \(line)"
         state.withLock { $0.trace.append(text) }
+        // With the nodes' logs on, each line also goes to standard error at once, so it stands among them in order.
+        if logger.logLevel < .critical { FileHandle.standardError.write(Data("  \(text)\n".utf8)) }
     }
 
     func fail(_ line: String) {

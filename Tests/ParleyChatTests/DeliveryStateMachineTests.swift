@@ -124,6 +124,27 @@ import Testing
         #expect(reads(machine.tick(now: time.advance(by: .seconds(5)))).isEmpty)
     }
 
+    /// An append whose outcome is lost while the store read for an earlier one runs may have
+    /// committed after that read: it has the store read again, or its seq would wait for the next
+    /// message of the conversation (cluster simulation seed 2315).
+    @Test func anAppendUncertainDuringTheStoreReadIsReadFor() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 9)
+        _ = machine.gateways(["g1"], now: time.now)
+        machine.commitUncertain(now: time.now)
+        #expect(reads(machine.tick(now: time.advance(by: .seconds(1)))) == ["after 9"])
+        machine.commitUncertain(now: time.advance(by: .milliseconds(10)))
+        #expect(sends(machine.storeRead([(10, 10)], now: time.advance(by: .milliseconds(10)))) == ["g1:1…1"], "seq 10")
+        _ = machine.acknowledged("g1", through: 1, now: time.now)
+        #expect(!machine.isIdle, "seq 11 may have committed")
+        #expect(reads(machine.tick(now: time.advance(by: .milliseconds(500)))).isEmpty, "one hold after the second append")
+        #expect(reads(machine.tick(now: time.advance(by: .milliseconds(500)))) == ["after 10"])
+        #expect(sends(machine.storeRead([(11, 11)], now: time.now)) == ["g1:2…2"], "seq 11")
+        _ = machine.acknowledged("g1", through: 2, now: time.now)
+        #expect(machine.isIdle)
+        #expect(reads(machine.tick(now: time.advance(by: .seconds(5)))).isEmpty)
+    }
+
     @Test func aGatewayNamedLaterGetsWhatIsReleasedFromThenOn() {
         let time = ManualTime()
         var machine = Machine(releasedThrough: 0)

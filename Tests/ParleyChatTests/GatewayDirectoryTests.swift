@@ -57,8 +57,9 @@ import Testing
 @Suite struct DirectoryInvalidationTests {
     static let ann: UserID = "u_ann", ben: UserID = "u_ben"
 
-    /// The shard records who holds an answer until its lease ends, names them (once) when a
-    /// user's streams move, and after a move to a new owner names every node for one lease.
+    /// The shard records who holds an answer until its lease ends, names them when a user's
+    /// streams move until they have forgotten (a stream that opens while they are still being told
+    /// waits for them too), and after a move to a new owner names every node for one lease.
     @Test func holdersAreNamedUntilTheirLeaseEnds() {
         var time = ManualTime()
         var state = PresenceState(lease: .seconds(6), directoryLease: .seconds(3))
@@ -67,7 +68,9 @@ import Testing
         let invalidation = state.directoryInvalidation(for: [Self.ann], now: time.advance(by: .milliseconds(1_500)))
         #expect(invalidation.holders == ["worker-2": .init(users: [Self.ann], leaseEnd: time.at(.seconds(5)))], "worker-1's lease ran out at 3 s")
         #expect(invalidation.everyNodeUntil == nil)
-        #expect(state.directoryInvalidation(for: [Self.ann], now: time.now).isEmpty, "named once; the next question records it again")
+        #expect(state.directoryInvalidation(for: [Self.ann], now: time.now) == invalidation, "still being told")
+        state.forgotten([Self.ann], by: "worker-2", leaseEnd: time.at(.seconds(5)))
+        #expect(state.directoryInvalidation(for: [Self.ann], now: time.now).isEmpty, "told; the next question records it again")
         #expect(state.directoryInvalidation(for: [Self.ben], now: time.now).isEmpty, "ben's holder's lease ran out too")
 
         var moved = PresenceState(lease: .seconds(6), directoryLease: .seconds(3), startedAt: time.now)
