@@ -145,9 +145,12 @@ public distributed actor ConversationActor {
         self.services = services
         var logger = actorSystem.logger
         logger[metadataKey: "conversation.id"] = "\(conversation)"
+        // An owner fenced off keeps delivering what it had until it is gone: its epoch tells its
+        // lines from its successor's.
+        logger[metadataKey: "conversation.epoch"] = "\(epoch)"
         self.logger = logger
         if let record {
-            logger.debug("conversation activated", metadata: ["epoch": "\(epoch)", "last.seq": "\(record.lastSeq)"])
+            logger.debug("conversation activated", metadata: ["last.seq": "\(record.lastSeq)"])
             self.fanOut = Self.fanOut(
                 for: record, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
             self.webhooks = Self.webhooks(for: record, epoch: epoch, cursors: webhookCursors, services: services, system: actorSystem, logger: logger)
@@ -205,7 +208,7 @@ public distributed actor ConversationActor {
             }
         }
         return ConversationFanOut(
-            directory: directory, courier: courier, lastSeq: record.lastSeq, timings: services.delivery, clock: system.clock, logger: logger, pushes: pushes
+            directory: directory, courier: courier, lastSeq: record.lastSeq, members: record.members.map(\.userId), timings: services.delivery, clock: system.clock, logger: logger, pushes: pushes
         ) { after, limit in
             try await store.messages(in: conversation, after: after, limit: limit)
         }
@@ -269,6 +272,7 @@ public distributed actor ConversationActor {
             if epoch > self.epoch {
                 self.loaded = ConversationState(record: stored)
                 self.epoch = epoch
+                logger[metadataKey: "conversation.epoch"] = "\(epoch)"
                 fanOut = Self.fanOut(
                     for: stored, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
                 webhooks?.stop()
@@ -560,7 +564,7 @@ public distributed actor ConversationActor {
     /// Another node took the conversation: let go of it, and send the caller to the owner.
     private func fenced(current: Int64?) -> ClusterCallError {
         logger.warning("write fenced off: another node owns this conversation now", metadata: [
-            "epoch": "\(epoch)", "epoch.current": "\(current.map { "\($0)" } ?? "?")",
+            "epoch.current": "\(current.map { "\($0)" } ?? "?")",
         ])
         webhooks?.stop()
         actorSystem.deactivate(id)

@@ -78,11 +78,14 @@ final class ConversationFanOut: Sendable {
 
     /// - Parameters:
     ///   - lastSeq: the conversation's last seq at activation: released messages start after it.
+    ///   - members: its members at activation: whom what a store read finds is for until an event
+    ///     says otherwise (an owner whose first append's outcome is lost reads it back before any
+    ///     event came).
     ///   - timings: how long committed messages wait for a seq before them that this owner was not
     ///     told of (after it the missing seqs are read from the store, ``readCommitted``), and how
     ///     long after a failed call its batch goes again.
     init(
-        directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, timings: DeliveryTimings = DeliveryTimings(),
+        directory: GatewayDirectory, courier: GatewayCourier, lastSeq: Int64, members: [UserID], timings: DeliveryTimings = DeliveryTimings(),
         clock: any ClusterClock, logger: Logger, pushes: ConversationPushes? = nil, readCommitted: @escaping ReadCommitted
     ) {
         self.directory = directory
@@ -99,7 +102,7 @@ final class ConversationFanOut: Sendable {
         policy.ackTimeout = courier.callTimeout * 2
         // A batch is one delivery call, under the cluster's frame limit (4 MiB by default) with room to spare.
         policy.batchCostMax = 1 << 20
-        self.state = Mutex(State(machine: Machine(releasedThrough: lastSeq, policy: policy, cost: \.estimatedBytes)))
+        self.state = Mutex(State(machine: Machine(releasedThrough: lastSeq, policy: policy, cost: \.estimatedBytes), members: members))
     }
 
     /// A message was committed: it goes to `members`' streams once every seq before it has.

@@ -358,7 +358,8 @@ public final class ClusterSimulation: Sendable {
                 formClusterAfter: .milliseconds(300)),
             callTimeout: .seconds(2))
         var nodeLogger = logger
-        nodeLogger[metadataKey: "node"] = "\(name)"
+        // The process's incarnation: a killed process's tasks run on, cut off, and log too.
+        nodeLogger[metadataKey: "node"] = "\(name)#\(incarnation)"
         let system = ClusterSystem(
             settings: settings, transport: network.transport(for: name), clock: clock,
             random: ClusterRandomness(SeededRandom(seed: seed &* 1_000 &+ incarnation &* 100 &+ UInt64((workerNames + gatewayNames).firstIndex(of: name) ?? 0))),

@@ -265,7 +265,7 @@ import Testing
         _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
         let system = cluster["node-a"]
         let fanOut = ConversationFanOut(
-            directory: GatewayDirectory(system: system), courier: courier ?? GatewayCourier(system: system), lastSeq: 0, timings: DeliveryTimings(holdMax: holdMax),
+            directory: GatewayDirectory(system: system), courier: courier ?? GatewayCourier(system: system), lastSeq: 0, members: [ann, ben], timings: DeliveryTimings(holdMax: holdMax),
             clock: system.clock, logger: system.logger
         ) { after, limit in
             (1...max(1, stored)).filter { $0 > after && $0 <= stored }.prefix(limit).map(Self.message)
@@ -322,6 +322,18 @@ import Testing
         try await eventually(timeout: .seconds(10), "seq 2, committed without an answer, goes out") { received.messages.count >= 2 }
         try await Task.sleep(for: .milliseconds(500))
         #expect(received.messages.map(\.seq) == [1, 2], "once, in order")
+    }
+
+    /// The same, as the first thing a new owner does: no event has named the members yet, and
+    /// what the store read finds goes to those of the conversation as it was activated (cluster
+    /// simulation seed 3190).
+    @Test func aNewOwnersFirstAppendWithoutAnAnswerIsReadFromTheStore() async throws {
+        let (cluster, fanOut, received, inbox) = try await Self.start(stored: 1, holdMax: .milliseconds(300))
+        defer { Task { await cluster.stopAll() } }
+        defer { _ = inbox }
+        fanOut.appendUncertain()
+        try await eventually(timeout: .seconds(10), "seq 1, committed without an answer, goes out") { received.messages.count >= 1 }
+        #expect(received.messages.map(\.seq) == [1])
     }
 
     /// A seq whose commit's answer never reached its owner (a PostgreSQL connection that broke
