@@ -20,8 +20,10 @@ import ParleyStore
 /// handed on.
 ///
 /// So does a worker that formed a cluster of its own (restarted while every other worker was down,
-/// it met no seed) when it meets the cluster that was there all along and its gateways: what it
-/// published alone went to no stream (cluster simulation seed 677).
+/// it met no seed) when it meets the cluster that was there all along and its gateways, and one
+/// up in a cluster with no gateway (every worker restarted while the gateways lived on) when it
+/// meets the gateways: what it published meanwhile went to no stream (cluster simulation seeds
+/// 677 and 8999).
 public enum ConversationRecovery {
     /// How far back a departed owner's commits may still be unpublished: failure detection (~2 s)
     /// and the ring change, with room to spare.
@@ -177,7 +179,7 @@ public enum ConversationRecovery {
             ])
         }
         if conversations > 0, let metGateways {
-            system.logger.info("republished recent messages: this node formed a cluster alone and met the gateways of the one that was there", metadata: [
+            system.logger.info("republished recent messages: this node met gateways that were up all along while it decided without them", metadata: [
                 "gateways": "\(metGateways)", "conversations": "\(conversations)", "messages": "\(messages)",
             ])
         } else if conversations > 0 {

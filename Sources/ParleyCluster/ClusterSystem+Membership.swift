@@ -36,8 +36,6 @@ extension ClusterSystem {
     /// Carries out membership directives: gossip goes out, changes are logged, the ring is rebuilt.
     func perform(_ directives: [MembershipDirective]) {
         var membershipChanged = false
-        // Every member one gossip brings to a node alone in its own cluster is part of the merge.
-        let wasAlone = state.withLock { $0.aloneInFormedCluster }
         var merged: [Member] = []
         for directive in directives {
             switch directive {
@@ -47,7 +45,7 @@ extension ClusterSystem {
                 for name in names { try? transport.sendWithoutWaiting(.gossip(gossip), to: name) }
             case .selfUp(let formed):
                 membershipChanged = true
-                if formed { state.withLock { $0.aloneInFormedCluster = $0.membership.livePeers.isEmpty } }
+                state.withLock { $0.mergeWatch.selfUp(formed: formed, me: $0.membership.me, view: $0.membership.view) }
                 logger.info(
                     formed ? "formed the cluster: no up member answered within \(settings.membership.formClusterAfter)" : "joined the cluster",
                     metadata: ["member.status": "up"])
@@ -55,16 +53,17 @@ extension ClusterSystem {
                 logger.warning("this node was paused; peers' failure timers restarted", metadata: ["pause": "\(pause)"])
             case .selfDowned(let me):
                 membershipChanged = true
+                state.withLock { $0.mergeWatch.selfDowned() }
                 rejoin(after: me)
             case .selfReplaced(let newer):
                 logger.error("a newer process with this node's name exists; this one is stale", metadata: ["member.newer": "\(newer)"])
             case .memberJoined(let member):
                 membershipChanged = true
                 logger.info("member joined", metadata: ["member": "\(member)"])
-                if wasAlone && member.status == .up { merged.append(member) }
-                state.withLock { $0.aloneInFormedCluster = false }
+                if state.withLock({ $0.mergeWatch.joined(member) }) { merged.append(member) }
             case .memberUp(let member):
                 membershipChanged = true
+                state.withLock { $0.mergeWatch.up(member) }
                 logger.info("member up", metadata: ["member": "\(member)"])
             case .memberSuspected(let member, let silence):
                 logger.warning("member suspected", metadata: ["member": "\(member)", "silence": "\(silence)"])
@@ -85,9 +84,12 @@ extension ClusterSystem {
                 failCalls(to: new.name, because: "node \(old.id) was replaced by \(new.id)")
             }
         }
+        state.withLock { $0.mergeWatch.settle() }
         if membershipChanged { updateRing() }
         if !merged.isEmpty {
-            logger.warning("this node formed a cluster alone and met one that was there all along", metadata: ["members.met": "\(merged.map(\.id))"])
+            logger.warning("this node met members that were up all along while it decided things without them", metadata: [
+                "members.met": "\(merged.map(\.id))",
+            ])
             for handler in state.withLock({ $0.mergeHandlers }) { handler(merged) }
         }
     }

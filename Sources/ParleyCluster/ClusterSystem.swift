@@ -67,12 +67,10 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         var startedAt: Instant?
         /// Called after this node rejoined under a new incarnation (``onRejoin(_:)``).
         var rejoinHandlers: [@Sendable (Member) -> Void] = []
-        /// Called when this node, having formed a cluster of its own, learns of a member already up
-        /// (``onMerge(_:)``).
+        /// Called when this node learns of members that were up all along while it decided
+        /// things without them (``onMerge(_:)``).
         var mergeHandlers: [@Sendable ([Member]) -> Void] = []
-        /// True while this incarnation is alone in a cluster it formed (it met no live member
-        /// before forming it, and none since).
-        var aloneInFormedCluster = false
+        var mergeWatch = MergeWatch()
         var ringChangeHandlers: [@Sendable (_ ring: HashRing, _ previous: HashRing) -> Void] = []
     }
 
@@ -282,11 +280,12 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         state.withLock { $0.rejoinHandlers.append(handler) }
     }
 
-    /// Calls `handler` with the members already up that this node learns of while it is alone in a
-    /// cluster it formed (a seed that met no one in time: every other seed was down or cut off):
-    /// its cluster is merging into one that was there all along, and whatever it decided alone
-    /// left those members out. A node that joins a cluster, and one that forms a cluster others
-    /// then join, never hear of anyone here.
+    /// Calls `handler` with the members already up that this node learns of while it decided
+    /// things without them (``MergeWatch``): while it is alone in a cluster it formed (a seed that
+    /// met no one in time: every other seed was down or cut off), every member up; while it is a
+    /// worker in a cluster with no gateway up, the gateways up. Whatever it decided meanwhile
+    /// left those members out. A node that joins a cluster with its gateways, and one that forms
+    /// a cluster others then join, never hear of anyone here.
     public func onMerge(_ handler: @escaping @Sendable ([Member]) -> Void) {
         state.withLock { $0.mergeHandlers.append(handler) }
     }

@@ -267,3 +267,71 @@ import Testing
         #expect(directives.contains(.gossip(machine.gossip, to: .everyone)))
     }
 }
+
+@Suite struct MergeWatchTests {
+    static func member(_ name: String, _ status: MemberStatus = .up, roles: NodeRoles = .worker) -> Member {
+        MembershipStateMachineTests.member(name, 1, status, roles: roles)
+    }
+
+    /// The members of `gossip` that `watch` takes for met in a merge.
+    static func met(_ watch: inout MergeWatch, _ gossip: [Member]) -> [String] {
+        defer { watch.settle() }
+        return gossip.filter { watch.joined($0) }.map(\.name)
+    }
+
+    /// A seed that formed its cluster alone meets the cluster that was there: every member one
+    /// gossip brings up is met; what comes after is not.
+    @Test func aNodeAloneMeetsEveryMemberUpInTheGossipThatEndsIt() {
+        var watch = MergeWatch()
+        let me = Self.member("w1")
+        watch.selfUp(formed: true, me: me, view: [me])
+        let first = Self.met(&watch, [Self.member("w2"), Self.member("g1", roles: .gateway), Self.member("w4", .joining)])
+        #expect(first == ["w2", "g1"])
+        let later = Self.met(&watch, [Self.member("w3")])
+        #expect(later.isEmpty, "no longer alone")
+    }
+
+    /// Every worker restarted while the gateways lived on: the first back formed a cluster, the
+    /// next joined it, and both meet the gateways later, up all along.
+    @Test func aWorkerUpWithoutGatewaysMeetsTheGatewaysUp() {
+        var watch = MergeWatch()
+        let me = Self.member("w2")
+        watch.selfUp(formed: false, me: me, view: [Self.member("w1"), me])
+        let worker = Self.met(&watch, [Self.member("w3")])
+        #expect(worker.isEmpty, "a worker met is no gateway")
+        let gateways = Self.met(&watch, [Self.member("g1", roles: .gateway), Self.member("g2", roles: .gateway)])
+        #expect(gateways == ["g1", "g2"])
+        let later = Self.met(&watch, [Self.member("g3", roles: .gateway)])
+        #expect(later.isEmpty, "a gateway is known now")
+    }
+
+    /// New processes joining are met while joining, or once up after a gateway was known.
+    @Test func newProcessesJoiningAreNoMerge() {
+        var watch = MergeWatch()
+        let me = Self.member("w2")
+        watch.selfUp(formed: false, me: me, view: [Self.member("w1"), me])
+        let joining = Self.met(&watch, [Self.member("g1", .joining, roles: .gateway)])
+        #expect(joining.isEmpty)
+        watch.up(Self.member("g1", roles: .gateway))
+        watch.settle()
+        let afterUp = Self.met(&watch, [Self.member("g2", roles: .gateway)])
+        #expect(afterUp.isEmpty, "g1 is up")
+
+        var withGateway = MergeWatch()
+        withGateway.selfUp(formed: false, me: me, view: [Self.member("w1"), Self.member("g1", roles: .gateway), me])
+        let another = Self.met(&withGateway, [Self.member("g2", roles: .gateway)])
+        #expect(another.isEmpty)
+
+        var gateway = MergeWatch()
+        let g2 = Self.member("g2", roles: .gateway)
+        gateway.selfUp(formed: false, me: g2, view: [Self.member("w1"), g2])
+        let peer = Self.met(&gateway, [Self.member("g1", roles: .gateway)])
+        #expect(peer.isEmpty, "a gateway delivers to no gateway")
+
+        var rejoining = MergeWatch()
+        rejoining.selfUp(formed: true, me: me, view: [me])
+        rejoining.selfDowned()
+        let whileJoining = Self.met(&rejoining, [Self.member("w1")])
+        #expect(whileJoining.isEmpty, "met while joining again")
+    }
+}
