@@ -20,19 +20,20 @@ public final class StreamHub: Sendable {
         var streams: [String: LiveEventStream] = [:]
         /// Each user's streams, for deliveries: one lookup per recipient.
         var byUser: [UserID: [LiveEventStream]] = [:]
+        var leases: SessionLeases
         var closed = false
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     private let system: ClusterSystem
     private let logger: Logger
-    /// How often sessions' leases are renewed (the shards' lease is 6 s).
+    /// How often sessions' leases are renewed.
     let renewEvery: Duration
-
-    public init(system: ClusterSystem, logger: Logger, renewEvery: Duration = .seconds(2)) {
+    public init(system: ClusterSystem, logger: Logger, renewEvery: Duration = .seconds(2), sessionLease: Duration = PresenceShard.sessionLease) {
         self.system = system
         self.logger = logger
         self.renewEvery = renewEvery
+        self.state = Mutex(State(leases: SessionLeases(lease: sessionLease)))
     }
 
     /// The hub of `system`'s gateway, with the node's inbox feeding it: every delivery to this
@@ -67,6 +68,7 @@ public final class StreamHub: Sendable {
             guard state.byUser[stream.user, default: []].count < streamsPerUserMax else { return .tooManyStreams }
             state.streams[sessionID] = stream
             state.byUser[stream.user, default: []].append(stream)
+            state.leases.registered(sessionID, now: system.clock.now)
             return .registered(sessionID: sessionID)
         }
         if case .registered = registration { Self.streamsGauge.record(openStreams) }
@@ -75,6 +77,7 @@ public final class StreamHub: Sendable {
 
     func unregister(_ sessionID: String) {
         let removed = state.withLock { state -> LiveEventStream? in
+            state.leases.removed(sessionID)
             guard let stream = state.streams.removeValue(forKey: sessionID) else { return nil }
             state.byUser[stream.user]?.removeAll { $0 === stream }
             if state.byUser[stream.user]?.isEmpty == true { state.byUser[stream.user] = nil }
@@ -246,7 +249,7 @@ public final class StreamHub: Sendable {
     private func finishAll(andClose close: Bool) -> Int {
         let streams = state.withLock { state -> [LiveEventStream] in
             if close { state.closed = true }
-            defer { state.streams = [:]; state.byUser = [:] }
+            defer { state.streams = [:]; state.byUser = [:]; state.leases.removeAll() }
             return Array(state.streams.values)
         }
         for stream in streams { stream.finish() }
@@ -274,35 +277,86 @@ public final class StreamHub: Sendable {
         }
     }
 
-    /// Renews the sessions' leases with their shards, and ends the streams whose sessions had
-    /// lapsed there (this gateway could not renew them in time): their shard answered the
-    /// directory without them meanwhile, so events may have passed them by, and their clients
-    /// resume by cursor.
+    /// Renews the sessions' leases with their shards, and ends the streams whose sessions lapsed:
+    /// those their shard says had lapsed there, and those this gateway could not renew within a
+    /// lease (their shard may have lapsed them and died since, taking that with it: cluster
+    /// simulation seed 9452). Their shard answered the directory without them meanwhile, so events
+    /// may have passed them by, and their clients resume by cursor.
     private func renew(_ sessions: [PresenceShard.SessionRef]) async {
         let gateway = system.settings.name
         let system = self.system
-        let lapsed = await withTaskGroup(of: [String].self) { group in
+        typealias Outcome = (lapsed: [String], renewed: [String], sentAt: ContinuousClock.Instant)
+        let outcomes = await withTaskGroup(of: Outcome?.self) { group in
             for (_, shardSessions) in Dictionary(grouping: sessions, by: { PresenceShard.shard(of: $0.userId) }) {
                 guard let first = shardSessions.first else { continue }
                 group.addTask { [logger] in
+                    let sentAt = system.clock.now
                     do {
-                        return try await PresenceShard.resolve(for: first.userId, using: system).renewSessions(shardSessions, gateway: gateway)
+                        let lapsed = try await PresenceShard.resolve(for: first.userId, using: system).renewSessions(shardSessions, gateway: gateway)
+                        return (lapsed, shardSessions.map(\.sessionID), sentAt)
                     } catch {
                         logger.warning("presence lease renewal failed; retried next round", metadata: ["sessions.count": "\(shardSessions.count)", "error": "\(error)"])
-                        return []
+                        return nil
                     }
                 }
             }
-            return await group.reduce(into: []) { $0 += $1 }
+            return await group.reduce(into: [Outcome]()) { outcomes, outcome in outcome.map { outcomes.append($0) } }
         }
-        guard !lapsed.isEmpty else { return }
-        let streams = state.withLock { state in lapsed.compactMap { state.streams[$0] } }
-        Self.lapsedStreamsEnded.increment(by: streams.count)
-        logger.warning("event streams ended: their presence sessions had lapsed, so events may have passed them by; their clients resume by cursor", metadata: [
-            "streams.count": "\(streams.count)",
-        ])
-        for stream in streams { stream.abort() }
+        let now = system.clock.now
+        let (lapsed, unrenewed) = state.withLock { state -> ([LiveEventStream], [LiveEventStream]) in
+            for outcome in outcomes { state.leases.renewed(outcome.renewed, sentAt: outcome.sentAt) }
+            let lapsedIDs = Set(outcomes.flatMap(\.lapsed))
+            let unrenewedIDs = state.leases.overdue(now: now).filter { !lapsedIDs.contains($0) }
+            return (lapsedIDs.compactMap { state.streams[$0] }, unrenewedIDs.compactMap { state.streams[$0] })
+        }
+        if !lapsed.isEmpty {
+            logger.warning("event streams ended: their presence sessions had lapsed, so events may have passed them by; their clients resume by cursor", metadata: [
+                "streams.count": "\(lapsed.count)",
+            ])
+        }
+        if !unrenewed.isEmpty {
+            logger.warning("event streams ended: their presence sessions could not be renewed within their lease, so events may have passed them by; their clients resume by cursor", metadata: [
+                "streams.count": "\(unrenewed.count)",
+            ])
+        }
+        Self.lapsedStreamsEnded.increment(by: lapsed.count + unrenewed.count)
+        for stream in lapsed + unrenewed { stream.abort() }
     }
 
     static let lapsedStreamsEnded = Counter(label: "parley.gateway.lapsed_streams_ended")
+}
+
+/// When each stream's presence session was last renewed for sure: when the renewal that its shard
+/// answered was sent (or the stream registered, before its session opened). The shard's lease
+/// counts from when the renewal reached it, later: a session not renewed here within a lease may
+/// have lapsed there.
+struct SessionLeases: Sendable {
+    let lease: Duration
+    private var renewedAt: [String: ContinuousClock.Instant] = [:]
+
+    init(lease: Duration) {
+        self.lease = lease
+    }
+
+    mutating func registered(_ session: String, now: ContinuousClock.Instant) {
+        renewedAt[session] = now
+    }
+
+    /// Their shard answered a renewal sent at `sentAt`.
+    mutating func renewed(_ sessions: [String], sentAt: ContinuousClock.Instant) {
+        for session in sessions where renewedAt[session].map({ $0 < sentAt }) == true { renewedAt[session] = sentAt }
+    }
+
+    mutating func removed(_ session: String) {
+        renewedAt[session] = nil
+    }
+
+    mutating func removeAll() {
+        renewedAt = [:]
+    }
+
+    /// The sessions not renewed within a lease by `now`.
+    func overdue(now: ContinuousClock.Instant) -> [String] {
+        renewedAt.filter { $0.value.advanced(by: lease) <= now }.map(\.key).sorted()
+    }
 }
