@@ -221,6 +221,7 @@ public distributed actor PresenceShard {
     private func forgetWentOffline(_ changes: [Presence]) {
         let users = changes.filter { $0.status == .offline }.map(\.userId)
         guard !users.isEmpty else { return }
+        actorSystem.logger.debug("presence leases ran out: users offline", metadata: ["users": "\(users)"])
         Task { await invalidateDirectories(of: users) }
     }
 

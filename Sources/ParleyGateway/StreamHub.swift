@@ -278,9 +278,9 @@ public final class StreamHub: Sendable {
     }
 
     /// Renews the sessions' leases with their shards, and ends the streams whose sessions lapsed:
-    /// those their shard says had lapsed there, and those this gateway could not renew within a
-    /// lease (their shard may have lapsed them and died since, taking that with it: cluster
-    /// simulation seed 9452). Their shard answered the directory without them meanwhile, so events
+    /// those their shard says had lapsed there, and those this gateway did not renew within a
+    /// lease (their shard may have lapsed them and died since, taking that with it, and a new
+    /// shard takes a late renewal for a new session: cluster simulation seeds 9452 and 7189). Their shard answered the directory without them meanwhile, so events
     /// may have passed them by, and their clients resume by cursor.
     private func renew(_ sessions: [PresenceShard.SessionRef]) async {
         let gateway = system.settings.name
@@ -304,9 +304,10 @@ public final class StreamHub: Sendable {
         }
         let now = system.clock.now
         let (lapsed, unrenewed) = state.withLock { state -> ([LiveEventStream], [LiveEventStream]) in
-            for outcome in outcomes { state.leases.renewed(outcome.renewed, sentAt: outcome.sentAt) }
+            var late: [String] = []
+            for outcome in outcomes { late += state.leases.renewed(outcome.renewed, sentAt: outcome.sentAt) }
             let lapsedIDs = Set(outcomes.flatMap(\.lapsed))
-            let unrenewedIDs = state.leases.overdue(now: now).filter { !lapsedIDs.contains($0) }
+            let unrenewedIDs = Set(late + state.leases.overdue(now: now)).subtracting(lapsedIDs)
             return (lapsedIDs.compactMap { state.streams[$0] }, unrenewedIDs.compactMap { state.streams[$0] })
         }
         if !lapsed.isEmpty {
@@ -342,9 +343,17 @@ struct SessionLeases: Sendable {
         renewedAt[session] = now
     }
 
-    /// Their shard answered a renewal sent at `sentAt`.
-    mutating func renewed(_ sessions: [String], sentAt: ContinuousClock.Instant) {
-        for session in sessions where renewedAt[session].map({ $0 < sentAt }) == true { renewedAt[session] = sentAt }
+    /// Their shard answered a renewal sent at `sentAt`. Returns those it came too late for: a lease
+    /// or more after the one before, it may have reached a shard that knew nothing of them (their
+    /// old shard lapsed them and died, and a new one took them as new).
+    mutating func renewed(_ sessions: [String], sentAt: ContinuousClock.Instant) -> [String] {
+        var late: [String] = []
+        for session in sessions {
+            guard let before = renewedAt[session], before < sentAt else { continue }
+            if before.advanced(by: lease) <= sentAt { late.append(session) }
+            renewedAt[session] = sentAt
+        }
+        return late
     }
 
     mutating func removed(_ session: String) {
