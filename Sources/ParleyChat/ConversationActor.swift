@@ -57,6 +57,9 @@ public distributed actor ConversationActor {
     /// Creations under way: an empty actor is not let go while one is.
     private var creating = 0
     private var epoch: Int64
+    /// The seqs of the recent messages that went out again as this owner activated, until a
+    /// retry of one's send or ``takenOver()`` would publish it once more.
+    private var republishedAtActivation: Set<Int64> = []
     private let services: ChatServices
     private let directory: GatewayDirectory
     private let courier: GatewayCourier
@@ -114,9 +117,10 @@ public distributed actor ConversationActor {
             guard try await services.store.conversation(conversation) != nil else { throw ChatStoreError(.notFound, "no conversation \(conversation)") }
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
             let cursors = services.webhooks == nil ? [] : try await services.store.webhookCursors(in: conversation)
+            let recent = try await recentMessages(of: record, since: system.clock.wallNow.addingTimeInterval(-services.delivery.recoveryWindow.seconds), store: services.store)
             return ConversationActor(
-                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, services: services, directory: directory, courier: courier,
-                actorSystem: system)
+                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, recent: recent, services: services, directory: directory,
+                courier: courier, actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
             return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError {
@@ -133,9 +137,14 @@ public distributed actor ConversationActor {
         return (record, epoch)
     }
 
+    /// - Parameter recent: the conversation's messages committed within the recovery window, which
+    ///   its earlier owner may not have handed on: they go out again before anything this owner
+    ///   commits, so that no stream is written a new seq before the ones it missed (a stream that
+    ///   knows nothing of the conversation yet could not tell them missing: cluster simulation
+    ///   seed 3621). Streams drop a seq they already wrote.
     init(
-        id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, webhookCursors: [WebhookCursorRecord] = [], services: ChatServices,
-        directory: GatewayDirectory, courier: GatewayCourier, actorSystem: ClusterSystem
+        id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, webhookCursors: [WebhookCursorRecord] = [],
+        recent: [Message] = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier, actorSystem: ClusterSystem
     ) {
         self.actorSystem = actorSystem
         self.directory = directory
@@ -154,6 +163,11 @@ public distributed actor ConversationActor {
             self.fanOut = Self.fanOut(
                 for: record, epoch: epoch, directory: directory, courier: courier, services: services, system: actorSystem, logger: logger)
             self.webhooks = Self.webhooks(for: record, epoch: epoch, cursors: webhookCursors, services: services, system: actorSystem, logger: logger)
+            let members = record.members.map(\.userId)
+            for message in recent {
+                fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message.senderId, in: record, services: services))
+            }
+            republishedAtActivation = Set(recent.map(\.seq))
         }
     }
 
@@ -219,7 +233,11 @@ public distributed actor ConversationActor {
     /// Whom a push notification of a message from `sender` is owed to, should they hold no stream:
     /// the other members who did not mute the conversation.
     private func pushRecipients(of sender: UserID) -> [UserID] {
-        guard services.pushes != nil, let record = loaded?.record else { return [] }
+        loaded.map { Self.pushRecipients(of: sender, in: $0.record, services: services) } ?? []
+    }
+
+    private static func pushRecipients(of sender: UserID, in record: ConversationRecord, services: ChatServices) -> [UserID] {
+        guard services.pushes != nil else { return [] }
         return record.members.map(\.userId).filter { $0 != sender && !record.isMuted(by: $0) }
     }
 
@@ -320,8 +338,10 @@ public distributed actor ConversationActor {
             // A retry of a send that committed earlier — perhaps on an owner that died (or was cut
             // off) before it fanned the message out, and nothing would push it to the streams
             // until this conversation's next message. Publishing it again is harmless: streams
-            // drop a seq they already sent.
-            fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
+            // drop a seq they already sent. This owner's activation may have published it again.
+            if republishedAtActivation.remove(message.seq) == nil {
+                fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
+            }
             return SendResult(message: message, created: false)
         case .staleEpoch(let current):
             throw fenced(current: current)
@@ -338,13 +358,25 @@ public distributed actor ConversationActor {
     /// them and handing them to the gateways (``ConversationRecovery``). Streams drop a seq they
     /// already sent. Returns how many went out.
     public distributed func republishRecent(since: Date) async throws -> Int {
-        guard let current = loaded, current.record.lastSeq > 0 else { return 0 }
-        let conversation = current.id
-        let from = max(0, current.record.lastSeq - Int64(Self.republishMax))
-        let recent = try await services.withStore { try await $0.messages(in: conversation, after: from, limit: Self.republishMax) }
-            .filter { $0.sentAt > since }
+        guard let current = loaded else { return 0 }
+        let recent = try await services.withStore { try await Self.recentMessages(of: current.record, since: since, store: $0) }
         for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
         return recent.count
+    }
+
+    /// This node took the conversation over (``ConversationRecovery``): activating it published
+    /// its recent messages again, before anything this owner commits. Returns how many (none if
+    /// it was active here already).
+    public distributed func takenOver() -> Int {
+        defer { republishedAtActivation = [] }
+        return republishedAtActivation.count
+    }
+
+    /// `record`'s messages committed after `since`, at most the last ``republishMax``.
+    private static func recentMessages(of record: ConversationRecord, since: Date, store: any ChatStore) async throws -> [Message] {
+        guard record.lastSeq > 0 else { return [] }
+        let from = max(0, record.lastSeq - Int64(Self.republishMax))
+        return try await store.messages(in: record.id, after: from, limit: Self.republishMax).filter { $0.sentAt > since }
     }
 
     /// Owes again the push notifications a departed owner owed from `seq` on, when it last said

@@ -166,7 +166,10 @@ public enum ConversationRecovery {
         for conversation in candidates {
             guard metGateways != nil || tookOver(conversation, from: departed, joined: joined, ring: ring, previous: previous, system: system) else { continue }
             do {
-                messages += try await ConversationActor.resolve(conversation, using: system).republishRecent(since: since)
+                let actor = try ConversationActor.resolve(conversation, using: system)
+                // A conversation taken over publishes its recent messages as it activates; one met
+                // gateways were left out of was active already, and publishes them again now.
+                messages += try await metGateways == nil ? actor.takenOver() : actor.republishRecent(since: since)
                 conversations += 1
             } catch {
                 system.logger.warning("cannot republish the recent messages of \(conversation): \(error)")

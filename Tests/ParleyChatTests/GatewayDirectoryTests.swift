@@ -202,6 +202,37 @@ import Testing
     }
 }
 
+@Suite(.serialized) struct NewOwnerTests {
+    /// An owner committed messages and was gone before handing them on, and a send reaches the
+    /// new owner before any recovery does: the new owner hands the recent messages on first, so
+    /// no stream is written the new seq before the ones it missed (a stream that knows nothing
+    /// of the conversation yet could not tell them missing).
+    @Test func aNewOwnerHandsOnTheRecentMessagesBeforeItsOwn() async throws {
+        let ann: UserID = "u_ann", ben: UserID = "u_ben"
+        let store = InMemoryChatStore()
+        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g1"], store: store)
+        defer { Task { await cluster.stopAll() } }
+        let received = RecordedDeliveries()
+        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
+        defer { _ = inbox }
+
+        let conversation = ConversationActor.directID(ann, ben)
+        let actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
+        _ = try await actor.create(CreateConversation(creatorId: ann, memberIds: [ben]))
+        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
+        // What an owner that took the conversation (a new epoch fences the actor off) committed and never handed on.
+        let first = try await commitAsAnotherOwner(store, conversation, sender: ben)
+        let second = try await commitAsAnotherOwner(store, conversation, sender: ben)
+
+        // The fenced actor deactivates; the send goes to its new activation.
+        let sent = try await actor.send(SendMessage(senderId: ann, clientMessageId: UUID().uuidString.lowercased(), text: "next"))
+        try await eventually(timeout: .seconds(10), "ann's gateway gets the new message") {
+            received.messages.contains { $0.seq == sent.message.seq }
+        }
+        #expect(received.messages.map(\.seq) == [first.seq, second.seq, sent.message.seq])
+    }
+}
+
 @Suite(.serialized) struct RestartedOwnerTests {
     /// The owner committed a message and died before handing it on, and came back — as happens
     /// when a worker is restarted before failure detection notices — under the same name: no other
