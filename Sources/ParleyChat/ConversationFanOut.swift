@@ -42,25 +42,11 @@ final class ConversationFanOut: Sendable {
         /// The members of the conversation as of its latest event: whom messages read back from
         /// the store are for, and whose gateways the deliveries go to.
         var members: [UserID] = []
-        /// The directory's freshest answer for each member, and when it was asked.
-        var gatewayOf: [UserID: [String]] = [:]
-        var askedAt: [UserID: ContinuousClock.Instant] = [:]
+        /// The directory's freshest answer for each member.
+        var gatewayOf = MemberGateways()
         var queued: [(Input, [UserID])] = []
         var consuming = false
         var ticking = false
-
-        /// Takes the directory's `answer`, asked at `askedAt`, for each user it names unless a
-        /// later question's answer is held already: answers can come back out of the order they
-        /// were asked (one waits on a shard that does not answer), and an older one may lack a
-        /// stream that opened since — events sent by it would never reach that stream. Returns
-        /// the gateways of the users it names, as now remembered.
-        mutating func remember(_ answer: [UserID: [String]], askedAt: ContinuousClock.Instant) -> Set<String> {
-            for (user, gateways) in answer where (self.askedAt[user].map { $0 <= askedAt } ?? true) {
-                gatewayOf[user] = gateways
-                self.askedAt[user] = askedAt
-            }
-            return Set(answer.keys.flatMap { gatewayOf[$0] ?? [] })
-        }
     }
 
     /// Reads committed messages of this conversation after a seq (at most `limit`, ascending).
@@ -174,7 +160,7 @@ final class ConversationFanOut: Sendable {
             var undecided: [(Message, [UserID])] = []
             let directives = state.withLock { state -> [Machine.Directive] in
                 let now = clock.now
-                var directives = state.machine.gateways(state.remember(answer, askedAt: askedAt), now: now)
+                var directives = state.machine.gateways(state.gatewayOf.remember(answer, askedAt: askedAt), now: now)
                 for (input, members) in batch {
                     state.members = members
                     switch input {
@@ -258,7 +244,7 @@ final class ConversationFanOut: Sendable {
     private func send(_ items: [Item], from: Int64, to gateway: String) {
         let gatewayOf = state.withLock { $0.gatewayOf }
         let deliveries = items.compactMap { item -> EventDelivery? in
-            let recipients = item.members.filter { $0 != item.except && gatewayOf[$0]?.contains(gateway) == true }
+            let recipients = item.members.filter { $0 != item.except && gatewayOf.holds($0, on: gateway) }
             return recipients.isEmpty ? nil : EventDelivery(event: item.event, recipients: recipients)
         }
         let through = from + Int64(items.count) - 1
@@ -307,7 +293,7 @@ final class ConversationFanOut: Sendable {
             perform(state.withLock { state in
                 let members = state.members
                 var directives: [Machine.Directive] = []
-                if let answer { directives += state.machine.gateways(state.remember(answer, askedAt: askedAt), now: clock.now) }
+                if let answer { directives += state.machine.gateways(state.gatewayOf.remember(answer, askedAt: askedAt), now: clock.now) }
                 return directives + state.machine.storeRead(found.map { ($0.seq, Self.item(.message($0), members)) }, now: clock.now)
             })
         } catch {
@@ -335,7 +321,7 @@ final class ConversationFanOut: Sendable {
                     let now = clock.now
                     var directives: [Machine.Directive] = []
                     if let answer {
-                        directives += state.machine.gateways(state.remember(answer, askedAt: askedAt), now: now)
+                        directives += state.machine.gateways(state.gatewayOf.remember(answer, askedAt: askedAt), now: now)
                     }
                     directives += state.machine.tick(now: now)
                     state.ticking = state.machine.needsTicks
@@ -366,5 +352,31 @@ public struct DeliveryTimings: Sendable {
 
     public init(holdMax: Duration = .seconds(1)) {
         self.holdMax = holdMax
+    }
+}
+
+/// Which gateways hold each member's streams, as the directory last said — keeping, for each
+/// member, the answer to the latest question. Answers can come back out of the order they were
+/// asked (one waits on a shard that does not answer), and an older one may lack a stream that
+/// opened since: events sent by it would never reach that stream.
+public struct MemberGateways: Sendable {
+    private var gateways: [UserID: [String]] = [:]
+    private var askedAt: [UserID: ContinuousClock.Instant] = [:]
+
+    public init() {}
+
+    /// Takes `answer`, asked at `askedAt`, for each member it names unless the answer to a later
+    /// question is held already. Returns the gateways of the members it names, as now held.
+    @discardableResult
+    public mutating func remember(_ answer: [UserID: [String]], askedAt: ContinuousClock.Instant) -> Set<String> {
+        for (user, gateways) in answer where (self.askedAt[user].map { $0 <= askedAt } ?? true) {
+            self.gateways[user] = gateways
+            self.askedAt[user] = askedAt
+        }
+        return Set(answer.keys.flatMap { self.gateways[$0] ?? [] })
+    }
+
+    public func holds(_ user: UserID, on gateway: String) -> Bool {
+        gateways[user]?.contains(gateway) == true
     }
 }

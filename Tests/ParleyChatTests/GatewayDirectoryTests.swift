@@ -411,3 +411,22 @@ func commitAsAnotherOwner(
 }
 
 struct NotAppended: Error { var outcomes: [AppendOutcome] }
+
+@Suite struct MemberGatewaysTests {
+    /// A fan-out keeps each member's answer to the latest question: one that comes back after a
+    /// later question's (it waited on a shard on a dead node) does not replace it, so a stream
+    /// that opened between the two questions keeps its gateway.
+    @Test func anOlderAnswerDoesNotReplaceANewerOne() {
+        var time = ManualTime()
+        var held = MemberGateways()
+        let early = time.now
+        time.advance(by: .milliseconds(500))
+        #expect(held.remember(["u_b": ["gateway-1", "gateway-0"]], askedAt: time.now) == ["gateway-1", "gateway-0"])
+        #expect(held.remember(["u_b": ["gateway-0"], "u_c": ["gateway-1"]], askedAt: early) == ["gateway-1", "gateway-0"], "u_b's newer answer stays")
+        #expect(held.holds("u_b", on: "gateway-1"))
+        #expect(held.holds("u_c", on: "gateway-1"), "u_c had no answer before")
+        time.advance(by: .seconds(1))
+        held.remember(["u_b": []], askedAt: time.now)
+        #expect(!held.holds("u_b", on: "gateway-1"), "a newer answer replaces it")
+    }
+}
