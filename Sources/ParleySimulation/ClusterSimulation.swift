@@ -44,6 +44,8 @@ public final class ClusterSimulation: Sendable {
         /// Read receipts (a member marks read what it has) and group renames in the active stretch.
         public var receiptsPerSecond = 3.0
         public var renamesPerSecond = 0.4
+        /// Notes a bot, a member of every group, puts on (or replaces on) messages it has.
+        public var annotationsPerSecond = 1.0
         /// Kills (restarted 2–3 s later), link cuts, pauses, broken streams and apps gone to the
         /// background for 2–8 s in the active stretch.
         public var faultsPerMinute = 15.0
@@ -161,6 +163,8 @@ public final class ClusterSimulation: Sendable {
         /// `conversation` events, applied in the order read).
         var readSeqs: [ConversationID: [UserID: Int64]] = [:]
         var names: [ConversationID: String] = [:]
+        /// The bot's notes on messages, by conversation, seq and key, applied in the order read.
+        var annotations: [ConversationID: [Int64: [String: String]]] = [:]
         /// The cursor of the last event the client got (an event's `id:`): where its next stream
         /// resumes. Registered clients start with the run's start, before any message.
         var cursor: StreamCursor
@@ -322,6 +326,7 @@ public final class ClusterSimulation: Sendable {
             if elapsed < options.activeTime {
                 sendNew()
                 changeStates()
+                annotate()
             }
             retryDue()
         }
@@ -401,6 +406,8 @@ public final class ClusterSimulation: Sendable {
             try await store.createUser(StoredUser(user: user, passwordHash: "not-a-hash"))
             clients.append(Client(id: id, cursor: StreamCursor(clock.wallNow)))
         }
+        let bot = User(id: Self.bot, handle: "simbot", displayName: "Bot", createdAt: clock.wallNow, bot: true)
+        try await store.createUser(StoredUser(user: bot, passwordHash: "not-a-hash"))
         state.withLock { $0.clients = clients }
     }
 
@@ -420,7 +427,9 @@ public final class ClusterSimulation: Sendable {
         for plan in plans {
             let id = plan.name == nil ? ConversationActor.directID(ids[plan.members[0]], ids[plan.members[1]]) : ConversationID(rawValue: "c_sim\(seed)_\(plan.name!.split(separator: " ")[1])")
             guard let gateway = anyGateway(), let system = system(gateway) else { continue }
-            let request = CreateConversation(creatorId: ids[plan.members[0]], memberIds: plan.members.map { ids[$0] }, name: plan.name)
+            // The bot is a member of every group (a direct chat is two people).
+            let request = CreateConversation(
+                creatorId: ids[plan.members[0]], memberIds: plan.members.map { ids[$0] } + (plan.name == nil ? [] : [Self.bot]), name: plan.name)
             let created = try await whileAdvancing { try await ConversationActor.resolve(id, using: system).create(request) }
             guard created.created || plan.name == nil else { continue }
             state.withLock { state in
@@ -593,6 +602,9 @@ public final class ClusterSimulation: Sendable {
                     let receipt = try Self.decoder.decode(API.ReceiptEvent.self, from: Data(frame.data.utf8))
                     // Watermarks only move forward: a receipt replayed after a later one is older news.
                     state.withLock { $0.clients[user].readSeqs[receipt.conversationId, default: [:]][receipt.userId, default: 0].formMax(receipt.readSeq) }
+                case "message_annotated":
+                    let annotation = try Self.decoder.decode(API.AnnotationEvent.self, from: Data(frame.data.utf8)).annotation
+                    state.withLock { $0.clients[user].annotations[annotation.conversationId, default: [:]][annotation.seq, default: [:]][annotation.key] = annotation.value }
                 case "conversation":
                     let conversation = try Self.decoder.decode(API.ConversationEvent.self, from: Data(frame.data.utf8)).conversation
                     state.withLock { $0.clients[user].names[conversation.id] = conversation.name }
@@ -697,6 +709,29 @@ public final class ClusterSimulation: Sendable {
             Task { _ = try? await ConversationActor.resolve(conversation, using: system).rename(name, by: by) }
         }
     }
+
+    /// The bot notes what a member has read so far, under one of two keys, through a live gateway.
+    func annotate() {
+        for _ in 0..<draws(perSecond: options.annotationsPerSecond) {
+            let groups = state.withLock { $0.conversations.filter { $0.id.rawValue.hasPrefix("c_") } }
+            guard !groups.isEmpty, let gateway = anyGateway(), let system = system(gateway) else { continue }
+            let (conversation, members) = groups[random.int(in: 0..<groups.count)]
+            let seq = state.withLock { $0.clients[members[random.int(in: 0..<members.count)]].received[conversation] ?? 0 }
+            guard seq > 0 else { continue }
+            let key = ["translation", "summary"][random.int(in: 0..<2)]
+            let value = "note \(random.int(in: 0..<1_000_000))"
+            Task {
+                do {
+                    _ = try await ConversationActor.resolve(conversation, using: system).annotate(seq: seq, key: key, value: value, by: Self.bot)
+                    note("the bot noted \(conversation) seq \(seq)'s \(key)")
+                } catch {
+                    note("the bot could not note \(conversation) seq \(seq)'s \(key): \(error)")
+                }
+            }
+        }
+    }
+
+    static let bot: UserID = "u_simbot"
 
     /// How many of something that happens `perSecond` on average happen in this step.
     func draws(perSecond: Double) -> Int {
@@ -831,16 +866,20 @@ public final class ClusterSimulation: Sendable {
         if !allLive { fail("the final resume: not every stream reached ready within 30 s") }
     }
 
-    /// What each client learned from `receipt` and `conversation` events is the store's state:
-    /// every member's read seq, every group's name.
+    /// What each client learned from `receipt`, `conversation` and `message_annotated` events is
+    /// the store's state: every member's read seq, every group's name, every note on a message.
     func checkStates() async throws {
         let (conversations, clients) = state.withLock { ($0.conversations, $0.clients) }
         for (id, members) in conversations {
             guard let record = try await store.conversation(id) else { continue }
+            let notes = record.lastSeq > 0 ? try await store.annotations(in: id, seqs: 1...record.lastSeq) : []
             for user in members {
                 let client = clients[user]
                 if record.kind == .group, client.names[id] != record.name {
                     fail("user \(user) knows \(id) as \(client.names[id] ?? "nil"), the store as \(record.name ?? "nil")")
+                }
+                for note in notes where client.annotations[id]?[note.seq]?[note.key] != note.value {
+                    fail("user \(user) knows \(id) seq \(note.seq)'s \(note.key) as \(client.annotations[id]?[note.seq]?[note.key] ?? "nil"), the store as \(note.value)")
                 }
                 for member in record.members where member.readSeq > 0 && client.readSeqs[id]?[member.userId] != member.readSeq {
                     fail("user \(user) knows \(member.userId)'s read seq in \(id) as \(client.readSeqs[id]?[member.userId] ?? 0), the store as \(member.readSeq)")
