@@ -355,6 +355,46 @@ import Testing
         #expect(received.messages.map(\.seq) == [1, 2], "once, in order")
     }
 
+    /// What a store read finds goes out by an answer asked after the read: the one the fan-out
+    /// held from before named only the gateway the member streamed on then, and a stream opened
+    /// on another gateway before the message committed (so not in its replay) would never get it.
+    @Test func whatAStoreReadFindsGoesByAnAnswerAskedAfterTheRead() async throws {
+        let cluster = try await startChatCluster(users: [Self.ann, Self.ben], workers: ["node-a"], gateways: ["node-g1", "node-g2"])
+        defer { Task { await cluster.stopAll() } }
+        let first = RecordedDeliveries(), second = RecordedDeliveries()
+        let inboxes = [
+            GatewayInbox.open(on: cluster["node-g1"]) { first.record($0) }, GatewayInbox.open(on: cluster["node-g2"]) { second.record($0) },
+        ]
+        defer { _ = inboxes }
+        // Past the shards' first session lease: a shard that just started names every live gateway.
+        let shard = try PresenceShard.resolve(for: Self.ann, using: cluster["node-a"])
+        _ = try await shard.presence(of: [Self.ann])
+        _ = try await PresenceShard.resolve(for: Self.ben, using: cluster["node-a"]).presence(of: [Self.ben])
+        try await Task.sleep(for: PresenceShard.sessionLease)
+        _ = try await shard.openSession(.init(userId: Self.ann, sessionID: "ann-1"), gateway: "node-g1")
+        let system = cluster["node-a"]
+        let stored = Mutex<Int64>(1)
+        let fanOut = ConversationFanOut(
+            directory: GatewayDirectory(system: system), courier: GatewayCourier(system: system), lastSeq: 0, members: [Self.ann, Self.ben],
+            timings: DeliveryTimings(holdMax: .milliseconds(300)), clock: system.clock, logger: system.logger
+        ) { after, limit in
+            let last = stored.withLock { $0 }
+            return (1...last).filter { $0 > after }.prefix(limit).map(Self.message)
+        }
+        fanOut.committed(Self.message(1), members: [Self.ann, Self.ben])
+        try await eventually(timeout: .seconds(10), "seq 1 reaches ann's gateway") { first.messages.map(\.seq) == [1] }
+        #expect(second.messages.isEmpty)
+
+        // ann's stream opens on node-g2; then seq 2 commits, and its append's answer is lost.
+        _ = try await shard.openSession(.init(userId: Self.ann, sessionID: "ann-2"), gateway: "node-g2")
+        stored.withLock { $0 = 2 }
+        fanOut.appendUncertain()
+        try await eventually(timeout: .seconds(10), "seq 2 reaches the stream that opened before it committed") {
+            second.messages.map(\.seq) == [2]
+        }
+        #expect(first.messages.map(\.seq) == [1, 2])
+    }
+
     /// The same, as the first thing a new owner does: no event has named the members yet, and
     /// what the store read finds goes to those of the conversation as it was activated (cluster
     /// simulation seed 3190).
