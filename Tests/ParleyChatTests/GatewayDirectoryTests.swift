@@ -139,32 +139,43 @@ import Testing
     }
 }
 
+/// One worker and one gateway over a store the test also writes to, as another owner would: ann
+/// streams on the gateway, in her direct conversation with ben, created through `actor`.
+struct OneOwnerCluster {
+    static let ann: UserID = "u_ann", ben: UserID = "u_ben"
+    let store = InMemoryChatStore()
+    let cluster: LoopbackCluster
+    let received = RecordedDeliveries()
+    let inbox: GatewayInbox
+    let conversation = ConversationActor.directID(ann, ben)
+    let actor: ConversationActor
+
+    init() async throws {
+        cluster = try await startChatCluster(users: [Self.ann, Self.ben], workers: ["node-a"], gateways: ["node-g1"], store: store)
+        inbox = GatewayInbox.open(on: cluster["node-g1"]) { [received] in received.record($0) }
+        actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
+        _ = try await actor.create(CreateConversation(creatorId: Self.ann, memberIds: [Self.ben]))
+        _ = try await PresenceShard.resolve(for: Self.ann, using: cluster["node-a"]).openSession(.init(userId: Self.ann, sessionID: "ann-1"), gateway: "node-g1")
+    }
+}
+
 @Suite(.serialized) struct RetriedSendFanOutTests {
     /// An owner committed a message and died (or was cut off) before fanning it out; the sender's
     /// retry reaches the new owner, which finds the message already stored. Nothing else would push
     /// it to the members' streams until the conversation's next message — so the retry publishes it.
     @Test func aRetryThatFindsItsMessageStoredPublishesItToTheStreams() async throws {
-        let ann: UserID = "u_ann", ben: UserID = "u_ben"
-        let store = InMemoryChatStore()
-        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g1"], store: store)
-        defer { Task { await cluster.stopAll() } }
-        let received = RecordedDeliveries()
-        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
-        defer { _ = inbox }
-
-        let conversation = ConversationActor.directID(ann, ben)
-        let actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
-        _ = try await actor.create(CreateConversation(creatorId: ann, memberIds: [ben]))
-        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
+        let owner = try await OneOwnerCluster()
+        defer { Task { await owner.cluster.stopAll() } }
+        defer { _ = owner.inbox }
         // The owner that committed it (a new epoch, which fences the actor off) and never fanned it out.
         let clientMessageId = UUID().uuidString.lowercased()
-        let original = try await commitAsAnotherOwner(store, conversation, sender: ben, clientMessageId: clientMessageId)
+        let original = try await commitAsAnotherOwner(owner.store, owner.conversation, sender: OneOwnerCluster.ben, clientMessageId: clientMessageId)
 
         // The sender's retry: the fenced actor deactivates, the call goes to its new activation.
-        let retried = try await actor.send(SendMessage(senderId: ben, clientMessageId: clientMessageId, text: "hi"))
+        let retried = try await owner.actor.send(SendMessage(senderId: OneOwnerCluster.ben, clientMessageId: clientMessageId, text: "hi"))
         #expect(retried.message == original && !retried.created)
         try await eventually(timeout: .seconds(10), "ann's gateway gets the message the retry found") {
-            received.messages.map(\.seq) == [original.seq]
+            owner.received.messages.map(\.seq) == [original.seq]
         }
     }
 }
@@ -208,28 +219,19 @@ import Testing
     /// no stream is written the new seq before the ones it missed (a stream that knows nothing
     /// of the conversation yet could not tell them missing).
     @Test func aNewOwnerHandsOnTheRecentMessagesBeforeItsOwn() async throws {
-        let ann: UserID = "u_ann", ben: UserID = "u_ben"
-        let store = InMemoryChatStore()
-        let cluster = try await startChatCluster(users: [ann, ben], workers: ["node-a"], gateways: ["node-g1"], store: store)
-        defer { Task { await cluster.stopAll() } }
-        let received = RecordedDeliveries()
-        let inbox = GatewayInbox.open(on: cluster["node-g1"]) { received.record($0) }
-        defer { _ = inbox }
-
-        let conversation = ConversationActor.directID(ann, ben)
-        let actor = try ConversationActor.resolve(conversation, using: cluster["node-a"])
-        _ = try await actor.create(CreateConversation(creatorId: ann, memberIds: [ben]))
-        _ = try await PresenceShard.resolve(for: ann, using: cluster["node-a"]).openSession(.init(userId: ann, sessionID: "ann-1"), gateway: "node-g1")
+        let owner = try await OneOwnerCluster()
+        defer { Task { await owner.cluster.stopAll() } }
+        defer { _ = owner.inbox }
         // What an owner that took the conversation (a new epoch fences the actor off) committed and never handed on.
-        let first = try await commitAsAnotherOwner(store, conversation, sender: ben)
-        let second = try await commitAsAnotherOwner(store, conversation, sender: ben)
+        let first = try await commitAsAnotherOwner(owner.store, owner.conversation, sender: OneOwnerCluster.ben)
+        let second = try await commitAsAnotherOwner(owner.store, owner.conversation, sender: OneOwnerCluster.ben)
 
         // The fenced actor deactivates; the send goes to its new activation.
-        let sent = try await actor.send(SendMessage(senderId: ann, clientMessageId: UUID().uuidString.lowercased(), text: "next"))
+        let sent = try await owner.actor.send(SendMessage(senderId: OneOwnerCluster.ann, clientMessageId: UUID().uuidString.lowercased(), text: "next"))
         try await eventually(timeout: .seconds(10), "ann's gateway gets the new message") {
-            received.messages.contains { $0.seq == sent.message.seq }
+            owner.received.messages.contains { $0.seq == sent.message.seq }
         }
-        #expect(received.messages.map(\.seq) == [first.seq, second.seq, sent.message.seq])
+        #expect(owner.received.messages.map(\.seq) == [first.seq, second.seq, sent.message.seq])
     }
 }
 
