@@ -307,7 +307,7 @@ public final class StreamHub: Sendable {
             var late: [String] = []
             for outcome in outcomes { late += state.leases.renewed(outcome.renewed, sentAt: outcome.sentAt) }
             let lapsedIDs = Set(outcomes.flatMap(\.lapsed))
-            let unrenewedIDs = Set(late + state.leases.overdue(now: now)).subtracting(lapsedIDs)
+            let unrenewedIDs = state.leases.overdue(now: now).union(late).subtracting(lapsedIDs)
             return (lapsedIDs.compactMap { state.streams[$0] }, unrenewedIDs.compactMap { state.streams[$0] })
         }
         if !lapsed.isEmpty {
@@ -364,8 +364,11 @@ struct SessionLeases: Sendable {
         renewedAt = [:]
     }
 
-    /// The sessions not renewed within a lease by `now`.
-    func overdue(now: ContinuousClock.Instant) -> [String] {
-        renewedAt.filter { $0.value.advanced(by: lease) <= now }.map(\.key).sorted()
+    /// The sessions not renewed within a lease by `now` (every renewal round looks at every
+    /// session: no sorting, no copy of the map).
+    func overdue(now: ContinuousClock.Instant) -> Set<String> {
+        var overdue: Set<String> = []
+        for (session, at) in renewedAt where at.advanced(by: lease) <= now { overdue.insert(session) }
+        return overdue
     }
 }
