@@ -603,11 +603,18 @@ def main():
     if shutil.which("nghttp"):
         proc = subprocess.Popen(["nghttp", "-v", "--no-verify-peer", "-H", f"authorization: Bearer {bob['token']}",
                                  f"https://localhost:{CLIENT['gateway-2']}/v1/events"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        time.sleep(1.5)
+        output = []
+        reader = threading.Thread(target=lambda: output.extend(iter(proc.stdout.readline, b"")), daemon=True)
+        reader.start()
+        wait_until(10, lambda: b"event: ready" in b"".join(output))
         send(a1, conv, "to nghttp")
-        time.sleep(1.5)
+        # A worker restarted just before: the conversation may be moving back to it, so the
+        # message is waited for rather than given a fixed time.
+        wait_until(20, lambda: b"to nghttp" in b"".join(output))
         os.kill(proc.pid, signal.SIGTERM)
-        text = proc.communicate(timeout=10)[0].decode(errors="replace")
+        proc.wait(timeout=10)
+        reader.join(timeout=10)
+        text = b"".join(output).decode(errors="replace")
         check("h2" in text and ":status: 200" in text and "event: message" in text and "to nghttp" in text,
               "nghttp reads the event stream over h2", text[-600:])
         body_file = os.path.join(WORK, "nghttp-body.json")
