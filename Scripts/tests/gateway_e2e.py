@@ -833,6 +833,50 @@ def main():
     check(a1.call("GET", "/v1/conversations", token=login["token"])[0] == 401
           and a1.call("GET", "/v1/users/me", token=login["token"])[0] == 401, "a revoked token is refused on every gateway at once")
     check(a1.call("GET", "/v1/users/me")[0] == 200, "the user's other token still works, and the node still serves")
+
+    # Sessions and passwords, across both gateways: each token a session, listed and revocable by
+    # its owner; a password change revokes every other token on every gateway before its 204, and
+    # ends the event streams they opened.
+    status, pat, _ = Client("gateway-2").call("POST", "/v1/users", {"handle": "pat", "password": "pat-password-1", "displayName": "Pat"},
+                                             headers={"User-Agent": "Parley-Mac/1.0 (laptop)"})
+    laptop = Client("gateway-1", pat.get("token") if status == 201 else None)
+    logins = [Client("gateway-2").call("POST", "/v1/sessions", {"handle": "pat", "password": "pat-password-1"}, headers={"User-Agent": ua})
+              for ua in ("Parley-iOS/2.1 (phone)", "Parley-iOS/2.1 (tablet)")]
+    phone_token, tablet_token = (reply.get("token") for _, reply, _ in logins)
+    for token in (phone_token, tablet_token):  # both gateways now remember both tokens for a lease
+        for gateway in ("gateway-1", "gateway-2"):
+            Client(gateway, token).call("GET", "/v1/users/me")
+    status, listed, _ = laptop.call("GET", "/v1/sessions")
+    sessions = listed.get("sessions", []) if status == 200 else []
+    check([(s["userAgent"], s["current"]) for s in sessions]
+          == [("Parley-iOS/2.1 (tablet)", False), ("Parley-iOS/2.1 (phone)", False), ("Parley-Mac/1.0 (laptop)", True)]
+          and all(set(s) >= {"id", "createdAt", "lastUsedAt", "expiresAt"} and "token" not in s for s in sessions),
+          "GET /v1/sessions lists the user's sessions newest first, with their User-Agent, the current one marked", f"{status} {listed}")
+    tablet_id = next((s["id"] for s in sessions if "tablet" in s["userAgent"]), "none")
+    check(Client("gateway-2", bob["token"]).call("DELETE", f"/v1/sessions/{tablet_id}")[0] == 404, "another user's session is 404 to revoke")
+    check(laptop.call("DELETE", f"/v1/sessions/{tablet_id}")[0] == 204, "revoking one session answers 204")
+    check(all(Client(g, tablet_token).call("GET", "/v1/users/me")[0] == 401 for g in ("gateway-1", "gateway-2")),
+          "the revoked session's token is refused on both gateways at once")
+    check(laptop.call("DELETE", f"/v1/sessions/{tablet_id}")[0] == 404, "and revoking it again is 404")
+    phone_stream = Stream("gateway-2", phone_token)
+    phone_ready = phone_stream.wait_for(15, lambda ev: any(e == "ready" for e, _, _ in ev))
+    status, reply, _ = laptop.call("PUT", "/v1/users/me/password", {"current": "not-the-password", "new": "pat-password-2"})
+    check(status == 403 and reply["error"]["code"] == "forbidden" and "current password" in reply["error"]["message"],
+          "a password change with the wrong current password is 403", f"{status} {reply}")
+    status, reply, _ = laptop.call("PUT", "/v1/users/me/password", {"current": "pat-password-1", "new": "short"})
+    check(status == 400 and "new" in reply["error"]["message"], "a new password that registration would refuse is 400, naming it", f"{status} {reply}")
+    status, _, _ = laptop.call("PUT", "/v1/users/me/password", {"current": "pat-password-1", "new": "pat-password-2"})
+    check(status == 204, "a password change answers 204", f"{status}")
+    check(all(Client(g, phone_token).call("GET", "/v1/users/me")[0] == 401 for g in ("gateway-1", "gateway-2")),
+          "every other token of the user is refused on both gateways once the change answered")
+    check(phone_ready and phone_stream.ended.wait(10), "the event stream the phone's token opened ends", f"ready={phone_ready}")
+    check(laptop.call("GET", "/v1/users/me")[0] == 200 and Client("gateway-2", pat.get("token")).call("GET", "/v1/users/me")[0] == 200,
+          "the token that changed the password keeps working on both gateways")
+    old = Client("gateway-1").call("POST", "/v1/sessions", {"handle": "pat", "password": "pat-password-1"})[0]
+    new = Client("gateway-1").call("POST", "/v1/sessions", {"handle": "pat", "password": "pat-password-2"})[0]
+    check(old == 401 and new == 200, "the old password no longer signs in; the new one does", f"old {old}, new {new}")
+    check([s["current"] for s in laptop.call("GET", "/v1/sessions")[1]["sessions"]] == [False, True],
+          "the sessions left: the new login and the one that changed the password")
     burst = [send(b1, conv, f"flood {i}") for i in range(120)]
     limited = [(reply, headers) for status, reply, headers in burst if status == 429]
     reply, headers = limited[0] if limited else ({}, {})
@@ -923,7 +967,7 @@ def main():
         paths = ["/v1/users", "/v1/sessions", "/v1/users/me", f"/v1/users/{alice_id}", "/v1/conversations", f"/v1/conversations/{t_conv}",
                  f"/v1/conversations/{t_conv}/members", f"/v1/conversations/{t_conv}/members/{bob_id}", f"/v1/conversations/{t_conv}/messages",
                  f"/v1/conversations/{t_conv}/receipts", f"/v1/conversations/{t_conv}/typing", "/v1/presence", "/v1/events", "/healthz", "/readyz",
-                 "/v1/sessions/current"]
+                 "/v1/sessions/current", "/v1/sessions/s_none", "/v1/users/me/password"]
         methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
         bad = []
         h1 = Client("gateway-1", t_token)

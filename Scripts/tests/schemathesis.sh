@@ -54,6 +54,12 @@ THIRD="$(register third | field user id)"
 conversation() {
     curl -s --cacert "$PARLEY_CA" -H 'Content-Type: application/json' -H "Authorization: Bearer $TOKEN" "$PARLEY_URL/v1/conversations" -d "$1" | field conversation id
 }
+# A second login of the same user: its session is the one generated revocations may hit (the
+# run's own session is never named: its ID is a random UUID nobody generates).
+SECOND="$(curl -s --cacert "$PARLEY_CA" -H 'Content-Type: application/json' "$PARLEY_URL/v1/sessions" \
+    -d '{"handle":"schemathesis","password":"correct horse"}' | field token)"
+SESSION="$(curl -s --cacert "$PARLEY_CA" -H "Authorization: Bearer $SECOND" "$PARLEY_URL/v1/sessions" | python3 -c 'import json, sys
+print(next(s["id"] for s in json.load(sys.stdin)["sessions"] if s["current"]))')"
 GROUP="$(conversation "{\"memberIds\":[\"$OTHER\",\"$THIRD\"],\"name\":\"a group\"}")"
 DIRECT="$(conversation "{\"memberIds\":[\"$OTHER\"]}")"
 cat >"$WORK/schemathesis.toml" <<EOF
@@ -61,7 +67,10 @@ cat >"$WORK/schemathesis.toml" <<EOF
 values = ["$GROUP", "$DIRECT"]
 [dictionaries.users]
 values = ["$OTHER", "$THIRD"]
+[dictionaries.sessions]
+values = ["$SESSION"]
 [parameters]
+"path.sessionId" = { dictionary = "sessions", probability = 0.5 }
 "path.conversationId" = { dictionary = "conversations", probability = 0.7 }
 "path.userId" = { dictionary = "users", probability = 0.5 }
 "body.memberIds[*]" = { dictionary = "users", probability = 0.7 }
@@ -85,6 +94,9 @@ else
     fail "Schemathesis found answers that do not match docs/openapi.yaml:"
     sed -n '/FAILURES/,$p' "$WORK/run.txt" | head -n 120
 fi
+status="$(curl -s -o /dev/null -w '%{http_code}' --cacert "$PARLEY_CA" -H "Authorization: Bearer $TOKEN" "$PARLEY_URL/v1/users/me")"
+[ "$status" = 200 ] && pass "the run's own token still works after it (the generated requests reached past 401)" \
+    || fail "the run's own token answers $status after it: a generated request revoked it, and what came after tested only 401"
 
 # The check must be able to fail: a description whose user demands a field no answer carries.
 python3 - "$ROOT/docs/openapi.yaml" "$WORK/mutant.yaml" <<'PY'

@@ -12,8 +12,9 @@ reader's page: both pages go on without a reload, his on the other gateway (the 
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
-shows as unread in the list. axe-core (bundled by axe-selenium-python) finds nothing serious or
-critical on the sign-in form, a conversation, the group panel and at phone width. A page away for longer than a resume replays gets 410
+shows as unread in the list. In the settings panel a session is signed out and the password
+changed. axe-core (bundled by axe-selenium-python) finds nothing serious or
+critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
 cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
 user from online to last seen on the other page. A reloaded page pages
 older history in on scroll. Screenshots of the main views are saved (PARLEY_SCREENSHOTS=DIR, else
@@ -304,6 +305,33 @@ def main():
     browsers.remove(bob)
     check(wait_until(30, lambda: el(alice, "conversation-status").text.startswith("last seen")),
           "he closes his browser: it says when he was last seen", el(alice, "conversation-status").text)
+
+    print("settings")
+    port = nodes.client["gateway-1"]  # gateway-2 is down since Bob's page was away
+    _, phone = call("POST", port, "/v1/sessions", {"handle": "alice", "password": "correct horse battery"}, context=context)
+    el(alice, "open-settings").click()
+
+    def sessions():
+        return alice.execute_script("return [...document.querySelectorAll('#sessions li')].map(li => [li.dataset.id, !!li.querySelector('.here')])")
+    check(wait_until(10, lambda: len(sessions()) == 2 and [here for _, here in sessions()].count(True) == 1),
+          "the settings panel lists Alice's two sessions, this browser's marked", sessions())
+    shot(alice, "settings")
+    audit(alice, "the settings panel")
+    alice.find_element(By.CSS_SELECTOR, "#sessions li .revoke").click()
+    check(wait_until(10, lambda: len(sessions()) == 1) and call("GET", port, "/v1/users/me", token=(phone or {}).get("token"), context=context)[0] == 401,
+          "she signs the other session out from the panel: its token is refused", sessions())
+    el(alice, "password-current").send_keys("correct horse battery")
+    el(alice, "password-new").send_keys("a new horse battery")
+    el(alice, "password-change").click()
+    check(wait_until(10, lambda: "Password changed" in el(alice, "settings-result").text), "she changes her password in the panel",
+          el(alice, "settings-result").text + el(alice, "settings-error").text)
+    old = call("POST", port, "/v1/sessions", {"handle": "alice", "password": "correct horse battery"}, context=context)[0]
+    new = call("POST", port, "/v1/sessions", {"handle": "alice", "password": "a new horse battery"}, context=context)[0]
+    check(old == 401 and new == 200, "the old password no longer signs in, the new one does", f"old {old}, new {new}")
+    el(alice, "close-settings").click()
+    send(alice, "after the new password")
+    check(wait_until(15, lambda: texts(alice)[-1:] == [["after the new password", "sent"]]) and alice.execute_script("return window.notReloaded"),
+          "her page stays signed in and sends", texts(alice)[-1:])
 
 
 if __name__ == "__main__":

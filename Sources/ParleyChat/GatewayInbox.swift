@@ -1,6 +1,7 @@
 import Distributed
 import Logging
 import ParleyCluster
+import ParleyModel
 
 /// Where conversation owners deliver events for the streams a gateway node holds, and where
 /// users' actors tell the gateway of revoked tokens: one pinned actor per gateway, at the
@@ -10,8 +11,17 @@ public distributed actor GatewayInbox {
     public typealias ActorSystem = ClusterSystem
     /// Receives each batch of deliveries, in the order a conversation sent them.
     public typealias Handler = @Sendable ([EventDelivery]) async -> Void
-    /// Receives the IDs of revoked tokens, which the gateway must stop accepting before it returns.
-    public typealias RevocationHandler = @Sendable ([String]) -> Void
+    /// Receives revoked tokens, which the gateway must stop accepting before it returns.
+    public typealias RevocationHandler = @Sendable (Revocation) -> Void
+
+    /// Tokens that stop working.
+    public enum Revocation: Hashable, Sendable {
+        /// These token IDs.
+        case tokens([String])
+        /// Every token of a user but one (the password changed through it), or all of them: also
+        /// those no session names, whose IDs nobody knows.
+        case user(UserID, except: String?)
+    }
 
     public static let kind = "gateway-inbox"
 
@@ -49,7 +59,12 @@ public distributed actor GatewayInbox {
 
     /// These tokens were revoked: the gateway stops accepting them before this returns.
     public distributed func revoked(_ tokenIds: [String]) {
-        revocationHandler(tokenIds)
+        revocationHandler(.tokens(tokenIds))
+    }
+
+    /// Every token of `user` but `except` was revoked: the gateway stops accepting them before this returns.
+    public distributed func revokedAll(of user: UserID, except tokenId: String?) {
+        revocationHandler(.user(user, except: tokenId))
     }
 
     /// Tells every gateway of the cluster that these tokens were revoked, waiting for the answers
@@ -59,13 +74,22 @@ public distributed actor GatewayInbox {
     public static func announceRevocation(
         of tokenIds: [String], leasesEnd: ContinuousClock.Instant, using system: ClusterSystem
     ) async -> Bool {
+        await announce(.tokens(tokenIds), leasesEnd: leasesEnd, using: system)
+    }
+
+    /// Tells every gateway of the cluster of a revocation, as ``announceRevocation(of:leasesEnd:using:)`` does.
+    public static func announce(_ revocation: Revocation, leasesEnd: ContinuousClock.Instant, using system: ClusterSystem) async -> Bool {
         let gateways = system.members.filter { $0.roles.contains(.gateway) && !$0.status.isTerminal }.map(\.id.name)
         return await withTaskGroup(of: Bool.self) { group in
             for gateway in gateways {
                 group.addTask {
                     let told = await untilDeadline(leasesEnd, on: system.clock) { () -> Bool in
                         do {
-                            try await resolve(id: id(gateway: gateway), using: system).revoked(tokenIds)
+                            let inbox = try resolve(id: id(gateway: gateway), using: system)
+                            switch revocation {
+                            case .tokens(let tokenIds): try await inbox.revoked(tokenIds)
+                            case .user(let user, let except): try await inbox.revokedAll(of: user, except: except)
+                            }
                             return true
                         } catch {
                             system.logger.warning("a gateway was not told of a revoked token; waiting for its lease to run out", metadata: [

@@ -18,9 +18,19 @@ public distributed actor UserActor {
     /// Registrations under way: an empty actor is not let go while one is.
     private var creating = 0
     let services: ChatServices
-    /// Token IDs checked against the store: revoked or not. A revocation goes through this actor,
-    /// so the cache is never stale; a new owner after a ring change starts empty.
-    private var tokens: [String: Bool] = [:]
+    /// Token IDs checked against the store. A revocation goes through this actor, so the cache
+    /// is never stale; a new owner after a ring change starts empty.
+    private var tokens: [String: TokenState] = [:]
+    /// The password's hash and when it last changed (nil: never), as the store has them.
+    private var password: (hash: String, changedAt: Date?)?
+
+    enum TokenState {
+        case revoked
+        /// Valid, with the last use its session has in the store.
+        case session(lastUsedAt: Date)
+        /// Valid, issued before sessions were recorded: no session to touch.
+        case unrecorded
+    }
 
     public static func resolve(_ user: UserID, using system: ClusterSystem) throws -> UserActor {
         try resolve(id: ClusterActorID(kind: kind, key: user.rawValue), using: system)
@@ -34,7 +44,7 @@ public distributed actor UserActor {
             } catch let error as ChatStoreError {
                 throw ChatError(.unavailable, "cannot load user: \(error)")
             }
-            return UserActor(profile: stored?.user, services: services, actorSystem: system)
+            return UserActor(stored: stored, services: services, actorSystem: system)
         }
         // Token checks, on the path of a send whose token a gateway does not remember, run
         // without the runtime's lookup of the method.
@@ -45,9 +55,10 @@ public distributed actor UserActor {
     /// test checks it against a real call).
     public static let authenticateTarget = "$s10ParleyChat9UserActorC12authenticate7tokenId0A5Model0C0VSS_tYaKFTE"
 
-    init(profile: User?, services: ChatServices, actorSystem: ClusterSystem) {
+    init(stored: StoredUser?, services: ChatServices, actorSystem: ClusterSystem) {
         self.actorSystem = actorSystem
-        self.profile = profile
+        self.profile = stored?.user
+        self.password = stored.map { ($0.passwordHash, $0.passwordChangedAt) }
         self.services = services
     }
 
@@ -68,6 +79,7 @@ public distributed actor UserActor {
             throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
         }
         profile = user
+        password = (request.passwordHash, nil)
         return user
     }
 
@@ -139,21 +151,79 @@ extension UserActor {
     public static let authenticationLease: Duration = .seconds(3)
 
     /// The user, if the token with this ID (already verified by signature) was not revoked.
-    /// Throws `unauthorized` otherwise.
+    /// Throws `unauthorized` otherwise. A token no session names was issued before sessions were
+    /// recorded: valid until the password changes.
     public distributed func authenticate(tokenId: String) async throws -> User {
         guard let profile else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
-        let revoked: Bool
+        let me = UserID(rawValue: id.key)
+        let state: TokenState
         if let known = tokens[tokenId] {
-            revoked = known
+            state = known
         } else {
-            let stored = try await services.withStore { try await $0.isTokenRevoked(tokenId) }
-            // A revocation that ran while the store answered wins over what the store said.
-            revoked = tokens[tokenId] ?? stored
-            if tokens.count > 10_000 { tokens = tokens.filter(\.value) }
-            tokens[tokenId] = revoked
+            let (session, revoked) = try await services.withStore { store in
+                (try await store.session(tokenId), try await store.isTokenRevoked(tokenId))
+            }
+            let stored: TokenState =
+                if revoked { .revoked }
+                else if let session { session.userId == me ? .session(lastUsedAt: session.lastUsedAt) : .revoked }
+                else { password?.changedAt == nil ? .unrecorded : .revoked }
+            // A revocation (or a password change) that ran while the store answered wins over
+            // what the store said.
+            state = tokens[tokenId] ?? stored
+            if tokens.count > 10_000 { tokens = tokens.filter { if case .revoked = $0.value { true } else { false } } }
+            tokens[tokenId] = state
         }
-        guard !revoked else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
+        switch state {
+        case .revoked:
+            throw ChatError("unauthorized", "unknown, expired or revoked token")
+        case .session(let lastUsedAt):
+            let now = actorSystem.clock.wallNow
+            if now.timeIntervalSince(lastUsedAt) >= Double(StoredSession.touchEvery.components.seconds) {
+                // Not worth failing a request over: the next check writes it.
+                if (try? await services.withStore({ try await $0.touchSession(tokenId, at: now) })) != nil, case .session = tokens[tokenId] {
+                    tokens[tokenId] = .session(lastUsedAt: now)
+                }
+            }
+        case .unrecorded:
+            break
+        }
         return profile
+    }
+
+    /// Records a token the gateway is about to hand out. `verifiedHash` is the password hash a
+    /// login checked the password against: if the password changed since, the login is refused
+    /// (`unauthorized`), as if it had come after the change. Nil for a token an operator issues.
+    public distributed func openSession(tokenId: String, expiresAt: Date, userAgent: String?, verifiedHash: String?) async throws {
+        try requireProfile()
+        if let verifiedHash, verifiedHash != password?.hash { throw ChatError("unauthorized", "wrong handle or password") }
+        let now = actorSystem.clock.wallNow
+        let session = StoredSession(
+            tokenId: tokenId, userId: UserID(rawValue: id.key), createdAt: now, lastUsedAt: now, expiresAt: expiresAt,
+            userAgent: StoredSession.userAgent(userAgent))
+        try await services.withStore { try await $0.openSession(session) }
+        tokens[tokenId] = .session(lastUsedAt: now.millisecondPrecision)
+    }
+
+    /// `GET /v1/sessions`: this user's sessions neither revoked nor expired, newest first.
+    public distributed func sessions(current tokenId: String) async throws -> [UserSession] {
+        try requireProfile()
+        let me = UserID(rawValue: id.key)
+        let now = actorSystem.clock.wallNow
+        return try await services.withStore { try await $0.sessions(of: me, now: now, limit: Self.sessionsListed) }.map { $0.summary(current: tokenId) }
+    }
+
+    /// How many sessions `GET /v1/sessions` lists.
+    public static let sessionsListed = 100
+
+    /// `DELETE /v1/sessions/{id}`: revokes one of this user's sessions as ``revoke(tokenId:expiresAt:)``
+    /// does; `not_found` for a session that is not this user's (or is revoked or expired).
+    public distributed func revokeSession(_ tokenId: String) async throws {
+        try requireProfile()
+        let session = try await services.withStore { try await $0.session(tokenId) }
+        guard let session, session.userId.rawValue == id.key, session.expiresAt > actorSystem.clock.wallNow else {
+            throw ChatError(.notFound, "no session \(tokenId)")
+        }
+        try await revoke(tokenId: tokenId, expiresAt: session.expiresAt)
     }
 
     /// Logs a token out everywhere: when this returns, no gateway accepts it any more.
@@ -161,7 +231,7 @@ extension UserActor {
     /// From the first line on this actor refuses the token; every gateway is told to forget it,
     /// and if one cannot be told, this waits until the leases granted before have run out.
     public distributed func revoke(tokenId: String, expiresAt: Date) async throws {
-        tokens[tokenId] = true
+        tokens[tokenId] = .revoked
         let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
         try await services.withStore { store in
             try await store.revokeToken(tokenId, expiresAt: expiresAt)
@@ -169,6 +239,38 @@ extension UserActor {
             try await store.removeDevices(registeredWith: tokenId)
         }
         if await !GatewayInbox.announceRevocation(of: [tokenId], leasesEnd: leasesEnd, using: actorSystem) {
+            try? await actorSystem.clock.sleep(until: leasesEnd)
+        }
+    }
+
+    /// The password hash a password change checks the current password against; `forbidden` for
+    /// a bot, which has none.
+    public distributed func passwordHash() throws -> String {
+        let profile = try requireProfile()
+        guard !profile.bot, let password else { throw ChatError(.forbidden, "a bot has no password") }
+        return password.hash
+    }
+
+    /// `PUT /v1/users/me/password`, once the gateway checked the current password against `old`:
+    /// sets `new` (a hash) and revokes every other token of this user, everywhere, before it
+    /// returns. `conflict` if the password changed since `old` was read.
+    public distributed func changePassword(from old: String, to new: String, keeping tokenId: String) async throws {
+        let profile = try requireProfile()
+        guard !profile.bot else { throw ChatError(.forbidden, "a bot has no password") }
+        let me = UserID(rawValue: id.key)
+        let now = actorSystem.clock.wallNow
+        let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
+        let revoked = try await services.withStore { try await $0.changePassword(of: me, from: old, to: new, keeping: tokenId, at: now) }
+        guard let revoked else { throw ChatError(.conflict, "the password changed meanwhile") }
+        password = (new, now.millisecondPrecision)
+        // Every token this actor knew, but the one kept, is refused from here on; one it never
+        // saw has no session (refused now that the password changed) or one the store revoked.
+        for known in tokens.keys where known != tokenId { tokens[known] = .revoked }
+        for session in revoked { tokens[session.tokenId] = .revoked }
+        actorSystem.logger.info("password changed; the user's other sessions revoked", metadata: [
+            "user.id": "\(id.key)", "sessions.revoked": "\(revoked.count)",
+        ])
+        if await !GatewayInbox.announce(.user(me, except: tokenId), leasesEnd: leasesEnd, using: actorSystem) {
             try? await actorSystem.clock.sleep(until: leasesEnd)
         }
     }

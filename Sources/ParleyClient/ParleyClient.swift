@@ -54,6 +54,10 @@ public final class ParleyClient: Sendable {
         /// A dead gateway is refused at once, but the connection pool keeps retrying it until this
         /// runs out, so it is short.
         public var connectTimeout: Duration = .seconds(2)
+        /// Sent as `User-Agent`: the server keeps it with each login, so that a user's list of
+        /// sessions (``ParleyClient/sessions()``) says which app and device each is. Name the app
+        /// and the device, e.g. `Chatty/2.1 (iPhone; iOS 19)`.
+        public var userAgent: String? = "ParleyClient"
 
         public init(gateways: [URL], caCertificatePath: String? = nil) {
             self.gateways = gateways
@@ -115,6 +119,24 @@ public final class ParleyClient: Sendable {
     public func logout() async throws {
         try await callWithoutResult(.DELETE, "/v1/sessions/current")
         state.withLock { $0.token = nil; $0.user = nil }
+    }
+
+    /// This user's sessions (each a login, with the `User-Agent` it came from) that are neither
+    /// revoked nor expired, newest first; the one of this client has `current`.
+    public func sessions() async throws -> [UserSession] {
+        let body: API.Sessions = try await call(.GET, "/v1/sessions")
+        return body.sessions
+    }
+
+    /// Revokes one of this user's sessions on every gateway (a lost phone's, say).
+    public func revokeSession(_ id: String) async throws {
+        try await callWithoutResult(.DELETE, "/v1/sessions/\(Self.query(id))")
+    }
+
+    /// Changes the password. Every other session of this user is revoked on every gateway before
+    /// this returns; this client stays signed in. A wrong `current` throws `403 forbidden`.
+    public func changePassword(current: String, new: String) async throws {
+        try await callWithoutResult(.PUT, "/v1/users/me/password", body: API.PasswordChange(current: current, new: new))
     }
 
     public func me() async throws -> User {
@@ -339,6 +361,7 @@ public final class ParleyClient: Sendable {
             request.method = method
             try prepare(&request)
             if authenticated, let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+            if let userAgent = configuration.userAgent { request.headers.replaceOrAdd(name: "User-Agent", value: userAgent) }
             let response: HTTPClientResponse
             do {
                 response = try await http.execute(request, timeout: .init(configuration.requestTimeout))

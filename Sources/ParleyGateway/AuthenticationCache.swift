@@ -1,4 +1,5 @@
 import Foundation
+import ParleyChat
 import ParleyCluster
 import ParleyModel
 import Synchronization
@@ -30,6 +31,8 @@ struct AuthenticationCache {
     private var textOf: [String: String] = [:]
     /// Revoked token IDs, each until one lease after the gateway heard of it.
     private var revoked: [String: Instant] = [:]
+    /// Users all of whose tokens but one (or all) were revoked, each until one lease after.
+    private var revokedUsers: [UserID: (except: String?, until: Instant)] = [:]
 
     init(lease: Duration, capacity: Int = 100_000) {
         self.lease = lease
@@ -55,6 +58,7 @@ struct AuthenticationCache {
     /// asked at `askedAt`.
     mutating func remember(_ user: User, claims: TokenAuthority.Claims, token: String, askedAt: Instant, now: Instant) {
         if let until = revoked[claims.tokenId], now < until { return }
+        if let user = revokedUsers[claims.userId], now < user.until, claims.tokenId != user.except { return }
         if valid.count >= capacity {
             valid = valid.filter { now < $0.value.leaseEnd }
             if valid.count >= capacity { valid.removeAll() }
@@ -72,6 +76,17 @@ struct AuthenticationCache {
             if let text = textOf.removeValue(forKey: tokenId) { valid[text] = nil }
             revoked[tokenId] = now.advanced(by: lease)
         }
+    }
+
+    /// Every token of `user` but `except` was revoked: forget them, and refuse answers about them
+    /// still on their way (also about tokens this gateway never saw).
+    mutating func revoke(user: UserID, except: String?, now: Instant) {
+        revokedUsers = revokedUsers.filter { now < $0.value.until }
+        for (text, entry) in valid where entry.user.id == user && entry.claims.tokenId != except {
+            valid[text] = nil
+            textOf[entry.claims.tokenId] = nil
+        }
+        revokedUsers[user] = (except, now.advanced(by: lease))
     }
 
     /// How many tokens are remembered as valid (for tests and metrics).
@@ -101,8 +116,13 @@ final class SharedAuthenticationCache: Sendable {
         cache.withLock { $0.remember(user, claims: claims, token: token, askedAt: askedAt, now: now) }
     }
 
-    func revoke(_ tokenIds: [String]) {
+    func revoke(_ revocation: GatewayInbox.Revocation) {
         let now = clock.now
-        cache.withLock { $0.revoke(tokenIds, now: now) }
+        cache.withLock { cache in
+            switch revocation {
+            case .tokens(let tokenIds): cache.revoke(tokenIds, now: now)
+            case .user(let user, let except): cache.revoke(user: user, except: except, now: now)
+            }
+        }
     }
 }

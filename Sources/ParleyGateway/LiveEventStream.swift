@@ -66,6 +66,8 @@ package final class LiveEventStream: @unchecked Sendable {
     typealias Session = StreamSessionStateMachine
 
     package let user: UserID
+    /// The ID of the token that opened the stream: when it is revoked, the stream ends.
+    package let tokenId: String?
     let sink: any EventStreamSink
     let loop: any EventLoop
     private let logger: Logger
@@ -99,12 +101,13 @@ package final class LiveEventStream: @unchecked Sendable {
     ///     against 27 ms with a phase per stream.
     ///   - without: guards of the session a simulation runs without (never in production).
     package init(
-        user: UserID, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
+        user: UserID, tokenId: String? = nil, sink: any EventStreamSink, cursor: StreamCursor, pingTicks: Int, pingOffset: Int = 0,
         unwritableBytesMax: Int = LiveEventStream.unwritableBytesMax, unwritableFor: Duration = LiveEventStream.unwritableFor,
         gapMax: Duration = LiveEventStream.gapMax, without: Set<StreamSessionStateMachine.Guard> = [], clock: any ClusterClock, logger: Logger
     ) {
         self.clock = clock
         self.user = user
+        self.tokenId = tokenId
         self.sink = sink
         self.loop = sink.loop
         self.logger = logger

@@ -37,7 +37,8 @@ public final class StreamHub: Sendable {
     }
 
     /// The hub of `system`'s gateway, with the node's inbox feeding it: every delivery to this
-    /// node goes to its streams, and revoked tokens to `revocations`. When the cluster declares
+    /// node goes to its streams, and revoked tokens to `revocations` (and the streams they opened
+    /// end, so that their clients reconnect and meet the revocation). When the cluster declares
     /// this gateway down and it rejoins, its streams end (events for them may have gone elsewhere
     /// or nowhere meanwhile). The caller keeps the inbox: the system holds pinned actors weakly.
     package static func serving(
@@ -45,7 +46,10 @@ public final class StreamHub: Sendable {
     ) -> (hub: StreamHub, inbox: GatewayInbox) {
         let hub = StreamHub(system: system, logger: logger)
         system.onRejoin { member in hub.endAll(because: "this gateway was declared down and rejoined as \(member.id)") }
-        let inbox = GatewayInbox.open(on: system, revocations: revocations) { deliveries in hub.deliver(deliveries) }
+        let inbox = GatewayInbox.open(on: system, revocations: { revocation in
+            revocations(revocation)
+            hub.end(revokedBy: revocation)
+        }) { deliveries in hub.deliver(deliveries) }
         return (hub, inbox)
     }
 
@@ -88,6 +92,22 @@ public final class StreamHub: Sendable {
     }
 
     static let streamsGauge = Gauge(label: "parley.gateway.streams")
+
+    /// Ends the streams opened with tokens that were just revoked.
+    func end(revokedBy revocation: GatewayInbox.Revocation) {
+        let ended = state.withLock { state -> [LiveEventStream] in
+            switch revocation {
+            case .tokens(let tokenIds):
+                let revoked = Set(tokenIds)
+                return state.streams.values.filter { $0.tokenId.map(revoked.contains) ?? false }
+            case .user(let user, let except):
+                return (state.byUser[user] ?? []).filter { $0.tokenId != except || except == nil }
+            }
+        }
+        guard !ended.isEmpty else { return }
+        logger.info("event streams ended: their tokens were revoked", metadata: ["streams.count": "\(ended.count)"])
+        for stream in ended { stream.abort() }
+    }
 
     /// Why a stream was not opened.
     package enum Refusal: Error {

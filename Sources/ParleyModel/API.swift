@@ -76,6 +76,16 @@ public enum API {
         }
     }
 
+    /// `PUT /v1/users/me/password`.
+    public struct PasswordChange: Codable, Sendable {
+        public var current: String
+        public var new: String
+        public init(current: String, new: String) {
+            self.current = current
+            self.new = new
+        }
+    }
+
     public struct ProfileChange: Codable, Sendable {
         public var displayName: String?
         public var avatarURL: String?
@@ -170,6 +180,11 @@ public enum API {
             self.user = user
             self.token = token
         }
+    }
+
+    public struct Sessions: Codable, Sendable {
+        public var sessions: [UserSession]
+        public init(sessions: [UserSession]) { self.sessions = sessions }
     }
 
     public struct Users: Codable, Sendable {

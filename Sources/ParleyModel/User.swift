@@ -41,10 +41,14 @@ public struct User: Hashable, Sendable, Codable {
 public struct StoredUser: Hashable, Sendable {
     public var user: User
     public var passwordHash: String
+    /// When the password last changed; nil if never. A token with no session recorded (issued
+    /// before sessions were) is accepted only while this is nil.
+    public var passwordChangedAt: Date?
 
-    public init(user: User, passwordHash: String) {
+    public init(user: User, passwordHash: String, passwordChangedAt: Date? = nil) {
         self.user = user
         self.passwordHash = passwordHash
+        self.passwordChangedAt = passwordChangedAt
     }
 }
 

@@ -133,10 +133,32 @@ public protocol ChatStore: Sendable {
     /// Which of these IDs are users (to refuse unknown member IDs).
     func existingUsers(_ ids: [UserID]) async throws -> Set<UserID>
 
-    /// Revokes a token (by its ID) until it would have expired anyway.
+    /// Revokes a token (by its ID) until it would have expired anyway, and removes its session.
     func revokeToken(_ tokenID: String, expiresAt: Date) async throws
 
     func isTokenRevoked(_ tokenID: String) async throws -> Bool
+
+    // MARK: Sessions
+
+    /// Records a token just issued. The user's sessions expired by the new one's creation are
+    /// removed meanwhile, so a user's rows stay bounded by how often they sign in.
+    func openSession(_ session: StoredSession) async throws
+
+    /// The session of a token, or nil: revoked, expired and removed, or never recorded.
+    func session(_ tokenID: String) async throws -> StoredSession?
+
+    /// The user's sessions unexpired at `now`, newest first (by creation, then token ID), at most `limit`.
+    func sessions(of user: UserID, now: Date, limit: Int) async throws -> [StoredSession]
+
+    /// Moves a session's last use to `at` (never back).
+    func touchSession(_ tokenID: String, at: Date) async throws
+
+    /// Sets the user's password hash to `new` if it is still `old`, and marks it changed at `at`;
+    /// in the same transaction every other session of the user is revoked (as ``revokeToken``
+    /// does) and every device not registered by `tokenID` is removed (also those of tokens issued
+    /// before sessions were recorded, which no session names). Returns the revoked sessions, or
+    /// nil if the hash was not `old` (another change came first) or the user does not exist.
+    func changePassword(of user: UserID, from old: String, to new: String, keeping tokenID: String, at: Date) async throws -> [StoredSession]?
 
     // MARK: Devices
 

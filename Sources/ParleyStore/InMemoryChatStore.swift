@@ -36,6 +36,7 @@ public final class InMemoryChatStore: ChatStore {
         var byID: [UserID: StoredUser] = [:]
         var idByHandle: [String: UserID] = [:]
         var revoked: [String: Date] = [:]
+        var sessions: [String: StoredSession] = [:]
         /// Every user's devices, in the order they were registered.
         var devices: [StoredDevice] = []
         var media: [MediaID: StoredMedia] = [:]
@@ -343,11 +344,59 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
-        users.withLock { $0.revoked[tokenID] = expiresAt }
+        users.withLock { users in
+            users.revoked[tokenID] = expiresAt
+            users.sessions[tokenID] = nil
+        }
     }
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
         users.withLock { $0.revoked[tokenID] != nil }
+    }
+
+    public func openSession(_ session: StoredSession) async throws {
+        var stored = session
+        stored.createdAt = stored.createdAt.millisecondPrecision
+        stored.lastUsedAt = stored.lastUsedAt.millisecondPrecision
+        stored.expiresAt = stored.expiresAt.millisecondPrecision
+        users.withLock { users in
+            users.sessions = users.sessions.filter { $0.value.userId != session.userId || $0.value.expiresAt > stored.createdAt }
+            users.sessions[session.tokenId] = stored
+        }
+    }
+
+    public func session(_ tokenID: String) async throws -> StoredSession? {
+        users.withLock { $0.sessions[tokenID] }
+    }
+
+    public func sessions(of user: UserID, now: Date, limit: Int) async throws -> [StoredSession] {
+        users.withLock { users in
+            Array(users.sessions.values.filter { $0.userId == user && $0.expiresAt > now }
+                .sorted { ($0.createdAt, $0.tokenId) > ($1.createdAt, $1.tokenId) }.prefix(max(0, limit)))
+        }
+    }
+
+    public func touchSession(_ tokenID: String, at: Date) async throws {
+        users.withLock { users in
+            guard let session = users.sessions[tokenID], session.lastUsedAt < at else { return }
+            users.sessions[tokenID]?.lastUsedAt = at.millisecondPrecision
+        }
+    }
+
+    public func changePassword(of user: UserID, from old: String, to new: String, keeping tokenID: String, at: Date) async throws -> [StoredSession]? {
+        users.withLock { users in
+            guard var stored = users.byID[user], stored.passwordHash == old else { return nil }
+            stored.passwordHash = new
+            stored.passwordChangedAt = at.millisecondPrecision
+            users.byID[user] = stored
+            let others = users.sessions.values.filter { $0.userId == user && $0.tokenId != tokenID }.sorted { $0.tokenId < $1.tokenId }
+            for session in others {
+                users.revoked[session.tokenId] = session.expiresAt
+                users.sessions[session.tokenId] = nil
+            }
+            users.devices.removeAll { $0.userId == user && $0.tokenId != tokenID }
+            return others
+        }
     }
 
     public func registerDevice(_ device: StoredDevice, keepingAtMost limit: Int) async throws -> (device: StoredDevice, created: Bool, takenFrom: UserID?) {

@@ -236,6 +236,7 @@ public final class PostgresChatStore: ChatStore {
         (15, "uploads never attached, for the sweeper; thumbnails", MediaRows.sweepMigration + [
             "CREATE TABLE media_thumbnails (sha256 TEXT NOT NULL, size INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (sha256, size))",
         ]),
+        (16, "sessions, and when a password changed", SessionRows.migration),
     ]
 
     public func migrate() async throws {
@@ -426,18 +427,18 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func user(id: UserID) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot FROM users WHERE id = \(id.rawValue)").first
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at FROM users WHERE id = \(id.rawValue)").first
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot FROM users WHERE handle = \(handle)").first
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at FROM users WHERE handle = \(handle)").first
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
         try await fetchUsers(
             """
             UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
-            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at, bot
+            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at
             """
         ).first?.user
     }
@@ -446,7 +447,7 @@ public final class PostgresChatStore: ChatStore {
         // Handles are ASCII below 0x7F and compared bytewise (COLLATE "C").
         try await fetchUsers(
             """
-            SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot FROM users
+            SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at FROM users
             WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") ORDER BY handle LIMIT \(max(0, limit))
             """
         ).map(\.user)
@@ -463,10 +464,11 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
-        try await run {
-            _ = try await client.query(
+        try await transaction { connection in
+            try await connection.query(
                 "INSERT INTO token_revocations (token_id, expires_at) VALUES (\(tokenID), \(expiresAt.millisecondsSince1970)) ON CONFLICT DO NOTHING",
                 logger: logger)
+            try await connection.query("DELETE FROM sessions WHERE token_id = \(tokenID)", logger: logger)
         }
     }
 
@@ -474,6 +476,90 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             for try await _ in try await client.query("SELECT 1 FROM token_revocations WHERE token_id = \(tokenID)", logger: logger) { return true }
             return false
+        }
+    }
+
+    // MARK: Sessions
+
+    public func openSession(_ session: StoredSession) async throws {
+        try await transaction { connection in
+            try await connection.query(
+                "DELETE FROM sessions WHERE user_id = \(session.userId.rawValue) AND expires_at <= \(session.createdAt.millisecondsSince1970)", logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO sessions (token_id, user_id, created_at, last_used_at, expires_at, user_agent)
+                VALUES (\(session.tokenId), \(session.userId.rawValue), \(session.createdAt.millisecondsSince1970),
+                        \(session.lastUsedAt.millisecondsSince1970), \(session.expiresAt.millisecondsSince1970), \(session.userAgent))
+                ON CONFLICT (token_id) DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    public func session(_ tokenID: String) async throws -> StoredSession? {
+        try await fetchSessions(
+            "SELECT token_id, user_id, created_at, last_used_at, expires_at, user_agent FROM sessions WHERE token_id = \(tokenID)"
+        ).first
+    }
+
+    public func sessions(of user: UserID, now: Date, limit: Int) async throws -> [StoredSession] {
+        try await fetchSessions(
+            """
+            SELECT token_id, user_id, created_at, last_used_at, expires_at, user_agent FROM sessions
+            WHERE user_id = \(user.rawValue) AND expires_at > \(now.millisecondsSince1970)
+            ORDER BY created_at DESC, token_id COLLATE "C" DESC LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func touchSession(_ tokenID: String, at: Date) async throws {
+        try await run {
+            _ = try await client.query(
+                "UPDATE sessions SET last_used_at = \(at.millisecondsSince1970) WHERE token_id = \(tokenID) AND last_used_at < \(at.millisecondsSince1970)",
+                logger: logger)
+        }
+    }
+
+    public func changePassword(of user: UserID, from old: String, to new: String, keeping tokenID: String, at: Date) async throws -> [StoredSession]? {
+        try await transaction { connection in
+            var changed = false
+            for try await _ in try await connection.query(
+                """
+                UPDATE users SET password_hash = \(new), password_changed_at = \(at.millisecondsSince1970)
+                WHERE id = \(user.rawValue) AND password_hash = \(old) RETURNING id
+                """, logger: logger)
+            {
+                changed = true
+            }
+            guard changed else { return nil }
+            var others: [StoredSession] = []
+            for try await (token, userId, created, used, expires, agent) in try await connection.query(
+                """
+                DELETE FROM sessions WHERE user_id = \(user.rawValue) AND token_id <> \(tokenID)
+                RETURNING token_id, user_id, created_at, last_used_at, expires_at, user_agent
+                """, logger: logger
+            ).decode((String, String, Int64, Int64, Int64, String?).self) {
+                others.append(SessionRows.session(tokenId: token, userId: userId, createdAt: created, lastUsedAt: used, expiresAt: expires, userAgent: agent))
+            }
+            others.sort { $0.tokenId < $1.tokenId }
+            let ids = others.map(\.tokenId)
+            try await connection.query(
+                """
+                INSERT INTO token_revocations (token_id, expires_at)
+                SELECT * FROM unnest(\(ids)::TEXT[], \(others.map(\.expiresAt.millisecondsSince1970))::BIGINT[]) ON CONFLICT DO NOTHING
+                """, logger: logger)
+            try await connection.query("DELETE FROM devices WHERE user_id = \(user.rawValue) AND token_id <> \(tokenID)", logger: logger)
+            return others
+        }
+    }
+
+    private func fetchSessions(_ query: PostgresQuery) async throws -> [StoredSession] {
+        try await run {
+            var sessions: [StoredSession] = []
+            for try await (token, user, created, used, expires, agent) in try await client.query(query, logger: logger)
+                .decode((String, String, Int64, Int64, Int64, String?).self)
+            {
+                sessions.append(SessionRows.session(tokenId: token, userId: user, createdAt: created, lastUsedAt: used, expiresAt: expires, userAgent: agent))
+            }
+            return sessions
         }
     }
 
@@ -707,14 +793,14 @@ public final class PostgresChatStore: ChatStore {
     private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {
         try await run {
             var users: [StoredUser] = []
-            for try await (id, handle, hash, name, avatar, created, bot) in try await client.query(query, logger: logger)
-                .decode((String, String, String, String, String?, Int64, Bool).self)
+            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged) in try await client.query(query, logger: logger)
+                .decode((String, String, String, String, String?, Int64, Bool, Int64?).self)
             {
                 users.append(StoredUser(
                     user: User(
                         id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created),
                         bot: bot),
-                    passwordHash: hash))
+                    passwordHash: hash, passwordChangedAt: passwordChanged.map(Date.init(millisecondsSince1970:))))
             }
             return users
         }

@@ -148,6 +148,7 @@ public final class SQLiteChatStore: ChatStore {
         "v13: uploads' descriptions",
         "v14: messages' attachments, and which conversations may download an upload",
         "v15: uploads never attached, for the sweeper",
+        "v16: sessions, and when a password changed",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -372,6 +373,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[14]) { db in
             for statement in MediaRows.sweepMigration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[15]) { db in
+            for statement in SessionRows.migration { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -485,11 +489,66 @@ public final class SQLiteChatStore: ChatStore {
             try db.execute(
                 sql: "INSERT INTO token_revocations (token_id, expires_at) VALUES (?, ?) ON CONFLICT (token_id) DO NOTHING",
                 arguments: [tokenID, expiresAt.millisecondsSince1970])
+            try db.execute(sql: "DELETE FROM sessions WHERE token_id = ?", arguments: [tokenID])
         }
     }
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
         try await read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM token_revocations WHERE token_id = ?", arguments: [tokenID]) ?? false }
+    }
+
+    // MARK: Sessions
+
+    public func openSession(_ session: StoredSession) async throws {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM sessions WHERE user_id = ? AND expires_at <= ?", arguments: [session.userId.rawValue, session.createdAt.millisecondsSince1970])
+            try db.execute(
+                sql: """
+                    INSERT INTO sessions (token_id, user_id, created_at, last_used_at, expires_at, user_agent) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (token_id) DO NOTHING
+                    """,
+                arguments: [session.tokenId, session.userId.rawValue, session.createdAt.millisecondsSince1970, session.lastUsedAt.millisecondsSince1970,
+                            session.expiresAt.millisecondsSince1970, session.userAgent])
+        }
+    }
+
+    public func session(_ tokenID: String) async throws -> StoredSession? {
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE token_id = ?", arguments: [tokenID]).map(Self.storedSession) }
+    }
+
+    public func sessions(of user: UserID, now: Date, limit: Int) async throws -> [StoredSession] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM sessions WHERE user_id = ? AND expires_at > ? ORDER BY created_at DESC, token_id DESC LIMIT ?",
+                arguments: [user.rawValue, now.millisecondsSince1970, max(0, limit)]
+            ).map(Self.storedSession)
+        }
+    }
+
+    public func touchSession(_ tokenID: String, at: Date) async throws {
+        try await write { db in
+            try db.execute(
+                sql: "UPDATE sessions SET last_used_at = ?1 WHERE token_id = ?2 AND last_used_at < ?1", arguments: [at.millisecondsSince1970, tokenID])
+        }
+    }
+
+    public func changePassword(of user: UserID, from old: String, to new: String, keeping tokenID: String, at: Date) async throws -> [StoredSession]? {
+        try await write { db in
+            try db.execute(
+                sql: "UPDATE users SET password_hash = ?, password_changed_at = ? WHERE id = ? AND password_hash = ?",
+                arguments: [new, at.millisecondsSince1970, user.rawValue, old])
+            guard db.changesCount == 1 else { return nil }
+            let others = try Row.fetchAll(
+                db, sql: "DELETE FROM sessions WHERE user_id = ? AND token_id <> ? RETURNING *", arguments: [user.rawValue, tokenID]
+            ).map(Self.storedSession).sorted { $0.tokenId < $1.tokenId }
+            for session in others {
+                try db.execute(
+                    sql: "INSERT INTO token_revocations (token_id, expires_at) VALUES (?, ?) ON CONFLICT (token_id) DO NOTHING",
+                    arguments: [session.tokenId, session.expiresAt.millisecondsSince1970])
+            }
+            try db.execute(sql: "DELETE FROM devices WHERE user_id = ? AND token_id <> ?", arguments: [user.rawValue, tokenID])
+            return others
+        }
     }
 
     // MARK: Devices
@@ -666,7 +725,14 @@ public final class SQLiteChatStore: ChatStore {
                 id: UserID(rawValue: try row.decode(forColumn: "id")), handle: try row.decode(forColumn: "handle"),
                 displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
                 createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot")),
-            passwordHash: try row.decode(forColumn: "password_hash"))
+            passwordHash: try row.decode(forColumn: "password_hash"),
+            passwordChangedAt: (try row.decode(forColumn: "password_changed_at") as Int64?).map(Date.init(millisecondsSince1970:)))
+    }
+
+    static func storedSession(from row: Row) throws -> StoredSession {
+        SessionRows.session(
+            tokenId: try row.decode(forColumn: "token_id"), userId: try row.decode(forColumn: "user_id"), createdAt: try row.decode(forColumn: "created_at"),
+            lastUsedAt: try row.decode(forColumn: "last_used_at"), expiresAt: try row.decode(forColumn: "expires_at"), userAgent: try row.decode(forColumn: "user_agent"))
     }
 
     public func acquireOwnership(of id: ConversationID) async throws -> Int64 {

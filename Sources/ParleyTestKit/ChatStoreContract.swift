@@ -372,6 +372,97 @@ public enum ChatStoreContract {
             try await store.revokeToken(token, expiresAt: t0.addingTimeInterval(3600))
             try check(try await store.isTokenRevoked(token), "revoked")
         },
+        Case(name: "sessions: recorded, listed newest first unexpired, touched forward only, gone when revoked") { store in
+            // A fresh user: a shared store (the PostgreSQL suite's) keeps earlier runs' sessions.
+            let me = UserID.make()
+            let other = UserID.make()
+            func session(_ user: UserID, at offset: Double, lasting: Double = 3600, agent: String? = "app/1.0") -> StoredSession {
+                StoredSession(
+                    tokenId: UUID().uuidString.lowercased(), userId: user, createdAt: t0.addingTimeInterval(offset), lastUsedAt: t0.addingTimeInterval(offset),
+                    expiresAt: t0.addingTimeInterval(offset + lasting), userAgent: agent)
+            }
+            let first = session(me, at: 0, agent: nil)
+            let second = session(me, at: 10, agent: "Parley/2 (iPhone; iOS 19) «é»")
+            let short = session(me, at: 20, lasting: 30)
+            let theirs = session(other, at: 5)
+            for s in [first, second, short, theirs] { try await store.openSession(s) }
+            try await store.openSession(first)  // recorded twice: still one
+            let readBack = try await store.session(second.tokenId)
+            try check(readBack == second, "read back: \(String(describing: readBack))")
+            try check(try await store.session(UUID().uuidString) == nil, "an unknown token has no session")
+            var listed = try await store.sessions(of: me, now: t0.addingTimeInterval(25), limit: 10)
+            try check(listed == [short, second, first], "newest first: \(listed.map(\.tokenId))")
+            listed = try await store.sessions(of: me, now: t0.addingTimeInterval(60), limit: 10)
+            try check(listed == [second, first], "the expired one is not listed: \(listed.map(\.tokenId))")
+            try check(try await store.sessions(of: me, now: t0, limit: 1) == [short], "limited")
+            // Touched: forward only.
+            try await store.touchSession(first.tokenId, at: t0.addingTimeInterval(100))
+            try await store.touchSession(first.tokenId, at: t0.addingTimeInterval(50))
+            try check(try await store.session(first.tokenId)?.lastUsedAt == t0.addingTimeInterval(100), "touched forward only")
+            // A new session removes the user's expired ones (and only the user's).
+            let later = session(me, at: 100)
+            try await store.openSession(later)
+            try check(try await store.session(short.tokenId) == nil, "the expired session was removed when the next opened")
+            try check(try await store.session(theirs.tokenId) != nil, "another user's session stayed")
+            // Revoked: the session goes, the revocation stays.
+            try await store.revokeToken(second.tokenId, expiresAt: second.expiresAt)
+            try check(try await store.session(second.tokenId) == nil, "a revoked token's session is gone")
+            try check(try await store.isTokenRevoked(second.tokenId), "and the token is revoked")
+            try check(try await store.sessions(of: me, now: t0.addingTimeInterval(100), limit: 10).map(\.tokenId) == [later.tokenId, first.tokenId], "listed after revoking")
+        },
+        Case(name: "a password change revokes every other session of the user at once, with their devices, and only if the hash was the one read") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let me = UserID.make()
+            let other = UserID.make()
+            try await store.createUser(StoredUser(user: User(id: me, handle: "pw-\(run)", displayName: "Me", createdAt: t0), passwordHash: "old"))
+            try check(try await store.user(id: me)?.passwordChangedAt == nil, "never changed")
+            func session(_ user: UserID, at offset: Double) -> StoredSession {
+                StoredSession(
+                    tokenId: UUID().uuidString.lowercased(), userId: user, createdAt: t0.addingTimeInterval(offset), lastUsedAt: t0.addingTimeInterval(offset),
+                    expiresAt: t0.addingTimeInterval(offset + 3600), userAgent: nil)
+            }
+            let kept = session(me, at: 0)
+            let phone = session(me, at: 1)
+            let laptop = session(me, at: 2)
+            let theirs = session(other, at: 3)
+            for s in [kept, phone, laptop, theirs] { try await store.openSession(s) }
+            let device = StoredDevice(
+                device: Device(id: .make(), platform: .fcm, token: "fcm-\(run)", createdAt: t0), userId: me, tokenId: phone.tokenId)
+            _ = try await store.registerDevice(device, keepingAtMost: 10)
+            let keptDevice = StoredDevice(
+                device: Device(id: .make(), platform: .fcm, token: "fcm-kept-\(run)", createdAt: t0), userId: me, tokenId: kept.tokenId)
+            _ = try await store.registerDevice(keptDevice, keepingAtMost: 10)
+            // Registered by a token no session names (issued before sessions were recorded).
+            let unrecorded = StoredDevice(
+                device: Device(id: .make(), platform: .apns, token: "apns-\(run)", createdAt: t0), userId: me, tokenId: "unrecorded-\(run)")
+            _ = try await store.registerDevice(unrecorded, keepingAtMost: 10)
+            let theirDevice = StoredDevice(
+                device: Device(id: .make(), platform: .fcm, token: "fcm-theirs-\(run)", createdAt: t0), userId: other, tokenId: theirs.tokenId)
+            _ = try await store.registerDevice(theirDevice, keepingAtMost: 10)
+
+            let stale = try await store.changePassword(of: me, from: "not-the-hash", to: "new", keeping: kept.tokenId, at: t0.addingTimeInterval(10))
+            try check(stale == nil, "a change from a hash that is not the user's went through")
+            try check(try await store.user(id: me)?.passwordHash == "old", "the refused change left the hash")
+            try check(try await store.changePassword(of: .make(), from: "old", to: "new", keeping: kept.tokenId, at: t0) == nil, "an unknown user")
+
+            let revoked = try await store.changePassword(of: me, from: "old", to: "new", keeping: kept.tokenId, at: t0.addingTimeInterval(10))
+            try check(revoked == [phone, laptop].sorted { $0.tokenId < $1.tokenId }, "revoked: \(String(describing: revoked?.map(\.tokenId)))")
+            let stored = try await store.user(id: me)
+            try check(stored?.passwordHash == "new" && stored?.passwordChangedAt == t0.addingTimeInterval(10), "changed: \(String(describing: stored))")
+            try check(try await store.user(handle: "pw-\(run)")?.passwordChangedAt == t0.addingTimeInterval(10), "read by handle too")
+            for token in [phone.tokenId, laptop.tokenId] {
+                try check(try await store.isTokenRevoked(token), "another session's token is revoked")
+                try check(try await store.session(token) == nil, "another session is gone")
+            }
+            try check(!(try await store.isTokenRevoked(kept.tokenId)), "the session that changed it is not revoked")
+            try check(try await store.session(kept.tokenId) == kept, "the session that changed it stays")
+            try check(try await store.session(theirs.tokenId) == theirs, "another user's session stays")
+            let devices = try await store.devices(of: me).map(\.device.token)
+            try check(devices == ["fcm-kept-\(run)"], "every other login's device went, the kept one's stayed: \(devices)")
+            try check(try await store.devices(of: other).count == 1, "another user's device stayed")
+            // The same change again (a retry after a lost answer) finds the hash moved on.
+            try check(try await store.changePassword(of: me, from: "old", to: "new", keeping: kept.tokenId, at: t0.addingTimeInterval(11)) == nil, "changed twice")
+        },
         Case(name: "a user's conversations page newest activity first") { store in
             let me = UserID.make()
             var ids: [ConversationID] = []

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -49,7 +49,9 @@ struct Connection: ParsableArguments {
             urls.append(url)
         }
         if requireToken, stored.token == nil { throw ValidationError("not signed in: run `parley login HANDLE` first") }
-        let client = try ParleyClient(configuration: .init(gateways: urls, caCertificatePath: stored.ca), token: stored.token)
+        var configuration = ParleyClient.Configuration(gateways: urls, caCertificatePath: stored.ca)
+        configuration.userAgent = "parley-cli"
+        let client = try ParleyClient(configuration: configuration, token: stored.token)
         return (client, stored)
     }
 
@@ -117,11 +119,11 @@ func withClient<T>(_ connection: Connection, requireToken: Bool = true, _ body: 
     }
 }
 
-func readPassword(_ given: String?) throws -> String {
+func readPassword(_ given: String?, environment: String = "PARLEY_PASSWORD", prompt: String = "password: ") throws -> String {
     if let given { return given }
-    if let fromEnvironment = ProcessInfo.processInfo.environment["PARLEY_PASSWORD"] { return fromEnvironment }
-    guard let typed = getpass("password: ").map({ String(cString: $0) }), !typed.isEmpty else {
-        throw ValidationError("a password is required (--password, PARLEY_PASSWORD, or typed)")
+    if let fromEnvironment = ProcessInfo.processInfo.environment[environment] { return fromEnvironment }
+    guard let typed = getpass(prompt).map({ String(cString: $0) }), !typed.isEmpty else {
+        throw ValidationError("a password is required (an option, \(environment), or typed)")
     }
     return typed
 }
@@ -169,6 +171,61 @@ struct Logout: AsyncParsableCommand {
             config.token = nil
             try config.save()
             connection.print(["signedOut": true]) { "signed out" }
+        }
+    }
+}
+
+struct Sessions: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Your sessions (each a login or registration): list them, revoke one.",
+        discussion: "A revoked session's token stops working on every gateway at once, its devices are removed and its event streams end.",
+        subcommands: [List.self, Revoke.self], defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Your sessions neither revoked nor expired, newest first (* is this one).")
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await withClient(connection) { client, _ in
+                let sessions = try await client.sessions()
+                connection.print(API.Sessions(sessions: sessions)) {
+                    sessions.map { session in
+                        let dates = "created \(session.createdAt.formatted(.iso8601))\tlast used \(session.lastUsedAt.formatted(.iso8601))"
+                        return "\(session.current ? "*" : " ") \(session.id)\t\(dates)\t\(session.userAgent ?? "-")"
+                    }.joined(separator: "\n")
+                }
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke one of your sessions on every gateway.")
+        @Argument(help: "The session's ID, from `parley sessions list`.") var id: String
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await withClient(connection) { client, _ in
+                try await client.revokeSession(id)
+                connection.print(["revoked": id]) { "revoked \(id)" }
+            }
+        }
+    }
+}
+
+struct Password: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Change your password; every other session of yours is revoked.",
+        discussion: "This terminal stays signed in. The passwords are read from --current / --new, else PARLEY_PASSWORD / PARLEY_NEW_PASSWORD, else typed at the prompt.")
+    @Option(help: "The password now.") var current: String?
+    @Option(help: "8 characters to 72 bytes, no U+0000.") var new: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        let now = try readPassword(current)
+        let next = try readPassword(new, environment: "PARLEY_NEW_PASSWORD", prompt: "new password: ")
+        try await withClient(connection) { client, _ in
+            try await client.changePassword(current: now, new: next)
+            connection.print(["changed": true]) { "password changed; your other sessions are revoked" }
         }
     }
 }

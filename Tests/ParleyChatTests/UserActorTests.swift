@@ -29,7 +29,10 @@ import Testing
         defer { Task { await cluster.stopAll() } }
         let told = Mutex<[String: [String]]>([:])
         let inboxes = ["node-g1", "node-g2"].map { gateway in
-            GatewayInbox.open(on: cluster[gateway], revocations: { ids in told.withLock { $0[gateway, default: []] += ids } }) { _ in }
+            GatewayInbox.open(on: cluster[gateway], revocations: { revocation in
+                guard case .tokens(let ids) = revocation else { return }
+                told.withLock { $0[gateway, default: []] += ids }
+            }) { _ in }
         }
         defer { _ = inboxes }
 
@@ -43,6 +46,83 @@ import Testing
         }
         #expect(try await UserActor.resolve(ann, using: cluster["node-g1"]).authenticate(tokenId: "token-2").id == ann)
         #expect(cluster["node-a"].directCalls(to: UserActor.authenticateTarget) == 3, "token checks run directly, refusals too")
+    }
+
+    /// `PUT /v1/users/me/password`: every token of the user but the one that changed it stops
+    /// working before the change returns — those with sessions, and those issued before sessions
+    /// were recorded — and every gateway is told to forget them all; a login checked against the
+    /// old password and a second change from it are refused.
+    @Test func aPasswordChangeRevokesEveryOtherTokenOnEveryGateway() async throws {
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1", "node-g2"])
+        defer { Task { await cluster.stopAll() } }
+        let told = Mutex<[String: [GatewayInbox.Revocation]]>([:])
+        let inboxes = ["node-g1", "node-g2"].map { gateway in
+            GatewayInbox.open(on: cluster[gateway], revocations: { revocation in told.withLock { $0[gateway, default: []].append(revocation) } }) { _ in }
+        }
+        defer { _ = inboxes }
+        let ann = UserID.make()
+        let bob = UserID.make()
+        let user = try UserActor.resolve(ann, using: cluster["node-g1"])
+        _ = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h1"))
+        _ = try await UserActor.resolve(bob, using: cluster["node-a"]).create(NewUser(handle: "bob", displayName: "Bob", passwordHash: "hb"))
+        let expires = Date().addingTimeInterval(3600)
+        try await user.openSession(tokenId: "laptop", expiresAt: expires, userAgent: "Parley/1 (Mac)\u{7}", verifiedHash: "h1")
+        try await user.openSession(tokenId: "phone", expiresAt: expires, userAgent: nil, verifiedHash: "h1")
+        try await UserActor.resolve(bob, using: cluster["node-a"]).openSession(tokenId: "bobs", expiresAt: expires, userAgent: nil, verifiedHash: "hb")
+        for token in ["laptop", "phone", "from-before-sessions"] { #expect(try await user.authenticate(tokenId: token).id == ann, "\(token)") }
+
+        let listed = try await user.sessions(current: "laptop")
+        #expect(Set(listed.map(\.id)) == ["laptop", "phone"], "only recorded sessions are listed: \(listed)")
+        #expect(listed.first { $0.id == "laptop" }.map { $0.current && $0.userAgent == "Parley/1 (Mac)" } == true, "\(listed)")
+        #expect(listed.first { $0.id == "phone" }?.current == false)
+        await #expect(throws: ClusterCallError.self, "another user's session") { try await user.revokeSession("bobs") }
+        await #expect(throws: ClusterCallError.self, "no such session") { try await user.revokeSession("nobody") }
+        #expect(try await UserActor.resolve(bob, using: cluster["node-g2"]).authenticate(tokenId: "bobs").id == bob)
+
+        try await user.changePassword(from: "h1", to: "h2", keeping: "laptop")
+        #expect(told.withLock { $0 } == ["node-g1": [.user(ann, except: "laptop")], "node-g2": [.user(ann, except: "laptop")]])
+        for token in ["phone", "from-before-sessions", "never-seen"] {
+            await #expect(throws: ClusterCallError.self, "\(token) still works") { try await user.authenticate(tokenId: token) }
+        }
+        #expect(try await user.authenticate(tokenId: "laptop").id == ann)
+        #expect(try await user.sessions(current: "laptop").map(\.id) == ["laptop"])
+        do {
+            try await user.changePassword(from: "h1", to: "h3", keeping: "laptop")
+            Issue.record("a second change from the old hash went through")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "conflict", "\(error)")
+        }
+        do {
+            try await user.openSession(tokenId: "late-login", expiresAt: expires, userAgent: nil, verifiedHash: "h1")
+            Issue.record("a login checked against the old password got a session")
+        } catch let error as ClusterCallError {
+            #expect(error.code.rawValue == "unauthorized", "\(error)")
+        }
+        try await user.openSession(tokenId: "new-login", expiresAt: expires, userAgent: nil, verifiedHash: "h2")
+        #expect(try await user.authenticate(tokenId: "new-login").id == ann)
+
+        // A new owner of the user (after a ring change) starts with an empty memory and knows from
+        // the store that the password changed.
+        let fresh = try await UserActor.resolve(ann, using: cluster["node-a"])
+        cluster["node-a"].passivate(fresh)
+        await #expect(throws: ClusterCallError.self) { try await user.authenticate(tokenId: "also-from-before-sessions") }
+        #expect(try await user.authenticate(tokenId: "new-login").id == ann)
+    }
+
+    @Test func aBotHasNoPasswordToChange() async throws {
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1"])
+        defer { Task { await cluster.stopAll() } }
+        let bot = UserID.make()
+        let user = try UserActor.resolve(bot, using: cluster["node-g1"])
+        _ = try await UserActor.resolve(bot, using: cluster["node-a"]).create(NewUser(handle: "bot", displayName: "Bot", passwordHash: NewUser.noPassword, bot: true))
+        for attempt in [{ _ = try await user.passwordHash() }, { try await user.changePassword(from: NewUser.noPassword, to: "h", keeping: "t") }] {
+            do {
+                try await attempt()
+                Issue.record("a bot's password was read or changed")
+            } catch let error as ClusterCallError {
+                #expect(error.code.rawValue == "forbidden", "\(error)")
+            }
+        }
     }
 
     /// A gateway that cannot be told of a revocation (here: it has no inbox) may still accept the

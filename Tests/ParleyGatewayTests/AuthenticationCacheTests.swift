@@ -67,6 +67,32 @@ import Testing
         #expect(cache.count == 1)
     }
 
+    /// A password change revokes every token of the user but one: all are forgotten, also those
+    /// no revocation could name, and answers about any of them asked before are refused for a
+    /// lease; the kept token and other users' tokens are untouched.
+    @Test func aUsersRevocationForgetsAllTheirTokensButTheKeptOne() {
+        var time = ManualTime()
+        var cache = AuthenticationCache(lease: .seconds(5))
+        let bob = User(id: UserID(rawValue: "u_bob"), handle: "bob", displayName: "Bob", createdAt: Date(timeIntervalSince1970: 0))
+        let bobs = TokenAuthority.Claims(userId: bob.id, tokenId: "b1", expiresAt: wallClock.addingTimeInterval(3600))
+        for id in ["kept", "other", "unrecorded"] { cache.remember(ann, claims: claims(id), token: "text-\(id)", askedAt: time.now, now: time.now) }
+        cache.remember(bob, claims: bobs, token: "text-b1", askedAt: time.now, now: time.now)
+        let inFlight = time.advance(by: .seconds(1))
+        cache.revoke(user: ann.id, except: "kept", now: time.advance(by: .milliseconds(10)))
+        #expect(cache.caller(token: "text-other", now: time.now, wallClock: wallClock) == nil)
+        #expect(cache.caller(token: "text-unrecorded", now: time.now, wallClock: wallClock) == nil)
+        #expect(cache.verifiedClaims(token: "text-other", wallClock: wallClock) == nil, "its signature would be trusted again")
+        #expect(cache.caller(token: "text-kept", now: time.now, wallClock: wallClock)?.user == ann)
+        #expect(cache.caller(token: "text-b1", now: time.now, wallClock: wallClock)?.user == bob)
+        cache.remember(ann, claims: claims("late"), token: "text-late", askedAt: inFlight, now: time.advance(by: .milliseconds(10)))
+        #expect(cache.caller(token: "text-late", now: time.now, wallClock: wallClock) == nil, "an answer asked for before the revocation")
+        cache.remember(ann, claims: claims("kept"), token: "text-kept", askedAt: inFlight, now: time.now)
+        #expect(cache.caller(token: "text-kept", now: time.now, wallClock: wallClock)?.user == ann, "the kept token is answered for as before")
+        time.advance(by: .seconds(6))
+        cache.remember(ann, claims: claims("next-login"), token: "text-next", askedAt: time.now, now: time.now)
+        #expect(cache.caller(token: "text-next", now: time.now, wallClock: wallClock)?.user == ann, "a lease later, new logins are remembered")
+    }
+
     /// Past its capacity the cache drops tokens whose lease ran out before it grows.
     @Test func aFullCacheDropsExpiredTokensFirst() {
         var time = ManualTime()

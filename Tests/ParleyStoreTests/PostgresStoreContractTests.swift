@@ -1,4 +1,5 @@
 import Foundation
+import ParleyModel
 import ParleyStore
 import ParleyStorePostgres
 import PostgresNIO
@@ -31,5 +32,25 @@ struct PostgresStoreContractTests {
             versions.append(version)
         }
         #expect(versions == PostgresChatStore.migrations.map(\.version), "each version once")
+    }
+
+    /// The sessions migration undone by hand as docs/OPERATIONS.md says, then applied again: the
+    /// revocations it did not own survive, and sessions work as before.
+    @Test func theSessionsMigrationUndoneAsDocumentedAppliesAgain() async throws {
+        let store = try PostgresChatStore(url: ProcessInfo.processInfo.environment["PARLEY_TEST_POSTGRES_URL"] ?? "")
+        defer { store.shutdown() }
+        try await store.migrate()
+        let user = UserID.make()
+        let session = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: nil)
+        try await store.openSession(session)
+        try await store.revokeToken(session.tokenId, expiresAt: session.expiresAt)
+        for statement in ["DROP TABLE sessions", "ALTER TABLE users DROP COLUMN password_changed_at", "DELETE FROM parley_migrations WHERE version = 16"] {
+            try await store.client.query(PostgresQuery(unsafeSQL: statement))
+        }
+        try await store.migrate()
+        #expect(try await store.isTokenRevoked(session.tokenId), "a revocation outlived the undo")
+        let again = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: "x")
+        try await store.openSession(again)
+        #expect(try await store.session(again.tokenId)?.userAgent == "x")
     }
 }

@@ -121,6 +121,31 @@ import Testing
         #expect(blocks == [0, 1])
     }
 
+    /// The sessions migration undone by hand as docs/OPERATIONS.md says, then applied again: the
+    /// revocations it did not own survive, and sessions and password changes work as before.
+    @Test func theSessionsMigrationUndoneAsDocumentedAppliesAgain() async throws {
+        let path = Scratch.path("parley-undo", suffix: ".sqlite")
+        let store = try SQLiteChatStore(path: path)
+        try await store.migrate()
+        let user = UserID.make()
+        try await store.createUser(StoredUser(user: User(id: user, handle: "undo", displayName: "U", createdAt: Date()), passwordHash: "h1"))
+        let session = StoredSession(tokenId: "t1", userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: nil)
+        try await store.openSession(session)
+        try await store.revokeToken("t1", expiresAt: session.expiresAt)
+        let database = try DatabaseQueue(path: path)
+        try await database.write { db in
+            try db.execute(sql: "DROP TABLE sessions; ALTER TABLE users DROP COLUMN password_changed_at;")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v16:%';")
+        }
+        try database.close()
+        try await store.migrate()
+        #expect(try await store.isTokenRevoked("t1"), "a revocation outlived the undo")
+        let now = Date().millisecondPrecision
+        let again = StoredSession(tokenId: "t2", userId: user, createdAt: now, lastUsedAt: now, expiresAt: now.addingTimeInterval(60), userAgent: nil)
+        try await store.openSession(again)
+        #expect(try await store.changePassword(of: user, from: "h1", to: "h2", keeping: "t3", at: Date()) == [again])
+    }
+
     /// Reads agree with the messages committed wherever they start and end among the blocks of 64
     /// that `message_blocks` indexes: in the first block, across block boundaries, in the last
     /// (partly filled) block, past the end — in conversations whose commits were interleaved.

@@ -20,6 +20,17 @@ extension Gateway {
             try await UserActor.resolve(caller.id, using: self.system).revoke(tokenId: caller.claims.tokenId, expiresAt: caller.claims.expiresAt)
             return Response(status: .noContent)
         }
+        users.get("sessions") { request, context in
+            let caller = context.caller
+            return try Self.json(API.Sessions(sessions: try await UserActor.resolve(caller.id, using: self.system).sessions(current: caller.claims.tokenId)))
+        }
+        users.delete("sessions/:sessionId") { request, context in
+            let id = try context.parameters.require("sessionId")
+            guard ClientInput.isPlausibleID(id) else { throw APIError.notFound("no session \(id)") }
+            try await UserActor.resolve(context.caller.id, using: self.system).revokeSession(id)
+            return Response(status: .noContent)
+        }
+        users.put("users/me/password") { request, context in try await self.changePassword(request, context.caller) }
         users.patch("users/me") { request, context in
             let change = try await self.decode(API.ProfileChange.self, from: request)
             let user = try await UserActor.resolve(context.caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL)
@@ -49,7 +60,7 @@ extension Gateway {
         let id = UserID.make()
         let user = try await UserActor.resolve(id, using: system).create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: hash))
         logger.info("user registered", metadata: ["user.id": "\(user.id)"])
-        return try Self.json(API.Session(user: user, token: tokens.issue(for: user.id, now: system.clock.wallNow).token), status: .created)
+        return try Self.json(API.Session(user: user, token: try await openSession(for: user.id, request, verifiedHash: hash)), status: .created)
     }
 
     private func login(_ request: Request, _ context: GatewayContext) async throws -> Response {
@@ -68,7 +79,37 @@ extension Gateway {
         // A bot has no password: its handle answers as an unknown one, after the same bcrypt.
         let matches = try await passwords.verify(body.password, hash: login.map { $0.user.bot ? decoyHash : $0.passwordHash } ?? decoyHash)
         guard let login, matches, !login.user.bot else { throw APIError.unauthorized("wrong handle or password") }
-        return try Self.json(API.Session(user: login.user, token: tokens.issue(for: login.user.id, now: system.clock.wallNow).token))
+        return try Self.json(API.Session(user: login.user, token: try await openSession(for: login.user.id, request, verifiedHash: login.passwordHash)))
+    }
+
+    /// A new token for `user`, its session recorded (with the request's `User-Agent`) before the
+    /// token is handed out. `verifiedHash`: the password hash a login checked (see
+    /// ``UserActor/openSession(tokenId:expiresAt:userAgent:verifiedHash:)``).
+    func openSession(for user: UserID, _ request: Request, verifiedHash: String?, lifetime: Duration? = nil) async throws -> String {
+        let (token, claims) = tokens.issue(for: user, lifetime: lifetime, now: system.clock.wallNow)
+        try await UserActor.resolve(user, using: system).openSession(
+            tokenId: claims.tokenId, expiresAt: claims.expiresAt, userAgent: request.headers[.userAgent], verifiedHash: verifiedHash)
+        return token
+    }
+
+    /// `PUT /v1/users/me/password`: the current password checked as a login checks it (and
+    /// counted against the same limit of the handle), then the new one set and every other token
+    /// revoked.
+    private func changePassword(_ request: Request, _ caller: Caller) async throws -> Response {
+        let body = try await decode(API.PasswordChange.self, from: request)
+        if let wait = loginByHandle.acquire(caller.user.handle, now: system.clock.now) {
+            throw APIError.rateLimited(retryAfter: wait, "too many password attempts; retry later")
+        }
+        if let problem = Self.passwordProblem(body.new) { throw APIError.invalid("new: \(problem)") }
+        let user = try UserActor.resolve(caller.id, using: system)
+        let old = try await user.passwordHash()
+        guard Self.passwordProblem(body.current) == nil, try await passwords.verify(body.current, hash: old) else {
+            throw APIError(.forbidden, "forbidden", "the current password is wrong")
+        }
+        let new = try await passwords.hash(body.new)
+        try await user.changePassword(from: old, to: new, keeping: caller.claims.tokenId)
+        logger.info("password changed", metadata: ["user.id": "\(caller.id)"])
+        return Response(status: .noContent)
     }
 
     /// Why a password cannot be registered, or nil. bcrypt reads at most 72 bytes and stops at a

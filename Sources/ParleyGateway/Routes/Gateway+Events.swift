@@ -30,7 +30,7 @@ extension Gateway {
         let http2 = context.eventSink != nil
         let pingTicks = ServerSentEvent.pingTicks(http2: http2)
         let stream = LiveEventStream(
-            user: caller.id, sink: sink, cursor: cursor ?? StreamCursor(system.clock.wallNow),
+            user: caller.id, tokenId: caller.claims.tokenId, sink: sink, cursor: cursor ?? StreamCursor(system.clock.wallNow),
             // A phase of its own, so that streams opened together do not all ping in one second.
             pingTicks: pingTicks, pingOffset: system.random.int(in: 0..<pingTicks), clock: system.clock, logger: logger)
         let firstPage: ReplayPage?

@@ -13,14 +13,14 @@ extension Gateway {
             let user = try await UserActor.resolve(UserID.make(), using: self.system)
                 .create(NewUser(handle: body.handle, displayName: body.displayName, passwordHash: NewUser.noPassword, bot: true))
             self.logger.info("bot created", metadata: ["user.id": "\(user.id)"])
-            return try self.botSession(user)
+            return try await self.botSession(user, request)
         }
         v1.post("bots/:userId/tokens") { request, context in
             try self.requireAdmin(request)
             let id = try Self.userID(context.parameters.require("userId"))
             let user = try await UserActor.resolve(id, using: self.system).user()
             guard user.bot else { throw APIError(.notFound, "not_found", "no bot \(id): people sign in with their password") }
-            return try self.botSession(user)
+            return try await self.botSession(user, request)
         }
         v1.post("webhooks/:name/replay") { request, context in
             try self.requireAdmin(request)
@@ -39,7 +39,8 @@ extension Gateway {
     static let botTokenLifetime: Duration = .seconds(365 * 24 * 3600)
 
     /// `201 {user, token}`: a bot and a new token for it.
-    func botSession(_ user: User) throws -> Response {
-        try Self.json(API.Session(user: user, token: tokens.issue(for: user.id, lifetime: Self.botTokenLifetime, now: system.clock.wallNow).token), status: .created)
+    func botSession(_ user: User, _ request: Request) async throws -> Response {
+        let token = try await openSession(for: user.id, request, verifiedHash: nil, lifetime: Self.botTokenLifetime)
+        return try Self.json(API.Session(user: user, token: token), status: .created)
     }
 }

@@ -70,6 +70,77 @@ $('logout').addEventListener('click', async () => {
   location.reload();
 });
 
+// ---- settings: sessions and the password ----
+
+const dateOf = (iso) => new Date(iso).toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
+
+$('open-settings').addEventListener('click', async () => {
+  $('settings-result').textContent = '';
+  $('settings-error').textContent = '';
+  $('password-handle').value = state.me.handle;
+  $('settings').showModal();
+  await renderSessions();
+});
+
+async function renderSessions() {
+  const list = $('sessions');
+  try {
+    const { sessions } = await api.get('/v1/sessions');
+    list.replaceChildren(...sessions.map((session) => {
+      const item = document.createElement('li');
+      item.dataset.id = session.id;
+      const device = document.createElement('span');
+      device.className = 'device';
+      device.textContent = session.userAgent ?? 'an unnamed app';
+      const when = document.createElement('span');
+      when.className = 'when';
+      when.textContent = `signed in ${dateOf(session.createdAt)} · last used ${dateOf(session.lastUsedAt)}`;
+      device.append(when);
+      item.append(device);
+      if (session.current) {
+        const here = document.createElement('span');
+        here.className = 'here';
+        here.textContent = 'this browser';
+        item.append(here);
+      } else {
+        const revoke = document.createElement('button');
+        revoke.type = 'button';
+        revoke.className = 'revoke';
+        revoke.textContent = 'Sign out';
+        revoke.setAttribute('aria-label', `Sign out ${device.firstChild.textContent}`);
+        revoke.addEventListener('click', async () => {
+          try {
+            await api.delete(`/v1/sessions/${encodeURIComponent(session.id)}`);
+            $('settings-result').textContent = 'Signed out.';
+          } catch (error) {
+            $('settings-error').textContent = error.message;
+          }
+          await renderSessions();
+        });
+        item.append(revoke);
+      }
+      return item;
+    }));
+  } catch (error) {
+    $('settings-error').textContent = error.message;
+  }
+}
+
+$('password-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  $('settings-result').textContent = '';
+  $('settings-error').textContent = '';
+  try {
+    await api.put('/v1/users/me/password', { current: $('password-current').value, new: $('password-new').value });
+    $('password-current').value = '';
+    $('password-new').value = '';
+    $('settings-result').textContent = 'Password changed. Every other session is signed out.';
+    await renderSessions();
+  } catch (error) {
+    $('settings-error').textContent = error.message;
+  }
+});
+
 async function start() {
   localStorage.setItem('parley.me', JSON.stringify(state.me));
   state.users.set(state.me.id, state.me);
