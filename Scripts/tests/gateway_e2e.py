@@ -854,7 +854,10 @@ def main():
           "GET /v1/sessions lists the user's sessions newest first, with their User-Agent, the current one marked", f"{status} {listed}")
     tablet_id = next((s["id"] for s in sessions if "tablet" in s["userAgent"]), "none")
     check(Client("gateway-2", bob["token"]).call("DELETE", f"/v1/sessions/{tablet_id}")[0] == 404, "another user's session is 404 to revoke")
+    tablet_stream = Stream("gateway-2", tablet_token)
+    tablet_ready = tablet_stream.wait_for(15, lambda ev: any(e == "ready" for e, _, _ in ev))
     check(laptop.call("DELETE", f"/v1/sessions/{tablet_id}")[0] == 204, "revoking one session answers 204")
+    check(tablet_ready and tablet_stream.ended.wait(10), "the event stream the revoked session opened (on the other gateway) ends", f"ready={tablet_ready}")
     check(all(Client(g, tablet_token).call("GET", "/v1/users/me")[0] == 401 for g in ("gateway-1", "gateway-2")),
           "the revoked session's token is refused on both gateways at once")
     check(laptop.call("DELETE", f"/v1/sessions/{tablet_id}")[0] == 404, "and revoking it again is 404")
@@ -877,6 +880,28 @@ def main():
     check(old == 401 and new == 200, "the old password no longer signs in; the new one does", f"old {old}, new {new}")
     check([s["current"] for s in laptop.call("GET", "/v1/sessions")[1]["sessions"]] == [False, True],
           "the sessions left: the new login and the one that changed the password")
+
+    # Blocking, across both gateways: in effect everywhere before its 204.
+    quinn = Client("gateway-2").call("POST", "/v1/users", {"handle": "quinn", "password": "quinn-password", "displayName": "Quinn"})[1]
+    rex = Client("gateway-2").call("POST", "/v1/users", {"handle": "rex", "password": "rex-password", "displayName": "Rex"})[1]
+    q1, r1, r2 = Client("gateway-1", quinn["token"]), Client("gateway-1", rex["token"]), Client("gateway-2", rex["token"])
+    status, made, _ = r2.call("POST", "/v1/conversations", {"memberIds": [quinn["user"]["id"]]})
+    qr = made["conversation"]["id"] if status == 201 else "c_none"
+    check(send(r2, qr, "hello quinn")[0] == 201, "rex writes to quinn")
+    check(q1.call("PUT", f"/v1/users/me/blocks/{rex['user']['id']}")[0] == 204, "quinn blocks rex on gateway-1 (204)")
+    refused = [send(client, qr, "let me in") for client in (r2, r1)]
+    check(all(status == 403 and reply["error"]["code"] == "forbidden" and reply["error"]["message"] == "this user does not accept your messages"
+              for status, reply, _ in refused),
+          "rex's sends are refused at once on both gateways: 403, 'this user does not accept your messages'", f"{refused}")
+    status, reply, _ = send(q1, qr, "bye")
+    check(status == 403 and "unblock" in reply["error"]["message"], "quinn cannot write to rex either while she blocks him", f"{status} {reply}")
+    blocks = q1.call("GET", "/v1/users/me/blocks")[1]
+    check([b["userId"] for b in blocks["blocks"]] == [rex["user"]["id"]] and r1.call("GET", "/v1/users/me/blocks")[1] == {"blocks": []},
+          "quinn's block list names rex; rex's own list is empty (the list is its owner's alone)", f"{blocks}")
+    check(q1.call("PUT", f"/v1/users/me/blocks/{quinn['user']['id']}")[0] == 400 and q1.call("PUT", "/v1/users/me/blocks/u_nobody")[0] == 404,
+          "blocking oneself is 400, an unknown user 404")
+    check(q1.call("DELETE", f"/v1/users/me/blocks/{rex['user']['id']}")[0] == 204 and send(r2, qr, "friends again")[0] == 201,
+          "unblocked on gateway-1, rex writes again through gateway-2")
     burst = [send(b1, conv, f"flood {i}") for i in range(120)]
     limited = [(reply, headers) for status, reply, headers in burst if status == 429]
     reply, headers = limited[0] if limited else ({}, {})
@@ -929,6 +954,15 @@ def main():
     check(hist.returncode == 0 and "hi alice" in hist.stdout and "to dave 6" in hist.stdout, "parley history prints the last messages", hist.stdout + hist.stderr)
     bad = cli("send", "c_nope", "x")
     check(bad.returncode != 0 and "404 not_found" in bad.stderr, "a CLI error is one clear line and a non-zero exit", bad.stderr)
+    blocked = cli("block", "alice")
+    listed = cli("blocks", "--json")
+    refused = cli("send", dave_conv, "are you there?")
+    unblocked = cli("unblock", "alice")
+    check(blocked.returncode == 0 and [b["userId"] for b in json.loads(listed.stdout or "{}").get("blocks", [])] == [alice_id]
+          and refused.returncode != 0 and "403 forbidden" in refused.stderr and unblocked.returncode == 0
+          and cli("send", dave_conv, "unblocked").returncode == 0,
+          "parley block / blocks / unblock: a blocked user's conversation refuses sends until unblocked",
+          blocked.stderr + listed.stdout + listed.stderr + refused.stderr + unblocked.stderr)
     start("gateway-2")
 
     # Bounded per client: at most 10 event streams per user on a gateway (the 11th is 429, and one
@@ -967,7 +1001,7 @@ def main():
         paths = ["/v1/users", "/v1/sessions", "/v1/users/me", f"/v1/users/{alice_id}", "/v1/conversations", f"/v1/conversations/{t_conv}",
                  f"/v1/conversations/{t_conv}/members", f"/v1/conversations/{t_conv}/members/{bob_id}", f"/v1/conversations/{t_conv}/messages",
                  f"/v1/conversations/{t_conv}/receipts", f"/v1/conversations/{t_conv}/typing", "/v1/presence", "/v1/events", "/healthz", "/readyz",
-                 "/v1/sessions/current", "/v1/sessions/s_none", "/v1/users/me/password"]
+                 "/v1/sessions/current", "/v1/sessions/s_none", "/v1/users/me/password", "/v1/users/me/blocks", f"/v1/users/me/blocks/{bob_id}"]
         methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
         bad = []
         h1 = Client("gateway-1", t_token)

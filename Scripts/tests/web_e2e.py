@@ -13,7 +13,7 @@ each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
 shows as unread in the list. In the settings panel a session is signed out and the password
-changed. axe-core (bundled by axe-selenium-python) finds nothing serious or
+changed; from a direct conversation a user is blocked (his sends refused) and unblocked. axe-core (bundled by axe-selenium-python) finds nothing serious or
 critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
 cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
 user from online to last seen on the other page. A reloaded page pages
@@ -332,6 +332,22 @@ def main():
     send(alice, "after the new password")
     check(wait_until(15, lambda: texts(alice)[-1:] == [["after the new password", "sent"]]) and alice.execute_script("return window.notReloaded"),
           "her page stays signed in and sends", texts(alice)[-1:])
+
+    print("blocking")
+    _, bobs = call("POST", port, "/v1/sessions", {"handle": "bob", "password": "correct horse battery"}, context=context)
+
+    def bob_sends(text):
+        return call("POST", port, f"/v1/conversations/{direct}/messages", {"clientMessageId": str(uuid.uuid4()), "text": text},
+                    token=(bobs or {}).get("token"), context=context)
+    check(el(alice, "block").is_displayed() and el(alice, "block").text == "Block", "a direct conversation offers to block the other member")
+    el(alice, "block").click()
+    check(wait_until(10, lambda: el(alice, "block").text == "Unblock"), "Alice blocks Bob from the conversation", el(alice, "block").text)
+    status, reply = bob_sends("let me explain")
+    check(status == 403 and reply["error"]["message"] == "this user does not accept your messages", "Bob's send is refused", f"{status} {reply}")
+    el(alice, "block").click()
+    check(wait_until(10, lambda: el(alice, "block").text == "Block") and bob_sends("thanks")[0] == 201
+          and wait_until(15, lambda: [t for t, _ in texts(alice)][-1:] == ["thanks"]),
+          "she unblocks him: his next message reaches her page", texts(alice)[-1:])
 
 
 if __name__ == "__main__":

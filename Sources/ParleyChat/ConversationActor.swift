@@ -68,6 +68,9 @@ public distributed actor ConversationActor {
     private var fanOut: ConversationFanOut?
     /// Events to webhook endpoints; set once the conversation exists, when the node has endpoints.
     private var webhooks: ConversationWebhooks?
+    /// The blocks between members, as the store had them at activation or when a member's actor
+    /// last said they changed (``blocksChanged()``, before its block or unblock answers).
+    private var blocks: Set<Block>
 
     public static func id(_ conversation: ConversationID) -> ClusterActorID {
         ClusterActorID(kind: kind, key: conversation.rawValue)
@@ -118,9 +121,10 @@ public distributed actor ConversationActor {
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
             let cursors = services.webhooks == nil ? [] : try await services.store.webhookCursors(in: conversation)
             let recent = try await recentMessages(of: record, since: system.clock.wallNow.addingTimeInterval(-services.delivery.recoveryWindow.seconds), store: services.store)
+            let blocks = try await services.store.blocks(among: record.members.map(\.userId))
             return ConversationActor(
-                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, recent: recent, services: services, directory: directory,
-                courier: courier, actorSystem: system)
+                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, recent: recent, blocks: blocks, services: services,
+                directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
             return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError {
@@ -144,9 +148,11 @@ public distributed actor ConversationActor {
     ///   seed 3621). Streams drop a seq they already wrote.
     init(
         id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, webhookCursors: [WebhookCursorRecord] = [],
-        recent: [Message] = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier, actorSystem: ClusterSystem
+        recent: [Message] = [], blocks: Set<Block> = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier,
+        actorSystem: ClusterSystem
     ) {
         self.actorSystem = actorSystem
+        self.blocks = blocks
         self.directory = directory
         self.courier = courier
         self.loaded = record.map { ConversationState(record: $0) }
@@ -165,7 +171,7 @@ public distributed actor ConversationActor {
             self.webhooks = Self.webhooks(for: record, epoch: epoch, cursors: webhookCursors, services: services, system: actorSystem, logger: logger)
             let members = record.members.map(\.userId)
             for message in recent {
-                fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message.senderId, in: record, services: services))
+                fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message.senderId, in: record, blocks: blocks, services: services))
             }
             republishedAtActivation = Set(recent.map(\.seq))
         }
@@ -231,14 +237,33 @@ public distributed actor ConversationActor {
     private var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
 
     /// Whom a push notification of a message from `sender` is owed to, should they hold no stream:
-    /// the other members who did not mute the conversation.
+    /// the other members who did not mute the conversation and did not block the sender.
     private func pushRecipients(of sender: UserID) -> [UserID] {
-        loaded.map { Self.pushRecipients(of: sender, in: $0.record, services: services) } ?? []
+        loaded.map { Self.pushRecipients(of: sender, in: $0.record, blocks: blocks, services: services) } ?? []
     }
 
-    private static func pushRecipients(of sender: UserID, in record: ConversationRecord, services: ChatServices) -> [UserID] {
+    private static func pushRecipients(of sender: UserID, in record: ConversationRecord, blocks: Set<Block>, services: ChatServices) -> [UserID] {
         guard services.pushes != nil else { return [] }
-        return record.members.map(\.userId).filter { $0 != sender && !record.isMuted(by: $0) }
+        return record.members.map(\.userId).filter {
+            $0 != sender && !record.isMuted(by: $0) && !blocks.contains(Block(blocker: $0, blocked: sender))
+        }
+    }
+
+    /// Why `sender` may not write into this direct conversation, or nil: a block either way
+    /// between its two members.
+    private func blockRefusal(of sender: UserID, in record: ConversationRecord) -> ChatError? {
+        guard record.kind == .direct, let other = record.members.map(\.userId).first(where: { $0 != sender }) else { return nil }
+        if blocks.contains(Block(blocker: other, blocked: sender)) { return ChatError(.forbidden, "this user does not accept your messages") }
+        if blocks.contains(Block(blocker: sender, blocked: other)) { return ChatError(.forbidden, "you blocked this user; unblock them to write to them") }
+        return nil
+    }
+
+    /// A member blocked or unblocked another: the blocks between members are read again. Their
+    /// actor calls this on every conversation the two share before the block answers, so that from
+    /// then on no send, typing or push crosses it.
+    public distributed func blocksChanged() async throws {
+        let members = try state.record.members.map(\.userId)
+        blocks = try await services.withStore { try await $0.blocks(among: members) }
     }
 
     /// The conversation, or `not_found` while it does not exist — and then the actor goes at
@@ -275,6 +300,12 @@ public distributed actor ConversationActor {
         creating += 1
         defer { creating -= 1 }
         try await requireUsersExist(record.members.map(\.userId))
+        let blocks = try await services.withStore { try await $0.blocks(among: record.members.map(\.userId)) }
+        if loaded == nil {
+            self.blocks = blocks
+            // A direct conversation is not started across a block (one that exists stays, above).
+            if let refusal = blockRefusal(of: request.creatorId, in: record) { throw refusal }
+        }
         var created = true
         do {
             try await services.store.createConversation(record)
@@ -314,6 +345,14 @@ public distributed actor ConversationActor {
         try request.validate(limits: services.limits)
         let current = try state
         _ = try current.requireMember(request.senderId)
+        if let refusal = blockRefusal(of: request.senderId, in: current.record) {
+            // A retry of a send that committed before the block still gets its message.
+            let cmid = request.clientMessageId.lowercased()
+            if let earlier = try await services.withStore({ try await $0.message(in: current.id, clientMessageId: cmid) }), earlier.senderId == request.senderId {
+                return SendResult(message: earlier, created: false)
+            }
+            throw refusal
+        }
         // Server time, never behind the previous message: clients order by it.
         let sentAt = max(actorSystem.clock.wallNow, current.record.lastActivityAt)
         let append = AppendRequest(
@@ -503,9 +542,12 @@ public distributed actor ConversationActor {
             _ = state.expireTyping(now: actorSystem.clock.now)
             changed = try state.setTyping(user, isTyping, now: actorSystem.clock.now)
         }
-        if changed, let conversation = loaded?.id {
-            // Typing is for the others only.
-            fanOut?.publish(.typing(TypingEvent(conversationId: conversation, userId: user, typing: isTyping)), members: memberIDs, except: user)
+        if changed, let record = loaded?.record {
+            // Typing is for the others only, and not for those who blocked the typist; in a
+            // direct conversation a block either way hides it.
+            let hidden = record.kind == .direct && blockRefusal(of: user, in: record) != nil
+            let members = hidden ? [] : memberIDs.filter { !blocks.contains(Block(blocker: $0, blocked: user)) }
+            fanOut?.publish(.typing(TypingEvent(conversationId: record.id, userId: user, typing: isTyping)), members: members, except: user)
         }
         return changed
     }
@@ -517,9 +559,14 @@ public distributed actor ConversationActor {
         guard !added.isEmpty else { return try state.record }
         try await requireUsersExist(added.map(\.userId))
         let conversation = try state.id
+        // Blocks between the new members and the others count from the moment they are in.
+        let everyone = memberIDs + added.map(\.userId)
+        let blocksAfter = try await services.withStore { try await $0.blocks(among: everyone) }
         let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.addMembers(added, to: conversation, epoch: epoch, at: at) }
         try update { $0.membersAdded(added) }
+        // A union: a block that changed while the store was read errs on the side of blocking.
+        blocks.formUnion(blocksAfter)
         let record = try state.record
         webhooks?.record(.membersAdded(added.map(\.userId), record, at: at), record: record)
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .memberAdded, at: at)), members: memberIDs)

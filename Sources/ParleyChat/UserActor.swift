@@ -426,18 +426,84 @@ extension UserActor {
 
     static let sentPushes = Counter(label: "parley.push.sent")
 
-    /// The other members of this user's conversations: whose streams hear of its presence.
+    /// The other members of this user's conversations, but those blocked either way: whose
+    /// streams hear of its presence, and whose presence it may see.
     public distributed func contacts() async throws -> [UserID] {
         let me = UserID(rawValue: id.key)
         var contacts: Set<UserID> = []
+        try await forEachConversation { contacts.formUnion($0.members.map(\.userId)) }
+        contacts.remove(me)
+        for stored in try await services.withStore({ try await $0.blocks(involving: me) }) {
+            contacts.remove(stored.block.blocker == me ? stored.block.blocked : stored.block.blocker)
+        }
+        return contacts.sorted()
+    }
+
+    /// Every conversation of this user, a page at a time.
+    private func forEachConversation(_ body: (ConversationRecord) async throws -> Void) async throws {
+        let me = UserID(rawValue: id.key)
         var cursor: ConversationPageCursor?
         repeat {
             let page = try await services.withStore { try await $0.conversations(of: me, after: cursor, limit: 100) }
-            for record in page { contacts.formUnion(record.members.map(\.userId)) }
+            for record in page { try await body(record) }
             cursor = page.count == 100 ? page.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
         } while cursor != nil
-        contacts.remove(me)
-        return contacts.sorted()
+    }
+
+    // MARK: Blocks
+
+    /// How many users one user may block.
+    public static let blocksMax = 1_000
+
+    /// `PUT /v1/users/me/blocks/{userId}`: from when this returns, `other` cannot write to this
+    /// user in a direct conversation (nor this user to them), starts none with them, sends them no
+    /// push, and neither sees the other's presence or typing. Blocking again changes nothing.
+    public distributed func block(_ other: UserID) async throws {
+        try requireProfile()
+        let me = UserID(rawValue: id.key)
+        guard other != me else { throw ChatError(.invalidRequest, "you cannot block yourself") }
+        let existing = try await services.withStore { try await $0.existingUsers([other]) }
+        guard existing.contains(other) else { throw ChatError(.notFound, "user not found") }
+        let mine = try await services.withStore { try await $0.blocks(involving: me) }.filter { $0.block.blocker == me }
+        guard mine.count < Self.blocksMax || mine.contains(where: { $0.block.blocked == other }) else {
+            throw ChatError(.invalidRequest, "at most \(Self.blocksMax) users can be blocked; unblock one first")
+        }
+        let now = actorSystem.clock.wallNow
+        _ = try await services.withStore { try await $0.block(Block(blocker: me, blocked: other), at: now) }
+        try await tellSharedConversations(with: other)
+        actorSystem.logger.info("user blocked another", metadata: ["user.id": "\(me)", "blocked.id": "\(other)"])
+    }
+
+    /// `DELETE /v1/users/me/blocks/{userId}`: undoes ``block(_:)``; unblocking someone not blocked
+    /// changes nothing.
+    public distributed func unblock(_ other: UserID) async throws {
+        try requireProfile()
+        let me = UserID(rawValue: id.key)
+        guard try await services.withStore({ try await $0.unblock(Block(blocker: me, blocked: other)) }) else { return }
+        try await tellSharedConversations(with: other)
+    }
+
+    /// `GET /v1/users/me/blocks`: whom this user blocked, newest first. Only its owner sees it.
+    public distributed func blocked() async throws -> [BlockedUser] {
+        try requireProfile()
+        let me = UserID(rawValue: id.key)
+        return try await services.withStore { try await $0.blocks(involving: me) }
+            .filter { $0.block.blocker == me }.map { BlockedUser(userId: $0.block.blocked, blockedAt: $0.at) }
+    }
+
+    /// Every conversation this user shares with `other` reads its blocks again before this
+    /// returns; one that cannot be told fails the request (`unavailable`), which the client
+    /// retries — the block is stored already, and a conversation that activates reads it.
+    private func tellSharedConversations(with other: UserID) async throws {
+        var shared: [ConversationID] = []
+        try await forEachConversation { record in if record.member(other) != nil { shared.append(record.id) } }
+        let system = actorSystem
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for conversation in shared {
+                group.addTask { try await ConversationActor.resolve(conversation, using: system).blocksChanged() }
+            }
+            try await group.waitForAll()
+        }
     }
 
 }

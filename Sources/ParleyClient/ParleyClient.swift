@@ -139,6 +139,22 @@ public final class ParleyClient: Sendable {
         try await callWithoutResult(.PUT, "/v1/users/me/password", body: API.PasswordChange(current: current, new: new))
     }
 
+    /// Blocks a user: no direct messages either way, no pushes of their messages, and neither
+    /// sees the other's presence or typing; in effect on every gateway when this returns.
+    public func block(_ user: UserID) async throws {
+        try await callWithoutResult(.PUT, "/v1/users/me/blocks/\(Self.query(user.rawValue))")
+    }
+
+    public func unblock(_ user: UserID) async throws {
+        try await callWithoutResult(.DELETE, "/v1/users/me/blocks/\(Self.query(user.rawValue))")
+    }
+
+    /// The users this user blocked, newest first.
+    public func blocked() async throws -> [BlockedUser] {
+        let body: API.Blocks = try await call(.GET, "/v1/users/me/blocks")
+        return body.blocks
+    }
+
     public func me() async throws -> User {
         let user: User = try await call(.GET, "/v1/users/me")
         state.withLock { $0.user = user }

@@ -182,6 +182,11 @@ public enum API {
         }
     }
 
+    public struct Blocks: Codable, Sendable {
+        public var blocks: [BlockedUser]
+        public init(blocks: [BlockedUser]) { self.blocks = blocks }
+    }
+
     public struct Sessions: Codable, Sendable {
         public var sessions: [UserSession]
         public init(sessions: [UserSession]) { self.sessions = sessions }

@@ -138,6 +138,20 @@ public protocol ChatStore: Sendable {
 
     func isTokenRevoked(_ tokenID: String) async throws -> Bool
 
+    // MARK: Blocks
+
+    /// Records a block; blocking again keeps the first time. Returns whether it is new.
+    func block(_ block: Block, at: Date) async throws -> Bool
+
+    /// Removes a block; whether there was one.
+    func unblock(_ block: Block) async throws -> Bool
+
+    /// Every block `user` is a side of (blocker or blocked), newest first.
+    func blocks(involving user: UserID) async throws -> [StoredBlock]
+
+    /// The blocks between any two of `users`.
+    func blocks(among users: [UserID]) async throws -> Set<Block>
+
     // MARK: Sessions
 
     /// Records a token just issued. The user's sessions expired by the new one's creation are

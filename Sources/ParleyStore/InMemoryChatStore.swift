@@ -37,6 +37,7 @@ public final class InMemoryChatStore: ChatStore {
         var idByHandle: [String: UserID] = [:]
         var revoked: [String: Date] = [:]
         var sessions: [String: StoredSession] = [:]
+        var blocks: [Block: Date] = [:]
         /// Every user's devices, in the order they were registered.
         var devices: [StoredDevice] = []
         var media: [MediaID: StoredMedia] = [:]
@@ -352,6 +353,30 @@ public final class InMemoryChatStore: ChatStore {
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
         users.withLock { $0.revoked[tokenID] != nil }
+    }
+
+    public func block(_ block: Block, at: Date) async throws -> Bool {
+        users.withLock { users in
+            guard users.blocks[block] == nil else { return false }
+            users.blocks[block] = at.millisecondPrecision
+            return true
+        }
+    }
+
+    public func unblock(_ block: Block) async throws -> Bool {
+        users.withLock { $0.blocks.removeValue(forKey: block) != nil }
+    }
+
+    public func blocks(involving user: UserID) async throws -> [StoredBlock] {
+        users.withLock { users in
+            users.blocks.filter { $0.key.blocker == user || $0.key.blocked == user }.map { StoredBlock(block: $0.key, at: $0.value) }
+                .sorted { ($0.at, $0.block.blocker, $0.block.blocked) > ($1.at, $1.block.blocker, $1.block.blocked) }
+        }
+    }
+
+    public func blocks(among members: [UserID]) async throws -> Set<Block> {
+        let set = Set(members)
+        return users.withLock { users in Set(users.blocks.keys.filter { set.contains($0.blocker) && set.contains($0.blocked) }) }
     }
 
     public func openSession(_ session: StoredSession) async throws {

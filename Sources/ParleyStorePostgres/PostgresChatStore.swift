@@ -237,6 +237,7 @@ public final class PostgresChatStore: ChatStore {
             "CREATE TABLE media_thumbnails (sha256 TEXT NOT NULL, size INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (sha256, size))",
         ]),
         (16, "sessions, and when a password changed", SessionRows.migration),
+        (17, "users' blocks", BlockRows.migration),
     ]
 
     public func migrate() async throws {
@@ -476,6 +477,62 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             for try await _ in try await client.query("SELECT 1 FROM token_revocations WHERE token_id = \(tokenID)", logger: logger) { return true }
             return false
+        }
+    }
+
+    // MARK: Blocks
+
+    public func block(_ block: Block, at: Date) async throws -> Bool {
+        try await run {
+            for try await _ in try await client.query(
+                """
+                INSERT INTO blocks (blocker_id, blocked_id, created_at) VALUES (\(block.blocker.rawValue), \(block.blocked.rawValue), \(at.millisecondsSince1970))
+                ON CONFLICT DO NOTHING RETURNING blocker_id
+                """, logger: logger)
+            {
+                return true
+            }
+            return false
+        }
+    }
+
+    public func unblock(_ block: Block) async throws -> Bool {
+        try await run {
+            for try await _ in try await client.query(
+                "DELETE FROM blocks WHERE blocker_id = \(block.blocker.rawValue) AND blocked_id = \(block.blocked.rawValue) RETURNING blocker_id", logger: logger)
+            {
+                return true
+            }
+            return false
+        }
+    }
+
+    public func blocks(involving user: UserID) async throws -> [StoredBlock] {
+        try await run {
+            var blocks: [StoredBlock] = []
+            for try await (blocker, blocked, at) in try await client.query(
+                """
+                SELECT blocker_id, blocked_id, created_at FROM blocks WHERE blocker_id = \(user.rawValue) OR blocked_id = \(user.rawValue)
+                ORDER BY created_at DESC, blocker_id COLLATE "C" DESC, blocked_id COLLATE "C" DESC
+                """, logger: logger
+            ).decode((String, String, Int64).self) {
+                blocks.append(BlockRows.block(blocker: blocker, blocked: blocked, at: at))
+            }
+            return blocks
+        }
+    }
+
+    public func blocks(among users: [UserID]) async throws -> Set<Block> {
+        guard users.count > 1 else { return [] }
+        return try await run {
+            let ids = users.map(\.rawValue)
+            var blocks: Set<Block> = []
+            for try await (blocker, blocked) in try await client.query(
+                "SELECT blocker_id, blocked_id FROM blocks WHERE blocker_id = ANY(\(ids)) AND blocked_id = ANY(\(ids))", logger: logger
+            ).decode((String, String).self) {
+                blocks.insert(Block(blocker: UserID(rawValue: blocker), blocked: UserID(rawValue: blocked)))
+            }
+            return blocks
         }
     }
 

@@ -149,6 +149,7 @@ public final class SQLiteChatStore: ChatStore {
         "v14: messages' attachments, and which conversations may download an upload",
         "v15: uploads never attached, for the sweeper",
         "v16: sessions, and when a password changed",
+        "v17: users' blocks",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -376,6 +377,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[15]) { db in
             for statement in SessionRows.migration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[16]) { db in
+            for statement in BlockRows.migration { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -495,6 +499,49 @@ public final class SQLiteChatStore: ChatStore {
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
         try await read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM token_revocations WHERE token_id = ?", arguments: [tokenID]) ?? false }
+    }
+
+    // MARK: Blocks
+
+    public func block(_ block: Block, at: Date) async throws -> Bool {
+        try await write { db in
+            try db.execute(
+                sql: "INSERT INTO blocks (blocker_id, blocked_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                arguments: [block.blocker.rawValue, block.blocked.rawValue, at.millisecondsSince1970])
+            return db.changesCount == 1
+        }
+    }
+
+    public func unblock(_ block: Block) async throws -> Bool {
+        try await write { db in
+            try db.execute(sql: "DELETE FROM blocks WHERE blocker_id = ? AND blocked_id = ?", arguments: [block.blocker.rawValue, block.blocked.rawValue])
+            return db.changesCount == 1
+        }
+    }
+
+    public func blocks(involving user: UserID) async throws -> [StoredBlock] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM blocks WHERE blocker_id = ?1 UNION ALL SELECT * FROM blocks WHERE blocked_id = ?1 AND blocker_id <> ?1
+                    ORDER BY created_at DESC, blocker_id DESC, blocked_id DESC
+                    """,
+                arguments: [user.rawValue]
+            ).map { row in BlockRows.block(blocker: row["blocker_id"], blocked: row["blocked_id"], at: row["created_at"]) }
+        }
+    }
+
+    public func blocks(among users: [UserID]) async throws -> Set<Block> {
+        guard users.count > 1 else { return [] }
+        return try await read { db in
+            let placeholders = Array(repeating: "?", count: users.count).joined(separator: ",")
+            let ids = users.map(\.rawValue)
+            return Set(try Row.fetchAll(
+                db, sql: "SELECT blocker_id, blocked_id FROM blocks WHERE blocker_id IN (\(placeholders)) AND blocked_id IN (\(placeholders))",
+                arguments: StatementArguments(ids + ids)
+            ).map { row in Block(blocker: UserID(rawValue: row["blocker_id"]), blocked: UserID(rawValue: row["blocked_id"])) })
+        }
     }
 
     // MARK: Sessions

@@ -410,6 +410,28 @@ public enum ChatStoreContract {
             try check(try await store.isTokenRevoked(second.tokenId), "and the token is revoked")
             try check(try await store.sessions(of: me, now: t0.addingTimeInterval(100), limit: 10).map(\.tokenId) == [later.tokenId, first.tokenId], "listed after revoking")
         },
+        Case(name: "blocks: one per pair and direction, the first time kept, found from either side and among members") { store in
+            // Fresh users: a shared store (the PostgreSQL suite's) keeps earlier runs' blocks.
+            let (ann, bob, cat, dan) = (UserID.make(), UserID.make(), UserID.make(), UserID.make())
+            try check(try await store.block(Block(blocker: ann, blocked: bob), at: t0), "a new block")
+            try check(!(try await store.block(Block(blocker: ann, blocked: bob), at: t0.addingTimeInterval(5))), "blocked twice is not new")
+            try check(try await store.block(Block(blocker: cat, blocked: ann), at: t0.addingTimeInterval(1)), "the other direction, by someone else")
+            try check(try await store.block(Block(blocker: bob, blocked: ann), at: t0.addingTimeInterval(2)), "both directions are two blocks")
+            _ = try await store.block(Block(blocker: cat, blocked: dan), at: t0.addingTimeInterval(3))
+            let involving = try await store.blocks(involving: ann)
+            let expected = [
+                StoredBlock(block: Block(blocker: bob, blocked: ann), at: t0.addingTimeInterval(2)),
+                StoredBlock(block: Block(blocker: cat, blocked: ann), at: t0.addingTimeInterval(1)),
+                StoredBlock(block: Block(blocker: ann, blocked: bob), at: t0),
+            ]
+            try check(involving == expected, "either side, newest first, the first time kept: \(involving)")
+            let among = try await store.blocks(among: [ann, bob, dan])
+            try check(among == [Block(blocker: ann, blocked: bob), Block(blocker: bob, blocked: ann)], "among members only: \(among)")
+            try check(try await store.blocks(among: [ann]).isEmpty, "one member has no pairs")
+            try check(try await store.unblock(Block(blocker: ann, blocked: bob)), "unblocked")
+            try check(!(try await store.unblock(Block(blocker: ann, blocked: bob))), "unblocked twice")
+            try check(try await store.blocks(among: [ann, bob]) == [Block(blocker: bob, blocked: ann)], "the other direction stays")
+        },
         Case(name: "a password change revokes every other session of the user at once, with their devices, and only if the hash was the one read") { store in
             let run = UUID().uuidString.prefix(8).lowercased()
             let me = UserID.make()

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Block.self, Unblock.self, Blocked.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -226,6 +226,50 @@ struct Password: AsyncParsableCommand {
         try await withClient(connection) { client, _ in
             try await client.changePassword(current: now, new: next)
             connection.print(["changed": true]) { "password changed; your other sessions are revoked" }
+        }
+    }
+}
+
+struct Block: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Block a user: no direct messages either way, no pushes of their messages, neither sees the other's presence.",
+        discussion: "Groups you share stay as they are. `parley unblock` undoes it.")
+    @Argument(help: "The user's handle, or ID (u_…).") var user: String
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            guard let id = try await resolveUsers([user], client: client).first else { return }
+            try await client.block(id)
+            connection.print(["blocked": id.rawValue]) { "blocked \(user)" }
+        }
+    }
+}
+
+struct Unblock: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unblock a user.")
+    @Argument(help: "The user's handle, or ID (u_…).") var user: String
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            guard let id = try await resolveUsers([user], client: client).first else { return }
+            try await client.unblock(id)
+            connection.print(["unblocked": id.rawValue]) { "unblocked \(user)" }
+        }
+    }
+}
+
+struct Blocked: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "blocks", abstract: "The users you blocked, newest first.")
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let blocked = try await client.blocked()
+            connection.print(API.Blocks(blocks: blocked)) {
+                blocked.isEmpty ? "nobody blocked" : blocked.map { "\($0.userId)\tsince \($0.blockedAt.formatted(.iso8601))" }.joined(separator: "\n")
+            }
         }
     }
 }

@@ -34,9 +34,10 @@ struct PostgresStoreContractTests {
         #expect(versions == PostgresChatStore.migrations.map(\.version), "each version once")
     }
 
-    /// The sessions migration undone by hand as docs/OPERATIONS.md says, then applied again: the
-    /// revocations it did not own survive, and sessions work as before.
-    @Test func theSessionsMigrationUndoneAsDocumentedAppliesAgain() async throws {
+    /// The sessions and blocks migrations undone by hand as docs/OPERATIONS.md says, newest first,
+    /// then applied again: the revocations they did not own survive, and sessions and blocks work
+    /// as before.
+    @Test func theAccountMigrationsUndoneAsDocumentedApplyAgain() async throws {
         let store = try PostgresChatStore(url: ProcessInfo.processInfo.environment["PARLEY_TEST_POSTGRES_URL"] ?? "")
         defer { store.shutdown() }
         try await store.migrate()
@@ -44,7 +45,10 @@ struct PostgresStoreContractTests {
         let session = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: nil)
         try await store.openSession(session)
         try await store.revokeToken(session.tokenId, expiresAt: session.expiresAt)
-        for statement in ["DROP TABLE sessions", "ALTER TABLE users DROP COLUMN password_changed_at", "DELETE FROM parley_migrations WHERE version = 16"] {
+        for statement in [
+            "DROP TABLE blocks", "DELETE FROM parley_migrations WHERE version = 17",
+            "DROP TABLE sessions", "ALTER TABLE users DROP COLUMN password_changed_at", "DELETE FROM parley_migrations WHERE version = 16",
+        ] {
             try await store.client.query(PostgresQuery(unsafeSQL: statement))
         }
         try await store.migrate()
@@ -52,5 +56,6 @@ struct PostgresStoreContractTests {
         let again = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: "x")
         try await store.openSession(again)
         #expect(try await store.session(again.tokenId)?.userAgent == "x")
+        #expect(try await store.block(Block(blocker: user, blocked: .make()), at: Date()))
     }
 }

@@ -121,9 +121,10 @@ import Testing
         #expect(blocks == [0, 1])
     }
 
-    /// The sessions migration undone by hand as docs/OPERATIONS.md says, then applied again: the
-    /// revocations it did not own survive, and sessions and password changes work as before.
-    @Test func theSessionsMigrationUndoneAsDocumentedAppliesAgain() async throws {
+    /// The sessions and blocks migrations undone by hand as docs/OPERATIONS.md says, newest first,
+    /// then applied again: the revocations they did not own survive, and sessions, password
+    /// changes and blocks work as before.
+    @Test func theAccountMigrationsUndoneAsDocumentedApplyAgain() async throws {
         let path = Scratch.path("parley-undo", suffix: ".sqlite")
         let store = try SQLiteChatStore(path: path)
         try await store.migrate()
@@ -134,6 +135,8 @@ import Testing
         try await store.revokeToken("t1", expiresAt: session.expiresAt)
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
+            try db.execute(sql: "DROP TABLE blocks;")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v17:%';")
             try db.execute(sql: "DROP TABLE sessions; ALTER TABLE users DROP COLUMN password_changed_at;")
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v16:%';")
         }
@@ -144,6 +147,7 @@ import Testing
         let again = StoredSession(tokenId: "t2", userId: user, createdAt: now, lastUsedAt: now, expiresAt: now.addingTimeInterval(60), userAgent: nil)
         try await store.openSession(again)
         #expect(try await store.changePassword(of: user, from: "h1", to: "h2", keeping: "t3", at: Date()) == [again])
+        #expect(try await store.block(Block(blocker: user, blocked: "u_other"), at: now))
     }
 
     /// Reads agree with the messages committed wherever they start and end among the blocks of 64

@@ -31,6 +31,19 @@ extension Gateway {
             return Response(status: .noContent)
         }
         users.put("users/me/password") { request, context in try await self.changePassword(request, context.caller) }
+        users.get("users/me/blocks") { request, context in
+            try Self.json(API.Blocks(blocks: try await UserActor.resolve(context.caller.id, using: self.system).blocked()))
+        }
+        users.put("users/me/blocks/:userId") { request, context in
+            let other = try Self.userID(context.parameters.require("userId"))
+            try await UserActor.resolve(context.caller.id, using: self.system).block(other)
+            return Response(status: .noContent)
+        }
+        users.delete("users/me/blocks/:userId") { request, context in
+            let other = try Self.userID(context.parameters.require("userId"))
+            try await UserActor.resolve(context.caller.id, using: self.system).unblock(other)
+            return Response(status: .noContent)
+        }
         users.patch("users/me") { request, context in
             let change = try await self.decode(API.ProfileChange.self, from: request)
             let user = try await UserActor.resolve(context.caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL)

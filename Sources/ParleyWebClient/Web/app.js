@@ -13,6 +13,7 @@ const state = {
   presence: new Map(), // userId → presence
   typing: new Map(), // conversationId → Map(userId → timer)
   current: null,
+  blocked: new Set(), // IDs of the users this user blocked
   stream: null,
   outbox: null,
 };
@@ -149,6 +150,7 @@ async function start() {
   state.outbox = await Outbox.open(state.me.id);
   for (const entry of await state.outbox.all()) pendingIn(entry.conversationId).push(entry);
   await loadConversations().catch(() => {});
+  await loadBlocks().catch(() => {});
   state.stream = new EventStream(api, { cursorKey: `parley.cursor.${state.me.id}`, onEvent, onState });
   state.stream.start();
   flush();
@@ -431,6 +433,9 @@ function renderConversation({ toBottom = false } = {}) {
   $('conversation-name').textContent = titleOf(conversation);
   $('conversation-status').textContent = statusText(conversation);
   $('info').hidden = conversation.kind !== 'group';
+  const other = conversation.kind === 'direct' ? others(conversation)[0]?.userId : null;
+  $('block').hidden = !other;
+  if (other) $('block').textContent = state.blocked.has(other) ? 'Unblock' : 'Block';
   const items = [...conversation.messages.values()].sort((a, b) => a.seq - b.seq).map((message) => bubble(conversation, message));
   const sentIds = new Set([...conversation.messages.values()].map((m) => m.clientMessageId));
   for (const entry of conversation.pending) {
@@ -551,6 +556,27 @@ function image(mediaId, label) {
   img.addEventListener('keydown', (event) => { if (event.key === 'Enter') view(); });
   return img;
 }
+
+// ---- blocking, from a direct conversation ----
+
+async function loadBlocks() {
+  const { blocks } = await api.get('/v1/users/me/blocks');
+  state.blocked = new Set(blocks.map((block) => block.userId));
+}
+
+$('block').addEventListener('click', () => act(async () => {
+  const conversation = state.conversations.get(state.current);
+  const other = others(conversation)[0]?.userId;
+  if (!other) return null;
+  if (state.blocked.has(other)) {
+    await api.delete(`/v1/users/me/blocks/${encodeURIComponent(other)}`);
+    state.blocked.delete(other);
+  } else {
+    await api.put(`/v1/users/me/blocks/${encodeURIComponent(other)}`);
+    state.blocked.add(other);
+  }
+  return null;
+}));
 
 // ---- group members ----
 
@@ -787,6 +813,7 @@ async function onEvent({ type, data }) {
       // What happened while away is too much to replay: reload the list, and page each open
       // conversation's messages after the last one held.
       await loadConversations().catch(() => {});
+  await loadBlocks().catch(() => {});
       for (const conversation of state.conversations.values()) {
         if (!conversation.historyLoaded) continue;
         const last = Math.max(0, ...conversation.messages.keys());
