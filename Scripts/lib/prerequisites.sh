@@ -94,11 +94,11 @@ parley_python_tools() {
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
     venv="$root/.build/python"
     if [ ! -x "$venv/bin/st" ] || [ ! -x "$venv/bin/openapi-spec-validator" ] \
-        || ! "$venv/bin/python" -c 'import h2, cryptography, selenium, axe_selenium_python' >/dev/null 2>&1; then
-        echo "== installing Schemathesis, openapi-spec-validator, h2, cryptography, Selenium and axe into .build/python" >&2
+        || ! "$venv/bin/python" -c 'import h2, cryptography, selenium, axe_selenium_python, standardwebhooks' >/dev/null 2>&1; then
+        echo "== installing Schemathesis, openapi-spec-validator, h2, cryptography, Selenium, axe and standardwebhooks into .build/python" >&2
         python3 -m venv "$venv" >&2 || return 1
         "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis>=4.3,<5' 'openapi-spec-validator>=0.7,<1' 'h2>=4.1,<5' 'cryptography>=41' 'selenium>=4.20,<5' \
-            'axe-selenium-python>=2.1,<3' >&2 || return 1
+            'axe-selenium-python>=2.1,<3' 'standardwebhooks>=1.0,<2' >&2 || return 1
     fi
     echo "$venv/bin"
 }

@@ -902,6 +902,11 @@ def main():
           "blocking oneself is 400, an unknown user 404")
     check(q1.call("DELETE", f"/v1/users/me/blocks/{rex['user']['id']}")[0] == 204 and send(r2, qr, "friends again")[0] == 201,
           "unblocked on gateway-1, rex writes again through gateway-2")
+    reports = [q1.call("POST", "/v1/reports", {"userId": rex["user"]["id"], "conversationId": qr, "seq": 1, "reason": "harassment"}) for _ in range(11)]
+    statuses = [status for status, _, _ in reports]
+    check(statuses[0] == 201 and set(statuses[1:10]) == {200} and statuses[10] == 429 and reports[10][2].get("Retry-After")
+          and len({reply["report"]["id"] for status, reply, _ in reports[:10]}) == 1,
+          "a report, retried, is one report; the eleventh in a row is 429 with Retry-After", f"{statuses}")
     burst = [send(b1, conv, f"flood {i}") for i in range(120)]
     limited = [(reply, headers) for status, reply, headers in burst if status == 429]
     reply, headers = limited[0] if limited else ({}, {})
@@ -1001,7 +1006,8 @@ def main():
         paths = ["/v1/users", "/v1/sessions", "/v1/users/me", f"/v1/users/{alice_id}", "/v1/conversations", f"/v1/conversations/{t_conv}",
                  f"/v1/conversations/{t_conv}/members", f"/v1/conversations/{t_conv}/members/{bob_id}", f"/v1/conversations/{t_conv}/messages",
                  f"/v1/conversations/{t_conv}/receipts", f"/v1/conversations/{t_conv}/typing", "/v1/presence", "/v1/events", "/healthz", "/readyz",
-                 "/v1/sessions/current", "/v1/sessions/s_none", "/v1/users/me/password", "/v1/users/me/blocks", f"/v1/users/me/blocks/{bob_id}"]
+                 "/v1/sessions/current", "/v1/sessions/s_none", "/v1/users/me/password", "/v1/users/me/blocks", f"/v1/users/me/blocks/{bob_id}",
+                 "/v1/reports", "/v1/reports/r_none/resolve", f"/v1/admin/users/{bob_id}/suspend", f"/v1/admin/users/{bob_id}/unsuspend"]
         methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
         bad = []
         h1 = Client("gateway-1", t_token)

@@ -13,7 +13,8 @@ each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
 shows as unread in the list. In the settings panel a session is signed out and the password
-changed; from a direct conversation a user is blocked (his sends refused) and unblocked. axe-core (bundled by axe-selenium-python) finds nothing serious or
+changed; from a direct conversation a user is blocked (his sends refused) and unblocked, and
+reported. axe-core (bundled by axe-selenium-python) finds nothing serious or
 critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
 cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
 user from online to last seen on the other page. A reloaded page pages
@@ -105,6 +106,12 @@ def open_conversation(driver, title):
 def offline(driver, on):
     driver.execute_cdp_cmd("Network.enable", {})
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": on, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+
+
+def user_id(handle, token, context):
+    """The ID of the user with this handle, looked up as `token`'s user."""
+    users = call("GET", nodes.client["gateway-1"], f"/v1/users?prefix={handle}", token=token, context=context)[1]["users"]
+    return next(u["id"] for u in users if u["handle"] == handle)
 
 
 def shot(driver, name):
@@ -348,6 +355,22 @@ def main():
     check(wait_until(10, lambda: el(alice, "block").text == "Block") and bob_sends("thanks")[0] == 201
           and wait_until(15, lambda: [t for t, _ in texts(alice)][-1:] == ["thanks"]),
           "she unblocks him: his next message reaches her page", texts(alice)[-1:])
+
+    print("reporting")
+    el(alice, "report").click()
+    check(wait_until(5, lambda: el(alice, "report-dialog").is_displayed()), "the conversation offers to report Bob: a dialog asks why")
+    audit(alice, "the report dialog")
+    from selenium.webdriver.support.ui import Select
+    Select(el(alice, "report-reason")).select_by_value("harassment")
+    el(alice, "report-note").send_keys("he keeps writing at night")
+    el(alice, "report-send").click()
+    check(wait_until(10, lambda: not el(alice, "report-dialog").is_displayed() and "Reported" in el(alice, "conversation-status").text),
+          "she sends the report", el(alice, "report-error").text)
+    alice_token = alice.execute_script("return localStorage.getItem('parley.token')")
+    status, reply = call("POST", port, "/v1/reports", {"userId": user_id("bob", alice_token, context), "conversationId": direct, "reason": "harassment"},
+                         token=alice_token, context=context)
+    check(status == 200 and reply["report"]["note"] == "he keeps writing at night" and reply["report"]["reason"] == "harassment",
+          "the server holds her report, with her note (the same report, asked again, answers 200)", f"{status} {reply}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Every kind of event of a group and of a direct chat reaches the receiver, in the
 committed, signed; the receiver is then down (killed) for a minute while messages are sent and
 the group's owner is SIGKILLed → once it is back every message is delivered, in order per
 conversation, each event under one ID, every signature valid, and the store says nothing is owed;
-a replay with the admin token sends messages again under the same IDs.
+a replay with the admin token sends messages again under the same IDs. A report reaches the
+endpoint (verified with the standardwebhooks library) and the operator resolves it; a suspended
+user's token and stream end at once, and the suspension is lifted.
 
     Scripts/tests/webhook_e2e.py PATH-TO-parley-node [DOWN-SECONDS]
 
@@ -244,6 +246,57 @@ def main():
     check(status == 201 and api("GET", "/v1/users/me", token=renewed["token"])[0] == 200, "the operator issues the bot a new token", f"{status} {renewed}")
     status, _ = api("POST", f"/v1/bots/{uid['bob']}/tokens", None, ADMIN)
     check(status == 404, "a person gets no bot token", status)
+
+    # Reports: bob reports alice's message; the moderation endpoint hears of it with the message as
+    # it was, signed (checked with the standardwebhooks library); the operator lists and resolves it.
+    report_body = {"userId": uid["alice"], "conversationId": group, "seq": question["seq"], "reason": "spam", "note": "not a real question"}
+    status, filed = api("POST", "/v1/reports", report_body, token["bob"])
+    check(status == 201 and filed["report"]["message"]["text"] == question["text"] and filed["report"]["status"] == "open",
+          "bob reports alice's message (201), the report keeping the message", f"{status} {filed}")
+    report_id = filed.get("report", {}).get("id")
+    status, again = api("POST", "/v1/reports", report_body, token["bob"])
+    check(status == 200 and again["report"]["id"] == report_id, "reporting it again while open answers the same report (200)", f"{status} {again}")
+    status, reply = api("POST", "/v1/reports", {"userId": uid["alice"], "conversationId": direct, "seq": 1, "reason": "spam"}, token["carol"])
+    check(status == 404, "a report from outside the conversation is 404", f"{status} {reply}")
+
+    def reports_received():
+        return [r for r in received() if r["type"] == "report.created"]
+    check(wait_until(15, lambda: any((r.get("report") or {}).get("id") == report_id for r in reports_received())),
+          "the endpoint is told of the report (report.created)")
+    told = [r for r in reports_received() if (r.get("report") or {}).get("id") == report_id]
+    check(all(r["valid"] for r in told) and told[0]["report"]["message"]["text"] == question["text"] and told[0]["conversationId"] is None
+          and len(once(told)) == 1, "signed (standardwebhooks verifies it), with the reported text, under one ID", told)
+    status, _ = api("GET", "/v1/reports?status=open", token=token["bob"])
+    check(status == 401, "listing reports without the admin token is 401", status)
+    status, listed = api("GET", "/v1/reports?status=open", token=ADMIN)
+    check(status == 200 and [r["id"] for r in listed["reports"]] == [report_id], "the operator lists the open reports", f"{status} {listed}")
+    parley = os.path.join(os.path.dirname(NODE), "parley")
+    cli = subprocess.run([parley, "admin", "reports", "--json", "--server", f"https://localhost:{gateway}", "--ca", CA],
+                         env=dict(os.environ, PARLEY_ADMIN_TOKEN=ADMIN, PARLEY_CONFIG=os.path.join(WORK, "cli.json")),
+                         capture_output=True, text=True, timeout=60)
+    check(cli.returncode == 0 and [r["id"] for r in json.loads(cli.stdout or "{}").get("reports", [])] == [report_id],
+          "parley admin reports lists it too", cli.stdout + cli.stderr)
+    status, resolved = api("POST", f"/v1/reports/{report_id}/resolve", {"resolution": "alice was warned"}, ADMIN)
+    check(status == 200 and resolved["report"]["status"] == "resolved" and resolved["report"]["resolution"] == "alice was warned"
+          and api("GET", "/v1/reports?status=open", token=ADMIN)[1]["reports"] == [], "the operator resolves it", f"{status} {resolved}")
+
+    # A suspension: dave's tokens stop working and his open stream ends before the 204; he cannot
+    # sign in; lifted, his token works again.
+    dave_stream = EventStream(gateway, token["dave"], context)
+    dave_stream.start()
+    check(dave_stream.ready.wait(15), "dave's event stream is open")
+    check(api("POST", f"/v1/admin/users/{uid['dave']}/suspend", None, token["bob"])[0] == 401, "suspending without the admin token is 401")
+    status, _ = api("POST", f"/v1/admin/users/{uid['dave']}/suspend", None, ADMIN)
+    me_status, me_reply = api("GET", "/v1/users/me", token=token["dave"])
+    check(status == 204 and me_status == 401 and me_reply["error"]["message"] == "this account is suspended",
+          "a suspended user's token is refused at once (401, 'this account is suspended')", f"{status} {me_status} {me_reply}")
+    dave_stream.join(10)
+    check(not dave_stream.is_alive(), "and the event stream he had open ends")
+    status, reply = api("POST", "/v1/sessions", {"handle": "dave", "password": "dave-password"})
+    check(status == 403 and reply["error"]["message"] == "this account is suspended", "he cannot sign in (403)", f"{status} {reply}")
+    check(api("GET", f"/v1/conversations/{group}/messages?limit=5", token=token["alice"])[0] == 200, "nothing of his is removed from the others' view")
+    status, _ = api("POST", f"/v1/admin/users/{uid['dave']}/unsuspend", None, ADMIN)
+    check(status == 204 and api("GET", "/v1/users/me", token=token["dave"])[0] == 200, "lifted, his token works again")
 
 
 if __name__ == "__main__":

@@ -447,6 +447,23 @@ public distributed actor ConversationActor {
         return webhooks?.replay(endpoint, from: seq) ?? false
     }
 
+    /// What a report of `user` by `reporter` names here: message `seq` (as history has it, with
+    /// its annotations), which must be `user`'s; without a seq, `user` must be a member. The
+    /// reporter must be a member (else `not_found`, as for anyone outside).
+    public distributed func reported(seq: Int64?, of user: UserID, by reporter: UserID) async throws -> Message? {
+        let current = try state
+        _ = try current.requireMember(reporter)
+        guard let seq else {
+            guard current.record.member(user) != nil else { throw ChatError(.invalidRequest, "userId is not a member of this conversation") }
+            return nil
+        }
+        guard seq >= 1, seq <= current.record.lastSeq,
+            let message = try await history(for: reporter, after: seq - 1, before: nil, limit: 1).first, message.seq == seq
+        else { throw ChatError(.notFound, "no message \(seq)") }
+        guard message.senderId == user else { throw ChatError(.invalidRequest, "userId did not send message \(seq)") }
+        return message
+    }
+
     /// Messages after `seq` (ascending), for a member.
     public distributed func messages(for user: UserID, after seq: Int64, limit: Int) async throws -> [Message] {
         let conversation = try state.id

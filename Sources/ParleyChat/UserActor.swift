@@ -23,6 +23,8 @@ public distributed actor UserActor {
     private var tokens: [String: TokenState] = [:]
     /// The password's hash and when it last changed (nil: never), as the store has them.
     private var password: (hash: String, changedAt: Date?)?
+    /// Since when an operator suspended this user; nil: not suspended.
+    private var suspendedAt: Date?
 
     enum TokenState {
         case revoked
@@ -59,6 +61,7 @@ public distributed actor UserActor {
         self.actorSystem = actorSystem
         self.profile = stored?.user
         self.password = stored.map { ($0.passwordHash, $0.passwordChangedAt) }
+        self.suspendedAt = stored?.suspendedAt
         self.services = services
     }
 
@@ -155,6 +158,7 @@ extension UserActor {
     /// recorded: valid until the password changes.
     public distributed func authenticate(tokenId: String) async throws -> User {
         guard let profile else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
+        guard suspendedAt == nil else { throw ChatError("unauthorized", "this account is suspended") }
         let me = UserID(rawValue: id.key)
         let state: TokenState
         if let known = tokens[tokenId] {
@@ -196,6 +200,7 @@ extension UserActor {
     public distributed func openSession(tokenId: String, expiresAt: Date, userAgent: String?, verifiedHash: String?) async throws {
         try requireProfile()
         if let verifiedHash, verifiedHash != password?.hash { throw ChatError("unauthorized", "wrong handle or password") }
+        guard suspendedAt == nil else { throw ChatError(.forbidden, "this account is suspended") }
         let now = actorSystem.clock.wallNow
         let session = StoredSession(
             tokenId: tokenId, userId: UserID(rawValue: id.key), createdAt: now, lastUsedAt: now, expiresAt: expiresAt,
@@ -448,6 +453,32 @@ extension UserActor {
             for record in page { try await body(record) }
             cursor = page.count == 100 ? page.last.map { ConversationPageCursor(lastActivityAt: $0.lastActivityAt, id: $0.id) } : nil
         } while cursor != nil
+    }
+
+    // MARK: Suspension
+
+    /// An operator's suspension (`true`) or its end: while suspended no token of this user works
+    /// (every gateway is told to forget them, and their event streams end, before this returns) and
+    /// a login is refused; nothing of theirs is removed. Lifted, their tokens work again.
+    public distributed func setSuspended(_ suspended: Bool) async throws {
+        try requireProfile()
+        let me = UserID(rawValue: id.key)
+        let since = suspended ? (suspendedAt ?? actorSystem.clock.wallNow.millisecondPrecision) : nil
+        let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
+        // Refused from the first line on, as a revocation is; what the store says decides.
+        let before = suspendedAt
+        if suspended { suspendedAt = since }
+        do {
+            guard try await services.withStore({ try await $0.setSuspended(me, since: since) }) else { throw ChatError(.notFound, "user not found") }
+        } catch {
+            suspendedAt = before
+            throw error
+        }
+        suspendedAt = since
+        actorSystem.logger.notice(suspended ? "user suspended" : "user's suspension lifted", metadata: ["user.id": "\(me)"])
+        if suspended, await !GatewayInbox.announce(.user(me, except: nil), leasesEnd: leasesEnd, using: actorSystem) {
+            try? await actorSystem.clock.sleep(until: leasesEnd)
+        }
     }
 
     // MARK: Blocks

@@ -16,6 +16,8 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
     case receiptDelivered = "receipt.delivered"
     /// A member read messages (`readSeq` moved; reading implies delivery, and the event carries both).
     case receiptRead = "receipt.read"
+    /// A user reported a user or a message (``ReportDesk``).
+    case reportCreated = "report.created"
 
     /// The types a subscription names: a type, a family (`conversation.*`), or `*`; nil when it
     /// names none.
@@ -59,11 +61,12 @@ public struct WebhookEndpoint: Sendable, Hashable {
 public struct WebhookDelivery: Sendable, Hashable {
     public var id: String
     public var type: WebhookEventType
-    public var conversationId: ConversationID
+    /// The conversation whose order it comes in; nil for what belongs to none (a report).
+    public var conversationId: ConversationID?
     /// The JSON body: `{"type", "timestamp", "data"}`.
     public var body: [UInt8]
 
-    public init(id: String, type: WebhookEventType, conversationId: ConversationID, body: [UInt8]) {
+    public init(id: String, type: WebhookEventType, conversationId: ConversationID?, body: [UInt8]) {
         self.id = id
         self.type = type
         self.conversationId = conversationId

@@ -155,6 +155,33 @@ public final class ParleyClient: Sendable {
         return body.blocks
     }
 
+    /// Reports a user, or one of their messages (`conversation` and `seq`), to the operator. A
+    /// retry while the report is open returns the same report.
+    public func report(_ user: UserID, in conversation: ConversationID? = nil, seq: Int64? = nil, reason: ReportReason, note: String? = nil) async throws -> Report {
+        let body: API.ReportBody = try await call(
+            .POST, "/v1/reports", body: API.NewReport(userId: user, conversationId: conversation, seq: seq, reason: reason.rawValue, note: note))
+        return body.report
+    }
+
+    // MARK: Operators (a client made with the admin token)
+
+    /// A page of reports, oldest first; `next` continues it.
+    public func reports(status: ReportStatus? = nil, after: ReportID? = nil, limit: Int = 100) async throws -> API.Reports {
+        var query = "status=\(status?.rawValue ?? "any")&limit=\(limit)"
+        if let after { query += "&after=\(Self.query(after.rawValue))" }
+        return try await call(.GET, "/v1/reports?\(query)")
+    }
+
+    public func resolveReport(_ id: ReportID, resolution: String? = nil) async throws -> Report {
+        let body: API.ReportBody = try await call(.POST, "/v1/reports/\(Self.query(id.rawValue))/resolve", body: API.ReportResolution(resolution: resolution))
+        return body.report
+    }
+
+    /// Suspends a user (their tokens stop working everywhere before this returns) or lifts it.
+    public func setSuspended(_ user: UserID, _ suspended: Bool) async throws {
+        try await callWithoutResult(.POST, "/v1/admin/users/\(Self.query(user.rawValue))/\(suspended ? "suspend" : "unsuspend")")
+    }
+
     public func me() async throws -> User {
         let user: User = try await call(.GET, "/v1/users/me")
         state.withLock { $0.user = user }

@@ -116,6 +116,8 @@ public final class Gateway: Sendable {
     let loginByAddress: RateLimiter
     let registrationByAddress: RateLimiter
     let uploadLimiter: RateLimiter
+    /// Reports per user: 10 at once, then one a minute.
+    let reportLimiter = RateLimiter(RateLimiter.Rule(perSecond: 1.0 / 60, burst: 10))
     /// The bytes of each user's uploads under way on this gateway (``MediaSettings/quotaBytes``).
     let uploadsUnderWay = UserTally()
     /// Each user's downloads being written on this gateway (``MediaSettings/downloadsPerUserMax``).

@@ -182,6 +182,43 @@ public enum API {
         }
     }
 
+    /// `POST /v1/reports`; the reason is checked by name, so an unknown one is a clear `400`.
+    public struct NewReport: Codable, Sendable {
+        public var userId: UserID
+        public var conversationId: ConversationID?
+        public var seq: Int64?
+        public var reason: String
+        public var note: String?
+        public init(userId: UserID, conversationId: ConversationID? = nil, seq: Int64? = nil, reason: String, note: String? = nil) {
+            self.userId = userId
+            self.conversationId = conversationId
+            self.seq = seq
+            self.reason = reason
+            self.note = note
+        }
+    }
+
+    /// `POST /v1/reports/{id}/resolve` (admin token).
+    public struct ReportResolution: Codable, Sendable {
+        public var resolution: String?
+        public init(resolution: String? = nil) { self.resolution = resolution }
+    }
+
+    public struct ReportBody: Codable, Sendable {
+        public var report: Report
+        public init(report: Report) { self.report = report }
+    }
+
+    public struct Reports: Codable, Sendable {
+        public var reports: [Report]
+        /// Where the next page starts (`after=`), when there may be one.
+        public var next: String?
+        public init(reports: [Report], next: String? = nil) {
+            self.reports = reports
+            self.next = next
+        }
+    }
+
     public struct Blocks: Codable, Sendable {
         public var blocks: [BlockedUser]
         public init(blocks: [BlockedUser]) { self.blocks = blocks }

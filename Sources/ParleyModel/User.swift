@@ -44,11 +44,15 @@ public struct StoredUser: Hashable, Sendable {
     /// When the password last changed; nil if never. A token with no session recorded (issued
     /// before sessions were) is accepted only while this is nil.
     public var passwordChangedAt: Date?
+    /// Since when an operator suspended the user (nil: not suspended): no token of theirs works,
+    /// and they cannot sign in.
+    public var suspendedAt: Date?
 
-    public init(user: User, passwordHash: String, passwordChangedAt: Date? = nil) {
+    public init(user: User, passwordHash: String, passwordChangedAt: Date? = nil, suspendedAt: Date? = nil) {
         self.user = user
         self.passwordHash = passwordHash
         self.passwordChangedAt = passwordChangedAt
+        self.suspendedAt = suspendedAt
     }
 }
 

@@ -152,6 +152,31 @@ public protocol ChatStore: Sendable {
     /// The blocks between any two of `users`.
     func blocks(among users: [UserID]) async throws -> Set<Block>
 
+    // MARK: Reports and suspensions
+
+    /// Files a report, unless its reporter has an open one about the same user, conversation and
+    /// seq: that one is returned instead (`created` false), so a retried report is one report.
+    /// A new report owes its webhooks.
+    func fileReport(_ report: Report) async throws -> (report: Report, created: Bool)
+
+    func report(_ id: ReportID) async throws -> Report?
+
+    /// Reports with this status (nil: any), oldest first (by creation, then ID), after the report
+    /// `after` (the last of the page before), at most `limit`.
+    func reports(status: ReportStatus?, after: ReportID?, limit: Int) async throws -> [Report]
+
+    /// Resolves an open report; one resolved already is returned as it is. Nil if there is none.
+    func resolveReport(_ id: ReportID, resolution: String?, at: Date) async throws -> Report?
+
+    /// Reports whose webhooks are owed, oldest first, at most `limit`.
+    func reportsOwingWebhooks(limit: Int) async throws -> [Report]
+
+    /// The report's webhooks were delivered (or given up on).
+    func reportWebhooksDone(_ id: ReportID) async throws
+
+    /// Suspends a user (`since` a date) or lifts it (nil). False if there is no such user.
+    func setSuspended(_ user: UserID, since: Date?) async throws -> Bool
+
     // MARK: Sessions
 
     /// Records a token just issued. The user's sessions expired by the new one's creation are

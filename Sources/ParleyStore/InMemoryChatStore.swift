@@ -38,6 +38,8 @@ public final class InMemoryChatStore: ChatStore {
         var revoked: [String: Date] = [:]
         var sessions: [String: StoredSession] = [:]
         var blocks: [Block: Date] = [:]
+        /// Reports in the order they were filed, with whether their webhooks are owed.
+        var reports: [(report: Report, owed: Bool)] = []
         /// Every user's devices, in the order they were registered.
         var devices: [StoredDevice] = []
         var media: [MediaID: StoredMedia] = [:]
@@ -377,6 +379,64 @@ public final class InMemoryChatStore: ChatStore {
     public func blocks(among members: [UserID]) async throws -> Set<Block> {
         let set = Set(members)
         return users.withLock { users in Set(users.blocks.keys.filter { set.contains($0.blocker) && set.contains($0.blocked) }) }
+    }
+
+    public func fileReport(_ report: Report) async throws -> (report: Report, created: Bool) {
+        var stored = report
+        stored.createdAt = stored.createdAt.millisecondPrecision
+        return users.withLock { users in
+            if let open = users.reports.first(where: {
+                $0.report.status == .open && $0.report.reporterId == report.reporterId && ReportRows.target(of: $0.report) == ReportRows.target(of: report)
+            }) {
+                return (open.report, false)
+            }
+            users.reports.append((stored, true))
+            return (stored, true)
+        }
+    }
+
+    public func report(_ id: ReportID) async throws -> Report? {
+        users.withLock { $0.reports.first { $0.report.id == id }?.report }
+    }
+
+    public func reports(status: ReportStatus?, after: ReportID?, limit: Int) async throws -> [Report] {
+        users.withLock { users in
+            let sorted = users.reports.map(\.report).sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+            let start = after.flatMap { id in sorted.first { $0.id == id } }
+            return Array(sorted.filter { report in
+                (status == nil || report.status == status) && start.map { (report.createdAt, report.id) > ($0.createdAt, $0.id) } ?? true
+            }.prefix(max(0, limit)))
+        }
+    }
+
+    public func resolveReport(_ id: ReportID, resolution: String?, at: Date) async throws -> Report? {
+        users.withLock { users in
+            guard let index = users.reports.firstIndex(where: { $0.report.id == id }) else { return nil }
+            if users.reports[index].report.status == .open {
+                users.reports[index].report.status = .resolved
+                users.reports[index].report.resolvedAt = at.millisecondPrecision
+                users.reports[index].report.resolution = resolution
+            }
+            return users.reports[index].report
+        }
+    }
+
+    public func reportsOwingWebhooks(limit: Int) async throws -> [Report] {
+        users.withLock { Array($0.reports.filter(\.owed).map(\.report).sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }.prefix(max(0, limit))) }
+    }
+
+    public func reportWebhooksDone(_ id: ReportID) async throws {
+        users.withLock { users in
+            if let index = users.reports.firstIndex(where: { $0.report.id == id }) { users.reports[index].owed = false }
+        }
+    }
+
+    public func setSuspended(_ user: UserID, since: Date?) async throws -> Bool {
+        users.withLock { users in
+            guard users.byID[user] != nil else { return false }
+            users.byID[user]?.suspendedAt = since?.millisecondPrecision
+            return true
+        }
     }
 
     public func openSession(_ session: StoredSession) async throws {

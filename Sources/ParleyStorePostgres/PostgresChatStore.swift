@@ -238,6 +238,7 @@ public final class PostgresChatStore: ChatStore {
         ]),
         (16, "sessions, and when a password changed", SessionRows.migration),
         (17, "users' blocks", BlockRows.migration),
+        (18, "reports, and suspended users", ReportRows.migration),
     ]
 
     public func migrate() async throws {
@@ -428,18 +429,18 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func user(id: UserID) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at FROM users WHERE id = \(id.rawValue)").first
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at FROM users WHERE id = \(id.rawValue)").first
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at FROM users WHERE handle = \(handle)").first
+        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at FROM users WHERE handle = \(handle)").first
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
         try await fetchUsers(
             """
             UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
-            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at
+            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at
             """
         ).first?.user
     }
@@ -448,7 +449,7 @@ public final class PostgresChatStore: ChatStore {
         // Handles are ASCII below 0x7F and compared bytewise (COLLATE "C").
         try await fetchUsers(
             """
-            SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at FROM users
+            SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at FROM users
             WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") ORDER BY handle LIMIT \(max(0, limit))
             """
         ).map(\.user)
@@ -533,6 +534,94 @@ public final class PostgresChatStore: ChatStore {
                 blocks.insert(Block(blocker: UserID(rawValue: blocker), blocked: UserID(rawValue: blocked)))
             }
             return blocks
+        }
+    }
+
+    // MARK: Reports and suspensions
+
+    public func fileReport(_ report: Report) async throws -> (report: Report, created: Bool) {
+        let document = try ReportRows.document(report)
+        let target = ReportRows.target(of: report)
+        return try await transaction { connection in
+            // One filing per reporter at a time: two retries of one report cannot both insert.
+            try await connection.query("SELECT pg_advisory_xact_lock(hashtext(\(report.reporterId.rawValue)))", logger: logger)
+            for try await open in try await connection.query(
+                """
+                SELECT document FROM reports WHERE reporter_id = \(report.reporterId.rawValue) AND target = \(target) AND status = 'open'
+                ORDER BY created_at, id LIMIT 1
+                """, logger: logger
+            ).decode(String.self) {
+                return (try ReportRows.report(open), false)
+            }
+            try await connection.query(
+                """
+                INSERT INTO reports (id, reporter_id, target, status, created_at, webhooks_owed, document)
+                VALUES (\(report.id.rawValue), \(report.reporterId.rawValue), \(target), 'open', \(report.createdAt.millisecondsSince1970), true, \(document))
+                """, logger: logger)
+            return (try ReportRows.report(document), true)
+        }
+    }
+
+    public func report(_ id: ReportID) async throws -> Report? {
+        try await fetchReports("SELECT document FROM reports WHERE id = \(id.rawValue)").first
+    }
+
+    public func reports(status: ReportStatus?, after: ReportID?, limit: Int) async throws -> [Report] {
+        try await fetchReports(
+            """
+            SELECT document FROM reports
+            WHERE (\(status?.rawValue)::TEXT IS NULL OR status = \(status?.rawValue))
+              AND (\(after?.rawValue)::TEXT IS NULL OR (created_at, id COLLATE "C") > (SELECT created_at, id COLLATE "C" FROM reports WHERE id = \(after?.rawValue)))
+            ORDER BY created_at, id COLLATE "C" LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func resolveReport(_ id: ReportID, resolution: String?, at: Date) async throws -> Report? {
+        try await transaction { connection in
+            var found: String?
+            for try await document in try await connection.query("SELECT document FROM reports WHERE id = \(id.rawValue) FOR UPDATE", logger: logger)
+                .decode(String.self)
+            {
+                found = document
+            }
+            guard let found else { return nil }
+            var report = try ReportRows.report(found)
+            guard report.status == .open else { return report }
+            report.status = .resolved
+            report.resolvedAt = at.millisecondPrecision
+            report.resolution = resolution
+            try await connection.query(
+                "UPDATE reports SET status = 'resolved', document = \(try ReportRows.document(report)) WHERE id = \(id.rawValue)", logger: logger)
+            return report
+        }
+    }
+
+    public func reportsOwingWebhooks(limit: Int) async throws -> [Report] {
+        try await fetchReports("SELECT document FROM reports WHERE webhooks_owed ORDER BY created_at, id COLLATE \"C\" LIMIT \(max(0, limit))")
+    }
+
+    public func reportWebhooksDone(_ id: ReportID) async throws {
+        try await run { _ = try await client.query("UPDATE reports SET webhooks_owed = false WHERE id = \(id.rawValue)", logger: logger) }
+    }
+
+    public func setSuspended(_ user: UserID, since: Date?) async throws -> Bool {
+        try await run {
+            for try await _ in try await client.query(
+                "UPDATE users SET suspended_at = \(since?.millisecondsSince1970) WHERE id = \(user.rawValue) RETURNING id", logger: logger)
+            {
+                return true
+            }
+            return false
+        }
+    }
+
+    private func fetchReports(_ query: PostgresQuery) async throws -> [Report] {
+        try await run {
+            var reports: [Report] = []
+            for try await document in try await client.query(query, logger: logger).decode(String.self) {
+                reports.append(try ReportRows.report(document))
+            }
+            return reports
         }
     }
 
@@ -850,14 +939,15 @@ public final class PostgresChatStore: ChatStore {
     private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {
         try await run {
             var users: [StoredUser] = []
-            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged) in try await client.query(query, logger: logger)
-                .decode((String, String, String, String, String?, Int64, Bool, Int64?).self)
+            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged, suspended) in try await client.query(query, logger: logger)
+                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?).self)
             {
                 users.append(StoredUser(
                     user: User(
                         id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created),
                         bot: bot),
-                    passwordHash: hash, passwordChangedAt: passwordChanged.map(Date.init(millisecondsSince1970:))))
+                    passwordHash: hash, passwordChangedAt: passwordChanged.map(Date.init(millisecondsSince1970:)),
+                    suspendedAt: suspended.map(Date.init(millisecondsSince1970:))))
             }
             return users
         }

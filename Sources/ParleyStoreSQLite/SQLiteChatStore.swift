@@ -150,6 +150,7 @@ public final class SQLiteChatStore: ChatStore {
         "v15: uploads never attached, for the sweeper",
         "v16: sessions, and when a password changed",
         "v17: users' blocks",
+        "v18: reports, and suspended users",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -380,6 +381,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[16]) { db in
             for statement in BlockRows.migration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[17]) { db in
+            for statement in ReportRows.migration { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -541,6 +545,79 @@ public final class SQLiteChatStore: ChatStore {
                 db, sql: "SELECT blocker_id, blocked_id FROM blocks WHERE blocker_id IN (\(placeholders)) AND blocked_id IN (\(placeholders))",
                 arguments: StatementArguments(ids + ids)
             ).map { row in Block(blocker: UserID(rawValue: row["blocker_id"]), blocked: UserID(rawValue: row["blocked_id"])) })
+        }
+    }
+
+    // MARK: Reports and suspensions
+
+    public func fileReport(_ report: Report) async throws -> (report: Report, created: Bool) {
+        let document = try ReportRows.document(report)
+        let target = ReportRows.target(of: report)
+        return try await write { db in
+            if let open = try String.fetchOne(
+                db, sql: "SELECT document FROM reports WHERE reporter_id = ? AND target = ? AND status = 'open' ORDER BY created_at, id LIMIT 1",
+                arguments: [report.reporterId.rawValue, target])
+            {
+                return (try ReportRows.report(open), false)
+            }
+            try db.execute(
+                sql: "INSERT INTO reports (id, reporter_id, target, status, created_at, webhooks_owed, document) VALUES (?, ?, ?, 'open', ?, 1, ?)",
+                arguments: [report.id.rawValue, report.reporterId.rawValue, target, report.createdAt.millisecondsSince1970, document])
+            return (try ReportRows.report(document), true)
+        }
+    }
+
+    public func report(_ id: ReportID) async throws -> Report? {
+        try await read { db in try String.fetchOne(db, sql: "SELECT document FROM reports WHERE id = ?", arguments: [id.rawValue]).map(ReportRows.report) }
+    }
+
+    public func reports(status: ReportStatus?, after: ReportID?, limit: Int) async throws -> [Report] {
+        try await read { db in
+            var sql = "SELECT document FROM reports WHERE 1 = 1"
+            var arguments: [(any DatabaseValueConvertible)?] = []
+            if let status {
+                sql += " AND status = ?"
+                arguments.append(status.rawValue)
+            }
+            if let after {
+                sql += " AND (created_at, id) > (SELECT created_at, id FROM reports WHERE id = ?)"
+                arguments.append(after.rawValue)
+            }
+            sql += " ORDER BY created_at, id LIMIT ?"
+            arguments.append(max(0, limit))
+            return try String.fetchAll(db, sql: sql, arguments: StatementArguments(arguments)).map(ReportRows.report)
+        }
+    }
+
+    public func resolveReport(_ id: ReportID, resolution: String?, at: Date) async throws -> Report? {
+        try await write { db in
+            guard let document = try String.fetchOne(db, sql: "SELECT document FROM reports WHERE id = ?", arguments: [id.rawValue]) else { return nil }
+            var report = try ReportRows.report(document)
+            guard report.status == .open else { return report }
+            report.status = .resolved
+            report.resolvedAt = at.millisecondPrecision
+            report.resolution = resolution
+            try db.execute(
+                sql: "UPDATE reports SET status = 'resolved', document = ? WHERE id = ?", arguments: [try ReportRows.document(report), id.rawValue])
+            return report
+        }
+    }
+
+    public func reportsOwingWebhooks(limit: Int) async throws -> [Report] {
+        try await read { db in
+            try String.fetchAll(db, sql: "SELECT document FROM reports WHERE webhooks_owed ORDER BY created_at, id LIMIT ?", arguments: [max(0, limit)])
+                .map(ReportRows.report)
+        }
+    }
+
+    public func reportWebhooksDone(_ id: ReportID) async throws {
+        try await write { db in try db.execute(sql: "UPDATE reports SET webhooks_owed = 0 WHERE id = ?", arguments: [id.rawValue]) }
+    }
+
+    public func setSuspended(_ user: UserID, since: Date?) async throws -> Bool {
+        try await write { db in
+            try db.execute(sql: "UPDATE users SET suspended_at = ? WHERE id = ?", arguments: [since?.millisecondsSince1970, user.rawValue])
+            return db.changesCount == 1
         }
     }
 
@@ -773,7 +850,8 @@ public final class SQLiteChatStore: ChatStore {
                 displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
                 createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot")),
             passwordHash: try row.decode(forColumn: "password_hash"),
-            passwordChangedAt: (try row.decode(forColumn: "password_changed_at") as Int64?).map(Date.init(millisecondsSince1970:)))
+            passwordChangedAt: (try row.decode(forColumn: "password_changed_at") as Int64?).map(Date.init(millisecondsSince1970:)),
+            suspendedAt: (try row.decode(forColumn: "suspended_at") as Int64?).map(Date.init(millisecondsSince1970:)))
     }
 
     static func storedSession(from row: Row) throws -> StoredSession {

@@ -432,6 +432,58 @@ public enum ChatStoreContract {
             try check(!(try await store.unblock(Block(blocker: ann, blocked: bob))), "unblocked twice")
             try check(try await store.blocks(among: [ann, bob]) == [Block(blocker: bob, blocked: ann)], "the other direction stays")
         },
+        Case(name: "reports: one open per reporter and target, listed oldest first by status and page, resolved once, webhooks owed until done") { store in
+            // Fresh users; the listing is checked around this run's reports (a shared store holds others).
+            let (ann, bob, cat) = (UserID.make(), UserID.make(), UserID.make())
+            let conversation = ConversationID.make()
+            let message = Message(conversationId: conversation, seq: 3, senderId: bob, clientMessageId: "c", text: "buy now", sentAt: t0)
+            func report(_ reporter: UserID, _ user: UserID, seq: Int64?, at offset: Double, reason: ReportReason = .spam) -> Report {
+                Report(
+                    id: .make(), reporterId: reporter, userId: user, conversationId: seq == nil ? nil : conversation, seq: seq, reason: reason,
+                    note: "«note»", message: seq == nil ? nil : message, createdAt: Date(millisecondsSince1970: Int64(Date().timeIntervalSince1970 * 1000) + Int64(offset * 1000)))
+            }
+            let first = report(ann, bob, seq: 3, at: 0)
+            let filed = try await store.fileReport(first)
+            try check(filed.created && filed.report == first, "filed: \(filed)")
+            let retried = try await store.fileReport(report(ann, bob, seq: 3, at: 1, reason: .harassment))
+            try check(!retried.created && retried.report == first, "a retry finds the open report: \(retried)")
+            let aboutUser = try await store.fileReport(report(ann, bob, seq: nil, at: 2))
+            let byCat = try await store.fileReport(report(cat, bob, seq: 3, at: 3))
+            try check(aboutUser.created && byCat.created, "another target, another reporter: new reports")
+            try check(try await store.report(first.id) == first, "read back")
+            try check(try await store.report(.make()) == nil, "an unknown report")
+            let mine: Set<ReportID> = [first.id, aboutUser.report.id, byCat.report.id]
+            var open = try await store.reports(status: .open, after: nil, limit: 10_000).filter { mine.contains($0.id) }
+            try check(open.map(\.id) == [first.id, aboutUser.report.id, byCat.report.id], "open, oldest first: \(open.map(\.id))")
+            let page = try await store.reports(status: .open, after: first.id, limit: 1)
+            try check(page.first.map { $0.createdAt >= first.createdAt && $0.id != first.id } == true, "a page after the first: \(page.map(\.id))")
+            let owed = try await store.reportsOwingWebhooks(limit: 10_000).filter { mine.contains($0.id) }
+            try check(owed.map(\.id) == [first.id, aboutUser.report.id, byCat.report.id], "webhooks owed: \(owed.map(\.id))")
+            try await store.reportWebhooksDone(first.id)
+            try check(!(try await store.reportsOwingWebhooks(limit: 10_000)).contains { $0.id == first.id }, "done")
+
+            let resolved = try await store.resolveReport(first.id, resolution: "warned bob", at: t0.addingTimeInterval(60))
+            try check(resolved?.status == .resolved && resolved?.resolution == "warned bob" && resolved?.resolvedAt == t0.addingTimeInterval(60), "\(String(describing: resolved))")
+            let again = try await store.resolveReport(first.id, resolution: "something else", at: t0.addingTimeInterval(90))
+            try check(again == resolved, "resolved once: \(String(describing: again))")
+            try check(try await store.resolveReport(.make(), resolution: nil, at: t0) == nil, "an unknown report")
+            open = try await store.reports(status: .open, after: nil, limit: 10_000).filter { mine.contains($0.id) }
+            try check(open.map(\.id) == [aboutUser.report.id, byCat.report.id], "the resolved one is no longer open")
+            let closed = try await store.reports(status: .resolved, after: nil, limit: 10_000).filter { mine.contains($0.id) }
+            try check(closed == [again!], "listed as resolved")
+            try check(try await store.reports(status: nil, after: nil, limit: 10_000).filter { mine.contains($0.id) }.count == 3, "any status")
+            // Resolved, the same target may be reported again.
+            try check(try await store.fileReport(report(ann, bob, seq: 3, at: 4)).created, "a new report after the old one was resolved")
+        },
+        Case(name: "a suspension is kept with the user and lifted") { store in
+            let user = UserID.make()
+            try await store.createUser(StoredUser(user: User(id: user, handle: "s-\(UUID().uuidString.prefix(8).lowercased())", displayName: "S", createdAt: t0), passwordHash: "h"))
+            try check(try await store.setSuspended(user, since: t0.addingTimeInterval(5)), "suspended")
+            try check(try await store.user(id: user)?.suspendedAt == t0.addingTimeInterval(5), "read back")
+            try check(try await store.setSuspended(user, since: nil), "lifted")
+            try check(try await store.user(id: user)?.suspendedAt == nil, "lifted, read back")
+            try check(!(try await store.setSuspended(.make(), since: t0)), "an unknown user")
+        },
         Case(name: "a password change revokes every other session of the user at once, with their devices, and only if the hash was the one read") { store in
             let run = UUID().uuidString.prefix(8).lowercased()
             let me = UserID.make()

@@ -239,6 +239,7 @@ struct Run: AsyncParsableCommand {
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
+            ReportDesk.register(on: system, services: services)
             logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval": "\(DurationText.format(commitInterval))"])
             if let webhooks {
                 logger.info("webhooks on", metadata: [

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Block.self, Unblock.self, Blocked.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -31,7 +31,8 @@ struct Connection: ParsableArguments {
     var json = false
 
     /// The client, from flags, then environment, then the config file.
-    func client(requireToken: Bool = true) throws -> (ParleyClient, StoredConfig) {
+    /// - Parameter token: used instead of the kept one (the admin token).
+    func client(requireToken: Bool = true, token: String? = nil) throws -> (ParleyClient, StoredConfig) {
         let environment = ProcessInfo.processInfo.environment
         var stored = StoredConfig.load()
         if let servers = server ?? environment["PARLEY_URLS"] ?? environment["PARLEY_URL"] {
@@ -51,7 +52,7 @@ struct Connection: ParsableArguments {
         if requireToken, stored.token == nil { throw ValidationError("not signed in: run `parley login HANDLE` first") }
         var configuration = ParleyClient.Configuration(gateways: urls, caCertificatePath: stored.ca)
         configuration.userAgent = "parley-cli"
-        let client = try ParleyClient(configuration: configuration, token: stored.token)
+        let client = try ParleyClient(configuration: configuration, token: token ?? stored.token)
         return (client, stored)
     }
 
@@ -103,8 +104,10 @@ struct StoredConfig: Codable {
 }
 
 /// Runs `body` with a client and shuts it down afterwards; API errors become one clear line.
-func withClient<T>(_ connection: Connection, requireToken: Bool = true, _ body: (ParleyClient, inout StoredConfig) async throws -> T) async throws -> T {
-    let (client, stored) = try connection.client(requireToken: requireToken)
+func withClient<T>(
+    _ connection: Connection, requireToken: Bool = true, token: String? = nil, _ body: (ParleyClient, inout StoredConfig) async throws -> T
+) async throws -> T {
+    let (client, stored) = try connection.client(requireToken: requireToken, token: token)
     var config = stored
     do {
         let result = try await body(client, &config)
@@ -269,6 +272,123 @@ struct Blocked: AsyncParsableCommand {
             let blocked = try await client.blocked()
             connection.print(API.Blocks(blocks: blocked)) {
                 blocked.isEmpty ? "nobody blocked" : blocked.map { "\($0.userId)\tsince \($0.blockedAt.formatted(.iso8601))" }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+struct ReportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "report", abstract: "Report a user, or one of their messages, to the operator.",
+        discussion: "A message is named by its conversation and seq: `parley report bob --conversation c_… --seq 12 --reason spam`.")
+    @Argument(help: "The user's handle, or ID (u_…).") var user: String
+    @Option(help: "spam, harassment, inappropriate or other.") var reason: String
+    @Option(help: "The conversation the reported message is in (or where the user is).") var conversation: String?
+    @Option(help: "The reported message's seq (needs --conversation).") var seq: Int64?
+    @Option(help: "What the operator should know (at most 1,000 characters).") var note: String?
+    @OptionGroup var connection: Connection
+
+    func validate() throws {
+        guard ReportReason(rawValue: reason) != nil else {
+            throw ValidationError("the reason is one of \(ReportReason.allCases.map(\.rawValue).joined(separator: ", ")) (got '\(reason)')")
+        }
+        if seq != nil && conversation == nil { throw ValidationError("--seq needs --conversation") }
+    }
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            guard let id = try await resolveUsers([user], client: client).first else { return }
+            let report = try await client.report(
+                id, in: conversation.map { ConversationID(rawValue: $0) }, seq: seq, reason: ReportReason(rawValue: reason) ?? .other, note: note)
+            connection.print(API.ReportBody(report: report)) { "reported (\(report.id))" }
+        }
+    }
+}
+
+struct Admin: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Operators' commands, with the admin token: reports and suspensions.",
+        discussion: "The admin token comes from --admin-token or PARLEY_ADMIN_TOKEN (it is never kept in the config file). Users are named by ID (u_…).",
+        subcommands: [Reports.self, Resolve.self, Suspend.self, Unsuspend.self])
+
+    struct Token: ParsableArguments {
+        @Option(help: "The cluster's admin token (env PARLEY_ADMIN_TOKEN).") var adminToken: String?
+
+        /// Runs `body` with a client that authenticates with the admin token.
+        func withAdminClient<T>(_ connection: Connection, _ body: (ParleyClient) async throws -> T) async throws -> T {
+            guard let token = adminToken ?? ProcessInfo.processInfo.environment["PARLEY_ADMIN_TOKEN"] else {
+                throw ValidationError("the admin token is required: --admin-token or PARLEY_ADMIN_TOKEN")
+            }
+            return try await withClient(connection, requireToken: false, token: token) { client, _ in try await body(client) }
+        }
+    }
+
+    struct Reports: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Reports, oldest first.")
+        @Option(help: "open, resolved or any.") var status = "open"
+
+        func validate() throws {
+            guard status == "any" || ReportStatus(rawValue: status) != nil else { throw ValidationError("--status is open, resolved or any") }
+        }
+        @Option(help: "At most this many.") var limit = 100
+        @Option(help: "Start after this report (a page's `next`).") var after: String?
+        @OptionGroup var token: Token
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await token.withAdminClient(connection) { client in
+                let page = try await client.reports(
+                    status: ReportStatus(rawValue: status), after: after.map { ReportID(rawValue: $0) }, limit: limit)
+                connection.print(page) {
+                    page.reports.isEmpty ? "no reports" : page.reports.map { report in
+                        let place = report.conversationId.map { " in \($0)\(report.seq.map { " #\($0)" } ?? "")" } ?? ""
+                        let text = report.message.map { ": \"\($0.text.prefix(60))\"" } ?? ""
+                        return "\(report.id)\t\(report.status.rawValue)\t\(report.reason.rawValue)\t\(report.userId)\(place)\(text)"
+                    }.joined(separator: "\n")
+                }
+            }
+        }
+    }
+
+    struct Resolve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Mark a report resolved.")
+        @Argument(help: "The report's ID (r_…).") var id: String
+        @Option(help: "What was done.") var resolution: String?
+        @OptionGroup var token: Token
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await token.withAdminClient(connection) { client in
+                let report = try await client.resolveReport(ReportID(rawValue: id), resolution: resolution)
+                connection.print(API.ReportBody(report: report)) { "resolved \(report.id)" }
+            }
+        }
+    }
+
+    struct Suspend: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Suspend a user: their tokens stop working and they cannot sign in; their data stays.")
+        @Argument(help: "The user's ID (u_…).") var user: String
+        @OptionGroup var token: Token
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await token.withAdminClient(connection) { client in
+                try await client.setSuspended(UserID(rawValue: user), true)
+                connection.print(["suspended": user]) { "suspended \(user)" }
+            }
+        }
+    }
+
+    struct Unsuspend: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Lift a user's suspension.")
+        @Argument(help: "The user's ID (u_…).") var user: String
+        @OptionGroup var token: Token
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await token.withAdminClient(connection) { client in
+                try await client.setSuspended(UserID(rawValue: user), false)
+                connection.print(["unsuspended": user]) { "unsuspended \(user)" }
             }
         }
     }

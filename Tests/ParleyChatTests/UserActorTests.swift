@@ -109,6 +109,39 @@ import Testing
         #expect(try await user.authenticate(tokenId: "new-login").id == ann)
     }
 
+    /// An operator's suspension: every gateway is told to forget all the user's tokens before it
+    /// returns, the actor refuses them and any new login; lifted, the tokens work again.
+    @Test func aSuspensionRefusesEveryTokenAndLoginUntilLifted() async throws {
+        let cluster = try await Self.startUserCluster(gateways: ["node-g1"])
+        defer { Task { await cluster.stopAll() } }
+        let told = Mutex<[GatewayInbox.Revocation]>([])
+        let inbox = GatewayInbox.open(on: cluster["node-g1"], revocations: { revocation in told.withLock { $0.append(revocation) } }) { _ in }
+        defer { _ = inbox }
+        let ann = UserID.make()
+        let user = try UserActor.resolve(ann, using: cluster["node-g1"])
+        _ = try await UserActor.resolve(ann, using: cluster["node-a"]).create(NewUser(handle: "ann", displayName: "Ann", passwordHash: "h"))
+        try await user.openSession(tokenId: "phone", expiresAt: Date().addingTimeInterval(3600), userAgent: nil, verifiedHash: "h")
+        #expect(try await user.authenticate(tokenId: "phone").id == ann)
+
+        try await user.setSuspended(true)
+        #expect(told.withLock { $0 } == [.user(ann, except: nil)])
+        for token in ["phone", "from-before-sessions"] {
+            let refused = await #expect(throws: ClusterCallError.self) { try await user.authenticate(tokenId: token) }
+            #expect(refused?.message == "this account is suspended")
+        }
+        let login = await #expect(throws: ClusterCallError.self) {
+            try await user.openSession(tokenId: "new", expiresAt: Date().addingTimeInterval(3600), userAgent: nil, verifiedHash: "h")
+        }
+        #expect(login?.code.rawValue == "forbidden")
+        // Kept in the store: a new owner of the user refuses too.
+        cluster["node-a"].passivate(try UserActor.resolve(ann, using: cluster["node-a"]))
+        await #expect(throws: ClusterCallError.self) { try await user.authenticate(tokenId: "phone") }
+
+        try await user.setSuspended(false)
+        #expect(try await user.authenticate(tokenId: "phone").id == ann)
+        await #expect(throws: ClusterCallError.self, "an unknown user") { try await UserActor.resolve(.make(), using: cluster["node-a"]).setSuspended(true) }
+    }
+
     @Test func aBotHasNoPasswordToChange() async throws {
         let cluster = try await Self.startUserCluster(gateways: ["node-g1"])
         defer { Task { await cluster.stopAll() } }

@@ -13,7 +13,8 @@ final class RecordingWebhookEndpoint: Sendable {
     struct Received: Sendable, Hashable {
         var id: String
         var type: WebhookEventType
-        var conversation: ConversationID
+        /// Nil for what belongs to no conversation (a report).
+        var conversation: ConversationID?
         /// `data.message.seq` of a message.
         var seq: Int64?
         var node: String

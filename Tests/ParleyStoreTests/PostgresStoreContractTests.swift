@@ -34,9 +34,9 @@ struct PostgresStoreContractTests {
         #expect(versions == PostgresChatStore.migrations.map(\.version), "each version once")
     }
 
-    /// The sessions and blocks migrations undone by hand as docs/OPERATIONS.md says, newest first,
-    /// then applied again: the revocations they did not own survive, and sessions and blocks work
-    /// as before.
+    /// The sessions, blocks and reports migrations undone by hand as docs/OPERATIONS.md says,
+    /// newest first, then applied again: the revocations they did not own survive, and sessions,
+    /// blocks and reports work as before.
     @Test func theAccountMigrationsUndoneAsDocumentedApplyAgain() async throws {
         let store = try PostgresChatStore(url: ProcessInfo.processInfo.environment["PARLEY_TEST_POSTGRES_URL"] ?? "")
         defer { store.shutdown() }
@@ -46,6 +46,7 @@ struct PostgresStoreContractTests {
         try await store.openSession(session)
         try await store.revokeToken(session.tokenId, expiresAt: session.expiresAt)
         for statement in [
+            "DROP TABLE reports", "ALTER TABLE users DROP COLUMN suspended_at", "DELETE FROM parley_migrations WHERE version = 18",
             "DROP TABLE blocks", "DELETE FROM parley_migrations WHERE version = 17",
             "DROP TABLE sessions", "ALTER TABLE users DROP COLUMN password_changed_at", "DELETE FROM parley_migrations WHERE version = 16",
         ] {
@@ -57,5 +58,7 @@ struct PostgresStoreContractTests {
         try await store.openSession(again)
         #expect(try await store.session(again.tokenId)?.userAgent == "x")
         #expect(try await store.block(Block(blocker: user, blocked: .make()), at: Date()))
+        let report = Report(id: .make(), reporterId: user, userId: .make(), conversationId: nil, seq: nil, reason: .spam, note: nil, message: nil, createdAt: Date())
+        #expect(try await store.fileReport(report).created)
     }
 }

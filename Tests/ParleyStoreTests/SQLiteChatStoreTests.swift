@@ -121,9 +121,9 @@ import Testing
         #expect(blocks == [0, 1])
     }
 
-    /// The sessions and blocks migrations undone by hand as docs/OPERATIONS.md says, newest first,
-    /// then applied again: the revocations they did not own survive, and sessions, password
-    /// changes and blocks work as before.
+    /// The sessions, blocks and reports migrations undone by hand as docs/OPERATIONS.md says,
+    /// newest first, then applied again: the revocations they did not own survive, and sessions,
+    /// password changes, blocks and suspensions work as before.
     @Test func theAccountMigrationsUndoneAsDocumentedApplyAgain() async throws {
         let path = Scratch.path("parley-undo", suffix: ".sqlite")
         let store = try SQLiteChatStore(path: path)
@@ -135,6 +135,8 @@ import Testing
         try await store.revokeToken("t1", expiresAt: session.expiresAt)
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
+            try db.execute(sql: "DROP TABLE reports; ALTER TABLE users DROP COLUMN suspended_at;")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v18:%';")
             try db.execute(sql: "DROP TABLE blocks;")
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v17:%';")
             try db.execute(sql: "DROP TABLE sessions; ALTER TABLE users DROP COLUMN password_changed_at;")
@@ -148,6 +150,8 @@ import Testing
         try await store.openSession(again)
         #expect(try await store.changePassword(of: user, from: "h1", to: "h2", keeping: "t3", at: Date()) == [again])
         #expect(try await store.block(Block(blocker: user, blocked: "u_other"), at: now))
+        #expect(try await store.setSuspended(user, since: now))
+        #expect(try await store.user(id: user)?.suspendedAt == now)
     }
 
     /// Reads agree with the messages committed wherever they start and end among the blocks of 64

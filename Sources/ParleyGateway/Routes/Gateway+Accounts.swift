@@ -31,6 +31,15 @@ extension Gateway {
             return Response(status: .noContent)
         }
         users.put("users/me/password") { request, context in try await self.changePassword(request, context.caller) }
+        v1.authenticated(by: self, writes: .ownLimit).post("reports") { request, context in
+            let caller = context.caller
+            let body = try await self.decode(API.NewReport.self, from: request)
+            if let wait = self.reportLimiter.acquire(caller.id.rawValue, now: self.system.clock.now) {
+                throw APIError.rateLimited(retryAfter: wait, "too many reports; retry later")
+            }
+            let filed = try await ReportDesk.resolve(using: self.system).file(body, by: caller.id)
+            return try Self.json(API.ReportBody(report: filed.report), status: filed.created ? .created : .ok)
+        }
         users.get("users/me/blocks") { request, context in
             try Self.json(API.Blocks(blocks: try await UserActor.resolve(context.caller.id, using: self.system).blocked()))
         }

@@ -5,7 +5,8 @@ import ParleyCluster
 import ParleyModel
 
 extension Gateway {
-    /// Operators' routes, with the admin token (``requireAdmin(_:)``): bots and webhook replays.
+    /// Operators' routes, with the admin token (``requireAdmin(_:)``): bots, reports, suspensions
+    /// and webhook replays.
     func addOperatorRoutes(to v1: RouterGroup<GatewayContext>) {
         v1.post("bots") { request, context in
             try self.requireAdmin(request)
@@ -21,6 +22,40 @@ extension Gateway {
             let user = try await UserActor.resolve(id, using: self.system).user()
             guard user.bot else { throw APIError(.notFound, "not_found", "no bot \(id): people sign in with their password") }
             return try await self.botSession(user, request)
+        }
+        v1.get("reports") { request, context in
+            try self.requireAdmin(request)
+            let status: ReportStatus?
+            switch request.uri.queryParameters["status"].map(String.init) {
+            case nil, "any": status = nil
+            case let name?:
+                guard let known = ReportStatus(rawValue: name) else { throw APIError.invalid("status must be open, resolved or any") }
+                status = known
+            }
+            let limit = try Self.intParameter(request, "limit", default: 100, range: 1...500)
+            let after = try request.uri.queryParameters["after"].map { text -> ReportID in
+                guard ClientInput.isPlausibleID(String(text)) else { throw APIError.invalid("after must be a report ID") }
+                return ReportID(rawValue: String(text))
+            }
+            let reports = try await ReportDesk.resolve(using: self.system).reports(status: status, after: after, limit: limit)
+            return try Self.json(API.Reports(reports: reports, next: reports.count == limit ? reports.last?.id.rawValue : nil))
+        }
+        v1.post("reports/:reportId/resolve") { request, context in
+            try self.requireAdmin(request)
+            let text = try context.parameters.require("reportId")
+            guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("no report \(text)") }
+            let body = try await self.decode(API.ReportResolution.self, from: request)
+            let report = try await ReportDesk.resolve(using: self.system).resolve(ReportID(rawValue: text), resolution: body.resolution)
+            self.logger.info("report resolved", metadata: ["report.id": "\(report.id)"])
+            return try Self.json(API.ReportBody(report: report))
+        }
+        for (action, suspended) in [("suspend", true), ("unsuspend", false)] {
+            v1.post("admin/users/:userId/\(action)") { request, context in
+                try self.requireAdmin(request)
+                let id = try Self.userID(context.parameters.require("userId"))
+                try await UserActor.resolve(id, using: self.system).setSuspended(suspended)
+                return Response(status: .noContent)
+            }
         }
         v1.post("webhooks/:name/replay") { request, context in
             try self.requireAdmin(request)

@@ -436,6 +436,7 @@ function renderConversation({ toBottom = false } = {}) {
   const other = conversation.kind === 'direct' ? others(conversation)[0]?.userId : null;
   $('block').hidden = !other;
   if (other) $('block').textContent = state.blocked.has(other) ? 'Unblock' : 'Block';
+  $('report').hidden = !other;
   const items = [...conversation.messages.values()].sort((a, b) => a.seq - b.seq).map((message) => bubble(conversation, message));
   const sentIds = new Set([...conversation.messages.values()].map((m) => m.clientMessageId));
   for (const entry of conversation.pending) {
@@ -578,6 +579,37 @@ $('block').addEventListener('click', () => act(async () => {
   return null;
 }));
 
+// ---- reporting a member to the operator ----
+
+let reporting = null; // {userId, conversationId}
+
+function openReport(userId, conversationId) {
+  reporting = { userId, conversationId };
+  $('report-whom').textContent = nameOf(userId);
+  $('report-note').value = '';
+  $('report-error').textContent = '';
+  $('report-dialog').showModal();
+}
+
+$('report').addEventListener('click', () => {
+  const conversation = state.conversations.get(state.current);
+  const other = others(conversation)[0]?.userId;
+  if (other) openReport(other, conversation.id);
+});
+$('report-cancel').addEventListener('click', () => $('report-dialog').close());
+$('report-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  try {
+    const note = $('report-note').value.trim();
+    await api.post('/v1/reports', { ...reporting, reason: $('report-reason').value, ...(note ? { note } : {}) });
+    $('report-dialog').close();
+    $('conversation-error').textContent = '';
+    $('conversation-status').textContent = 'Reported. Thank you.';
+  } catch (error) {
+    $('report-error').textContent = error.message;
+  }
+});
+
 // ---- group members ----
 
 $('info').addEventListener('click', () => {
@@ -598,6 +630,14 @@ function renderMembers(conversation) {
     remove.setAttribute('aria-label', `${remove.textContent} ${nameOf(member.userId)}`);
     remove.addEventListener('click', () => act(() => api.delete(`/v1/conversations/${conversation.id}/members/${member.userId}`)));
     item.append(remove);
+    if (member.userId !== state.me.id) {
+      const report = document.createElement('button');
+      report.type = 'button';
+      report.textContent = 'Report';
+      report.setAttribute('aria-label', `Report ${nameOf(member.userId)}`);
+      report.addEventListener('click', () => openReport(member.userId, conversation.id));
+      item.append(report);
+    }
     return item;
   }));
 }
