@@ -475,35 +475,27 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func isTokenRevoked(_ tokenID: String) async throws -> Bool {
-        try await run {
-            for try await _ in try await client.query("SELECT 1 FROM token_revocations WHERE token_id = \(tokenID)", logger: logger) { return true }
-            return false
-        }
+        try await returnsRow("SELECT 1 FROM token_revocations WHERE token_id = \(tokenID)")
     }
 
     // MARK: Blocks
 
     public func block(_ block: Block, at: Date) async throws -> Bool {
-        try await run {
-            for try await _ in try await client.query(
-                """
-                INSERT INTO blocks (blocker_id, blocked_id, created_at) VALUES (\(block.blocker.rawValue), \(block.blocked.rawValue), \(at.millisecondsSince1970))
-                ON CONFLICT DO NOTHING RETURNING blocker_id
-                """, logger: logger)
-            {
-                return true
-            }
-            return false
-        }
+        try await returnsRow(
+            """
+            INSERT INTO blocks (blocker_id, blocked_id, created_at) VALUES (\(block.blocker.rawValue), \(block.blocked.rawValue), \(at.millisecondsSince1970))
+            ON CONFLICT DO NOTHING RETURNING blocker_id
+            """)
     }
 
     public func unblock(_ block: Block) async throws -> Bool {
+        try await returnsRow("DELETE FROM blocks WHERE blocker_id = \(block.blocker.rawValue) AND blocked_id = \(block.blocked.rawValue) RETURNING blocker_id")
+    }
+
+    /// Whether `query` answered a row: for a write with `RETURNING`, whether it changed one.
+    private func returnsRow(_ query: PostgresQuery) async throws -> Bool {
         try await run {
-            for try await _ in try await client.query(
-                "DELETE FROM blocks WHERE blocker_id = \(block.blocker.rawValue) AND blocked_id = \(block.blocked.rawValue) RETURNING blocker_id", logger: logger)
-            {
-                return true
-            }
+            for try await _ in try await client.query(query, logger: logger) { return true }
             return false
         }
     }
@@ -605,14 +597,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func setSuspended(_ user: UserID, since: Date?) async throws -> Bool {
-        try await run {
-            for try await _ in try await client.query(
-                "UPDATE users SET suspended_at = \(since?.millisecondsSince1970) WHERE id = \(user.rawValue) RETURNING id", logger: logger)
-            {
-                return true
-            }
-            return false
-        }
+        try await returnsRow("UPDATE users SET suspended_at = \(since?.millisecondsSince1970) WHERE id = \(user.rawValue) RETURNING id")
     }
 
     private func fetchReports(_ query: PostgresQuery) async throws -> [Report] {
@@ -796,14 +781,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func removeDevice(_ id: DeviceID, of user: UserID) async throws -> Bool {
-        try await run {
-            for try await _ in try await client.query(
-                "DELETE FROM devices WHERE id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING id", logger: logger)
-            {
-                return true
-            }
-            return false
-        }
+        try await returnsRow("DELETE FROM devices WHERE id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING id")
     }
 
     public func removeDevices(registeredWith tokenID: String) async throws {

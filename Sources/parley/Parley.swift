@@ -365,18 +365,21 @@ struct Admin: AsyncParsableCommand {
         }
     }
 
+    static func setSuspended(_ user: String, _ suspended: Bool, token: Token, connection: Connection) async throws {
+        try await token.withAdminClient(connection) { client in
+            try await client.setSuspended(UserID(rawValue: user), suspended)
+            let done = suspended ? "suspended" : "unsuspended"
+            connection.print([done: user]) { "\(done) \(user)" }
+        }
+    }
+
     struct Suspend: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Suspend a user: their tokens stop working and they cannot sign in; their data stays.")
         @Argument(help: "The user's ID (u_…).") var user: String
         @OptionGroup var token: Token
         @OptionGroup var connection: Connection
 
-        func run() async throws {
-            try await token.withAdminClient(connection) { client in
-                try await client.setSuspended(UserID(rawValue: user), true)
-                connection.print(["suspended": user]) { "suspended \(user)" }
-            }
-        }
+        func run() async throws { try await Admin.setSuspended(user, true, token: token, connection: connection) }
     }
 
     struct Unsuspend: AsyncParsableCommand {
@@ -385,12 +388,7 @@ struct Admin: AsyncParsableCommand {
         @OptionGroup var token: Token
         @OptionGroup var connection: Connection
 
-        func run() async throws {
-            try await token.withAdminClient(connection) { client in
-                try await client.setSuspended(UserID(rawValue: user), false)
-                connection.print(["unsuspended": user]) { "unsuspended \(user)" }
-            }
-        }
+        func run() async throws { try await Admin.setSuspended(user, false, token: token, connection: connection) }
     }
 }
 
