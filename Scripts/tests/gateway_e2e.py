@@ -907,6 +907,17 @@ def main():
     check(statuses[0] == 201 and set(statuses[1:10]) == {200} and statuses[10] == 429 and reports[10][2].get("Retry-After")
           and len({reply["report"]["id"] for status, reply, _ in reports[:10]}) == 1,
           "a report, retried, is one report; the eleventh in a row is 429 with Retry-After", f"{statuses}")
+    # Export: rex's data, his messages only, written as it is read; a few a day.
+    send(q1, qr, "from quinn")
+    status, exported, headers = r1.call("GET", "/v1/users/me/export")
+    texts = [m["message"]["text"] for m in exported.get("messages", [])] if status == 200 else []
+    check(status == 200 and "attachment" in headers.get("Content-Disposition", "") and exported["user"]["id"] == rex["user"]["id"]
+          and [c["id"] for c in exported["conversations"]] == [qr]
+          and {m["userId"] for m in exported["conversations"][0]["members"]} == {quinn["user"]["id"], rex["user"]["id"]}
+          and texts == ["hello quinn", "friends again"] and exported["blocks"] == [] and "exportedAt" in exported,
+          "GET /v1/users/me/export: the profile, the conversations with their members, and only the messages he sent", f"{status} {texts}")
+    more = [r1.call("GET", "/v1/users/me/export")[0] for _ in range(3)]
+    check(more == [200, 200, 429], "three exports, then 429", f"{more}")
     burst = [send(b1, conv, f"flood {i}") for i in range(120)]
     limited = [(reply, headers) for status, reply, headers in burst if status == 429]
     reply, headers = limited[0] if limited else ({}, {})
@@ -1007,7 +1018,7 @@ def main():
                  f"/v1/conversations/{t_conv}/members", f"/v1/conversations/{t_conv}/members/{bob_id}", f"/v1/conversations/{t_conv}/messages",
                  f"/v1/conversations/{t_conv}/receipts", f"/v1/conversations/{t_conv}/typing", "/v1/presence", "/v1/events", "/healthz", "/readyz",
                  "/v1/sessions/current", "/v1/sessions/s_none", "/v1/users/me/password", "/v1/users/me/blocks", f"/v1/users/me/blocks/{bob_id}",
-                 "/v1/reports", "/v1/reports/r_none/resolve", f"/v1/admin/users/{bob_id}/suspend", f"/v1/admin/users/{bob_id}/unsuspend"]
+                 "/v1/reports", "/v1/reports/r_none/resolve", "/v1/users/me/export", f"/v1/admin/users/{bob_id}/suspend", f"/v1/admin/users/{bob_id}/unsuspend"]
         methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
         bad = []
         h1 = Client("gateway-1", t_token)

@@ -118,6 +118,9 @@ public final class Gateway: Sendable {
     let uploadLimiter: RateLimiter
     /// Reports per user: 10 at once, then one a minute.
     let reportLimiter = RateLimiter(RateLimiter.Rule(perSecond: 1.0 / 60, burst: 10))
+    let exportLimiter = RateLimiter(Gateway.exportRule)
+    /// Each user's export being written on this gateway: one at a time.
+    let exportsUnderWay = UserTally()
     /// The bytes of each user's uploads under way on this gateway (``MediaSettings/quotaBytes``).
     let uploadsUnderWay = UserTally()
     /// Each user's downloads being written on this gateway (``MediaSettings/downloadsPerUserMax``).

@@ -40,6 +40,7 @@ extension Gateway {
             let filed = try await ReportDesk.resolve(using: self.system).file(body, by: caller.id)
             return try Self.json(API.ReportBody(report: filed.report), status: filed.created ? .created : .ok)
         }
+        users.get("users/me/export") { request, context in try await self.export(request, context) }
         users.get("users/me/blocks") { request, context in
             try Self.json(API.Blocks(blocks: try await UserActor.resolve(context.caller.id, using: self.system).blocked()))
         }
