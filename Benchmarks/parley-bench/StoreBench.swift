@@ -318,3 +318,49 @@ func ownedConversations(_ count: Int, in store: any ChatStore) async throws -> [
     }
     return owned
 }
+
+struct SeedAccount: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "seed-account",
+        abstract: "Write a user's history straight into a store: groups with one other member, and messages the user sent in them.",
+        discussion: "For Scripts/bench-export: the nodes on the store must be stopped while this runs. The users must exist (register them through the API first).")
+    @Option(help: "sqlite:PATH or postgres://USER@HOST:PORT/DB.")
+    var store: String
+    @Option(help: "The user whose history it is (an ID, u_…).")
+    var user: String
+    @Option(help: "The other member of every group (an ID, u_…).")
+    var peer: String
+    @Option(help: "Groups to make.")
+    var conversations = 5_000
+    @Option(help: "Messages the user sends, spread evenly over the groups.")
+    var messages = 100_000
+
+    func run() async throws {
+        guard conversations > 0, messages >= 0 else { throw ValidationError("--conversations must be positive, --messages not negative") }
+        let (chatStore, _) = try openBenchmarkStore(store, sqlite: SQLiteChatStore.Settings())
+        try await chatStore.migrate()
+        let me = UserID(rawValue: user), other = UserID(rawValue: peer)
+        // An hour ago: older than any owner's recovery window, so activating the groups later
+        // republishes nothing.
+        let sentAt = Date().addingTimeInterval(-3600)
+        var owned: [(ConversationID, Int64)] = []
+        for index in 0..<conversations {
+            let id = ConversationID.make()
+            try await chatStore.createConversation(ConversationRecord(
+                id: id, kind: .group, name: "history \(index)", ownerId: me, createdAt: sentAt,
+                members: [ConversationMember(userId: me, role: .owner), ConversationMember(userId: other, role: .member)]))
+            owned.append((id, try await chatStore.acquireOwnership(of: id)))
+        }
+        var random = SeededRandom(seed: 7)
+        let started = ContinuousClock.now
+        for start in stride(from: 0, to: messages, by: 500) {
+            _ = try await chatStore.commit((start..<min(start + 500, messages)).map { i in
+                let (id, epoch) = owned[i % owned.count]
+                return AppendRequest(
+                    conversationId: id, epoch: epoch, senderId: me, clientMessageId: ClientMessageID.make(now: sentAt, using: &random),
+                    text: "message \(i) of the user's history, long enough to look like a real one", sentAt: sentAt)
+            })
+        }
+        print("seeded \(conversations) groups and \(messages) messages in \(DurationText.format(started.duration(to: .now)))")
+    }
+}

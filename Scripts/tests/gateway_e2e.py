@@ -970,6 +970,11 @@ def main():
     check(hist.returncode == 0 and "hi alice" in hist.stdout and "to dave 6" in hist.stdout, "parley history prints the last messages", hist.stdout + hist.stderr)
     bad = cli("send", "c_nope", "x")
     check(bad.returncode != 0 and "404 not_found" in bad.stderr, "a CLI error is one clear line and a non-zero exit", bad.stderr)
+    exported = cli("export", "--output", os.path.join(WORK, "dave-export.json"))
+    dave_export = json.load(open(os.path.join(WORK, "dave-export.json"))) if exported.returncode == 0 else {}
+    check(dave_export.get("user", {}).get("handle") == "dave"
+          and [m["message"]["text"] for m in dave_export.get("messages", [])] == ["hi alice"],
+          "parley export writes the user's data: the messages they sent", exported.stdout + exported.stderr)
     blocked = cli("block", "alice")
     listed = cli("blocks", "--json")
     refused = cli("send", dave_conv, "are you there?")

@@ -12,8 +12,8 @@ reader's page: both pages go on without a reload, his on the other gateway (the 
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
-shows as unread in the list. In the settings panel a session is signed out and the password
-changed; from a direct conversation a user is blocked (his sends refused) and unblocked, and
+shows as unread in the list. In the settings panel a session is signed out, the password
+changed and the user's data downloaded; from a direct conversation a user is blocked (his sends refused) and unblocked, and
 reported. axe-core (bundled by axe-selenium-python) finds nothing serious or
 critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
 cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
@@ -331,6 +331,9 @@ def main():
     el(alice, "password-new").send_keys("a new horse battery")
     el(alice, "password-change").click()
     check(wait_until(10, lambda: "Password changed" in el(alice, "settings-result").text), "she changes her password in the panel",
+          el(alice, "settings-result").text + el(alice, "settings-error").text)
+    el(alice, "export").click()
+    check(wait_until(15, lambda: "downloaded" in el(alice, "settings-result").text), "she downloads her data from the panel",
           el(alice, "settings-result").text + el(alice, "settings-error").text)
     old = call("POST", port, "/v1/sessions", {"handle": "alice", "password": "correct horse battery"}, context=context)[0]
     new = call("POST", port, "/v1/sessions", {"handle": "alice", "password": "a new horse battery"}, context=context)[0]

@@ -320,6 +320,13 @@ public final class ParleyClient: Sendable {
         try data.write(to: destination)
     }
 
+    /// The user's data (`GET /v1/users/me/export`: profile, devices, blocks, conversations and
+    /// every message they sent), as the JSON document the server writes, into `destination`.
+    public func exportData(to destination: URL) async throws {
+        let data = try await perform(.GET, "/v1/users/me/export", authenticated: true, limit: 1 << 30) { _ in }
+        try data.write(to: destination)
+    }
+
     /// Messages with `seq > after`, ascending.
     public func messages(in conversation: ConversationID, after seq: Int64 = 0, limit: Int = 100) async throws -> [Message] {
         let page: API.Messages = try await call(.GET, "/v1/conversations/\(Self.query(conversation.rawValue))/messages?after=\(seq)&limit=\(limit)")

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -211,6 +211,22 @@ struct Sessions: AsyncParsableCommand {
                 try await client.revokeSession(id)
                 connection.print(["revoked": id]) { "revoked \(id)" }
             }
+        }
+    }
+}
+
+struct Export: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Download your data: profile, devices, blocks, conversations and every message you sent, as JSON.",
+        discussion: "A few a day: the server allows 3, then one every 8 hours.")
+    @Option(help: "Where to write it.") var output = "parley-export.json"
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let destination = URL(fileURLWithPath: output)
+            try await client.exportData(to: destination)
+            connection.print(["written": output]) { "written to \(output)" }
         }
     }
 }

@@ -12,6 +12,8 @@ extension Gateway {
     static let exportRule = RateLimiter.Rule(perSecond: 1.0 / (8 * 3600), burst: 3)
     /// Messages read per page while an export is written: what it holds at once.
     static let exportPage = 200
+    /// The bytes an export gathers before it writes them.
+    static let exportChunk = 64 * 1024
 
     /// `GET /v1/users/me/export`: everything the caller gave the service, as one JSON document
     /// written as it is read — the profile, devices, blocks, the conversations with their members,
@@ -37,29 +39,38 @@ extension Gateway {
         logger.info("export started", metadata: ["user.id": "\(caller)"])
         let body = ResponseBody { writer in
             defer { withExtendedLifetime(slot) {} }
-            func write(_ text: String) async throws { try await writer.write(ByteBuffer(string: text)) }
-            func write(_ value: some Encodable) async throws { try await writer.write(ByteBuffer(bytes: try encoder.encode(value))) }
-            try await write("{\"exportedAt\":")
-            try await write(exportedAt)
-            try await write(",\"user\":")
-            try await write(profile)
-            try await write(",\"devices\":")
-            try await write(devices)
-            try await write(",\"blocks\":")
-            try await write(blocks)
-            try await write(",\"conversations\":[")
+            // Written in pieces of about 64 KiB: one DATA frame per JSON token would be hundreds
+            // of thousands of frames for a long history.
+            var pending = ByteBuffer()
+            func append(_ text: String) { pending.writeString(text) }
+            func append(_ value: some Encodable) throws { pending.writeBytes(try encoder.encode(value)) }
+            func flush(whenOver size: Int = Self.exportChunk) async throws {
+                guard pending.readableBytes > 0, pending.readableBytes >= size else { return }
+                try await writer.write(pending)
+                pending = ByteBuffer()
+            }
+            append("{\"exportedAt\":")
+            try append(exportedAt)
+            append(",\"user\":")
+            try append(profile)
+            append(",\"devices\":")
+            try append(devices)
+            append(",\"blocks\":")
+            try append(blocks)
+            append(",\"conversations\":[")
             var conversations: [ConversationID] = []
             var cursor: ConversationPageCursor?
             repeat {
                 let page = try await user.conversations(after: cursor, limit: 100)
                 for summary in page.conversations {
-                    try await write(conversations.isEmpty ? "" : ",")
-                    try await write(API.Conversation(summary.conversation, for: caller))
+                    if !conversations.isEmpty { append(",") }
+                    try append(API.Conversation(summary.conversation, for: caller))
                     conversations.append(summary.conversation.id)
                 }
+                try await flush()
                 cursor = page.next
             } while cursor != nil
-            try await write("],\"messages\":[")
+            append("],\"messages\":[")
             var first = true
             for conversation in conversations {
                 let actor = try ConversationActor.resolve(conversation, using: system)
@@ -67,15 +78,17 @@ extension Gateway {
                 while true {
                     let page = try await actor.history(for: caller, after: after, before: nil, limit: Self.exportPage)
                     for message in page where message.senderId == caller {
-                        try await write(first ? "" : ",")
+                        if !first { append(",") }
                         first = false
-                        try await write(ExportedMessage(message))
+                        try append(ExportedMessage(message))
                     }
+                    try await flush()
                     guard page.count == Self.exportPage, let last = page.last?.seq else { break }
                     after = last
                 }
             }
-            try await write("]}")
+            append("]}")
+            try await flush(whenOver: 0)
             try await writer.finish(nil)
         }
         var headers: HTTPFields = [.contentType: "application/json"]

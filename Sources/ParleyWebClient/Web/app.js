@@ -127,6 +127,21 @@ async function renderSessions() {
   }
 }
 
+$('export').addEventListener('click', async () => {
+  $('settings-error').textContent = '';
+  try {
+    const response = await api.request('GET', '/v1/users/me/export', undefined, { raw: true });
+    const link = document.createElement('a');
+    link.href = URL.createObjectURL(await response.blob());
+    link.download = 'parley-export.json';
+    link.click();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+    $('settings-result').textContent = 'Your data was downloaded.';
+  } catch (error) {
+    $('settings-error').textContent = error.message;
+  }
+});
+
 $('password-form').addEventListener('submit', async (event) => {
   event.preventDefault();
   $('settings-result').textContent = '';
