@@ -22,6 +22,9 @@ public final class StreamHub: Sendable {
         var byUser: [UserID: [LiveEventStream]] = [:]
         var leases: SessionLeases
         var closed = false
+        /// Revocations heard within one authentication lease: a stream whose token a user's actor
+        /// found valid just before one of them arrived registers after it, and must not stay.
+        var recentRevocations: [(revocation: GatewayInbox.Revocation, until: ContinuousClock.Instant)] = []
     }
 
     private let state: Mutex<State>
@@ -58,6 +61,8 @@ public final class StreamHub: Sendable {
     enum Registration: Equatable {
         case registered(sessionID: String)
         case shuttingDown
+        /// Its token was revoked while the stream opened.
+        case revoked
         /// The user has `streamsPerUserMax` open here already.
         case tooManyStreams
     }
@@ -69,6 +74,9 @@ public final class StreamHub: Sendable {
         let sessionID = system.random.uuid().uuidString.lowercased()
         let registration = state.withLock { state -> Registration in
             guard !state.closed else { return .shuttingDown }
+            let now = system.clock.now
+            state.recentRevocations.removeAll { $0.until <= now }
+            guard !state.recentRevocations.contains(where: { Self.revokes($0.revocation, stream) }) else { return .revoked }
             guard state.byUser[stream.user, default: []].count < streamsPerUserMax else { return .tooManyStreams }
             state.streams[sessionID] = stream
             state.byUser[stream.user, default: []].append(stream)
@@ -93,15 +101,17 @@ public final class StreamHub: Sendable {
 
     static let streamsGauge = Gauge(label: "parley.gateway.streams")
 
-    /// Ends the streams opened with tokens that were just revoked.
+    /// Ends the streams opened with tokens that were just revoked, and refuses for one lease the
+    /// streams of those tokens still opening.
     func end(revokedBy revocation: GatewayInbox.Revocation) {
+        let until = system.clock.now.advanced(by: UserActor.authenticationLease)
         let ended = state.withLock { state -> [LiveEventStream] in
+            state.recentRevocations.append((revocation, until))
             switch revocation {
-            case .tokens(let tokenIds):
-                let revoked = Set(tokenIds)
-                return state.streams.values.filter { $0.tokenId.map(revoked.contains) ?? false }
-            case .user(let user, let except):
-                return (state.byUser[user] ?? []).filter { $0.tokenId != except || except == nil }
+            case .tokens:
+                return state.streams.values.filter { Self.revokes(revocation, $0) }
+            case .user(let user, _):
+                return (state.byUser[user] ?? []).filter { Self.revokes(revocation, $0) }
             }
         }
         guard !ended.isEmpty else { return }
@@ -109,9 +119,18 @@ public final class StreamHub: Sendable {
         for stream in ended { stream.abort() }
     }
 
+    private static func revokes(_ revocation: GatewayInbox.Revocation, _ stream: LiveEventStream) -> Bool {
+        switch revocation {
+        case .tokens(let tokenIds): stream.tokenId.map(tokenIds.contains) ?? false
+        case .user(let user, let except): stream.user == user && (except == nil || stream.tokenId != except)
+        }
+    }
+
     /// Why a stream was not opened.
     package enum Refusal: Error {
         case shuttingDown
+        /// Its token was revoked while it opened.
+        case revoked
         /// Its user has as many streams open here as a user may.
         case tooManyStreams
     }
@@ -137,6 +156,9 @@ public final class StreamHub: Sendable {
         case .tooManyStreams:
             stream.finish()
             throw Refusal.tooManyStreams
+        case .revoked:
+            stream.finish()
+            throw Refusal.revoked
         }
         let session = PresenceShard.SessionRef(userId: stream.user, sessionID: sessionID)
         stream.ended.whenComplete { [self] _ in

@@ -39,6 +39,8 @@ extension Gateway {
                 stream, resumingFrom: cursor, streamsPerUserMax: configuration.streamsPerUserMax, replayMessagesMax: configuration.replayMessagesMax)
         } catch StreamHub.Refusal.shuttingDown {
             throw APIError.unavailable("this gateway is shutting down; connect to another")
+        } catch StreamHub.Refusal.revoked {
+            throw APIError.unauthorized("unknown, expired or revoked token")
         } catch StreamHub.Refusal.tooManyStreams {
             throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) event streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
         }
