@@ -256,11 +256,15 @@ struct Block: AsyncParsableCommand {
     @Argument(help: "The user's handle, or ID (u_…).") var user: String
     @OptionGroup var connection: Connection
 
-    func run() async throws {
+    func run() async throws { try await Block.set(user, blocked: true, connection: connection) }
+
+    /// Blocks or unblocks `user` (a handle or an ID), and says so.
+    static func set(_ user: String, blocked: Bool, connection: Connection) async throws {
         try await withClient(connection) { client, _ in
             guard let id = try await resolveUsers([user], client: client).first else { return }
-            try await client.block(id)
-            connection.print(["blocked": id.rawValue]) { "blocked \(user)" }
+            if blocked { try await client.block(id) } else { try await client.unblock(id) }
+            let done = blocked ? "blocked" : "unblocked"
+            connection.print([done: id.rawValue]) { "\(done) \(user)" }
         }
     }
 }
@@ -270,13 +274,7 @@ struct Unblock: AsyncParsableCommand {
     @Argument(help: "The user's handle, or ID (u_…).") var user: String
     @OptionGroup var connection: Connection
 
-    func run() async throws {
-        try await withClient(connection) { client, _ in
-            guard let id = try await resolveUsers([user], client: client).first else { return }
-            try await client.unblock(id)
-            connection.print(["unblocked": id.rawValue]) { "unblocked \(user)" }
-        }
-    }
+    func run() async throws { try await Block.set(user, blocked: false, connection: connection) }
 }
 
 struct Blocked: AsyncParsableCommand {
