@@ -28,14 +28,15 @@ public distributed actor ReportDesk {
     /// (the ring changed, or this node joined) resumes the webhooks it owes.
     public static func register(on system: ClusterSystem, services: ChatServices) {
         system.register(kind: kind) { _, system in
-            let desk = ReportDesk(services: services, actorSystem: system)
-            return desk
+            ReportDesk(services: services, actorSystem: system)
         }
         guard services.webhooks?.endpoints.contains(where: { $0.types.contains(.reportCreated) }) == true else { return }
         system.onRingChange { ring, previous in
             let placement = ClusterActorID(kind: kind, key: key).placementKey
             let me = system.settings.name
-            guard ring.owner(of: placement) == me, previous.owner(of: placement) != me || !previous.workers.contains(me) else { return }
+            // Taken over, or this process's first ring (its previous one is empty): nothing of
+            // what was owed is known here yet.
+            guard ring.owner(of: placement) == me, previous.owner(of: placement) != me else { return }
             Task {
                 do {
                     try await resolve(using: system).resumeWebhooks()
