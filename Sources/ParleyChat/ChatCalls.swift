@@ -91,6 +91,8 @@ public struct ChatLimits: Sendable {
     /// Attachments on one message, and Unicode scalars in each one's caption.
     public var attachmentsMax = 10
     public var captionScalarsMax = 1_000
+    /// How long a deleted account's handle stays taken.
+    public var handleQuarantine = AccountDeletion.defaultHandleQuarantine
 
     public init() {}
 }

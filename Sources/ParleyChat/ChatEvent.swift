@@ -15,6 +15,8 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case presence(Presence)
     /// A bot annotated a message (durable).
     case annotation(Annotation)
+    /// A message was erased: its tombstone (durable).
+    case erasure(Erasure)
 
     /// When a durable event was committed (what a resume cursor counts in); nil for live-only.
     public var durableAt: Date? {
@@ -23,6 +25,7 @@ public enum ChatEvent: Codable, Sendable, Hashable {
         case .receipt(let receipt): receipt.at
         case .conversation(let change): change.at
         case .annotation(let annotation): annotation.at
+        case .erasure(let erasure): erasure.at
         case .typing, .presence: nil
         }
     }

@@ -16,11 +16,15 @@ public struct ChatServices: Sendable {
     public let pushes: PushSettings?
     /// Where this node delivers webhooks; nil: nowhere.
     public let webhooks: WebhookSettings?
+    /// Called with the name of each step a long process (an account's deletion) passed, once it is
+    /// durable: where a crash test kills the process.
+    public let checkpoint: @Sendable (String) -> Void
 
     /// - Parameter clock: the time of the default committer's commit interval (the node's).
     public init(
         store: any ChatStore, committer: GroupCommitter? = nil, limits: ChatLimits = ChatLimits(), delivery: DeliveryTimings = DeliveryTimings(),
-        pushes: PushSettings? = nil, webhooks: WebhookSettings? = nil, clock: any ClusterClock
+        pushes: PushSettings? = nil, webhooks: WebhookSettings? = nil, checkpoint: @escaping @Sendable (String) -> Void = { _ in },
+        clock: any ClusterClock
     ) {
         self.store = store
         self.committer = committer ?? GroupCommitter(store: store, clock: clock)
@@ -28,6 +32,7 @@ public struct ChatServices: Sendable {
         self.delivery = delivery
         self.pushes = pushes
         self.webhooks = webhooks
+        self.checkpoint = checkpoint
     }
 
     /// Runs a store operation; a store failure reaches the caller as `unavailable`.
@@ -592,12 +597,99 @@ public distributed actor ConversationActor {
 
     public distributed func removeMember(_ member: UserID, by user: UserID) async throws {
         try state.validateRemove(member, by: user)
+        try await removed(member)
+    }
+
+    /// `user` deleted their account (``UserActor/deleteAccount(erase:)``): they leave, from a
+    /// direct conversation too, as a member who leaves a group does. Nothing if they are not a
+    /// member (any more).
+    public distributed func accountDeleted(_ user: UserID, erase: Bool) async throws {
+        guard try state.record.member(user) != nil else { return }
+        if erase {
+            // A page at a time, each its own store transaction: sends go on in between.
+            let conversation = try state.id
+            var after: Int64 = 0
+            var uploads: Set<MediaID> = []
+            while after < (try state.record.lastSeq) {
+                let page = try await services.withStore { try await $0.messages(in: conversation, after: after, limit: Self.erasureBatch) }
+                guard let last = page.last else { break }
+                let theirs = page.filter { $0.senderId == user && $0.erased != true }.map(\.seq)
+                if !theirs.isEmpty {
+                    for original in try await self.erase(theirs) { uploads.formUnion(original.attachments?.map(\.media.id) ?? []) }
+                }
+                after = last.seq
+            }
+            // Only they could attach their uploads, and every message of theirs is erased (or
+            // will be, in the conversations their deletion has yet to reach).
+            let released = Array(uploads)
+            try await services.withStore { try await $0.releaseMedia(released) }
+        }
+        try await removed(user)
+    }
+
+    /// Messages one step of an erasure reads and erases: one store transaction each.
+    static let erasureBatch = 200
+
+    /// `DELETE /v1/admin/conversations/{id}/messages/{seq}`: an operator erases a message through
+    /// this conversation's order. Its attachments go too, unless another message not erased
+    /// carries them. Erasing it again changes nothing. Returns its tombstone.
+    public distributed func moderatorErase(seq: Int64) async throws -> Message {
+        let current = try state
+        guard seq >= 1, seq <= current.record.lastSeq else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
+        let erased = try await erase([seq])
+        var released: [MediaID] = []
+        for media in erased.flatMap({ $0.attachments ?? [] }).map(\.media.id) where try await !carriedByAnotherMessage(media) {
+            released.append(media)
+        }
+        let kept = released
+        try await services.withStore { try await $0.releaseMedia(kept) }
+        logger.notice("an operator erased a message", metadata: ["message.seq": "\(seq)", "media.released": "\(kept.count)"])
+        let conversation = current.id
+        guard let tombstone = try await services.withStore({ try await $0.messages(in: conversation, after: seq - 1, limit: 1) }).first else {
+            throw ChatError(.notFound, "no message \(seq) in this conversation")
+        }
+        return tombstone
+    }
+
+    /// Whether an upload is attached to a message not erased: of another conversation that
+    /// references it, or of this one (read through).
+    private func carriedByAnotherMessage(_ media: MediaID) async throws -> Bool {
+        let conversation = try state.id
+        let referencing = try await services.withStore { try await $0.conversationsReferencing(media) }
+        guard referencing.allSatisfy({ $0 == conversation }) else { return true }
+        var after: Int64 = 0
+        while true {
+            let page = try await services.withStore { try await $0.messages(in: conversation, after: after, limit: Self.erasureBatch) }
+            guard let last = page.last else { return false }
+            if page.contains(where: { $0.erased != true && $0.attachments?.contains { $0.media.id == media } == true }) { return true }
+            after = last.seq
+        }
+    }
+
+    /// Erases messages `seqs` in one store transaction, under this owner's epoch; members' streams
+    /// and webhooks hear of each erased now, after what came before it. Returns the messages as
+    /// they were.
+    private func erase(_ seqs: [Int64]) async throws -> [Message] {
+        let conversation = try state.id
+        let at = actorSystem.clock.wallNow.millisecondPrecision
+        var originals: [Message] = []
+        try await fencedWrite { originals = try await $0.eraseMessages(in: conversation, seqs: seqs, epoch: epoch, at: at) }
+        for original in originals {
+            let erasure = Erasure(message: original, at: at)
+            if let webhooks, let record = loaded?.record { webhooks.record(.erased(erasure), record: record) }
+            fanOut?.publish(.erasure(erasure), members: memberIDs)
+        }
+        return originals
+    }
+
+    /// Takes `member` out (a group they owned passes to the longest-standing member); every
+    /// member hears of it, and so does the member who left — and then nothing more.
+    private func removed(_ member: UserID) async throws {
         let conversation = try state.id
         let at = actorSystem.clock.wallNow.millisecondPrecision
         try await fencedWrite { try await $0.removeMember(member, from: conversation, epoch: epoch, at: at) }
         try update { $0.memberRemoved(member) }
         webhooks?.record(.memberRemoved(member, try state.record, at: at), record: try state.record)
-        // The removed member hears of it too; after this, nothing more.
         fanOut?.publish(.conversation(ConversationChange(conversation: try state.record, change: .memberRemoved, at: at)), members: memberIDs + [member])
     }
 

@@ -74,6 +74,14 @@ public struct EventStreamStateMachine<Conversation: Hashable & Comparable & Send
         return written.isEmpty ? [] : [.write(written)]
     }
 
+    /// Replaces the event of `seq` of `conversation` if it waits past a gap (a message erased
+    /// while it waited goes out as its tombstone); whether one waited.
+    public mutating func replaceWaiting(_ conversation: Conversation, seq: Int64, with event: Event) -> Bool {
+        guard orders[conversation]?.waiting[seq] != nil else { return false }
+        orders[conversation]?.waiting[seq] = event
+        return true
+    }
+
     /// Ends the stream once a gap is older than ``gapMax``.
     public mutating func tick(now: Instant) -> [Directive] {
         guard !ended, !gapped.isEmpty else { return [] }

@@ -28,6 +28,8 @@ extension StreamCursor {
 ///   start the replay again), `ready` the newest instant replayed; while a message waits past a
 ///   gap, the cursor from before the gap, so that a resume from any event written meanwhile
 ///   replays the gap; otherwise the newest instant written.
+/// - **Erasures.** A message erased while it waits past a gap goes out as its tombstone, and its
+///   `message_erased` event is not written; any other erasure is written as it comes.
 /// - **The sender's own message** (``receivedAhead(_:shared:now:)``), written with its send's
 ///   response when it is the conversation's next message for this stream; the delivery's copy
 ///   is then a repeat.
@@ -279,6 +281,12 @@ public struct StreamSessionStateMachine: Sendable {
     /// What goes out now that `out` arrived: a message as its conversation's order says (itself
     /// and those that waited for it; nothing for a repeat or one past a gap); any other event as it is.
     private mutating func ordered(_ out: Outgoing, now: Instant) -> [Outgoing] {
+        if case .erasure(let erasure) = out.event {
+            // The message still waits past a gap: it goes out erased, and the erasure has nothing
+            // more to tell. Otherwise the client has it (or will read it from the store, erased).
+            let tombstone = Outgoing(event: .message(erasure.message), shared: nil)
+            return order.replaceWaiting(erasure.message.conversationId, seq: erasure.message.seq, with: tombstone) ? [] : [out]
+        }
         guard case .message(let message) = out.event else { return [out] }
         var written: [Outgoing] = []
         for directive in order.received(message.conversationId, seq: message.seq, out, now: now) {

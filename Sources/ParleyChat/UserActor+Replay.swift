@@ -98,7 +98,7 @@ extension UserActor {
             }
         }
         guard position.ranges.isEmpty else { return ReplayPage(events: events, next: position) }
-        // The last page: receipts, annotations and removals, as they are now.
+        // The last page: receipts, annotations, erasures and removals, as they are now.
         let me = UserID(rawValue: id.key)
         let since = position.since
         let changes = try await services.withStore { try await $0.durableChanges(for: me, since: since) }
@@ -106,6 +106,7 @@ extension UserActor {
             .receipt(ReceiptEvent(conversationId: $0.conversationId, userId: $0.member.userId, deliveredSeq: $0.member.deliveredSeq, readSeq: $0.member.readSeq, at: $0.at))
         }
         events += changes.annotations.map { .annotation($0) }
+        events += changes.erasures.map { .erasure($0) }
         events += changes.removals.map { .conversation(ConversationChange(conversation: $0.conversation, change: .memberRemoved, at: $0.at)) }
         return ReplayPage(events: events, next: nil)
     }

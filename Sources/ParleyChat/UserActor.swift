@@ -25,6 +25,10 @@ public distributed actor UserActor {
     private var password: (hash: String, changedAt: Date?)?
     /// Since when an operator suspended this user; nil: not suspended.
     private var suspendedAt: Date?
+    /// The account's deletion, once asked for: from then on no token of it works.
+    private var deletion: AccountDeletion?
+    /// The deletion running now, which another request for it (or the safety desk's sweep) waits for.
+    private var deleting: Task<AccountDeletion, any Error>?
 
     enum TokenState {
         case revoked
@@ -62,6 +66,7 @@ public distributed actor UserActor {
         self.profile = stored?.user
         self.password = stored.map { ($0.passwordHash, $0.passwordChangedAt) }
         self.suspendedAt = stored?.suspendedAt
+        self.deletion = stored?.deletion
         self.services = services
     }
 
@@ -75,7 +80,8 @@ public distributed actor UserActor {
             id: UserID(rawValue: id.key), handle: request.handle, displayName: request.displayName, createdAt: actorSystem.clock.wallNow.millisecondPrecision,
             bot: request.bot)
         do {
-            try await services.store.createUser(StoredUser(user: user, passwordHash: request.passwordHash))
+            let quarantineEnded = actorSystem.clock.wallNow.addingTimeInterval(-services.limits.handleQuarantine.seconds)
+            try await services.store.createUser(StoredUser(user: user, passwordHash: request.passwordHash), reclaimingHandlesDeletedBefore: quarantineEnded)
         } catch let error as ChatStoreError where error.kind == .conflict {
             throw ChatError(.conflict, "handle \(request.handle) is taken")
         } catch let error as ChatStoreError {
@@ -158,6 +164,7 @@ extension UserActor {
     /// recorded: valid until the password changes.
     public distributed func authenticate(tokenId: String) async throws -> User {
         guard let profile else { throw ChatError("unauthorized", "unknown, expired or revoked token") }
+        guard deletion == nil else { throw ChatError("unauthorized", "this account is deleted") }
         guard suspendedAt == nil else { throw ChatError("unauthorized", "this account is suspended") }
         let me = UserID(rawValue: id.key)
         let state: TokenState
@@ -200,6 +207,7 @@ extension UserActor {
     public distributed func openSession(tokenId: String, expiresAt: Date, userAgent: String?, verifiedHash: String?) async throws {
         try requireProfile()
         if let verifiedHash, verifiedHash != password?.hash { throw ChatError("unauthorized", "wrong handle or password") }
+        guard deletion == nil else { throw ChatError(.notFound, "user not found") }
         guard suspendedAt == nil else { throw ChatError(.forbidden, "this account is suspended") }
         let now = actorSystem.clock.wallNow
         let session = StoredSession(
@@ -481,6 +489,79 @@ extension UserActor {
         }
     }
 
+    // MARK: Deletion
+
+    /// `DELETE /v1/users/me`, once the gateway checked the password (or, for a bot, the admin
+    /// token): deletes this account, and returns once the deletion is complete.
+    ///
+    /// First, in one store transaction, the account is marked deleted (no token of it works from
+    /// then on, and it cannot sign in), its profile emptied, its sessions, blocks and devices
+    /// removed, and its uploads attached to no message left to the sweeper. Every gateway is told
+    /// to forget its tokens and end its streams. Then it leaves every conversation through that
+    /// conversation's owner, as a member who leaves does (erasing its messages first, if asked);
+    /// then the deletion is marked finished and webhooks get `user.deleted`. Each step can run
+    /// again: a deletion a crash cut short is finished by the safety desk (``SafetyDesk``), and
+    /// asking again joins the one under way.
+    public distributed func deleteAccount(erase: Bool) async throws -> AccountDeletion {
+        try requireProfile()
+        if let deleting {
+            let done = try await deleting.value
+            if done.erase || !erase { return done }
+        }
+        let task = Task { try await self.delete(erase: erase) }
+        deleting = task
+        defer { if deleting == task { deleting = nil } }
+        return try await task.value
+    }
+
+    private func delete(erase: Bool) async throws -> AccountDeletion {
+        let me = UserID(rawValue: id.key)
+        let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
+        let now = actorSystem.clock.wallNow
+        guard var deletion = try await services.withStore({ try await $0.beginDeletion(of: me, erase: erase, at: now) }) else {
+            throw ChatError(.notFound, "user not found")
+        }
+        let finishedBefore = deletion.finishedAt != nil
+        self.deletion = deletion
+        if let profile { self.profile = .deletedAccount(me, createdAt: profile.createdAt, bot: profile.bot) }
+        password = nil
+        tokens.removeAll()
+        services.checkpoint("deletion.begun")
+        actorSystem.logger.notice("account deletion begun", metadata: ["user.id": "\(me)", "deletion.erase": "\(deletion.erase)"])
+        if await !GatewayInbox.announce(.user(me, except: nil), leasesEnd: leasesEnd, using: actorSystem) {
+            try? await actorSystem.clock.sleep(until: leasesEnd)
+        }
+        services.checkpoint("deletion.announced")
+        // Each conversation left drops out of the list: the first page again until it is empty.
+        var left: Set<ConversationID> = []
+        while true {
+            let page = try await services.withStore { try await $0.conversations(of: me, after: nil, limit: 100) }
+            guard !page.isEmpty else { break }
+            for record in page {
+                guard left.insert(record.id).inserted else {
+                    throw ChatError(.unavailable, "conversation \(record.id) still lists the account as a member; the deletion is tried again")
+                }
+                try await ConversationActor.resolve(record.id, using: actorSystem).accountDeleted(me, erase: deletion.erase)
+                services.checkpoint("deletion.left")
+            }
+        }
+        let finishedAt = actorSystem.clock.wallNow
+        try await services.withStore { try await $0.finishDeletion(of: me, at: finishedAt) }
+        deletion.finishedAt = deletion.finishedAt ?? finishedAt.millisecondPrecision
+        self.deletion = deletion
+        services.checkpoint("deletion.finished")
+        actorSystem.logger.notice("account deleted", metadata: ["user.id": "\(me)", "conversations.left": "\(left.count)"])
+        if !finishedBefore {
+            // The desk's sweep delivers what this could not hand it.
+            do {
+                try await SafetyDesk.resolve(using: actorSystem).deletionFinished(deletion)
+            } catch {
+                actorSystem.logger.info("the safety desk was not told of a deletion; its sweep finds it", metadata: ["user.id": "\(me)", "error": "\(error)"])
+            }
+        }
+        return deletion
+    }
+
     // MARK: Blocks
 
     /// How many users one user may block.
@@ -586,6 +667,8 @@ public struct NewUser: Codable, Sendable, Hashable {
         guard Self.isHandle(handle) else {
             throw ChatError(.invalidRequest, "handle must be 3–32 characters of a-z 0-9 _ . -")
         }
+        // Every deleted account shows it: whoever held it could pass for any of them.
+        guard handle != User.deletedHandle else { throw ChatError(.conflict, "handle \(handle) is taken") }
         guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
         try StoredText.require(displayName, field: "displayName")
         guard !passwordHash.isEmpty else { throw ChatError(.invalidRequest, "passwordHash is required") }

@@ -13,6 +13,8 @@ public enum WebhookEvent: Sendable, Hashable {
     case renamed(ConversationRecord, at: Date)
     /// A member's watermarks moved: `receipt.read` when `readSeq` did, else `receipt.delivered`.
     case receipt(ReceiptEvent, read: Bool)
+    /// A message was erased; carries its tombstone.
+    case erased(Erasure)
 
     public var type: WebhookEventType {
         switch self {
@@ -22,6 +24,7 @@ public enum WebhookEvent: Sendable, Hashable {
         case .memberRemoved: .memberRemoved
         case .renamed: .conversationUpdated
         case .receipt(_, let read): read ? .receiptRead : .receiptDelivered
+        case .erased: .messageErased
         }
     }
 
@@ -39,6 +42,7 @@ public enum WebhookEvent: Sendable, Hashable {
         case .memberRemoved(let user, let record, _): fact = "\(user.rawValue)\(Self.memberList(record)) #\(change)"
         case .renamed(let record, _): fact = "\(record.name ?? "")\(Self.memberList(record)) #\(change)"
         case .receipt(let receipt, _): fact = "\(receipt.userId.rawValue) \(receipt.deliveredSeq) \(receipt.readSeq)"
+        case .erased(let erasure): fact = "\(erasure.message.seq)"
         }
         let digest = SHA256.hash(data: Array("\(type.rawValue)\n\(conversation.rawValue)\n\(fact)".utf8))
         return "evt_" + Data(digest.prefix(16)).base64URLEncodedString
@@ -67,6 +71,8 @@ public enum WebhookEvent: Sendable, Hashable {
         case .receipt(let receipt, _):
             let body = API.ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq)
             data = try? encoder.encode(Envelope(type: type, timestamp: receipt.at, data: body))
+        case .erased(let erasure):
+            data = try? encoder.encode(Envelope(type: type, timestamp: erasure.at, data: MessageData(conversationId: conversation, message: erasure.message)))
         }
         // Encoding these types cannot fail; the fallback still says what happened.
         return data.map(Array.init) ?? Array("{\"type\":\"\(type.rawValue)\",\"timestamp\":\"\(API.timestamp(now))\",\"data\":{}}".utf8)
@@ -168,6 +174,10 @@ public struct WebhookTold: Codable, Sendable, Hashable {
             guard let index = members.firstIndex(where: { $0.userId == receipt.userId }) else { return }
             members[index].deliveredSeq = max(members[index].deliveredSeq, receipt.deliveredSeq)
             members[index].readSeq = max(members[index].readSeq, receipt.readSeq)
+        case .erased:
+            // Not part of what a cursor keeps: an erasure is told as it comes (a catch-up tells
+            // messages as the store has them, erased or not).
+            break
         }
     }
 
@@ -221,6 +231,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         case .renamed(let record, _): record.name == name
         case .receipt(let receipt, _):
             members.first { $0.userId == receipt.userId }.map { receipt.deliveredSeq <= $0.deliveredSeq && receipt.readSeq <= $0.readSeq } ?? true
+        case .erased: false
         }
     }
 }

@@ -7,6 +7,8 @@ import ParleyStore
 /// (`conversation.*`, `receipt.*`, `*`).
 public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable {
     case messageCreated = "message.created"
+    /// A message was erased (its sender's account deleted with `erase=true`, or an operator's removal).
+    case messageErased = "message.erased"
     case conversationCreated = "conversation.created"
     case memberAdded = "conversation.member_added"
     case memberRemoved = "conversation.member_removed"
@@ -16,8 +18,10 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
     case receiptDelivered = "receipt.delivered"
     /// A member read messages (`readSeq` moved; reading implies delivery, and the event carries both).
     case receiptRead = "receipt.read"
-    /// A user reported a user or a message (``ReportDesk``).
+    /// A user reported a user or a message (``SafetyDesk``).
     case reportCreated = "report.created"
+    /// A user's account was deleted, every conversation left (and their messages erased, if asked).
+    case userDeleted = "user.deleted"
 
     /// The types a subscription names: a type, a family (`conversation.*`), or `*`; nil when it
     /// names none.

@@ -164,7 +164,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
                 expireCalls()
             }
         }
-        state.withLock { $0.loops = [membershipLoop, deadlineLoop] }
+        state.withLock { $0.loops += [membershipLoop, deadlineLoop] }
         tick()
     }
 
@@ -294,6 +294,27 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     /// joined, left or was declared down), after this node let go of the actors it no longer owns.
     public func onRingChange(_ handler: @escaping @Sendable (_ ring: HashRing, _ previous: HashRing) -> Void) {
         state.withLock { $0.ringChangeHandlers.append(handler) }
+    }
+
+    /// Runs `body` every `interval` on this node's clock (the first time one interval after this
+    /// call) until the node stops.
+    public func every(_ interval: Duration, _ body: @escaping @Sendable () async -> Void) {
+        let clock = self.clock
+        let loop = Task {
+            while !Task.isCancelled {
+                do {
+                    try await clock.sleep(for: interval)
+                } catch {
+                    return
+                }
+                await body()
+            }
+        }
+        let stopped = state.withLock { state in
+            if !state.isShutDown { state.loops.append(loop) }
+            return state.isShutDown
+        }
+        if stopped { loop.cancel() }
     }
 
     /// Registers how to activate actors of `kind` on their owner.

@@ -209,6 +209,26 @@ public enum API {
         public init(report: Report) { self.report = report }
     }
 
+    /// `user.deleted`'s data: whose account, and whether their messages were erased.
+    public struct UserDeletedBody: Codable, Sendable, Hashable {
+        public var userId: UserID
+        public var erased: Bool
+        public init(userId: UserID, erased: Bool) {
+            self.userId = userId
+            self.erased = erased
+        }
+    }
+
+    /// `DELETE /v1/users/me`'s body: the password; for a bot, which has none, the admin token.
+    public struct AccountDeletionRequest: Codable, Sendable {
+        public var password: String?
+        public var adminToken: String?
+        public init(password: String? = nil, adminToken: String? = nil) {
+            self.password = password
+            self.adminToken = adminToken
+        }
+    }
+
     public struct Reports: Codable, Sendable {
         public var reports: [Report]
         /// Where the next page starts (`after=`), when there may be one.

@@ -100,6 +100,7 @@ extension Message {
         }
         json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")
         json.key("conversationId"); json.string(conversationId.rawValue); json.raw(",")
+        if erased == true { json.key("erased"); json.append(json: "true,".utf8) }
         json.key("id"); json.string(id); json.raw(",")
         json.key("senderId"); json.string(senderId.rawValue); json.raw(",")
         json.key("sentAt"); json.timestamp(sentAt); json.raw(",")

@@ -19,6 +19,10 @@ public struct Message: Hashable, Sendable, Codable {
     public var annotations: [String: String]?
     /// The files it carries (``Attachment``), nil when none: a message may be only these.
     public var attachments: [Attachment]?
+    /// True for a message erased (its sender's account deleted with `erase=true`, or an operator's
+    /// removal): its seq, sender and time stay, its text is empty and it carries nothing.
+    /// Absent otherwise.
+    public var erased: Bool?
 
     public init(
         conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date, attachments: [Attachment]? = nil
@@ -31,6 +35,27 @@ public struct Message: Hashable, Sendable, Codable {
         self.text = text
         self.sentAt = sentAt
         self.attachments = attachments
+    }
+}
+
+extension Message {
+    /// What this message is once erased: the same seq, sender and time, nothing else.
+    public var tombstone: Message {
+        var tombstone = Message(conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: "", sentAt: sentAt)
+        tombstone.erased = true
+        return tombstone
+    }
+}
+
+/// A message erased at `at`: the tombstone it left (``Message/tombstone``).
+public struct Erasure: Hashable, Sendable, Codable {
+    public var message: Message
+    /// When it was erased, millisecond precision.
+    public var at: Date
+
+    public init(message: Message, at: Date) {
+        self.message = message.erased == true ? message : message.tombstone
+        self.at = at.millisecondPrecision
     }
 }
 

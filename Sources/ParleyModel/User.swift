@@ -11,6 +11,9 @@ public struct User: Hashable, Sendable, Codable {
     /// A bot: made by an operator (`POST /v1/bots`), signs in with a token only, and may annotate
     /// the messages of the conversations it is a member of.
     public var bot: Bool
+    /// True for an account its user deleted (`DELETE /v1/users/me`); absent otherwise. Such an
+    /// account reads as ``deletedAccount(_:createdAt:bot:)``.
+    public var deleted: Bool?
 
     public init(id: UserID, handle: String, displayName: String, avatarURL: String? = nil, createdAt: Date, bot: Bool = false) {
         self.id = id
@@ -21,8 +24,19 @@ public struct User: Hashable, Sendable, Codable {
         self.bot = bot
     }
 
+    /// The handle every deleted account shows (no one can register it): theirs is kept out of
+    /// reach until its quarantine ends, then free.
+    public static let deletedHandle = "deleted"
+
+    /// How a deleted account reads to everyone: its ID and age, nothing of the person.
+    public static func deletedAccount(_ id: UserID, createdAt: Date, bot: Bool) -> User {
+        var user = User(id: id, handle: deletedHandle, displayName: "", createdAt: createdAt, bot: bot)
+        user.deleted = true
+        return user
+    }
+
     private enum CodingKeys: String, CodingKey {
-        case id, handle, displayName, avatarURL, createdAt, bot
+        case id, handle, displayName, avatarURL, createdAt, bot, deleted
     }
 
     public init(from decoder: any Decoder) throws {
@@ -34,6 +48,7 @@ public struct User: Hashable, Sendable, Codable {
         self.createdAt = try container.decode(Date.self, forKey: .createdAt)
         // Absent from what a node of an earlier version sends.
         self.bot = try container.decodeIfPresent(Bool.self, forKey: .bot) ?? false
+        self.deleted = try container.decodeIfPresent(Bool.self, forKey: .deleted)
     }
 }
 
@@ -47,13 +62,39 @@ public struct StoredUser: Hashable, Sendable {
     /// Since when an operator suspended the user (nil: not suspended): no token of theirs works,
     /// and they cannot sign in.
     public var suspendedAt: Date?
+    /// The account's deletion, once its user asked for it; then ``user`` reads as
+    /// ``User/deletedAccount(_:createdAt:bot:)``.
+    public var deletion: AccountDeletion?
 
-    public init(user: User, passwordHash: String, passwordChangedAt: Date? = nil, suspendedAt: Date? = nil) {
-        self.user = user
+    public init(user: User, passwordHash: String, passwordChangedAt: Date? = nil, suspendedAt: Date? = nil, deletion: AccountDeletion? = nil) {
+        self.user = deletion == nil ? user : .deletedAccount(user.id, createdAt: user.createdAt, bot: user.bot)
         self.passwordHash = passwordHash
         self.passwordChangedAt = passwordChangedAt
         self.suspendedAt = suspendedAt
+        self.deletion = deletion
     }
+}
+
+/// An account's deletion (`DELETE /v1/users/me`): asked for at `requestedAt`, done (every
+/// conversation left, and erased if asked) at `finishedAt`. Once asked for it is never undone: a
+/// deletion left half done by a node that died is finished by another.
+public struct AccountDeletion: Hashable, Sendable, Codable {
+    public var userId: UserID
+    public var requestedAt: Date
+    /// Whether the user's messages are erased too (`?erase=true`), not only left to the others.
+    public var erase: Bool
+    public var finishedAt: Date?
+
+    public init(userId: UserID, requestedAt: Date, erase: Bool, finishedAt: Date? = nil) {
+        self.userId = userId
+        self.requestedAt = requestedAt.millisecondPrecision
+        self.erase = erase
+        self.finishedAt = finishedAt?.millisecondPrecision
+    }
+
+    /// How long a deleted account's handle stays out of reach by default, so that nobody takes
+    /// it to pass for the person who just left.
+    public static let defaultHandleQuarantine: Duration = .seconds(30 * 86_400)
 }
 
 /// Where a page of a user's conversations continues: after this activity time and ID.

@@ -86,6 +86,17 @@ public protocol ChatStore: Sendable {
     /// The annotations of the conversation's messages `seqs`, by seq then key.
     func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation]
 
+    /// Erases messages `seqs` of the conversation (under the owner's `epoch`): each keeps its
+    /// seq, sender, client message ID and time; its text is emptied, its attachments and
+    /// annotations removed, and the erasure recorded at `at` for resuming streams. Returns the
+    /// messages as they were before, in seq order: those erased now (not those erased before, or
+    /// that do not exist).
+    func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message]
+
+    /// The uploads are attached to no message any more: no conversation's members may download
+    /// them, and the sweeper's next pass removes them.
+    func releaseMedia(_ ids: [MediaID]) async throws
+
     // MARK: Webhooks
 
     /// When a node first ran with the webhook endpoint named `name`: `at`, the first time it is
@@ -117,20 +128,24 @@ public protocol ChatStore: Sendable {
 
     // MARK: Users
 
-    /// Stores a new user. Throws `conflict` when the handle (or ID) is taken.
-    func createUser(_ user: StoredUser) async throws
+    /// Stores a new user. Throws `conflict` when the handle (or ID) is taken — by a deleted
+    /// account too, unless it was deleted before `quarantineEnded`: its handle is taken from it
+    /// (it keeps one no handle can be) in the same transaction.
+    func createUser(_ user: StoredUser, reclaimingHandlesDeletedBefore quarantineEnded: Date) async throws
 
     func user(id: UserID) async throws -> StoredUser?
 
+    /// The user signing in with `handle`; nil for a deleted account.
     func user(handle: String) async throws -> StoredUser?
 
     /// Changes what is given; returns the user after, nil if unknown.
     func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User?
 
-    /// Users whose handle starts with `prefix`, by handle, at most `limit`.
+    /// Users whose handle starts with `prefix`, by handle, at most `limit`; deleted accounts are
+    /// never found.
     func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User]
 
-    /// Which of these IDs are users (to refuse unknown member IDs).
+    /// Which of these IDs are users whose account is not deleted (to refuse unknown member IDs).
     func existingUsers(_ ids: [UserID]) async throws -> Set<UserID>
 
     /// Revokes a token (by its ID) until it would have expired anyway, and removes its session.
@@ -176,6 +191,27 @@ public protocol ChatStore: Sendable {
 
     /// Suspends a user (`since` a date) or lifts it (nil). False if there is no such user.
     func setSuspended(_ user: UserID, since: Date?) async throws -> Bool
+
+    // MARK: Account deletion
+
+    /// Starts deleting `user`'s account, or finds it started (the first request's time stays; an
+    /// `erase` once asked stays asked). In one transaction: the profile is emptied, every session
+    /// and block of the user removed, every device removed, the uploads attached to no message
+    /// left to the sweeper's next pass, and `user.deleted` owed to webhooks (once finished).
+    /// Nil if there is no such user.
+    func beginDeletion(of user: UserID, erase: Bool, at: Date) async throws -> AccountDeletion?
+
+    /// The deletion is done: every conversation left. Finishing again keeps the first time.
+    func finishDeletion(of user: UserID, at: Date) async throws
+
+    /// Deletions begun and not finished, oldest first, at most `limit`.
+    func unfinishedDeletions(limit: Int) async throws -> [AccountDeletion]
+
+    /// Finished deletions whose `user.deleted` webhooks are owed, oldest first, at most `limit`.
+    func deletionsOwingWebhooks(limit: Int) async throws -> [AccountDeletion]
+
+    /// The deletion's webhooks were delivered (or given up on).
+    func deletionWebhooksDone(_ user: UserID) async throws
 
     // MARK: Sessions
 
@@ -265,6 +301,13 @@ public protocol ChatStore: Sendable {
     func durableChanges(for user: UserID, since: Date) async throws -> DurableChanges
 }
 
+extension ChatStore {
+    /// Stores a new user; a deleted account's handle stays taken.
+    public func createUser(_ user: StoredUser) async throws {
+        try await createUser(user, reclaimingHandlesDeletedBefore: .distantPast)
+    }
+}
+
 /// The durable changes after an instant that concern one user (messages aside): see
 /// ``ChatStore/durableChanges(for:since:)``. Each carries the instant it was made.
 public struct DurableChanges: Hashable, Sendable {
@@ -300,12 +343,15 @@ public struct DurableChanges: Hashable, Sendable {
     public var removals: [Change] = []
     /// Annotations stored after the instant, in the user's conversations, oldest first.
     public var annotations: [Annotation] = []
+    /// Messages erased after the instant, in the user's conversations, oldest first.
+    public var erasures: [Erasure] = []
 
-    public init(conversations: [Change] = [], receipts: [Receipt] = [], removals: [Change] = [], annotations: [Annotation] = []) {
+    public init(conversations: [Change] = [], receipts: [Receipt] = [], removals: [Change] = [], annotations: [Annotation] = [], erasures: [Erasure] = []) {
         self.conversations = conversations
         self.receipts = receipts
         self.removals = removals
         self.annotations = annotations
+        self.erasures = erasures
     }
 }
 

@@ -18,6 +18,7 @@ public final class InMemoryChatStore: ChatStore {
         var webhookCursors: [String: WebhookCursorRecord] = [:]
         /// By seq, then key.
         var annotations: [Int64: [String: Annotation]] = [:]
+        var erasures: [Erasure] = []
 
         init(record: ConversationRecord) {
             self.record = record
@@ -44,6 +45,7 @@ public final class InMemoryChatStore: ChatStore {
         var devices: [StoredDevice] = []
         var media: [MediaID: StoredMedia] = [:]
         var mediaReferences: [MediaID: Set<ConversationID>] = [:]
+        var deletionWebhooksOwed: Set<UserID> = []
     }
 
     private let users = Mutex(Users())
@@ -201,6 +203,31 @@ public final class InMemoryChatStore: ChatStore {
         try fencedChange(of: annotation.conversationId, epoch: epoch) { $0.annotations[annotation.seq, default: [:]][annotation.key] = annotation }
     }
 
+    public func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message] {
+        var erased: [Message] = []
+        try fencedChange(of: id, epoch: epoch) { stored in
+            for seq in Set(seqs).sorted() where seq >= 1 && seq <= Int64(stored.messages.count) {
+                let index = Int(seq - 1)
+                let original = stored.messages[index]
+                guard original.erased != true else { continue }
+                stored.messages[index] = original.tombstone
+                stored.annotations[seq] = nil
+                stored.erasures.append(Erasure(message: original, at: at))
+                erased.append(original)
+            }
+        }
+        return erased
+    }
+
+    public func releaseMedia(_ ids: [MediaID]) async throws {
+        users.withLock { users in
+            for id in ids {
+                users.mediaReferences[id] = nil
+                users.media[id]?.media.createdAt = Date(timeIntervalSince1970: 0)
+            }
+        }
+    }
+
     public func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation] {
         state.withLock { state in
             guard let stored = state[id] else { return [] }
@@ -291,6 +318,7 @@ public final class InMemoryChatStore: ChatStore {
                         }
                     }
                     changes.annotations += stored.annotations.values.flatMap(\.values).filter { $0.at > since }
+                    changes.erasures += stored.erasures.filter { $0.at > since }
                 }
                 for removal in stored.removals where removal.user == user && removal.at > since {
                     changes.removals.append(.init(conversation: stored.record, change: .memberRemoved, at: removal.at))
@@ -300,14 +328,19 @@ public final class InMemoryChatStore: ChatStore {
             changes.receipts.sort { $0.at < $1.at }
             changes.removals.sort { $0.at < $1.at }
             changes.annotations.sort { ($0.at, $0.conversationId, $0.seq, $0.key) < ($1.at, $1.conversationId, $1.seq, $1.key) }
+            changes.erasures.sort { ($0.at, $0.message.conversationId, $0.message.seq) < ($1.at, $1.message.conversationId, $1.message.seq) }
             return changes
         }
     }
 
     // MARK: Users
 
-    public func createUser(_ user: StoredUser) async throws {
+    public func createUser(_ user: StoredUser, reclaimingHandlesDeletedBefore quarantineEnded: Date) async throws {
         try users.withLock { users in
+            if let holder = users.idByHandle[user.user.handle], let deletion = users.byID[holder]?.deletion, deletion.requestedAt < quarantineEnded {
+                users.idByHandle[user.user.handle] = nil
+                users.idByHandle[DeletionRows.reclaimedHandle(of: holder)] = holder
+            }
             guard users.byID[user.user.id] == nil, users.idByHandle[user.user.handle] == nil else {
                 throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken")
             }
@@ -323,7 +356,7 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        users.withLock { users in users.idByHandle[handle].flatMap { users.byID[$0] } }
+        users.withLock { users in users.idByHandle[handle].flatMap { users.byID[$0] }.flatMap { $0.deletion == nil ? $0 : nil } }
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
@@ -338,12 +371,12 @@ public final class InMemoryChatStore: ChatStore {
 
     public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
         users.withLock { users in
-            Array(users.byID.values.map(\.user).filter { $0.handle.hasPrefix(prefix) }.sorted { $0.handle < $1.handle }.prefix(max(0, limit)))
+            Array(users.byID.values.filter { $0.deletion == nil }.map(\.user).filter { $0.handle.hasPrefix(prefix) }.sorted { $0.handle < $1.handle }.prefix(max(0, limit)))
         }
     }
 
     public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
-        users.withLock { users in Set(ids.filter { users.byID[$0] != nil }) }
+        users.withLock { users in Set(ids.filter { users.byID[$0] != nil && users.byID[$0]?.deletion == nil }) }
     }
 
     public func revokeToken(_ tokenID: String, expiresAt: Date) async throws {
@@ -437,6 +470,52 @@ public final class InMemoryChatStore: ChatStore {
             users.byID[user]?.suspendedAt = since?.millisecondPrecision
             return true
         }
+    }
+
+    public func beginDeletion(of user: UserID, erase: Bool, at: Date) async throws -> AccountDeletion? {
+        users.withLock { users in
+            guard let stored = users.byID[user] else { return nil }
+            var deletion = stored.deletion ?? AccountDeletion(userId: user, requestedAt: at, erase: erase)
+            if deletion.finishedAt != nil, erase, !deletion.erase { deletion.finishedAt = nil }
+            deletion.erase = deletion.erase || erase
+            if stored.deletion == nil { users.deletionWebhooksOwed.insert(user) }
+            users.byID[user] = StoredUser(
+                user: stored.user, passwordHash: stored.passwordHash, passwordChangedAt: stored.passwordChangedAt, suspendedAt: stored.suspendedAt,
+                deletion: deletion)
+            users.sessions = users.sessions.filter { $0.value.userId != user }
+            users.devices.removeAll { $0.userId == user }
+            users.blocks = users.blocks.filter { $0.key.blocker != user && $0.key.blocked != user }
+            for (id, media) in users.media where media.uploaderId == user && users.mediaReferences[id] == nil {
+                users.media[id]?.media.createdAt = Date(timeIntervalSince1970: 0)
+            }
+            return deletion
+        }
+    }
+
+    public func finishDeletion(of user: UserID, at: Date) async throws {
+        users.withLock { users in
+            guard var deletion = users.byID[user]?.deletion, deletion.finishedAt == nil else { return }
+            deletion.finishedAt = at.millisecondPrecision
+            users.byID[user]?.deletion = deletion
+        }
+    }
+
+    public func unfinishedDeletions(limit: Int) async throws -> [AccountDeletion] {
+        users.withLock { users in
+            Array(users.byID.values.compactMap(\.deletion).filter { $0.finishedAt == nil }
+                .sorted { ($0.requestedAt, $0.userId) < ($1.requestedAt, $1.userId) }.prefix(max(0, limit)))
+        }
+    }
+
+    public func deletionsOwingWebhooks(limit: Int) async throws -> [AccountDeletion] {
+        users.withLock { users in
+            Array(users.deletionWebhooksOwed.compactMap { users.byID[$0]?.deletion }.filter { $0.finishedAt != nil }
+                .sorted { ($0.finishedAt ?? $0.requestedAt, $0.userId) < ($1.finishedAt ?? $1.requestedAt, $1.userId) }.prefix(max(0, limit)))
+        }
+    }
+
+    public func deletionWebhooksDone(_ user: UserID) async throws {
+        _ = users.withLock { $0.deletionWebhooksOwed.remove(user) }
     }
 
     public func openSession(_ session: StoredSession) async throws {

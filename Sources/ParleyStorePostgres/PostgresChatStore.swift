@@ -239,6 +239,7 @@ public final class PostgresChatStore: ChatStore {
         (16, "sessions, and when a password changed", SessionRows.migration),
         (17, "users' blocks", BlockRows.migration),
         (18, "reports, and suspended users", ReportRows.migration),
+        (19, "account deletions, and erased messages", DeletionRows.migration(messagesTable: "messages")),
     ]
 
     public func migrate() async throws {
@@ -375,7 +376,7 @@ public final class PostgresChatStore: ChatStore {
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
         try await fetchMessages(
             """
-            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
+            SELECT \(unescaped: Self.messageColumns) FROM messages
             WHERE conversation_id = \(id.rawValue) AND seq > \(seq) ORDER BY seq LIMIT \(max(0, limit))
             """)
     }
@@ -383,7 +384,7 @@ public final class PostgresChatStore: ChatStore {
     public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
         try await fetchMessages(
             """
-            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
+            SELECT \(unescaped: Self.messageColumns) FROM messages
             WHERE conversation_id = \(id.rawValue) AND seq < \(seq) ORDER BY seq DESC LIMIT \(max(0, limit))
             """
         ).reversed()
@@ -392,7 +393,7 @@ public final class PostgresChatStore: ChatStore {
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         try await fetchMessages(
             """
-            SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
+            SELECT \(unescaped: Self.messageColumns) FROM messages
             WHERE conversation_id = \(id.rawValue) AND client_message_id = \(clientMessageId)
             """
         ).first
@@ -413,8 +414,10 @@ public final class PostgresChatStore: ChatStore {
 
     // MARK: Users
 
-    public func createUser(_ user: StoredUser) async throws {
+    public func createUser(_ user: StoredUser, reclaimingHandlesDeletedBefore quarantineEnded: Date) async throws {
         try await run {
+            _ = try await client.query(
+                "UPDATE users SET handle = '~' || id WHERE handle = \(user.user.handle) AND deleted_at < \(quarantineEnded.millisecondsSince1970)", logger: logger)
             let rows = try await client.query(
                 """
                 INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at, bot)
@@ -429,18 +432,18 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func user(id: UserID) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at FROM users WHERE id = \(id.rawValue)").first
+        try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE id = \(id.rawValue)").first
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        try await fetchUsers("SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at FROM users WHERE handle = \(handle)").first
+        try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE handle = \(handle) AND deleted_at IS NULL").first
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
         try await fetchUsers(
             """
             UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
-            WHERE id = \(id.rawValue) RETURNING id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at
+            WHERE id = \(id.rawValue) RETURNING \(unescaped: Self.userColumns)
             """
         ).first?.user
     }
@@ -449,8 +452,8 @@ public final class PostgresChatStore: ChatStore {
         // Handles are ASCII below 0x7F and compared bytewise (COLLATE "C").
         try await fetchUsers(
             """
-            SELECT id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at FROM users
-            WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") ORDER BY handle LIMIT \(max(0, limit))
+            SELECT \(unescaped: Self.userColumns) FROM users
+            WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") AND deleted_at IS NULL ORDER BY handle LIMIT \(max(0, limit))
             """
         ).map(\.user)
     }
@@ -458,7 +461,7 @@ public final class PostgresChatStore: ChatStore {
     public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
         try await run {
             var found: Set<UserID> = []
-            for try await id in try await client.query("SELECT id FROM users WHERE id = ANY(\(ids.map(\.rawValue)))", logger: logger).decode(String.self) {
+            for try await id in try await client.query("SELECT id FROM users WHERE id = ANY(\(ids.map(\.rawValue))) AND deleted_at IS NULL", logger: logger).decode(String.self) {
                 found.insert(UserID(rawValue: id))
             }
             return found
@@ -907,27 +910,99 @@ public final class PostgresChatStore: ChatStore {
     public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
         let messages = try await fetchMessages(
             """
-            SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at, m.attachments
+            SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at, m.attachments, m.erased_at IS NOT NULL
             FROM conversations c JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
             WHERE c.id = ANY(\(ids.map(\.rawValue)))
             """)
         return Dictionary(messages.map { ($0.conversationId, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
+    /// What ``fetchUsers(_:)`` reads, in its order.
+    private static let userColumns =
+        "id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at, deleted_at, deletion_erase, deletion_finished_at"
+
     private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {
         try await run {
             var users: [StoredUser] = []
-            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged, suspended) in try await client.query(query, logger: logger)
-                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?).self)
+            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged, suspended, deleted, erase, finished) in try await client.query(query, logger: logger)
+                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?, Int64?, Bool, Int64?).self)
             {
                 users.append(StoredUser(
                     user: User(
                         id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created),
                         bot: bot),
                     passwordHash: hash, passwordChangedAt: passwordChanged.map(Date.init(millisecondsSince1970:)),
-                    suspendedAt: suspended.map(Date.init(millisecondsSince1970:))))
+                    suspendedAt: suspended.map(Date.init(millisecondsSince1970:)),
+                    deletion: DeletionRows.deletion(of: id, deletedAt: deleted, erase: erase, finishedAt: finished)))
             }
             return users
+        }
+    }
+
+    // MARK: Account deletion
+
+    public func beginDeletion(of user: UserID, erase: Bool, at: Date) async throws -> AccountDeletion? {
+        try await transaction { connection in
+            // An erasure asked after a deletion finished without one makes it unfinished again.
+            var deletion: AccountDeletion?
+            for try await (id, deleted, erase, finished) in try await connection.query(
+                """
+                UPDATE users SET
+                    deletion_finished_at = CASE WHEN \(erase) AND NOT deletion_erase THEN NULL ELSE deletion_finished_at END,
+                    deletion_webhooks_owed = deletion_webhooks_owed OR deleted_at IS NULL,
+                    deleted_at = COALESCE(deleted_at, \(at.millisecondsSince1970)), deletion_erase = deletion_erase OR \(erase),
+                    display_name = '', avatar_url = NULL
+                WHERE id = \(user.rawValue) RETURNING id, deleted_at, deletion_erase, deletion_finished_at
+                """, logger: logger
+            ).decode((String, Int64?, Bool, Int64?).self) {
+                deletion = DeletionRows.deletion(of: id, deletedAt: deleted, erase: erase, finishedAt: finished)
+            }
+            guard let deletion else { return nil }
+            try await connection.query("DELETE FROM sessions WHERE user_id = \(user.rawValue)", logger: logger)
+            try await connection.query("DELETE FROM devices WHERE user_id = \(user.rawValue)", logger: logger)
+            try await connection.query("DELETE FROM blocks WHERE blocker_id = \(user.rawValue) OR blocked_id = \(user.rawValue)", logger: logger)
+            try await connection.query("UPDATE media SET created_at = 0 WHERE uploader_id = \(user.rawValue) AND NOT referenced", logger: logger)
+            return deletion
+        }
+    }
+
+    public func finishDeletion(of user: UserID, at: Date) async throws {
+        try await run {
+            _ = try await client.query(
+                """
+                UPDATE users SET deletion_finished_at = COALESCE(deletion_finished_at, \(at.millisecondsSince1970))
+                WHERE id = \(user.rawValue) AND deleted_at IS NOT NULL
+                """, logger: logger)
+        }
+    }
+
+    public func unfinishedDeletions(limit: Int) async throws -> [AccountDeletion] {
+        try await fetchDeletions(
+            """
+            SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users
+            WHERE deleted_at IS NOT NULL AND deletion_finished_at IS NULL ORDER BY deleted_at, id COLLATE "C" LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func deletionsOwingWebhooks(limit: Int) async throws -> [AccountDeletion] {
+        try await fetchDeletions(
+            """
+            SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users
+            WHERE deletion_webhooks_owed AND deletion_finished_at IS NOT NULL ORDER BY deletion_finished_at, id COLLATE "C" LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func deletionWebhooksDone(_ user: UserID) async throws {
+        try await run { _ = try await client.query("UPDATE users SET deletion_webhooks_owed = false WHERE id = \(user.rawValue)", logger: logger) }
+    }
+
+    private func fetchDeletions(_ query: PostgresQuery) async throws -> [AccountDeletion] {
+        try await run {
+            var deletions: [AccountDeletion] = []
+            for try await (id, deleted, erase, finished) in try await client.query(query, logger: logger).decode((String, Int64?, Bool, Int64?).self) {
+                if let deletion = DeletionRows.deletion(of: id, deletedAt: deleted, erase: erase, finishedAt: finished) { deletions.append(deletion) }
+            }
+            return deletions
         }
     }
 
@@ -1004,6 +1079,46 @@ public final class PostgresChatStore: ChatStore {
                         \(annotation.at.millisecondsSince1970))
                 ON CONFLICT (conversation_id, seq, key) DO UPDATE SET value = excluded.value, author_id = excluded.author_id, annotated_at = excluded.annotated_at
                 """, logger: logger)
+        }
+    }
+
+    public func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message] {
+        guard !seqs.isEmpty else { return [] }
+        return try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            var erased: [Message] = []
+            // The rows as they were: an UPDATE's RETURNING gives them as they are after.
+            for try await row in try await connection.query(
+                """
+                SELECT conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments FROM messages
+                WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(seqs)) AND erased_at IS NULL ORDER BY seq FOR UPDATE
+                """, logger: logger
+            ).decode((String, Int64, String, String, String, Int64, String?).self) { erased.append(try Self.message(row)) }
+            guard !erased.isEmpty else { return [] }
+            let erasedSeqs = erased.map(\.seq)
+            try await connection.query(
+                """
+                UPDATE messages SET text = '', attachments = NULL, erased_at = \(at.millisecondsSince1970)
+                WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))
+                """, logger: logger)
+            try await connection.query("DELETE FROM annotations WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))", logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at)
+                SELECT conversation_id, seq, sender_id, client_message_id, sent_at, erased_at FROM messages
+                WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))
+                ON CONFLICT DO NOTHING
+                """, logger: logger)
+            return erased
+        }
+    }
+
+    public func releaseMedia(_ ids: [MediaID]) async throws {
+        guard !ids.isEmpty else { return }
+        try await transaction { connection in
+            let raw = ids.map(\.rawValue)
+            try await connection.query("UPDATE media SET referenced = false, created_at = 0 WHERE id = ANY(\(raw))", logger: logger)
+            try await connection.query("DELETE FROM media_references WHERE media_id = ANY(\(raw))", logger: logger)
         }
     }
 
@@ -1121,6 +1236,7 @@ public final class PostgresChatStore: ChatStore {
         var receipts: [DurableChanges.Receipt] = []
         var removed: [(String, Int64)] = []
         var annotations: [Annotation] = []
+        var erasures: [Erasure] = []
         try await run {
             for try await row in try await client.query(
                 """
@@ -1150,6 +1266,15 @@ public final class PostgresChatStore: ChatStore {
                 JOIN annotations a ON a.conversation_id = m.conversation_id
                 WHERE m.user_id = \(user.rawValue) AND a.annotated_at > \(since) ORDER BY a.annotated_at, a.conversation_id, a.seq, a.key
                 """)
+            for try await (conversation, seq, sender, cmid, sent, erased) in try await client.query(
+                """
+                SELECT e.conversation_id, e.seq, e.sender_id, e.client_message_id, e.sent_at, e.erased_at FROM members m
+                JOIN erasures e ON e.conversation_id = m.conversation_id
+                WHERE m.user_id = \(user.rawValue) AND e.erased_at > \(since) ORDER BY e.erased_at, e.conversation_id, e.seq
+                """, logger: logger
+            ).decode((String, Int64, String, String, Int64, Int64).self) {
+                erasures.append(DeletionRows.erasure(conversation: conversation, seq: seq, sender: sender, clientMessageId: cmid, sentAt: sent, erasedAt: erased))
+            }
         }
         let records = try await records(changed.map(\.0) + removed.map(\.0)).reduce(into: [String: ConversationRecord]()) { $0[$1.id.rawValue] = $1 }
         return DurableChanges(
@@ -1160,7 +1285,7 @@ public final class PostgresChatStore: ChatStore {
             removals: removed.compactMap { id, at in
                 records[id].map { .init(conversation: $0, change: .memberRemoved, at: Date(millisecondsSince1970: at)) }
             },
-            annotations: annotations)
+            annotations: annotations, erasures: erasures)
     }
 
     public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember? {
@@ -1207,11 +1332,16 @@ public final class PostgresChatStore: ChatStore {
             """, logger: logger)
     }
 
+    /// What ``fetchMessages(_:)`` reads, in its order.
+    private static let messageColumns = "conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments, erased_at IS NOT NULL"
+
     private func fetchMessages(_ query: PostgresQuery) async throws -> [Message] {
         try await run {
             var messages: [Message] = []
-            for try await row in try await client.query(query, logger: logger).decode((String, Int64, String, String, String, Int64, String?).self) {
-                messages.append(try Self.message(row))
+            for try await row in try await client.query(query, logger: logger).decode((String, Int64, String, String, String, Int64, String?, Bool).self) {
+                var message = try Self.message((row.0, row.1, row.2, row.3, row.4, row.5, row.6))
+                if row.7 { message.erased = true }
+                messages.append(message)
             }
             return messages
         }

@@ -36,7 +36,7 @@ enum MessageBlocks {
         block.bind((highest - 1) / size, at: 2)
         var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) } ?? lastMessage
         let byID = try db.cachedStatement(sql: """
-            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments FROM message_log WHERE id = ?
+            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at FROM message_log WHERE id = ?
             """)
         let conversationID = ConversationID(rawValue: conversation)
         var messages: [Message] = []
@@ -47,10 +47,11 @@ enum MessageBlocks {
                 let seq = SQLiteColumn.int64(row, 0)
                 // Above the range only the link is needed.
                 guard seq <= highest else { return (seq, SQLiteColumn.optionalInt64(row, 1), nil, nil) }
-                let message = Message(
+                var message = Message(
                     conversationId: conversationID, seq: seq, senderId: UserID(rawValue: SQLiteColumn.string(row, 2)),
                     clientMessageId: SQLiteColumn.string(row, 3), text: SQLiteColumn.string(row, 4),
                     sentAt: Date(millisecondsSince1970: SQLiteColumn.int64(row, 5)))
+                if SQLiteColumn.optionalInt64(row, 7) != nil { message.erased = true }
                 return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6))
             }
             guard let found, found.seq >= lowest else { break }

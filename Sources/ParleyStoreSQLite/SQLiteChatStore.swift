@@ -151,6 +151,7 @@ public final class SQLiteChatStore: ChatStore {
         "v16: sessions, and when a password changed",
         "v17: users' blocks",
         "v18: reports, and suspended users",
+        "v19: account deletions, and erased messages",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -384,6 +385,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[17]) { db in
             for statement in ReportRows.migration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[18]) { db in
+            for statement in DeletionRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -440,8 +444,11 @@ public final class SQLiteChatStore: ChatStore {
 
     // MARK: Users
 
-    public func createUser(_ user: StoredUser) async throws {
+    public func createUser(_ user: StoredUser, reclaimingHandlesDeletedBefore quarantineEnded: Date) async throws {
         try await write { db in
+            try db.execute(
+                sql: "UPDATE users SET handle = '~' || id WHERE handle = ? AND deleted_at < ?",
+                arguments: [user.user.handle, quarantineEnded.millisecondsSince1970])
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM users WHERE id = ? OR handle = ?", arguments: [user.user.id.rawValue, user.user.handle]) == true {
                 throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken")
             }
@@ -457,7 +464,7 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     public func user(handle: String) async throws -> StoredUser? {
-        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ?", arguments: [handle]).map { try Self.storedUser(from: $0) } }
+        try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ? AND deleted_at IS NULL", arguments: [handle]).map { try Self.storedUser(from: $0) } }
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
@@ -477,7 +484,7 @@ public final class SQLiteChatStore: ChatStore {
         // Handles are ASCII below 0x7F: [prefix, prefix + DEL) is exactly the handles with the prefix.
         try await read { db in
             try Row.fetchAll(
-                db, sql: "SELECT * FROM users WHERE handle >= ? AND handle < ? ORDER BY handle LIMIT ?",
+                db, sql: "SELECT * FROM users WHERE handle >= ? AND handle < ? AND deleted_at IS NULL ORDER BY handle LIMIT ?",
                 arguments: [prefix, prefix + "\u{7F}", max(0, limit)]
             ).map { try Self.storedUser(from: $0).user }
         }
@@ -487,7 +494,7 @@ public final class SQLiteChatStore: ChatStore {
         guard !ids.isEmpty else { return [] }
         return try await read { db in
             let placeholders = Array(repeating: "?", count: ids.count).joined(separator: ",")
-            let found = try String.fetchAll(db, sql: "SELECT id FROM users WHERE id IN (\(placeholders))", arguments: StatementArguments(ids.map(\.rawValue)))
+            let found = try String.fetchAll(db, sql: "SELECT id FROM users WHERE id IN (\(placeholders)) AND deleted_at IS NULL", arguments: StatementArguments(ids.map(\.rawValue)))
             return Set(found.map(UserID.init(rawValue:)))
         }
     }
@@ -619,6 +626,74 @@ public final class SQLiteChatStore: ChatStore {
             try db.execute(sql: "UPDATE users SET suspended_at = ? WHERE id = ?", arguments: [since?.millisecondsSince1970, user.rawValue])
             return db.changesCount == 1
         }
+    }
+
+    // MARK: Account deletion
+
+    public func beginDeletion(of user: UserID, erase: Bool, at: Date) async throws -> AccountDeletion? {
+        try await write { db in
+            // An erasure asked after a deletion finished without one makes it unfinished again.
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    UPDATE users SET
+                        deletion_finished_at = CASE WHEN ?1 AND NOT deletion_erase THEN NULL ELSE deletion_finished_at END,
+                        deletion_webhooks_owed = deletion_webhooks_owed OR deleted_at IS NULL,
+                        deleted_at = coalesce(deleted_at, ?2), deletion_erase = deletion_erase OR ?1, display_name = '', avatar_url = NULL
+                    WHERE id = ?3 RETURNING id, deleted_at, deletion_erase, deletion_finished_at
+                    """,
+                arguments: [erase, at.millisecondsSince1970, user.rawValue])
+            guard let row else { return nil }
+            try db.execute(sql: "DELETE FROM sessions WHERE user_id = ?", arguments: [user.rawValue])
+            try db.execute(sql: "DELETE FROM devices WHERE user_id = ?", arguments: [user.rawValue])
+            try db.execute(sql: "DELETE FROM blocks WHERE blocker_id = ?1 OR blocked_id = ?1", arguments: [user.rawValue])
+            try db.execute(sql: "UPDATE media SET created_at = 0 WHERE uploader_id = ? AND NOT referenced", arguments: [user.rawValue])
+            return try Self.deletion(from: row)
+        }
+    }
+
+    public func finishDeletion(of user: UserID, at: Date) async throws {
+        try await write { db in
+            try db.execute(
+                sql: "UPDATE users SET deletion_finished_at = coalesce(deletion_finished_at, ?) WHERE id = ? AND deleted_at IS NOT NULL",
+                arguments: [at.millisecondsSince1970, user.rawValue])
+        }
+    }
+
+    public func unfinishedDeletions(limit: Int) async throws -> [AccountDeletion] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users
+                    WHERE deleted_at IS NOT NULL AND deletion_finished_at IS NULL ORDER BY deleted_at, id LIMIT ?
+                    """,
+                arguments: [max(0, limit)]
+            ).compactMap(Self.deletion(from:))
+        }
+    }
+
+    public func deletionsOwingWebhooks(limit: Int) async throws -> [AccountDeletion] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users
+                    WHERE deletion_webhooks_owed AND deletion_finished_at IS NOT NULL ORDER BY deletion_finished_at, id LIMIT ?
+                    """,
+                arguments: [max(0, limit)]
+            ).compactMap(Self.deletion(from:))
+        }
+    }
+
+    public func deletionWebhooksDone(_ user: UserID) async throws {
+        try await write { db in try db.execute(sql: "UPDATE users SET deletion_webhooks_owed = FALSE WHERE id = ?", arguments: [user.rawValue]) }
+    }
+
+    private static func deletion(from row: Row) throws -> AccountDeletion? {
+        DeletionRows.deletion(
+            of: try row.decode(forColumn: "id"), deletedAt: try row.decode(forColumn: "deleted_at"), erase: try row.decode(forColumn: "deletion_erase"),
+            finishedAt: try row.decode(forColumn: "deletion_finished_at"))
     }
 
     // MARK: Sessions
@@ -851,7 +926,8 @@ public final class SQLiteChatStore: ChatStore {
                 createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot")),
             passwordHash: try row.decode(forColumn: "password_hash"),
             passwordChangedAt: (try row.decode(forColumn: "password_changed_at") as Int64?).map(Date.init(millisecondsSince1970:)),
-            suspendedAt: (try row.decode(forColumn: "suspended_at") as Int64?).map(Date.init(millisecondsSince1970:)))
+            suspendedAt: (try row.decode(forColumn: "suspended_at") as Int64?).map(Date.init(millisecondsSince1970:)),
+            deletion: try deletion(from: row))
     }
 
     static func storedSession(from row: Row) throws -> StoredSession {
@@ -1110,6 +1186,42 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message] {
+        guard let lowest = seqs.min(), let highest = seqs.max(), lowest >= 1 else { return [] }
+        let wanted = Set(seqs)
+        return try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            guard let head = try Self.head(of: id, db: db), lowest <= head.lastSeq else { return [] }
+            let found = try MessageBlocks.messages(in: id.rawValue, from: min(highest, head.lastSeq), downTo: lowest, lastMessage: head.lastMessage, db: db)
+            var erased: [Message] = []
+            for message in found.reversed() where wanted.contains(message.seq) && message.erased != true {
+                try db.execute(
+                    sql: "UPDATE message_log SET text = '', attachments = NULL, erased_at = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    arguments: [at.millisecondsSince1970, message.clientMessageId, id.rawValue])
+                try db.execute(sql: "DELETE FROM annotations WHERE conversation_id = ? AND seq = ?", arguments: [id.rawValue, message.seq])
+                try db.execute(
+                    sql: """
+                        INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at) VALUES (?, ?, ?, ?, ?, ?)
+                        ON CONFLICT DO NOTHING
+                        """,
+                    arguments: [id.rawValue, message.seq, message.senderId.rawValue, message.clientMessageId, message.sentAt.millisecondsSince1970,
+                                at.millisecondsSince1970])
+                erased.append(message)
+            }
+            return erased
+        }
+    }
+
+    public func releaseMedia(_ ids: [MediaID]) async throws {
+        guard !ids.isEmpty else { return }
+        try await write { db in
+            for id in ids {
+                try db.execute(sql: "UPDATE media SET referenced = FALSE, created_at = 0 WHERE id = ?", arguments: [id.rawValue])
+                try db.execute(sql: "DELETE FROM media_references WHERE media_id = ?", arguments: [id.rawValue])
+            }
+        }
+    }
+
     static func annotation(from row: Row) throws -> Annotation {
         Annotation(
             conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), seq: try row.decode(forColumn: "seq"),
@@ -1244,6 +1356,19 @@ public final class SQLiteChatStore: ChatStore {
                     """,
                 arguments: [user.rawValue, since]
             ).map(Self.annotation(from:))
+            changes.erasures = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT e.* FROM members m JOIN erasures e ON e.conversation_id = m.conversation_id
+                    WHERE m.user_id = ? AND e.erased_at > ? ORDER BY e.erased_at, e.conversation_id, e.seq
+                    """,
+                arguments: [user.rawValue, since]
+            ).map { row in
+                DeletionRows.erasure(
+                    conversation: try row.decode(forColumn: "conversation_id"), seq: try row.decode(forColumn: "seq"),
+                    sender: try row.decode(forColumn: "sender_id"), clientMessageId: try row.decode(forColumn: "client_message_id"),
+                    sentAt: try row.decode(forColumn: "sent_at"), erasedAt: try row.decode(forColumn: "erased_at"))
+            }
             let removed = try Row.fetchAll(
                 db, sql: "SELECT conversation_id, removed_at FROM removals WHERE user_id = ? AND removed_at > ? ORDER BY removed_at",
                 arguments: [user.rawValue, since])
@@ -1286,11 +1411,13 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     static func message(from row: Row) throws -> Message {
-        Message(
+        var message = Message(
             conversationId: ConversationID(rawValue: try row.decode(forColumn: "conversation_id")), seq: try row.decode(forColumn: "seq"),
             senderId: UserID(rawValue: try row.decode(forColumn: "sender_id")), clientMessageId: try row.decode(forColumn: "client_message_id"),
             text: try row.decode(forColumn: "text"), sentAt: Date(millisecondsSince1970: try row.decode(forColumn: "sent_at")),
             attachments: try MediaRows.attachments(try row.decode(forColumn: "attachments")))
+        if (try row.decode(forColumn: "erased_at") as Int64?) != nil { message.erased = true }
+        return message
     }
 
     /// A write transaction; database failures become `unavailable`, store errors pass through.

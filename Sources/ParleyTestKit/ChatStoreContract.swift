@@ -475,6 +475,123 @@ public enum ChatStoreContract {
             // Resolved, the same target may be reported again.
             try check(try await store.fileReport(report(ann, bob, seq: 3, at: 4)).created, "a new report after the old one was resolved")
         },
+        Case(name: "an erasure keeps a message's seq, sender and time, empties the rest, fenced; a member's resume finds it; erasing again erases nothing") { store in
+            let (me, other) = (UserID.make(), UserID.make())
+            let (id, epoch) = try await owned(store, members: [me, other])
+            let photo = Attachment(media: Media(id: .make(), contentType: "image/png", size: 10, sha256: String(repeating: "ab", count: 32), createdAt: t0), caption: "me")
+            var withPhoto = append(id, epoch: epoch, "two", from: other, at: 2)
+            withPhoto.attachments = [photo]
+            _ = try await store.commit([append(id, epoch: epoch, "one", from: me, at: 1), withPhoto, append(id, epoch: epoch, "three", from: other, at: 3)])
+            try await store.annotate(Annotation(conversationId: id, seq: 2, key: "summary", value: "2", authorId: me, at: t0.addingTimeInterval(4)), epoch: epoch)
+            let before = try await store.messages(in: id, after: 0, limit: 10)
+            let erased = try await store.eraseMessages(in: id, seqs: [2, 3, 9], epoch: epoch, at: t0.addingTimeInterval(20))
+            try check(erased == Array(before[1...2]), "the messages as they were, in seq order, none that does not exist: \(erased.map(\.seq))")
+            let after = try await store.messages(in: id, after: 0, limit: 10)
+            try check(after[0] == before[0], "another message is untouched")
+            try check(after[1] == before[1].tombstone && after[2] == before[2].tombstone, "tombstones: \(after[1...2])")
+            try check(after[1].erased == true && after[1].text.isEmpty && after[1].attachments == nil && after[1].senderId == other && after[1].sentAt == before[1].sentAt,
+                      "seq, sender and time kept, the rest gone")
+            try check(try await store.messages(in: id, before: 4, limit: 10) == after, "read back before")
+            try check(try await store.message(in: id, clientMessageId: before[1].clientMessageId) == after[1], "found by clientMessageId, erased")
+            try check(try await store.lastMessages(in: [id])[id] == after[2], "the last message, erased")
+            try check(try await store.annotations(in: id, seqs: 1...3).isEmpty, "its annotations are gone")
+            let resumed = try await store.durableChanges(for: me, since: t0.addingTimeInterval(10)).erasures
+            try check(resumed == [Erasure(message: before[1], at: t0.addingTimeInterval(20)), Erasure(message: before[2], at: t0.addingTimeInterval(20))],
+                      "a member's resume finds them, oldest first: \(resumed)")
+            try check(try await store.durableChanges(for: me, since: t0.addingTimeInterval(20)).erasures.isEmpty, "none after")
+            try check(try await store.durableChanges(for: UserID.make(), since: t0).erasures.isEmpty, "a stranger's resume")
+            try check(try await store.eraseMessages(in: id, seqs: [2], epoch: epoch, at: t0.addingTimeInterval(30)).isEmpty, "erasing again erases nothing")
+            try check(try await store.durableChanges(for: me, since: t0.addingTimeInterval(25)).erasures.isEmpty, "and records nothing")
+            let outcome = try await store.commit([append(id, epoch: epoch, "retry", from: other, cmid: before[1].clientMessageId, at: 5)])
+            guard case .duplicate(let retried) = outcome.first else { throw ContractViolation(description: "a retry of an erased message: \(outcome)") }
+            try check(retried.seq == 2 && retried.text.isEmpty, "a retry of an erased message finds it erased: \(retried)")
+            _ = try await store.acquireOwnership(of: id)
+            do {
+                _ = try await store.eraseMessages(in: id, seqs: [1], epoch: epoch, at: t0.addingTimeInterval(40))
+                throw ContractViolation(description: "a stale owner erased a message")
+            } catch let error as ChatStoreError where error.kind == .staleEpoch {}
+            try check(try await store.messages(in: id, after: 0, limit: 1) == [before[0]], "the fenced erasure changed nothing")
+        },
+        Case(name: "released uploads are attached nowhere and due to the sweeper") { store in
+            let uploader = UserID.make()
+            let (conversation, _) = try await owned(store)
+            let media = StoredMedia(
+                media: Media(id: .make(), contentType: "image/png", size: 5, sha256: String(repeating: "cd", count: 32), createdAt: t0.addingTimeInterval(1_000_000)),
+                uploaderId: uploader)
+            try await store.recordMedia(media)
+            try await store.referenceMedia([media.media.id], in: conversation)
+            try await store.releaseMedia([media.media.id])
+            try check(try await store.conversationsReferencing(media.media.id).isEmpty, "referenced nowhere")
+            let removed = try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000)
+            try check(removed.contains { $0.media.id == media.media.id }, "the next sweep removes it, however young it was")
+        },
+        Case(name: "an account deletion empties the profile and removes sessions, devices and blocks at once; begun and finished once; found until then") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let (me, friend) = (UserID.make(), UserID.make())
+            try await store.createUser(StoredUser(user: User(id: me, handle: "del-\(run)", displayName: "Me", avatarURL: "https://a.example/me.png", createdAt: t0), passwordHash: "h"))
+            try await store.createUser(StoredUser(user: User(id: friend, handle: "delf-\(run)", displayName: "F", createdAt: t0), passwordHash: "h"))
+            let session = StoredSession(
+                tokenId: UUID().uuidString.lowercased(), userId: me, createdAt: t0, lastUsedAt: t0, expiresAt: t0.addingTimeInterval(3600), userAgent: nil)
+            try await store.openSession(session)
+            _ = try await store.registerDevice(
+                StoredDevice(device: Device(id: .make(), platform: .fcm, token: "fcm-del-\(run)", createdAt: t0), userId: me, tokenId: session.tokenId), keepingAtMost: 10)
+            _ = try await store.block(Block(blocker: friend, blocked: me), at: t0)
+            let unattached = StoredMedia(
+                media: Media(id: .make(), contentType: "image/png", size: 5, sha256: String(repeating: "ef", count: 32), createdAt: t0.addingTimeInterval(1_000_000)),
+                uploaderId: me)
+            try await store.recordMedia(unattached)
+
+            let begun = try await store.beginDeletion(of: me, erase: false, at: t0.addingTimeInterval(10))
+            try check(begun == AccountDeletion(userId: me, requestedAt: t0.addingTimeInterval(10), erase: false), "begun: \(String(describing: begun))")
+            let stored = try await store.user(id: me)
+            try check(stored?.deletion == begun && stored?.user == User.deletedAccount(me, createdAt: t0, bot: false), "reads as deleted: \(String(describing: stored))")
+            try check(try await store.user(handle: "del-\(run)") == nil, "cannot sign in")
+            try check(try await store.searchUsers(handlePrefix: "del-\(run)", limit: 10).isEmpty, "never found")
+            try check(try await store.existingUsers([me, friend]) == [friend], "not a user one may add")
+            try check(try await store.session(session.tokenId) == nil, "its session is gone")
+            try check(try await store.devices(of: me).isEmpty, "its devices are gone")
+            try check(try await store.blocks(involving: friend).isEmpty, "its blocks are gone")
+            let removed = try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000)
+            try check(removed.contains { $0.media.id == unattached.media.id }, "its unattached upload is due to the sweeper at once")
+            try check(try await store.unfinishedDeletions(limit: 10_000).contains(begun!), "found unfinished")
+
+            let again = try await store.beginDeletion(of: me, erase: true, at: t0.addingTimeInterval(20))
+            try check(again == AccountDeletion(userId: me, requestedAt: t0.addingTimeInterval(10), erase: true), "the first time stays, erasure asked stays: \(String(describing: again))")
+            try check(try await store.deletionsOwingWebhooks(limit: 10_000).allSatisfy { $0.userId != me }, "no webhook before it is finished")
+            try await store.finishDeletion(of: me, at: t0.addingTimeInterval(30))
+            try await store.finishDeletion(of: me, at: t0.addingTimeInterval(40))
+            let finished = AccountDeletion(userId: me, requestedAt: t0.addingTimeInterval(10), erase: true, finishedAt: t0.addingTimeInterval(30))
+            try check(try await store.user(id: me)?.deletion == finished, "finished once")
+            try check(try await store.unfinishedDeletions(limit: 10_000).allSatisfy { $0.userId != me }, "not unfinished any more")
+            try check(try await store.deletionsOwingWebhooks(limit: 10_000).contains(finished), "its webhook is owed")
+            try await store.deletionWebhooksDone(me)
+            try check(try await store.deletionsOwingWebhooks(limit: 10_000).allSatisfy { $0.userId != me }, "delivered")
+            try check(try await store.beginDeletion(of: me, erase: true, at: t0.addingTimeInterval(50)) == finished, "asked again: as it was")
+            try check(try await store.deletionsOwingWebhooks(limit: 10_000).allSatisfy { $0.userId != me }, "and owes nothing again")
+            try check(try await store.beginDeletion(of: .make(), erase: false, at: t0) == nil, "an unknown user")
+            try await store.finishDeletion(of: friend, at: t0)
+            try check(try await store.user(id: friend)?.deletion == nil, "finishing what was never begun does nothing")
+        },
+        Case(name: "a deleted account's handle is taken until its quarantine ends, then free") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let handle = "q-\(run)"
+            let gone = UserID.make()
+            try await store.createUser(StoredUser(user: User(id: gone, handle: handle, displayName: "Gone", createdAt: t0), passwordHash: "h"))
+            _ = try await store.beginDeletion(of: gone, erase: false, at: t0.addingTimeInterval(100))
+            let next = StoredUser(user: User(id: .make(), handle: handle, displayName: "Next", createdAt: t0.addingTimeInterval(200)), passwordHash: "h")
+            do {
+                try await store.createUser(next, reclaimingHandlesDeletedBefore: t0.addingTimeInterval(100))
+                throw ContractViolation(description: "a quarantined handle was registered")
+            } catch let error as ChatStoreError where error.kind == .conflict {}
+            try await store.createUser(next, reclaimingHandlesDeletedBefore: t0.addingTimeInterval(101))
+            try check(try await store.user(handle: handle)?.user.id == next.user.id, "the handle is the new user's")
+            try check(try await store.user(id: gone)?.user == User.deletedAccount(gone, createdAt: t0, bot: false), "the deleted account still reads as deleted")
+            let live = StoredUser(user: User(id: .make(), handle: handle, displayName: "Third", createdAt: t0), passwordHash: "h")
+            do {
+                try await store.createUser(live, reclaimingHandlesDeletedBefore: .distantFuture)
+                throw ContractViolation(description: "a live user's handle was taken")
+            } catch let error as ChatStoreError where error.kind == .conflict {}
+        },
         Case(name: "a suspension is kept with the user and lifted") { store in
             let user = UserID.make()
             try await store.createUser(StoredUser(user: User(id: user, handle: "s-\(UUID().uuidString.prefix(8).lowercased())", displayName: "S", createdAt: t0), passwordHash: "h"))

@@ -22,6 +22,8 @@ struct NodeConfiguration {
     /// The least time between the starts of two commits (`--commit-interval`); nil: the
     /// store's default.
     var commitInterval: Duration?
+    /// How long a deleted account's handle stays taken (`--handle-quarantine`).
+    var handleQuarantine: Duration
     /// Set when the node has the gateway role.
     var gateway: GatewayConfiguration?
     /// Set when the node has the gateway role: where its uploads go (``GatewayConfiguration/media``
@@ -119,6 +121,9 @@ struct NodeConfiguration {
         }
         self.store = store
         self.eventLoops = try wholeNumber(run.eventLoops, "--event-loops", "PARLEY_EVENT_LOOPS", in: 1...256)
+        self.handleQuarantine = try duration(
+            [(run.handleQuarantine, "--handle-quarantine"), (environment["PARLEY_HANDLE_QUARANTINE"], "PARLEY_HANDLE_QUARANTINE")],
+            in: .zero ... .seconds(3660 * 86_400)) ?? AccountDeletion.defaultHandleQuarantine
         self.commitInterval = try duration(
             [(run.commitInterval, "--commit-interval"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")], in: .zero ... .milliseconds(100))
 

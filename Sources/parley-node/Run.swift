@@ -75,6 +75,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Worker: the least time between the starts of two commits, 0–100ms. An append that comes sooner after the last commit began waits until then and shares the commit with whatever else came; one that comes later commits at once. 0: commits follow each other as fast as they can. (env PARLEY_COMMIT_INTERVAL; default 5ms with SQLite, 0 with PostgreSQL)")
     var commitInterval: String?
 
+    @Option(help: "Worker: how long the handle of a deleted account stays out of reach before someone else may register it, so that nobody passes for the person who just left. 0: free at once. (env PARLEY_HANDLE_QUARANTINE; default 30d)")
+    var handleQuarantine: String?
+
     @Option(help: "Worker: the APNs auth key (.p8, from the Apple Developer account's Keys page) that signs provider tokens; with --apns-key-id and --apns-team-id it turns on push notifications to iOS devices. (env PARLEY_APNS_KEY; default none: no APNs pushes)")
     var apnsKey: String?
 
@@ -234,12 +237,16 @@ struct Run: AsyncParsableCommand {
             let commitInterval = config.commitInterval ?? config.store.defaultCommitInterval
             let pushes = try config.pushes.map { try $0.settings(clock: system.clock, logger: Logger(label: "parley.push")) }
             let webhooks = try await config.webhooks?.settings(clock: system.clock).recordingFirstSeen(in: store, now: system.clock.wallNow)
-            let services = ChatServices(store: store, committer: GroupCommitter(store: store, minInterval: commitInterval, clock: system.clock), pushes: pushes, webhooks: webhooks, clock: system.clock)
+            var limits = ChatLimits()
+            limits.handleQuarantine = config.handleQuarantine
+            let services = ChatServices(
+                store: store, committer: GroupCommitter(store: store, minInterval: commitInterval, clock: system.clock), limits: limits, pushes: pushes,
+                webhooks: webhooks, checkpoint: CrashPoint.checkpoint(environment: ProcessInfo.processInfo.environment, logger: logger), clock: system.clock)
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
             AccountDirectory.register(on: system, services: services)
-            ReportDesk.register(on: system, services: services)
+            SafetyDesk.register(on: system, services: services)
             logger.info("store ready", metadata: ["store": "\(config.store)", "commit_interval": "\(DurationText.format(commitInterval))"])
             if let webhooks {
                 logger.info("webhooks on", metadata: [

@@ -23,7 +23,7 @@ import Testing
             ConversationActor.register(on: system, services: services)
             UserActor.register(on: system, services: services)
             PresenceShard.register(on: system)
-            ReportDesk.register(on: system, services: services)
+            SafetyDesk.register(on: system, services: services)
         }
         for worker in ["node-a", "node-b"] { try await cluster.start(worker) }
         try await cluster.waitForUp(["node-a", "node-b"])
@@ -44,7 +44,7 @@ import Testing
         _ = try await ConversationActor.resolve(group, using: system).create(CreateConversation(creatorId: Self.ann, memberIds: [Self.bob], name: "two"))
         let sent = try await ConversationActor.resolve(group, using: system)
             .send(SendMessage(senderId: Self.bob, clientMessageId: UUID().uuidString, text: "buy now")).message
-        let desk = try ReportDesk.resolve(using: system)
+        let desk = try SafetyDesk.resolve(using: system)
 
         let request = API.NewReport(userId: Self.bob, conversationId: group, seq: sent.seq, reason: "spam", note: "third time today")
         let filed = try await desk.file(request, by: Self.ann)
@@ -84,7 +84,7 @@ import Testing
         let orphan = Report(
             id: .make(), reporterId: Self.cat, userId: Self.ann, conversationId: nil, seq: nil, reason: .other, note: nil, message: nil, createdAt: Date())
         _ = try await store.fileReport(orphan)
-        try await desk.resumeWebhooks()
+        try await desk.resume()
         try await eventually(timeout: .seconds(5), "the orphan report reaches the endpoint") { endpoint.received.withLock { Set($0.map(\.id)).count } == 3 }
 
         // Operators list and resolve.

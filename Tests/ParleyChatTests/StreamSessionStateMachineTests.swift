@@ -76,6 +76,28 @@ import Testing
         #expect(session.received(.message(Self.message(3)), shared: nil, now: at(50)).isEmpty)
     }
 
+    /// A message erased while it waits past a gap goes out as its tombstone, never as it was, and
+    /// its erasure is not written; an erasure of a message written (or never seen) is written.
+    @Test func aMessageErasedWhileItWaitsGoesOutAsItsTombstone() {
+        var session = session()
+        _ = session.start(now: at(0))
+        #expect(Self.written(session.received(.message(Self.message(1)), shared: nil, now: at(0))) == ["m1:1@1"])
+        #expect(session.received(.message(Self.message(3)), shared: nil, now: at(10)).isEmpty, "3 waits for 2")
+        let erasure = Erasure(message: Self.message(3), at: Date(millisecondsSince1970: Self.base + 20_000))
+        #expect(session.received(.erasure(erasure), shared: nil, now: at(20)).isEmpty, "the waiting message is erased in place")
+        let filled = session.received(.message(Self.message(2)), shared: nil, now: at(30))
+        #expect(Self.written(filled) == ["m1:2@2", "m1:3@3"])
+        let third = filled.compactMap { action -> Message? in
+            if case .write(.event(let out, _)) = action, case .message(let message) = out.event, message.seq == 3 { return message }
+            return nil
+        }
+        #expect(third == [Self.message(3).tombstone], "3 goes out erased: \(third)")
+        let written = Erasure(message: Self.message(1), at: Date(millisecondsSince1970: Self.base + 40_000))
+        #expect(Self.written(session.received(.erasure(written), shared: nil, now: at(40))) == ["event@40"], "a written message's erasure goes out")
+        let unseen = Erasure(message: Self.message(1, in: "c_9"), at: Date(millisecondsSince1970: Self.base + 41_000))
+        #expect(Self.written(session.received(.erasure(unseen), shared: nil, now: at(41))) == ["event@41"], "so does one of a message this stream never wrote")
+    }
+
     @Test func aGapNotFilledInTimeEndsTheStreamAbruptly() {
         var session = session()
         _ = session.start(now: at(0))

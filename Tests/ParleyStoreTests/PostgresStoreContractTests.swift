@@ -34,7 +34,7 @@ struct PostgresStoreContractTests {
         #expect(versions == PostgresChatStore.migrations.map(\.version), "each version once")
     }
 
-    /// The sessions, blocks and reports migrations undone by hand as docs/OPERATIONS.md says,
+    /// The sessions, blocks, reports and deletions migrations undone by hand as docs/OPERATIONS.md says,
     /// newest first, then applied again: the revocations they did not own survive, and sessions,
     /// blocks and reports work as before.
     @Test func theAccountMigrationsUndoneAsDocumentedApplyAgain() async throws {
@@ -45,7 +45,13 @@ struct PostgresStoreContractTests {
         let session = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: nil)
         try await store.openSession(session)
         try await store.revokeToken(session.tokenId, expiresAt: session.expiresAt)
+        _ = try await store.beginDeletion(of: user, erase: false, at: Date())
         for statement in [
+            "UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL",
+            "DROP INDEX users_deletions_unfinished", "DROP INDEX users_deletions_owing_webhooks",
+            "ALTER TABLE users DROP COLUMN deleted_at", "ALTER TABLE users DROP COLUMN deletion_erase",
+            "ALTER TABLE users DROP COLUMN deletion_finished_at", "ALTER TABLE users DROP COLUMN deletion_webhooks_owed",
+            "DROP TABLE erasures", "ALTER TABLE messages DROP COLUMN erased_at", "DELETE FROM parley_migrations WHERE version = 19",
             "DROP TABLE reports", "ALTER TABLE users DROP COLUMN suspended_at", "DELETE FROM parley_migrations WHERE version = 18",
             "DROP TABLE blocks", "DELETE FROM parley_migrations WHERE version = 17",
             "DROP TABLE sessions", "ALTER TABLE users DROP COLUMN password_changed_at", "DELETE FROM parley_migrations WHERE version = 16",
@@ -60,5 +66,6 @@ struct PostgresStoreContractTests {
         #expect(try await store.block(Block(blocker: user, blocked: .make()), at: Date()))
         let report = Report(id: .make(), reporterId: user, userId: .make(), conversationId: nil, seq: nil, reason: .spam, note: nil, message: nil, createdAt: Date())
         #expect(try await store.fileReport(report).created)
+        #expect(try await store.beginDeletion(of: user, erase: true, at: Date())?.erase == true)
     }
 }

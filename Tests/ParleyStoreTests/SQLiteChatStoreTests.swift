@@ -133,8 +133,19 @@ import Testing
         let session = StoredSession(tokenId: "t1", userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: nil)
         try await store.openSession(session)
         try await store.revokeToken("t1", expiresAt: session.expiresAt)
+        let gone = UserID.make()
+        try await store.createUser(StoredUser(user: User(id: gone, handle: "gone", displayName: "G", createdAt: Date()), passwordHash: "h1"))
+        _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
+            try db.execute(sql: """
+                UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL;
+                DROP INDEX users_deletions_unfinished; DROP INDEX users_deletions_owing_webhooks;
+                ALTER TABLE users DROP COLUMN deleted_at; ALTER TABLE users DROP COLUMN deletion_erase;
+                ALTER TABLE users DROP COLUMN deletion_finished_at; ALTER TABLE users DROP COLUMN deletion_webhooks_owed;
+                DROP TABLE erasures; ALTER TABLE message_log DROP COLUMN erased_at;
+                """)
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v19:%';")
             try db.execute(sql: "DROP TABLE reports; ALTER TABLE users DROP COLUMN suspended_at;")
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v18:%';")
             try db.execute(sql: "DROP TABLE blocks;")
@@ -152,6 +163,8 @@ import Testing
         #expect(try await store.block(Block(blocker: user, blocked: "u_other"), at: now))
         #expect(try await store.setSuspended(user, since: now))
         #expect(try await store.user(id: user)?.suspendedAt == now)
+        #expect(try await store.user(id: gone)?.passwordHash == "!", "a deleted account cannot sign in after the undo")
+        #expect(try await store.beginDeletion(of: user, erase: true, at: now)?.erase == true)
     }
 
     /// Reads agree with the messages committed wherever they start and end among the blocks of 64

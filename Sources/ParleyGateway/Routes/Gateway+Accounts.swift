@@ -31,13 +31,14 @@ extension Gateway {
             return Response(status: .noContent)
         }
         users.put("users/me/password") { request, context in try await self.changePassword(request, context.caller) }
+        users.delete("users/me") { request, context in try await self.deleteAccount(request, context.caller) }
         v1.authenticated(by: self, writes: .ownLimit).post("reports") { request, context in
             let caller = context.caller
             let body = try await self.decode(API.NewReport.self, from: request)
             if let wait = self.reportLimiter.acquire(caller.id.rawValue, now: self.system.clock.now) {
                 throw APIError.rateLimited(retryAfter: wait, "too many reports; retry later")
             }
-            let filed = try await ReportDesk.resolve(using: self.system).file(body, by: caller.id)
+            let filed = try await SafetyDesk.resolve(using: self.system).file(body, by: caller.id)
             return try Self.json(API.ReportBody(report: filed.report), status: filed.created ? .created : .ok)
         }
         users.get("users/me/export") { request, context in try await self.export(request, context) }
@@ -132,6 +133,32 @@ extension Gateway {
         let new = try await passwords.hash(body.new)
         try await user.changePassword(from: old, to: new, keeping: caller.claims.tokenId)
         logger.info("password changed", metadata: ["user.id": "\(caller.id)"])
+        return Response(status: .noContent)
+    }
+
+    /// `DELETE /v1/users/me[?erase=true]`: the password checked as a password change checks it
+    /// (a bot, which has none, gives the admin token), then the account deleted; `204` once the
+    /// deletion is complete (``UserActor/deleteAccount(erase:)``).
+    private func deleteAccount(_ request: Request, _ caller: Caller) async throws -> Response {
+        let erase = try Self.boolParameter(request, "erase", default: false)
+        let body = try await decode(API.AccountDeletionRequest.self, from: request)
+        if let wait = loginByHandle.acquire(caller.user.handle, now: system.clock.now) {
+            throw APIError.rateLimited(retryAfter: wait, "too many password attempts; retry later")
+        }
+        let user = try UserActor.resolve(caller.id, using: system)
+        if caller.user.bot {
+            guard let adminToken = configuration.adminToken, let given = body.adminToken, AdminToken.matches("Bearer \(given)", adminToken) else {
+                throw APIError(.forbidden, "forbidden", "a bot's account is deleted with the admin token (adminToken)")
+            }
+        } else {
+            guard let password = body.password else { throw APIError.invalid("password is required") }
+            let hash = try await user.passwordHash()
+            guard Self.passwordProblem(password) == nil, try await passwords.verify(password, hash: hash) else {
+                throw APIError(.forbidden, "forbidden", "the password is wrong")
+            }
+        }
+        let deletion = try await user.deleteAccount(erase: erase)
+        logger.notice("account deleted", metadata: ["user.id": "\(caller.id)", "deletion.erase": "\(deletion.erase)"])
         return Response(status: .noContent)
     }
 

@@ -81,6 +81,8 @@ enum ServerSentEvent {
             return frame(event: "presence", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
         case .annotation:
             return frame(event: "message_annotated", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .erasure:
+            return frame(event: "message_erased", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
         }
     }
 
@@ -98,6 +100,8 @@ enum ServerSentEvent {
             encoded(API.PresenceEvent(presence: presence))
         case .annotation(let annotation):
             encoded(API.AnnotationEvent(annotation: annotation))
+        case .erasure(let erasure):
+            erasure.message.wrappedJSON  // `API.MessageEvent`: the tombstone
         case .conversation:
             nil
         }

@@ -98,6 +98,16 @@ extension Gateway {
         }
     }
 
+    /// A query parameter that is `true` or `false`, else `fallback` when absent.
+    static func boolParameter(_ request: Request, _ name: String, default fallback: Bool) throws -> Bool {
+        switch request.uri.queryParameters[Substring(name)] {
+        case nil: return fallback
+        case "true": return true
+        case "false": return false
+        case let other?: throw APIError.invalid("\(name) must be true or false, not '\(other.prefix(32))'")
+        }
+    }
+
     static func userID(_ text: String) throws -> UserID {
         guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("user not found") }
         return UserID(rawValue: text)

@@ -5,8 +5,8 @@ import ParleyCluster
 import ParleyModel
 
 extension Gateway {
-    /// Operators' routes, with the admin token (``requireAdmin(_:)``): bots, reports, suspensions
-    /// and webhook replays.
+    /// Operators' routes, with the admin token (``requireAdmin(_:)``): bots, reports, suspensions,
+    /// erasing a message, and webhook replays.
     func addOperatorRoutes(to v1: RouterGroup<GatewayContext>) {
         v1.post("bots") { request, context in
             try self.requireAdmin(request)
@@ -37,7 +37,7 @@ extension Gateway {
                 guard ClientInput.isPlausibleID(String(text)) else { throw APIError.invalid("after must be a report ID") }
                 return ReportID(rawValue: String(text))
             }
-            let reports = try await ReportDesk.resolve(using: self.system).reports(status: status, after: after, limit: limit)
+            let reports = try await SafetyDesk.resolve(using: self.system).reports(status: status, after: after, limit: limit)
             return try Self.json(API.Reports(reports: reports, next: reports.count == limit ? reports.last?.id.rawValue : nil))
         }
         v1.post("reports/:reportId/resolve") { request, context in
@@ -45,7 +45,7 @@ extension Gateway {
             let text = try context.parameters.require("reportId")
             guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("no report \(text)") }
             let body = try await self.decode(API.ReportResolution.self, from: request)
-            let report = try await ReportDesk.resolve(using: self.system).resolve(ReportID(rawValue: text), resolution: body.resolution)
+            let report = try await SafetyDesk.resolve(using: self.system).resolve(ReportID(rawValue: text), resolution: body.resolution)
             self.logger.info("report resolved", metadata: ["report.id": "\(report.id)"])
             return try Self.json(API.ReportBody(report: report))
         }
@@ -56,6 +56,14 @@ extension Gateway {
                 try await UserActor.resolve(id, using: self.system).setSuspended(suspended)
                 return Response(status: .noContent)
             }
+        }
+        v1.delete("admin/conversations/:id/messages/:seq") { request, context in
+            try self.requireAdmin(request)
+            let id = try Self.conversationID(context)
+            guard let seq = Int64(try context.parameters.require("seq")), seq >= 1 else { throw APIError.invalid("seq must be a whole number, at least 1") }
+            let tombstone = try await ConversationActor.resolve(id, using: self.system).moderatorErase(seq: seq)
+            self.logger.notice("message erased by an operator", metadata: ["conversation.id": "\(id)", "message.seq": "\(tombstone.seq)"])
+            return Response(status: .noContent)
         }
         v1.post("webhooks/:name/replay") { request, context in
             try self.requireAdmin(request)
