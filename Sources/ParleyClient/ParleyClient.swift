@@ -177,6 +177,18 @@ public final class ParleyClient: Sendable {
         return body.report
     }
 
+    /// Deletes this account (`password`; a bot gives the operator's `adminToken` instead): when
+    /// this returns, it has left every conversation (its messages erased first, with `erase`) and
+    /// no token of it works.
+    public func deleteAccount(password: String? = nil, adminToken: String? = nil, erase: Bool = false) async throws {
+        try await callWithoutResult(.DELETE, "/v1/users/me?erase=\(erase)", body: API.AccountDeletionRequest(password: password, adminToken: adminToken))
+    }
+
+    /// An operator erases a message (admin token): it becomes a tombstone for every member.
+    public func eraseMessage(_ seq: Int64, in conversation: ConversationID) async throws {
+        try await callWithoutResult(.DELETE, "/v1/admin/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)")
+    }
+
     /// Suspends a user (their tokens stop working everywhere before this returns) or lifts it.
     public func setSuspended(_ user: UserID, _ suspended: Bool) async throws {
         try await callWithoutResult(.POST, "/v1/admin/users/\(Self.query(user.rawValue))/\(suspended ? "suspend" : "unsuspend")")

@@ -15,6 +15,8 @@ public enum ParleyEvent: Sendable, Hashable {
     case presence(Presence)
     /// A bot annotated a message (`message_annotated`).
     case annotation(Annotation)
+    /// A message was erased (`message_erased`): its tombstone, which replaces it.
+    case erased(Message)
     /// The stream (re)connected and replayed what was missed: live events follow.
     case ready(cursor: String)
     /// The cursor was too old to replay: reload conversations and page messages with `after=`;
@@ -182,6 +184,7 @@ extension ParleyClient {
         case "typing": return (try? decoder.decode(API.TypingEvent.self, from: data)).map { .typing($0) }
         case "presence": return (try? decoder.decode(API.PresenceEvent.self, from: data)).map { .presence($0.presence) }
         case "message_annotated": return (try? decoder.decode(API.AnnotationEvent.self, from: data)).map { .annotation($0.annotation) }
+        case "message_erased": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .erased($0.message) }
         case "ready": return (try? decoder.decode(API.ReadyEvent.self, from: data)).map { .ready(cursor: $0.cursor) }
         default: return nil
         }

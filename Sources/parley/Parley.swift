@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -249,6 +249,30 @@ struct Password: AsyncParsableCommand {
     }
 }
 
+struct DeleteAccount: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete-account",
+        abstract: "Delete your account: you leave every conversation and no token of yours works again. It cannot be undone.",
+        discussion: """
+            What you sent stays for the others, from a deleted account; with --erase each of your messages is erased too.             Your handle is free for others after the server's quarantine (30 days by default). `parley export` first if you want a copy.             The password is read from --password, else PARLEY_PASSWORD, else typed at the prompt.
+            """)
+    @Flag(help: "Erase every message you sent, for everyone.") var erase = false
+    @Flag(help: "Yes, delete it: required, as nothing brings it back.") var yes = false
+    @Option(help: "Your password.") var password: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        guard yes else { throw ValidationError("deleting an account cannot be undone: add --yes to delete it") }
+        let secret = try readPassword(password)
+        try await withClient(connection) { client, config in
+            try await client.deleteAccount(password: secret, erase: erase)
+            config.token = nil
+            try config.save()
+            connection.print(["deleted": true, "erased": erase]) { erase ? "account deleted, and your messages erased" : "account deleted" }
+        }
+    }
+}
+
 struct Block: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Block a user: no direct messages either way, no pushes of their messages, neither sees the other's presence.",
@@ -321,9 +345,9 @@ struct ReportCommand: AsyncParsableCommand {
 
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Operators' commands, with the admin token: reports and suspensions.",
+        abstract: "Operators' commands, with the admin token: reports, suspensions, erasing a message.",
         discussion: "The admin token comes from --admin-token or PARLEY_ADMIN_TOKEN (it is never kept in the config file). Users are named by ID (u_…).",
-        subcommands: [Reports.self, Resolve.self, Suspend.self, Unsuspend.self])
+        subcommands: [Reports.self, Resolve.self, Suspend.self, Unsuspend.self, Erase.self])
 
     struct Token: ParsableArguments {
         @Option(help: "The cluster's admin token (env PARLEY_ADMIN_TOKEN).") var adminToken: String?
@@ -394,6 +418,22 @@ struct Admin: AsyncParsableCommand {
         @OptionGroup var connection: Connection
 
         func run() async throws { try await Admin.setSuspended(user, true, token: token, connection: connection) }
+    }
+
+    struct Erase: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Erase a message for everyone: it stays a tombstone (its seq, sender and time), and the files only it carried are removed.")
+        @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+        @Argument(help: "The message's seq.") var seq: Int64
+        @OptionGroup var token: Token
+        @OptionGroup var connection: Connection
+
+        func run() async throws {
+            try await token.withAdminClient(connection) { client in
+                try await client.eraseMessage(seq, in: ConversationID(rawValue: conversation))
+                connection.print(["erased": "\(conversation):\(seq)"]) { "erased \(conversation) #\(seq)" }
+            }
+        }
     }
 
     struct Unsuspend: AsyncParsableCommand {
@@ -667,6 +707,9 @@ struct Tail: AsyncParsableCommand {
                               "key": annotation.key, "value": annotation.value, "authorId": annotation.authorId.rawValue]) {
                 "[\(annotation.conversationId)] #\(annotation.seq) \(annotation.key): \(annotation.value)"
             }
+        case .erased(let tombstone):
+            connection.print(["event": "message_erased", "conversationId": tombstone.conversationId.rawValue, "seq": "\(tombstone.seq)",
+                              "senderId": tombstone.senderId.rawValue]) { "[\(tombstone.conversationId)] #\(tombstone.seq) from \(tombstone.senderId) was erased" }
         case .ready(let cursor):
             connection.print(["event": "ready", "cursor": cursor]) { "— live (cursor \(cursor)) —" }
         case .cursorExpired:

@@ -157,6 +157,28 @@ $('password-form').addEventListener('submit', async (event) => {
   }
 });
 
+$('delete-account-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  $('settings-result').textContent = '';
+  $('settings-error').textContent = '';
+  const erase = $('delete-erase').checked;
+  try {
+    await api.request('DELETE', `/v1/users/me?erase=${erase}`, { password: $('delete-password').value });
+  } catch (error) {
+    $('settings-error').textContent = error.message;
+    return;
+  }
+  state.stream?.stop();
+  state.outbox?.close();
+  localStorage.removeItem('parley.token');
+  localStorage.removeItem('parley.me');
+  localStorage.removeItem(`parley.cursor.${state.me.id}`);
+  $('settings').close();
+  $('app').hidden = true;
+  $('signin').hidden = false;
+  $('signin-error').textContent = erase ? 'Your account was deleted, and your messages erased.' : 'Your account was deleted.';
+});
+
 async function start() {
   localStorage.setItem('parley.me', JSON.stringify(state.me));
   state.users.set(state.me.id, state.me);
@@ -219,7 +241,7 @@ function user(id) {
   return null;
 }
 
-const nameOf = (id) => user(id)?.displayName ?? '…';
+const nameOf = (id) => { const found = user(id); return found?.deleted ? 'Deleted account' : found?.displayName ?? '…'; };
 const others = (conversation) => conversation.members.filter((member) => member.userId !== state.me.id);
 
 function titleOf(conversation) {
@@ -238,6 +260,7 @@ async function refreshPresence() {
 
 function summaryOf(message) {
   if (!message) return '';
+  if (message.erased) return 'Message erased';
   if (message.text) return message.text;
   const files = message.attachments ?? [];
   return files.length === 0 ? '' : files[0].media.contentType.startsWith('image/') ? 'Photo' : 'File';
@@ -489,6 +512,10 @@ function bubble(conversation, message, pending = null) {
   const text = document.createElement('span');
   text.className = 'text';
   text.textContent = message ? message.text : pending.text;
+  if (message?.erased) {
+    item.classList.add('erased');
+    text.textContent = 'This message was erased';
+  }
   item.append(text);
   const meta = document.createElement('span');
   meta.className = 'meta';
@@ -823,6 +850,17 @@ async function onEvent({ type, data }) {
       const conversation = await conversationFor(message.conversationId).catch(() => null);
       if (!conversation) return;
       if (addMessage(conversation, message) && message.senderId !== state.me.id) delivered(conversation.id, message.seq);
+      break;
+    }
+    case 'message_erased': {
+      // The tombstone replaces the message, wherever it is drawn.
+      const tombstone = data.message;
+      const conversation = state.conversations.get(tombstone.conversationId);
+      if (!conversation) return;
+      if (conversation.messages.has(tombstone.seq)) conversation.messages.set(tombstone.seq, tombstone);
+      if (conversation.lastMessage?.seq === tombstone.seq) conversation.lastMessage = tombstone;
+      if (state.current === conversation.id) renderConversation();
+      renderList();
       break;
     }
     case 'receipt': {
