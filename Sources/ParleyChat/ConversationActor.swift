@@ -125,11 +125,14 @@ public distributed actor ConversationActor {
             guard try await services.store.conversation(conversation) != nil else { throw ChatStoreError(.notFound, "no conversation \(conversation)") }
             let (record, epoch) = try await takeOwnership(of: conversation, store: services.store)
             let cursors = services.webhooks == nil ? [] : try await services.store.webhookCursors(in: conversation)
-            let recent = try await recentMessages(of: record, since: system.clock.wallNow.addingTimeInterval(-services.delivery.recoveryWindow.seconds), store: services.store)
+            let windowStart = system.clock.wallNow.addingTimeInterval(-services.delivery.recoveryWindow.seconds)
+            let recent = try await recentMessages(of: record, since: windowStart, store: services.store)
+            let erased = try await services.store.erasures(in: conversation, since: windowStart, limit: Self.republishMax)
+            let changes = try await services.store.recentChanges(in: conversation, since: windowStart)
             let blocks = try await services.store.blocks(among: record.members.map(\.userId))
             return ConversationActor(
-                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, recent: recent, blocks: blocks, services: services,
-                directory: directory, courier: courier, actorSystem: system)
+                id: conversation, record: record, epoch: epoch, webhookCursors: cursors, recent: recent, recentErasures: erased, recentChanges: changes,
+                blocks: blocks, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
             return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError {
@@ -151,9 +154,12 @@ public distributed actor ConversationActor {
     ///   commits, so that no stream is written a new seq before the ones it missed (a stream that
     ///   knows nothing of the conversation yet could not tell them missing: cluster simulation
     ///   seed 3621). Streams drop a seq they already wrote.
+    /// - Parameter recentErasures: the erasures committed within the window, and
+    ///   `recentChanges` the changes of name and members: they go out again after those messages
+    ///   for the same reason (a client applies either twice harmlessly).
     init(
         id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, webhookCursors: [WebhookCursorRecord] = [],
-        recent: [Message] = [], blocks: Set<Block> = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier,
+        recent: [Message] = [], recentErasures: [Erasure] = [], recentChanges: [RecentChange] = [], blocks: Set<Block> = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier,
         actorSystem: ClusterSystem
     ) {
         self.actorSystem = actorSystem
@@ -178,6 +184,7 @@ public distributed actor ConversationActor {
             for message in recent {
                 fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message.senderId, in: record, blocks: blocks, services: services))
             }
+            Self.publishAgain(recentErasures, recentChanges, of: record, through: fanOut)
             republishedAtActivation = Set(recent.map(\.seq))
         }
     }
@@ -398,14 +405,34 @@ public distributed actor ConversationActor {
     static let republishMax = 100
 
     /// Publishes this conversation's messages committed after `since` again (at most the last
-    /// ``republishMax``): its previous owner left the ring and may have died between committing
+    /// ``republishMax``), then its erasures and changes of name and members since: its previous owner left the ring and may have died between committing
     /// them and handing them to the gateways (``ConversationRecovery``). Streams drop a seq they
     /// already sent. Returns how many went out.
     public distributed func republishRecent(since: Date) async throws -> Int {
         guard let current = loaded else { return 0 }
+        let conversation = current.id
         let recent = try await services.withStore { try await Self.recentMessages(of: current.record, since: since, store: $0) }
+        let erased = try await services.withStore { try await $0.erasures(in: conversation, since: since, limit: Self.republishMax) }
+        let changes = try await services.withStore { try await $0.recentChanges(in: conversation, since: since) }
         for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
+        if let record = loaded?.record { Self.publishAgain(erased, changes, of: record, through: fanOut) }
         return recent.count
+    }
+
+    /// Hands the gateways again what an owner that died may have committed without handing on:
+    /// erasures, then changes of name and members (a member removed hears of it too, unless they
+    /// are back).
+    private static func publishAgain(_ erasures: [Erasure], _ changes: [RecentChange], of record: ConversationRecord, through fanOut: ConversationFanOut?) {
+        let members = record.members.map(\.userId)
+        for erasure in erasures { fanOut?.publish(.erasure(erasure), members: members) }
+        for change in changes {
+            let event = ChatEvent.conversation(ConversationChange(conversation: record, change: change.change, at: change.at))
+            if let removed = change.removed {
+                if record.member(removed) == nil { fanOut?.publish(event, members: members + [removed]) }
+            } else {
+                fanOut?.publish(event, members: members)
+            }
+        }
     }
 
     /// This node took the conversation over (``ConversationRecovery``): activating it published
@@ -617,6 +644,13 @@ public distributed actor ConversationActor {
                 if !theirs.isEmpty {
                     for original in try await self.erase(theirs) { uploads.formUnion(original.attachments?.map(\.media.id) ?? []) }
                 }
+                // Erased already: by this deletion, run again because an owner died between an
+                // erasure's commit and its fan-out (too long ago for a new owner to hand it on), or
+                // by an operator. Handed on again; a client applies a tombstone twice harmlessly.
+                let now = actorSystem.clock.wallNow
+                for message in page where message.senderId == user && message.erased == true {
+                    fanOut?.publish(.erasure(Erasure(message: message, at: now)), members: memberIDs)
+                }
                 after = last.seq
             }
             // Only they could attach their uploads, and every message of theirs is erased (or
@@ -674,6 +708,7 @@ public distributed actor ConversationActor {
         let at = actorSystem.clock.wallNow.millisecondPrecision
         var originals: [Message] = []
         try await fencedWrite { originals = try await $0.eraseMessages(in: conversation, seqs: seqs, epoch: epoch, at: at) }
+        services.checkpoint("erasure.batch")
         for original in originals {
             let erasure = Erasure(message: original, at: at)
             if let webhooks, let record = loaded?.record { webhooks.record(.erased(erasure), record: record) }

@@ -156,7 +156,11 @@ public enum ConversationRecovery {
         let since = now.addingTimeInterval(-Double(window.components.seconds))
         let candidates: [ConversationID]
         do {
-            candidates = try await store.recentlyActiveConversations(since: since, limit: conversationsMax)
+            // Active: messages; changed: members, name or erasures, which go out again too.
+            let active = try await store.recentlyActiveConversations(since: since, limit: conversationsMax)
+            let changed = try await store.recentlyChangedConversations(since: since, limit: conversationsMax)
+            let seen = Set(active)
+            candidates = active + changed.filter { !seen.contains($0) }
         } catch {
             system.logger.warning("cannot find the conversations to republish after the ring lost \(departed.sorted()): \(error)")
             return 0

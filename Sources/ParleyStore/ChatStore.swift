@@ -93,6 +93,11 @@ public protocol ChatStore: Sendable {
     /// that do not exist).
     func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message]
 
+    /// The conversation's erasures after `since`, oldest first, at most `limit`: what an owner
+    /// that takes the conversation over hands the gateways again (its predecessor may have died
+    /// between an erasure's commit and its fan-out).
+    func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure]
+
     /// The uploads are attached to no message any more: no conversation's members may download
     /// them, and the sweeper's next pass removes them.
     func releaseMedia(_ ids: [MediaID]) async throws
@@ -113,9 +118,15 @@ public protocol ChatStore: Sendable {
     /// its cursors: a node that takes one over delivers them in its place.
     func conversationsOwingWebhooks(limit: Int) async throws -> [ConversationID]
 
-    /// At most `limit` conversations whose members, name or receipts changed after `since`: what
-    /// an owner that died may not yet have recorded as owed to webhook endpoints.
+    /// At most `limit` conversations whose members, name or receipts changed, or whose messages
+    /// were erased, after `since`: what an owner that died may not yet have recorded as owed to
+    /// webhook endpoints, or handed to the gateways.
     func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID]
+
+    /// The conversation's changes after `since` that members' streams hear of, oldest first:
+    /// each member removed (`removed` names them), and its last change of any other kind. What an
+    /// owner that takes the conversation over hands the gateways again.
+    func recentChanges(in id: ConversationID, since: Date) async throws -> [RecentChange]
 
     /// The user's unread messages in all their conversations (what an app's badge shows): each
     /// conversation's `lastSeq - readSeq`, summed.
@@ -305,6 +316,20 @@ extension ChatStore {
     /// Stores a new user; a deleted account's handle stays taken.
     public func createUser(_ user: StoredUser) async throws {
         try await createUser(user, reclaimingHandlesDeletedBefore: .distantPast)
+    }
+}
+
+/// A change of a conversation's name or members (``ChatStore/recentChanges(in:since:)``).
+public struct RecentChange: Hashable, Sendable {
+    public var change: ConversationChangeKind
+    public var at: Date
+    /// The member a `member_removed` change removed.
+    public var removed: UserID?
+
+    public init(change: ConversationChangeKind, at: Date, removed: UserID? = nil) {
+        self.change = change
+        self.at = at.millisecondPrecision
+        self.removed = removed
     }
 }
 

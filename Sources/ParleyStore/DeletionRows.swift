@@ -20,6 +20,9 @@ public enum DeletionRows {
         )
         """,
         "CREATE INDEX erasures_by_time ON erasures(conversation_id, erased_at)",
+        "CREATE INDEX erasures_recent ON erasures(erased_at)",
+        // A new owner reads who left lately (``ChatStore/recentChanges(in:since:)``).
+        "CREATE INDEX removals_by_conversation ON removals(conversation_id, removed_at)",
         "ALTER TABLE users ADD COLUMN deleted_at BIGINT",
         "ALTER TABLE users ADD COLUMN deletion_erase BOOLEAN NOT NULL DEFAULT FALSE",
         "ALTER TABLE users ADD COLUMN deletion_finished_at BIGINT",

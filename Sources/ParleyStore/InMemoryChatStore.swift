@@ -219,6 +219,12 @@ public final class InMemoryChatStore: ChatStore {
         return erased
     }
 
+    public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
+        state.withLock { state in
+            Array((state[id]?.erasures ?? []).filter { $0.at > since }.sorted { ($0.at, $0.message.seq) < ($1.at, $1.message.seq) }.prefix(max(0, limit)))
+        }
+    }
+
     public func releaseMedia(_ ids: [MediaID]) async throws {
         users.withLock { users in
             for id in ids {
@@ -260,7 +266,17 @@ public final class InMemoryChatStore: ChatStore {
 
     public func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID] {
         state.withLock { state in
-            Array(state.filter { $0.value.changedAt > since || $0.value.receiptAt.values.contains { $0 > since } }.keys.sorted().prefix(max(0, limit)))
+            Array(state.filter { $0.value.changedAt > since || $0.value.receiptAt.values.contains { $0 > since } || $0.value.erasures.contains { $0.at > since } }
+                .keys.sorted().prefix(max(0, limit)))
+        }
+    }
+
+    public func recentChanges(in id: ConversationID, since: Date) async throws -> [RecentChange] {
+        state.withLock { state in
+            guard let stored = state[id] else { return [] }
+            var changes = stored.removals.filter { $0.at > since }.map { RecentChange(change: .memberRemoved, at: $0.at, removed: $0.user) }
+            if stored.changedAt > since, stored.lastChange != .memberRemoved { changes.append(RecentChange(change: stored.lastChange, at: stored.changedAt)) }
+            return changes.sorted { ($0.at, $0.removed?.rawValue ?? "") < ($1.at, $1.removed?.rawValue ?? "") }
         }
     }
 

@@ -1113,6 +1113,26 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
+    public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
+        try await run {
+            try await fetchErasures(
+                """
+                SELECT conversation_id, seq, sender_id, client_message_id, sent_at, erased_at FROM erasures
+                WHERE conversation_id = \(id.rawValue) AND erased_at > \(since.millisecondsSince1970) ORDER BY erased_at, seq LIMIT \(max(0, limit))
+                """)
+        }
+    }
+
+    private func fetchErasures(_ query: PostgresQuery) async throws -> [Erasure] {
+        var erasures: [Erasure] = []
+        for try await (conversation, seq, sender, cmid, sent, erased) in try await client.query(query, logger: logger)
+            .decode((String, Int64, String, String, Int64, Int64).self)
+        {
+            erasures.append(DeletionRows.erasure(conversation: conversation, seq: seq, sender: sender, clientMessageId: cmid, sentAt: sent, erasedAt: erased))
+        }
+        return erasures
+    }
+
     public func releaseMedia(_ ids: [MediaID]) async throws {
         guard !ids.isEmpty else { return }
         try await transaction { connection in
@@ -1195,10 +1215,32 @@ public final class PostgresChatStore: ChatStore {
                 """
                 SELECT id FROM conversations WHERE changed_at > \(since)
                 UNION SELECT conversation_id FROM members WHERE receipt_at > \(since)
+                UNION SELECT conversation_id FROM erasures WHERE erased_at > \(since)
                 ORDER BY 1 LIMIT \(max(0, limit))
                 """, logger: logger
             ).decode(String.self) { ids.append(ConversationID(rawValue: id)) }
             return ids
+        }
+    }
+
+    public func recentChanges(in id: ConversationID, since: Date) async throws -> [RecentChange] {
+        try await run {
+            var changes: [RecentChange] = []
+            let since = since.millisecondsSince1970
+            for try await (user, at) in try await client.query(
+                "SELECT user_id, removed_at FROM removals WHERE conversation_id = \(id.rawValue) AND removed_at > \(since)", logger: logger
+            ).decode((String, Int64).self) {
+                changes.append(RecentChange(change: .memberRemoved, at: Date(millisecondsSince1970: at), removed: UserID(rawValue: user)))
+            }
+            for try await (change, at) in try await client.query(
+                """
+                SELECT last_change, changed_at FROM conversations
+                WHERE id = \(id.rawValue) AND changed_at > \(since) AND last_change <> 'member_removed'
+                """, logger: logger
+            ).decode((String, Int64).self) {
+                changes.append(RecentChange(change: ConversationChangeKind(rawValue: change) ?? .updated, at: Date(millisecondsSince1970: at)))
+            }
+            return changes.sorted { ($0.at, $0.removed?.rawValue ?? "") < ($1.at, $1.removed?.rawValue ?? "") }
         }
     }
 
@@ -1266,15 +1308,12 @@ public final class PostgresChatStore: ChatStore {
                 JOIN annotations a ON a.conversation_id = m.conversation_id
                 WHERE m.user_id = \(user.rawValue) AND a.annotated_at > \(since) ORDER BY a.annotated_at, a.conversation_id, a.seq, a.key
                 """)
-            for try await (conversation, seq, sender, cmid, sent, erased) in try await client.query(
+            erasures = try await fetchErasures(
                 """
                 SELECT e.conversation_id, e.seq, e.sender_id, e.client_message_id, e.sent_at, e.erased_at FROM members m
                 JOIN erasures e ON e.conversation_id = m.conversation_id
                 WHERE m.user_id = \(user.rawValue) AND e.erased_at > \(since) ORDER BY e.erased_at, e.conversation_id, e.seq
-                """, logger: logger
-            ).decode((String, Int64, String, String, Int64, Int64).self) {
-                erasures.append(DeletionRows.erasure(conversation: conversation, seq: seq, sender: sender, clientMessageId: cmid, sentAt: sent, erasedAt: erased))
-            }
+                """)
         }
         let records = try await records(changed.map(\.0) + removed.map(\.0)).reduce(into: [String: ConversationRecord]()) { $0[$1.id.rawValue] = $1 }
         return DurableChanges(

@@ -1212,6 +1212,22 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
+    public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM erasures WHERE conversation_id = ? AND erased_at > ? ORDER BY erased_at, seq LIMIT ?",
+                arguments: [id.rawValue, since.millisecondsSince1970, max(0, limit)]
+            ).map(Self.erasure(from:))
+        }
+    }
+
+    private static func erasure(from row: Row) throws -> Erasure {
+        DeletionRows.erasure(
+            conversation: try row.decode(forColumn: "conversation_id"), seq: try row.decode(forColumn: "seq"),
+            sender: try row.decode(forColumn: "sender_id"), clientMessageId: try row.decode(forColumn: "client_message_id"),
+            sentAt: try row.decode(forColumn: "sent_at"), erasedAt: try row.decode(forColumn: "erased_at"))
+    }
+
     public func releaseMedia(_ ids: [MediaID]) async throws {
         guard !ids.isEmpty else { return }
         try await write { db in
@@ -1274,10 +1290,33 @@ public final class SQLiteChatStore: ChatStore {
                 sql: """
                     SELECT id FROM conversations WHERE changed_at > ?1
                     UNION SELECT conversation_id FROM members WHERE receipt_at > ?1
+                    UNION SELECT conversation_id FROM erasures WHERE erased_at > ?1
                     ORDER BY 1 LIMIT ?2
                     """,
                 arguments: [since.millisecondsSince1970, max(0, limit)]
             ).map(ConversationID.init(rawValue:))
+        }
+    }
+
+    public func recentChanges(in id: ConversationID, since: Date) async throws -> [RecentChange] {
+        try await read { db in
+            var changes = try Row.fetchAll(
+                db, sql: "SELECT user_id, removed_at FROM removals WHERE conversation_id = ? AND removed_at > ?",
+                arguments: [id.rawValue, since.millisecondsSince1970]
+            ).map { row in
+                RecentChange(
+                    change: .memberRemoved, at: Date(millisecondsSince1970: try row.decode(forColumn: "removed_at")),
+                    removed: UserID(rawValue: try row.decode(forColumn: "user_id")))
+            }
+            if let row = try Row.fetchOne(
+                db, sql: "SELECT last_change, changed_at FROM conversations WHERE id = ? AND changed_at > ? AND last_change <> 'member_removed'",
+                arguments: [id.rawValue, since.millisecondsSince1970])
+            {
+                changes.append(RecentChange(
+                    change: ConversationChangeKind(rawValue: try row.decode(forColumn: "last_change")) ?? .updated,
+                    at: Date(millisecondsSince1970: try row.decode(forColumn: "changed_at"))))
+            }
+            return changes.sorted { ($0.at, $0.removed?.rawValue ?? "") < ($1.at, $1.removed?.rawValue ?? "") }
         }
     }
 
@@ -1363,12 +1402,7 @@ public final class SQLiteChatStore: ChatStore {
                     WHERE m.user_id = ? AND e.erased_at > ? ORDER BY e.erased_at, e.conversation_id, e.seq
                     """,
                 arguments: [user.rawValue, since]
-            ).map { row in
-                DeletionRows.erasure(
-                    conversation: try row.decode(forColumn: "conversation_id"), seq: try row.decode(forColumn: "seq"),
-                    sender: try row.decode(forColumn: "sender_id"), clientMessageId: try row.decode(forColumn: "client_message_id"),
-                    sentAt: try row.decode(forColumn: "sent_at"), erasedAt: try row.decode(forColumn: "erased_at"))
-            }
+            ).map(Self.erasure(from:))
             let removed = try Row.fetchAll(
                 db, sql: "SELECT conversation_id, removed_at FROM removals WHERE user_id = ? AND removed_at > ? ORDER BY removed_at",
                 arguments: [user.rawValue, since])

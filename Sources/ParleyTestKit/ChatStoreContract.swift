@@ -500,6 +500,9 @@ public enum ChatStoreContract {
                       "a member's resume finds them, oldest first: \(resumed)")
             try check(try await store.durableChanges(for: me, since: t0.addingTimeInterval(20)).erasures.isEmpty, "none after")
             try check(try await store.durableChanges(for: UserID.make(), since: t0).erasures.isEmpty, "a stranger's resume")
+            try check(try await store.erasures(in: id, since: t0.addingTimeInterval(10), limit: 10) == resumed, "the conversation's, for a new owner")
+            try check(try await store.erasures(in: id, since: t0.addingTimeInterval(10), limit: 1) == [resumed[0]], "at most the limit")
+            try check(try await store.erasures(in: id, since: t0.addingTimeInterval(20), limit: 10).isEmpty, "none after")
             try check(try await store.eraseMessages(in: id, seqs: [2], epoch: epoch, at: t0.addingTimeInterval(30)).isEmpty, "erasing again erases nothing")
             try check(try await store.durableChanges(for: me, since: t0.addingTimeInterval(25)).erasures.isEmpty, "and records nothing")
             let outcome = try await store.commit([append(id, epoch: epoch, "retry", from: other, cmid: before[1].clientMessageId, at: 5)])
@@ -992,6 +995,31 @@ public enum ChatStoreContract {
             try check(recipient == PushRecipient(devices: [phone], unread: 1, senderName: "Olive"), "a push's reads: \(recipient)")
             try check(try await store.pushRecipient(me, sender: nil).senderName == nil, "no sender asked for")
             try check(try await store.pushRecipient(me, sender: .make()).senderName == nil, "an unknown sender")
+        },
+        Case(name: "a conversation's recent changes: each member removed, and its last other change; erasures make it recently changed") { store in
+            let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())
+            let (id, epoch) = try await owned(store, members: [me, other, third])
+            try await store.removeMember(third, from: id, epoch: epoch, at: t0.addingTimeInterval(10))
+            try await store.renameConversation(id, name: "renamed", epoch: epoch, at: t0.addingTimeInterval(11))
+            try await store.removeMember(other, from: id, epoch: epoch, at: t0.addingTimeInterval(12))
+            let changes = try await store.recentChanges(in: id, since: t0.addingTimeInterval(5))
+            try check(changes == [
+                RecentChange(change: .memberRemoved, at: t0.addingTimeInterval(10), removed: third),
+                RecentChange(change: .memberRemoved, at: t0.addingTimeInterval(12), removed: other),
+            ], "each removal; the last change is one of them: \(changes)")
+            try await store.renameConversation(id, name: "again", epoch: epoch, at: t0.addingTimeInterval(13))
+            let later = try await store.recentChanges(in: id, since: t0.addingTimeInterval(11))
+            try check(later == [
+                RecentChange(change: .memberRemoved, at: t0.addingTimeInterval(12), removed: other), RecentChange(change: .updated, at: t0.addingTimeInterval(13)),
+            ], "after an instant, oldest first: \(later)")
+            try check(try await store.recentChanges(in: id, since: t0.addingTimeInterval(13)).isEmpty, "none after")
+            try check(try await store.recentChanges(in: .make(), since: t0).isEmpty, "an unknown conversation")
+            let far = Date(millisecondsSince1970: 4_000_000_000_000 + Int64.random(in: 0..<1_000_000))
+            let (erasedIn, erasedEpoch) = try await owned(store)
+            _ = try await store.commit([append(erasedIn, epoch: erasedEpoch, "soon gone")])
+            _ = try await store.eraseMessages(in: erasedIn, seqs: [1], epoch: erasedEpoch, at: far)
+            try check(try await store.recentlyChangedConversations(since: far.addingTimeInterval(-1), limit: 10_000).contains(erasedIn),
+                      "a conversation with an erasure since is recently changed")
         },
         Case(name: "a member mutes a conversation for themself only, fenced by the epoch; leaving drops the setting") { store in
             let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())

@@ -5,7 +5,8 @@ import Synchronization
 /// A crash test's fault: `PARLEY_TEST_CRASH_AT=<step>[:<n>]` kills this process with SIGKILL — as
 /// a power cut would, with nothing flushed or said — the n-th time (1 by default) it passes the
 /// named step of a long process (``ChatServices/checkpoint``: `deletion.begun`,
-/// `deletion.announced`, `deletion.left`, `deletion.finished`). Unset, nothing is checked.
+/// `deletion.announced`, `deletion.left`, `deletion.finished`, and `erasure.batch` after each
+/// store transaction of an erasure, before its fan-out). Unset, nothing is checked.
 enum CrashPoint {
     static func checkpoint(environment: [String: String], logger: Logger) -> @Sendable (String) -> Void {
         guard let text = environment["PARLEY_TEST_CRASH_AT"], !text.isEmpty else { return { _ in } }

@@ -48,7 +48,7 @@ struct PostgresStoreContractTests {
         _ = try await store.beginDeletion(of: user, erase: false, at: Date())
         for statement in [
             "UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL",
-            "DROP INDEX users_deletions_unfinished", "DROP INDEX users_deletions_owing_webhooks",
+            "DROP INDEX removals_by_conversation", "DROP INDEX users_deletions_unfinished", "DROP INDEX users_deletions_owing_webhooks",
             "ALTER TABLE users DROP COLUMN deleted_at", "ALTER TABLE users DROP COLUMN deletion_erase",
             "ALTER TABLE users DROP COLUMN deletion_finished_at", "ALTER TABLE users DROP COLUMN deletion_webhooks_owed",
             "DROP TABLE erasures", "ALTER TABLE messages DROP COLUMN erased_at", "DELETE FROM parley_migrations WHERE version = 19",

@@ -140,7 +140,7 @@ import Testing
         try await database.write { db in
             try db.execute(sql: """
                 UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL;
-                DROP INDEX users_deletions_unfinished; DROP INDEX users_deletions_owing_webhooks;
+                DROP INDEX removals_by_conversation; DROP INDEX users_deletions_unfinished; DROP INDEX users_deletions_owing_webhooks;
                 ALTER TABLE users DROP COLUMN deleted_at; ALTER TABLE users DROP COLUMN deletion_erase;
                 ALTER TABLE users DROP COLUMN deletion_finished_at; ALTER TABLE users DROP COLUMN deletion_webhooks_owed;
                 DROP TABLE erasures; ALTER TABLE message_log DROP COLUMN erased_at;

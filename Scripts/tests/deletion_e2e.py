@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Account deletion end to end, through real parley-node processes (2 workers, 2 gateways,
+SQLite, TLS) and a webhook receiver that checks signatures with the standardwebhooks library.
+
+Round after round a fresh user with a group and two direct chats deletes their account with
+`erase=true` while the other members stream on both gateways; in every round but the first the
+workers are started with PARLEY_TEST_CRASH_AT set to one step of the deletion, so that the worker
+that reaches it dies there by SIGKILL (the account marked deleted, the gateways told, the first
+conversation left, the second erasure batch committed but not yet fanned out, the deletion marked
+finished). Then it is started again without the fault. Every round must end the same way: the
+deletion finished, the user's token refused on both gateways, every member's stream and history
+holding each of the user's messages as a tombstone (each message once per connection), the
+others' messages intact, the user gone from every conversation, its profile deleted, its handle
+still taken, and `user.deleted` told once. A last round deletes without erasing: the messages stay.
+
+    Scripts/tests/deletion_e2e.py PATH-TO-parley-node
+
+Every process it starts is recorded and stopped by its PID.
+"""
+import base64
+import http.client
+import json
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from e2e_lib import Checks, Nodes, call, conclude, free_ports, issue_certificates, wait_until
+
+NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = tempfile.mkdtemp(prefix="parley-deletion.")
+TLS = os.path.join(WORK, "tls")
+CA = os.path.join(TLS, "ca.pem")
+RECEIVED = os.path.join(WORK, "received.jsonl")
+SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+WORKERS = ["worker-1", "worker-2"]
+GATEWAYS = ["gateway-1", "gateway-2"]
+check = Checks()
+nodes = Nodes(NODE, WORK, TLS, WORKERS + GATEWAYS, seeds=WORKERS)
+HOOKS = free_ports(1)[0]
+receiver = {}
+# The steps a worker dies at, one round each (None: no fault). `erasure.batch:2`: after the second
+# erasure transaction of one worker, before its events go out.
+ROUNDS = [None, "deletion.begun", "deletion.announced", "erasure.batch:2", "deletion.left:1", "deletion.finished"]
+# The victim's messages in the group: more than one erasure batch (200 messages read at a time).
+GROUP_MESSAGES = 230
+
+
+class ResumingStream(threading.Thread):
+    """A member's event stream on a gateway, as an app keeps it: on any break it reconnects with
+    the last cursor it read. `connections` holds, per connection, the (event, data) it read."""
+
+    def __init__(self, port, token, context):
+        super().__init__(daemon=True)
+        self.port, self.token, self.context = port, token, context
+        self.cursor, self.sock, self.stopped = None, None, False
+        self.ready, self.connections = threading.Event(), []
+
+    def run(self):
+        while not self.stopped:
+            events = []
+            self.connections.append(events)
+            try:
+                conn = http.client.HTTPSConnection("localhost", self.port, context=self.context, timeout=60)
+                conn.connect()
+                self.sock = conn.sock
+                headers = {"Authorization": f"Bearer {self.token}"}
+                if self.cursor:
+                    headers["Last-Event-ID"] = self.cursor
+                conn.request("GET", "/v1/events", headers=headers)
+                response = conn.getresponse()
+                event, event_id, data = None, None, []
+                while not self.stopped:
+                    line = response.fp.readline()
+                    if not line:
+                        break
+                    line = line.decode().rstrip("\n")
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("id: "):
+                        event_id = line[4:]
+                    elif line.startswith("data: "):
+                        data.append(line[6:])
+                    elif line == "" and event:
+                        events.append((event, json.loads("\n".join(data)) if data else None))
+                        if event_id:
+                            self.cursor = event_id
+                        if event == "ready":
+                            self.ready.set()
+                        event, event_id, data = None, None, []
+            except Exception:
+                pass
+            time.sleep(0.5)
+
+    def messages(self):
+        """What the app holds: each message by (conversation, seq), the latest word on it."""
+        held = {}
+        for events in self.connections:
+            for event, data in list(events):
+                if event in ("message", "message_erased"):
+                    m = data["message"]
+                    key = (m["conversationId"], m["seq"])
+                    if event == "message_erased" or key not in held or not held[key].get("erased"):
+                        held[key] = m
+        return held
+
+    def repeated(self):
+        """(conversation, seq) of `message` events written twice on one connection."""
+        repeats = []
+        for events in self.connections:
+            seen = set()
+            for event, data in list(events):
+                if event == "message":
+                    key = (data["message"]["conversationId"], data["message"]["seq"])
+                    if key in seen:
+                        repeats.append(key)
+                    seen.add(key)
+        return repeats
+
+    def close(self):
+        self.stopped = True
+        if self.sock:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def start_receiver():
+    log = open(os.path.join(WORK, "receiver.log"), "ab")
+    receiver["proc"] = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port", str(HOOKS), "--cert", os.path.join(TLS, "hooks-client.pem"),
+         "--key", os.path.join(TLS, "hooks-client-key.pem"), "--secret", SECRET, "--out", RECEIVED],
+        stdout=log, stderr=subprocess.STDOUT)
+
+
+def received():
+    if not os.path.exists(RECEIVED):
+        return []
+    with open(RECEIVED) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def store(sql, *args):
+    with sqlite3.connect(f"file:{os.path.join(WORK, 'data', 'parley.sqlite')}?mode=ro", uri=True, timeout=10) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def main():
+    print(f"account deletion end-to-end test (work dir {WORK})", flush=True)
+    issue_certificates(NODE, TLS, nodes.names)
+    subprocess.run([NODE, "certs", "issue", "hooks", "--client", "--dir", TLS, "--dns", "localhost"], check=True, stdout=subprocess.DEVNULL)
+    context = ssl.create_default_context(cafile=CA)
+    endpoints = os.path.join(WORK, "webhooks.json")
+    with open(endpoints, "w") as f:
+        json.dump({"endpoints": [{"name": "bots", "url": f"https://localhost:{HOOKS}/parley", "secret": SECRET,
+                                  "events": ["user.deleted", "message.erased"]}]}, f)
+    start_receiver()
+    env = {"PARLEY_TOKEN_SECRET": "deletion-e2e-token-secret-0123456789abcdef", "PARLEY_ADMIN_TOKEN": "deletion-e2e-admin-token-0123",
+           "PARLEY_BCRYPT_COST": "4", "PARLEY_WEBHOOKS": endpoints, "PARLEY_WEBHOOK_CA": CA, "PARLEY_WEBHOOK_RETRY_MAX": "3s",
+           "PARLEY_LOG_LEVEL": "debug"}
+    for name in nodes.names:
+        nodes.start(name, env)
+    if not check(wait_until(60, lambda: all(nodes.ready(n) for n in nodes.names)), "2 workers and 2 gateways are ready"):
+        return
+
+    def api(method, path, body=None, token=None, gateway="gateway-1"):
+        return call(method, nodes.client[gateway], path, body, token, context)
+
+    def restart_workers(crash_at):
+        for name in WORKERS:
+            nodes.kill(name)
+        for name in WORKERS:
+            nodes.start(name, dict(env, PARLEY_TEST_CRASH_AT=crash_at) if crash_at else env)
+        return wait_until(60, lambda: all(nodes.ready(n) for n in nodes.names))
+
+    def dead_workers():
+        return [n for n in WORKERS if nodes.procs[n].poll() is not None]
+
+    for round_number, crash_at in enumerate(ROUNDS + ["keep"]):
+        erase = crash_at != "keep"
+        fault = crash_at if erase else None
+        title = f"round {round_number + 1}: " + (f"a worker dies at {fault}" if fault else "no fault") + ("" if erase else ", without erasing")
+        print(f"-- {title}", flush=True)
+        if fault or round_number == len(ROUNDS):
+            if not check(restart_workers(fault), f"{title}: the workers are up again" + (f", armed to die at {fault}" if fault else "")):
+                return
+        tag = uuid.uuid4().hex[:6]
+        token, uid = {}, {}
+        for who in ["victim", "bob", "cat"]:
+            status, reply = api("POST", "/v1/users", {"handle": f"{who}-{tag}", "password": f"{who}-password", "displayName": who})
+            if not check(status == 201, f"{title}: {who} registers", (status, reply)):
+                return
+            token[who], uid[who] = reply["token"], reply["user"]["id"]
+        status, reply = api("POST", "/v1/conversations", {"memberIds": [uid["bob"], uid["cat"]], "name": "group"}, token["victim"])
+        group = reply["conversation"]["id"]
+        directs = [api("POST", "/v1/conversations", {"memberIds": [uid[other]]}, token["victim"])[1]["conversation"]["id"] for other in ["bob", "cat"]]
+        streams = {"bob": ResumingStream(nodes.client["gateway-1"], token["bob"], context),
+                   "cat": ResumingStream(nodes.client["gateway-2"], token["cat"], context)}
+        for stream in streams.values():
+            stream.start()
+        check(all(s.ready.wait(20) for s in streams.values()), f"{title}: Bob streams on gateway-1, Cat on gateway-2")
+
+        def send(conversation, who, text):
+            body = {"clientMessageId": str(uuid.uuid4()), "text": text}
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                status, reply = api("POST", f"/v1/conversations/{conversation}/messages", body, token[who])
+                if status in (200, 201):
+                    return reply["message"]
+                time.sleep(0.2)
+            return None
+
+        for index in range(GROUP_MESSAGES):
+            send(group, "victim", f"victim {index}")
+            if index % 40 == 0:
+                send(group, "bob" if index % 80 == 0 else "cat", f"reply {index}")
+        for conversation, other in zip(directs, ["bob", "cat"]):
+            for index in range(3):
+                send(conversation, "victim", f"to {other} {index}")
+                send(conversation, other, f"from {other} {index}")
+        shared = {"bob": [group, directs[0]], "cat": [group, directs[1]]}
+        everything = {c: api("GET", f"/v1/conversations/{c}/messages?after=0&limit=200", token=token["victim"])[1]["messages"] for c in [group] + directs}
+        for conversation in [group]:
+            more = api("GET", f"/v1/conversations/{conversation}/messages?after=200&limit=200", token=token["victim"])[1]["messages"]
+            everything[conversation] += more
+        victims = {(m["conversationId"], m["seq"]) for c in everything for m in everything[c] if m["senderId"] == uid["victim"]}
+        others = {(m["conversationId"], m["seq"]): m["text"] for c in everything for m in everything[c] if m["senderId"] != uid["victim"]}
+        check(wait_until(20, lambda: all(len([k for k in s.messages() if k[0] in shared[w]]) == sum(len(everything[c]) for c in shared[w])
+                                         for w, s in streams.items())), f"{title}: every message reached the members' streams")
+
+        try:
+            status, reply = api("DELETE", f"/v1/users/me?erase={'true' if erase else 'false'}", {"password": "victim-password"}, token["victim"])
+        except Exception as error:
+            status, reply = None, str(error)
+        if fault:
+            check(wait_until(30, lambda: dead_workers()), f"{title}: a worker died at the step", (status, reply))
+        else:
+            check(status == 204, f"{title}: the deletion answers 204", (status, reply))
+        # What an operator does after a crash: start the node again (without the fault).
+        def recovered():
+            for name in dead_workers():
+                nodes.start(name, env)
+            return store("SELECT deletion_finished_at FROM users WHERE id = ?", uid["victim"])[0][0] is not None
+        check(wait_until(120, recovered), f"{title}: the deletion is finished", store("SELECT deleted_at, deletion_finished_at FROM users WHERE id = ?", uid["victim"]))
+        check(wait_until(60, lambda: all(nodes.ready(n) for n in nodes.names)), f"{title}: every node is ready again")
+
+        refused = [api("GET", "/v1/users/me", token=token["victim"], gateway=g) for g in GATEWAYS]
+        check(all(s == 401 and "deleted" in r["error"]["message"] for s, r in refused), f"{title}: the token is refused on both gateways", refused)
+        check(api("POST", "/v1/sessions", {"handle": f"victim-{tag}", "password": "victim-password"})[0] == 401, f"{title}: the account cannot sign in")
+        status, profile = api("GET", f"/v1/users/{uid['victim']}", token=token["bob"])
+        check(status == 200 and profile.get("deleted") is True and profile["displayName"] == "" and profile["handle"] == "deleted",
+              f"{title}: the profile reads as a deleted account", profile)
+        check(api("POST", "/v1/users", {"handle": f"victim-{tag}", "password": "another-password", "displayName": "x"})[0] == 409,
+              f"{title}: the handle stays taken")
+        lists = {w: api("GET", "/v1/conversations?limit=100", token=token[w])[1]["conversations"] for w in ["bob", "cat"]}
+        check(all(uid["victim"] not in [m["userId"] for m in c["members"]] for cs in lists.values() for c in cs),
+              f"{title}: the user is in none of the members' conversations")
+        group_now = next(c for c in lists["bob"] if c["id"] == group)
+        check([m["userId"] for m in group_now["members"]] == [uid["bob"], uid["cat"]] and group_now["members"][0]["role"] == "owner",
+              f"{title}: the group passed to Bob, the longest-standing member", group_now["members"])
+
+        history = {}
+        for conversation in [group] + directs:
+            reader = "bob" if conversation != directs[1] else "cat"
+            page = api("GET", f"/v1/conversations/{conversation}/messages?after=0&limit=200", token=token[reader])[1]["messages"]
+            page += api("GET", f"/v1/conversations/{conversation}/messages?after=200&limit=200", token=token[reader])[1]["messages"]
+            history.update({(m["conversationId"], m["seq"]): m for m in page})
+        if erase:
+            check(all(history[k].get("erased") is True and history[k]["text"] == "" for k in victims),
+                  f"{title}: history holds each of the user's {len(victims)} messages as a tombstone")
+        else:
+            check(all(history[k].get("erased") is None and history[k]["text"] != "" for k in victims), f"{title}: history keeps the user's messages")
+        check(all(history[k]["text"] == text and history[k].get("erased") is None for k, text in others.items()), f"{title}: the others' messages are intact")
+
+        for who, stream in streams.items():
+            mine = {k for k in victims if k[0] in shared[who]}
+            if erase:
+                ok = wait_until(30, lambda: all(stream.messages().get(k, {}).get("erased") is True for k in mine))
+                held = stream.messages()
+                check(ok, f"{title}: {who}'s stream ends with each of the user's {len(mine)} messages as a tombstone",
+                      sorted(k for k in mine if not held.get(k, {}).get("erased"))[:5])
+            removed = [d for events in stream.connections for e, d in list(events) if e == "conversation" and d["change"] == "member_removed"]
+            check({d["conversation"]["id"] for d in removed} >= set(shared[who]), f"{title}: {who} hears the user left each shared conversation")
+            check(not stream.repeated(), f"{title}: {who}'s stream wrote each message once per connection", stream.repeated()[:5])
+            stream.close()
+        told = [r for r in received() if r["type"] == "user.deleted" and r["userId"] == uid["victim"]]
+        check(wait_until(30, lambda: len({r["id"] for r in received() if r["type"] == "user.deleted" and r["userId"] == uid["victim"]}) == 1),
+              f"{title}: webhooks get user.deleted, under one ID", told)
+        # A worker killed while it posted leaves a cut request, which fails the check and is sent again.
+        check(all(r["valid"] for r in received() if r["type"]), f"{title}: every whole delivery is signed (standardwebhooks verifies it)")
+        if crash_at is None:
+            erased_told = lambda: {(r["conversationId"], r["seq"]) for r in received() if r["type"] == "message.erased"}
+            check(wait_until(30, lambda: erased_told() >= victims), f"{title}: webhooks get message.erased for each erased message",
+                  len(victims - erased_told()))
+
+
+try:
+    main()
+finally:
+    proc = receiver.get("proc")
+    if proc and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    conclude(check, nodes, WORK, "account deletion end-to-end")
