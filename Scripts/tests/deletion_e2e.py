@@ -238,6 +238,11 @@ def main():
         check(wait_until(20, lambda: all(len([k for k in s.messages() if k[0] in shared[w]]) == sum(len(everything[c]) for c in shared[w])
                                          for w, s in streams.items())), f"{title}: every message reached the members' streams")
 
+        if round_number == 0:
+            refused = [api("DELETE", "/v1/users/me", body, token["victim"])[0] for body in [{"password": "not-the-password"}, {}]]
+            check(refused == [403, 400] and api("GET", "/v1/users/me", token=token["victim"])[0] == 200,
+                  f"{title}: a wrong password is 403, none 400, and the account stays", refused)
+            check(api("DELETE", "/v1/users/me?erase=maybe", {"password": "victim-password"}, token["victim"])[0] == 400, f"{title}: erase must be true or false")
         try:
             status, reply = api("DELETE", f"/v1/users/me?erase={'true' if erase else 'false'}", {"password": "victim-password"}, token["victim"])
         except Exception as error:
@@ -302,6 +307,14 @@ def main():
             erased_told = lambda: {(r["conversationId"], r["seq"]) for r in received() if r["type"] == "message.erased"}
             check(wait_until(30, lambda: erased_told() >= victims), f"{title}: webhooks get message.erased for each erased message",
                   len(victims - erased_told()))
+
+    print("-- a bot", flush=True)
+    admin = env["PARLEY_ADMIN_TOKEN"]
+    status, bot = api("POST", "/v1/bots", {"handle": f"bot-{uuid.uuid4().hex[:6]}", "displayName": "Bot"}, admin)
+    refused = api("DELETE", "/v1/users/me", {"adminToken": "not-the-admin-token"}, bot["token"])[0]
+    deleted = api("DELETE", "/v1/users/me", {"adminToken": admin}, bot["token"])[0]
+    check(status == 201 and refused == 403 and deleted == 204 and api("GET", "/v1/users/me", token=bot["token"])[0] == 401,
+          "a bot's account is deleted with the admin token, not without", (status, refused, deleted))
 
 
 try:

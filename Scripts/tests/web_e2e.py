@@ -14,7 +14,7 @@ until he scrolls down. A photo is attached and shown as a thumbnail on the other
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
 shows as unread in the list. In the settings panel a session is signed out, the password
 changed and the user's data downloaded; from a direct conversation a user is blocked (his sends refused) and unblocked, and
-reported. axe-core (bundled by axe-selenium-python) finds nothing serious or
+reported. Last, the user deletes her account from the settings panel, erasing her messages. axe-core (bundled by axe-selenium-python) finds nothing serious or
 critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
 cursor_expired and reloads what it holds instead, missing nothing. Closing a browser turns its
 user from online to last seen on the other page. A reloaded page pages
@@ -374,6 +374,30 @@ def main():
                          token=alice_token, context=context)
     check(status == 200 and reply["report"]["note"] == "he keeps writing at night" and reply["report"]["reason"] == "harassment",
           "the server holds her report, with her note (the same report, asked again, answers 200)", f"{status} {reply}")
+
+
+    print("deleting the account")
+    alice_id = user_id("alice", alice_token, context)
+    el(alice, "open-settings").click()
+    check(wait_until(5, lambda: el(alice, "delete-account").is_displayed()), "the settings panel offers to delete the account")
+    el(alice, "delete-password").send_keys("a new horse battery")
+    el(alice, "delete-erase").click()
+    el(alice, "delete-account").click()
+    check(el(alice, "settings").is_displayed() and not alice.execute_script("return document.getElementById('delete-confirm').checkValidity()"),
+          "nothing is deleted until she ticks that it cannot be undone")
+    el(alice, "delete-confirm").click()
+    el(alice, "delete-account").click()
+    check(wait_until(30, lambda: el(alice, "signin").is_displayed() and "deleted" in el(alice, "signin-error").text),
+          "she deletes her account, erasing her messages: the page is back at the sign-in form and says so",
+          el(alice, "settings-error").text + el(alice, "signin-error").text)
+    check(alice.execute_script("return localStorage.getItem('parley.token')") is None, "the page forgot her token")
+    check(call("GET", port, "/v1/users/me", token=alice_token, context=context)[0] == 401, "her token is refused")
+    status, history = call("GET", port, f"/v1/conversations/{direct}/messages?after=0&limit=200", token=(bobs or {}).get("token"), context=context)
+    hers = [m for m in (history or {}).get("messages", []) if m["senderId"] == alice_id]
+    check(status == 200 and hers and all(m.get("erased") is True and m["text"] == "" for m in hers),
+          "Bob's history of their chat holds each of her messages as a tombstone", f"{status} {hers[:2]}")
+    status, profile = call("GET", port, f"/v1/users/{alice_id}", token=(bobs or {}).get("token"), context=context)
+    check(status == 200 and profile.get("deleted") is True, "her profile reads as a deleted account", profile)
 
 
 if __name__ == "__main__":

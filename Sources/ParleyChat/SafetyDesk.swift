@@ -136,7 +136,8 @@ public distributed actor SafetyDesk {
             for deletion in unfinished {
                 do {
                     system.logger.notice("finishing an account deletion left unfinished", metadata: ["user.id": "\(deletion.userId)"])
-                    _ = try await UserActor.resolve(deletion.userId, using: system).deleteAccount(erase: deletion.erase)
+                    let user = try UserActor.resolve(deletion.userId, using: system)
+                    _ = try await ClusterSystem.withCallTimeout(UserActor.deletionTimeout) { try await user.deleteAccount(erase: deletion.erase) }
                 } catch {
                     system.logger.warning("an account deletion is still unfinished; the next sweep tries again", metadata: [
                         "user.id": "\(deletion.userId)", "error": "\(error)",

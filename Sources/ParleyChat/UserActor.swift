@@ -514,6 +514,14 @@ extension UserActor {
         return try await task.value
     }
 
+    /// How long a deletion's call to leave one conversation may take: erasing 100,000 messages in
+    /// one conversation takes about a minute (docs/BENCHMARKS.md).
+    public static let deletionStepTimeout: Duration = .seconds(600)
+
+    /// How long a caller waits for ``deleteAccount(erase:)``: each of thousands of conversations
+    /// takes milliseconds, so hours would be a deletion that is stuck, not slow.
+    public static let deletionTimeout: Duration = .seconds(3600)
+
     private func delete(erase: Bool) async throws -> AccountDeletion {
         let me = UserID(rawValue: id.key)
         let leasesEnd = actorSystem.clock.now.advanced(by: Self.authenticationLease)
@@ -541,7 +549,8 @@ extension UserActor {
                 guard left.insert(record.id).inserted else {
                     throw ChatError(.unavailable, "conversation \(record.id) still lists the account as a member; the deletion is tried again")
                 }
-                try await ConversationActor.resolve(record.id, using: actorSystem).accountDeleted(me, erase: deletion.erase)
+                let conversation = try ConversationActor.resolve(record.id, using: actorSystem)
+                try await ClusterSystem.withCallTimeout(Self.deletionStepTimeout) { try await conversation.accountDeleted(me, erase: deletion.erase) }
                 services.checkpoint("deletion.left")
             }
         }

@@ -13,7 +13,7 @@ extension ClusterSystem {
     /// anything, inside ``retriedByCaller(_:)``: that caller's own loop retries.
     func call(_ id: ClusterActorID, target: String, arguments: [[UInt8]]) async -> ReplyEnvelope.Outcome {
         let started = clock.now
-        let deadline = started.advanced(by: settings.callTimeout)
+        let deadline = started.advanced(by: Self.longCallTimeout ?? settings.callTimeout)
         var failures = 0
         var lastProblem = ClusterCallError(code: .unavailable, message: "no worker is up to own \(id)")
         if let node = id.node, node != settings.name, !isLiveMember(node) {
@@ -61,6 +61,15 @@ extension ClusterSystem {
     }
 
     @TaskLocal static var callerRetries = false
+
+    /// Runs `body` with each call it makes given `timeout` instead of the call timeout: for a call
+    /// that does long work before it answers (an account's deletion, erasing a large
+    /// conversation), whose caller waits for it. A callee that dies still fails the call at once.
+    public static func withCallTimeout<T>(_ timeout: Duration, _ body: () async throws -> T) async rethrows -> T {
+        try await $longCallTimeout.withValue(timeout, operation: body)
+    }
+
+    @TaskLocal static var longCallTimeout: Duration?
 
     enum Attempt {
         case sent(ReplyEnvelope.Outcome)

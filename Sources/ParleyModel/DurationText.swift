@@ -1,5 +1,5 @@
 /// A duration as an operator writes one in a flag or an environment variable: a number and a
-/// unit — `250us` (or `µs`), `50ms`, `20s`, `5m`, `1h` — or a plain number, which is seconds.
+/// unit — `250us` (or `µs`), `50ms`, `20s`, `5m`, `1h`, `30d` — or a plain number, which is seconds.
 public enum DurationText {
     /// The duration `text` names, or nil: not a number, negative, not finite, an unknown unit, or
     /// longer than a year (no setting of Parley's is, and the bound keeps the arithmetic exact).
@@ -14,6 +14,7 @@ public enum DurationText {
         case "us", "µs": seconds = value / 1_000_000
         case "m", "min": seconds = value * 60
         case "h": seconds = value * 3_600
+        case "d": seconds = value * 86_400
         default: return nil
         }
         guard seconds <= 366 * 86_400 else { return nil }
@@ -34,7 +35,7 @@ public enum DurationText {
 
     /// The message for a value that is not a duration, naming where it came from.
     public static func problem(_ text: String, source: String) -> String {
-        "\(source) '\(text)' is not a duration: a number and a unit (us, ms, s, m, h), e.g. 30s or 500ms; a plain number is seconds"
+        "\(source) '\(text)' is not a duration: a number and a unit (us, ms, s, m, h, d), e.g. 30s or 500ms; a plain number is seconds"
     }
 }
 

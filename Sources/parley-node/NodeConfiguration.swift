@@ -123,7 +123,7 @@ struct NodeConfiguration {
         self.eventLoops = try wholeNumber(run.eventLoops, "--event-loops", "PARLEY_EVENT_LOOPS", in: 1...256)
         self.handleQuarantine = try duration(
             [(run.handleQuarantine, "--handle-quarantine"), (environment["PARLEY_HANDLE_QUARANTINE"], "PARLEY_HANDLE_QUARANTINE")],
-            in: .zero ... .seconds(3660 * 86_400)) ?? AccountDeletion.defaultHandleQuarantine
+            in: .zero ... .seconds(366 * 86_400)) ?? AccountDeletion.defaultHandleQuarantine
         self.commitInterval = try duration(
             [(run.commitInterval, "--commit-interval"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")], in: .zero ... .milliseconds(100))
 

@@ -157,7 +157,8 @@ extension Gateway {
                 throw APIError(.forbidden, "forbidden", "the password is wrong")
             }
         }
-        let deletion = try await user.deleteAccount(erase: erase)
+        // Answered once complete: the call waits as long as a deletion may take.
+        let deletion = try await ClusterSystem.withCallTimeout(UserActor.deletionTimeout) { try await user.deleteAccount(erase: erase) }
         logger.notice("account deleted", metadata: ["user.id": "\(caller.id)", "deletion.erase": "\(deletion.erase)"])
         return Response(status: .noContent)
     }

@@ -162,13 +162,16 @@ $('delete-account-form').addEventListener('submit', async (event) => {
   $('settings-result').textContent = '';
   $('settings-error').textContent = '';
   const erase = $('delete-erase').checked;
+  // The deletion ends this page's stream, whose reconnection would be refused (401) and reload
+  // the page before the answer: it stops first, and starts again if the deletion is refused.
+  state.stream?.stop();
   try {
     await api.request('DELETE', `/v1/users/me?erase=${erase}`, { password: $('delete-password').value });
   } catch (error) {
     $('settings-error').textContent = error.message;
+    state.stream?.start();
     return;
   }
-  state.stream?.stop();
   state.outbox?.close();
   localStorage.removeItem('parley.token');
   localStorage.removeItem('parley.me');
