@@ -308,6 +308,33 @@ def main():
             check(wait_until(30, lambda: erased_told() >= victims), f"{title}: webhooks get message.erased for each erased message",
                   len(victims - erased_told()))
 
+    print("-- the parley CLI", flush=True)
+    parley = os.path.join(os.path.dirname(NODE), "parley")
+    tag = uuid.uuid4().hex[:6]
+    cli_env = dict(os.environ, PARLEY_CONFIG=os.path.join(WORK, "parley-cli.json"), PARLEY_CA=CA,
+                   PARLEY_URLS=f"https://localhost:{nodes.client['gateway-1']}", PARLEY_PASSWORD="erin-password",
+                   PARLEY_ADMIN_TOKEN=env["PARLEY_ADMIN_TOKEN"])
+
+    def cli(*args):
+        return subprocess.run([parley, *args], env=cli_env, capture_output=True, text=True, timeout=120)
+    reg = cli("register", f"erin-{tag}", "--display-name", "Erin")
+    status, friend = api("POST", "/v1/users", {"handle": f"fred-{tag}", "password": "fred-password", "displayName": "Fred"})
+    new = cli("new", f"fred-{tag}", "--json")
+    direct = json.loads(new.stdout)["id"] if new.returncode == 0 else "none"
+    sent = [cli("send", direct, f"erin {index}") for index in range(3)]
+    check(reg.returncode == 0 and new.returncode == 0 and all(r.returncode == 0 for r in sent), "Erin registers, starts a chat and sends with the CLI",
+          reg.stderr + new.stderr + "".join(r.stderr for r in sent))
+    erased = cli("admin", "erase", direct, "2")
+    page = api("GET", f"/v1/conversations/{direct}/messages?after=0&limit=10", token=friend["token"])[1]["messages"]
+    check(erased.returncode == 0 and [m.get("erased") for m in page] == [None, True, None] and page[1]["text"] == "",
+          "parley admin erase makes one message a tombstone", erased.stdout + erased.stderr + str(page))
+    unsure = cli("delete-account")
+    check(unsure.returncode != 0 and "--yes" in unsure.stderr, "parley delete-account asks for --yes", unsure.stdout + unsure.stderr)
+    deleted = cli("delete-account", "--yes", "--erase")
+    page = api("GET", f"/v1/conversations/{direct}/messages?after=0&limit=10", token=friend["token"])[1]["messages"]
+    check(deleted.returncode == 0 and "deleted" in deleted.stdout and all(m.get("erased") for m in page) and cli("sessions").returncode != 0,
+          "parley delete-account --yes --erase deletes the account and erases its messages", deleted.stdout + deleted.stderr + str(page))
+
     print("-- a bot", flush=True)
     admin = env["PARLEY_ADMIN_TOKEN"]
     status, bot = api("POST", "/v1/bots", {"handle": f"bot-{uuid.uuid4().hex[:6]}", "displayName": "Bot"}, admin)

@@ -514,8 +514,9 @@ extension UserActor {
         return try await task.value
     }
 
-    /// How long a deletion's call to leave one conversation may take: erasing 100,000 messages in
-    /// one conversation takes about a minute (docs/BENCHMARKS.md).
+    /// How long a deletion's call to leave one conversation may take: with `erase`, leaving reads
+    /// and erases the conversation's messages 200 per store transaction first, far longer than an
+    /// ordinary call's timeout for a conversation of many thousands.
     public static let deletionStepTimeout: Duration = .seconds(600)
 
     /// How long a caller waits for ``deleteAccount(erase:)``: each of thousands of conversations
