@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 
-from e2e_lib import Checks, Nodes, call, conclude, free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, conclude, free_ports, issue_certificates, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -243,6 +243,7 @@ def main():
             check(refused == [403, 400] and api("GET", "/v1/users/me", token=token["victim"])[0] == 200,
                   f"{title}: a wrong password is 403, none 400, and the account stays", refused)
             check(api("DELETE", "/v1/users/me?erase=maybe", {"password": "victim-password"}, token["victim"])[0] == 400, f"{title}: erase must be true or false")
+        cursor_before = streams["bob"].cursor
         try:
             status, reply = api("DELETE", f"/v1/users/me?erase={'true' if erase else 'false'}", {"password": "victim-password"}, token["victim"])
         except Exception as error:
@@ -298,6 +299,14 @@ def main():
             check({d["conversation"]["id"] for d in removed} >= set(shared[who]), f"{title}: {who} hears the user left each shared conversation")
             check(not stream.repeated(), f"{title}: {who}'s stream wrote each message once per connection", stream.repeated()[:5])
             stream.close()
+        if round_number == 0:
+            # An app that was away resumes from before the deletion: the replay tells each erasure.
+            resumed = EventStream(nodes.client["gateway-2"], token["bob"], context, cursor=cursor_before)
+            resumed.start()
+            replayed = resumed.ready.wait(30) and {(d["message"]["conversationId"], d["message"]["seq"]) for _, d in resumed.of("message_erased")}
+            resumed.close()
+            check(replayed and replayed >= {k for k in victims if k[0] in shared["bob"]},
+                  f"{title}: a stream resumed from before the deletion replays a message_erased for each of the user's messages")
         told = [r for r in received() if r["type"] == "user.deleted" and r["userId"] == uid["victim"]]
         check(wait_until(30, lambda: len({r["id"] for r in received() if r["type"] == "user.deleted" and r["userId"] == uid["victim"]}) == 1),
               f"{title}: webhooks get user.deleted, under one ID", told)

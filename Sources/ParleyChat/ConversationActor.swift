@@ -628,37 +628,48 @@ public distributed actor ConversationActor {
     }
 
     /// `user` deleted their account (``UserActor/deleteAccount(erase:)``): they leave, from a
-    /// direct conversation too, as a member who leaves a group does. Nothing if they are not a
-    /// member (any more).
+    /// direct conversation too, as a member who leaves a group does — with `erase`, after each of
+    /// their messages became a tombstone. Asked again once they left (a deletion run again after
+    /// a crash), it hands on again what the members may not have heard: the departure and the
+    /// tombstones.
     public distributed func accountDeleted(_ user: UserID, erase: Bool) async throws {
-        guard try state.record.member(user) != nil else { return }
-        if erase {
-            // A page at a time, each its own store transaction: sends go on in between.
-            let conversation = try state.id
-            var after: Int64 = 0
-            var uploads: Set<MediaID> = []
-            while after < (try state.record.lastSeq) {
-                let page = try await services.withStore { try await $0.messages(in: conversation, after: after, limit: Self.erasureBatch) }
-                guard let last = page.last else { break }
-                let theirs = page.filter { $0.senderId == user && $0.erased != true }.map(\.seq)
-                if !theirs.isEmpty {
-                    for original in try await self.erase(theirs) { uploads.formUnion(original.attachments?.map(\.media.id) ?? []) }
-                }
-                // Erased already: by this deletion, run again because an owner died between an
-                // erasure's commit and its fan-out (too long ago for a new owner to hand it on), or
-                // by an operator. Handed on again; a client applies a tombstone twice harmlessly.
-                let now = actorSystem.clock.wallNow
-                for message in page where message.senderId == user && message.erased == true {
-                    fanOut?.publish(.erasure(Erasure(message: message, at: now)), members: memberIDs)
-                }
-                after = last.seq
-            }
-            // Only they could attach their uploads, and every message of theirs is erased (or
-            // will be, in the conversations their deletion has yet to reach).
-            let released = Array(uploads)
-            try await services.withStore { try await $0.releaseMedia(released) }
+        let wasMember = try state.record.member(user) != nil
+        if erase { try await eraseAll(of: user) }
+        if wasMember {
+            try await removed(user)
+        } else {
+            let record = try state.record
+            let at = actorSystem.clock.wallNow.millisecondPrecision
+            fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .memberRemoved, at: at)), members: memberIDs)
         }
-        try await removed(user)
+    }
+
+    /// Erases every message of `user` here, a page at a time, each its own store transaction
+    /// (sends go on in between), and releases the uploads they carried.
+    private func eraseAll(of user: UserID) async throws {
+        let conversation = try state.id
+        var after: Int64 = 0
+        var uploads: Set<MediaID> = []
+        while after < (try state.record.lastSeq) {
+            let page = try await services.withStore { try await $0.messages(in: conversation, after: after, limit: Self.erasureBatch) }
+            guard let last = page.last else { break }
+            let theirs = page.filter { $0.senderId == user && $0.erased != true }.map(\.seq)
+            if !theirs.isEmpty {
+                for original in try await self.erase(theirs) { uploads.formUnion(original.attachments?.map(\.media.id) ?? []) }
+            }
+            // Erased already: by this deletion, run again because an owner died between an
+            // erasure's commit and its fan-out (too long ago for a new owner to hand it on), or
+            // by an operator. Handed on again; a client applies a tombstone twice harmlessly.
+            let now = actorSystem.clock.wallNow
+            for message in page where message.senderId == user && message.erased == true {
+                fanOut?.publish(.erasure(Erasure(message: message, at: now)), members: memberIDs)
+            }
+            after = last.seq
+        }
+        // Only they could attach their uploads, and every message of theirs is erased (or will
+        // be, in the conversations their deletion has yet to reach).
+        let released = Array(uploads)
+        try await services.withStore { try await $0.releaseMedia(released) }
     }
 
     /// Messages one step of an erasure reads and erases: one store transaction each.

@@ -555,6 +555,16 @@ extension UserActor {
                 services.checkpoint("deletion.left")
             }
         }
+        if !finishedBefore, deletion.requestedAt < now.millisecondPrecision {
+            // Run again: a conversation left before the crash may have had its owner die with it,
+            // before the members heard of the departure and the tombstones. It hands them on again.
+            let since = deletion.requestedAt.addingTimeInterval(-0.001)
+            let earlier = try await services.withStore { try await $0.durableChanges(for: me, since: since) }.removals.map(\.conversation.id)
+            for id in Set(earlier).subtracting(left).sorted() {
+                let conversation = try ConversationActor.resolve(id, using: actorSystem)
+                try await ClusterSystem.withCallTimeout(Self.deletionStepTimeout) { try await conversation.accountDeleted(me, erase: deletion.erase) }
+            }
+        }
         let finishedAt = actorSystem.clock.wallNow
         try await services.withStore { try await $0.finishDeletion(of: me, at: finishedAt) }
         deletion.finishedAt = deletion.finishedAt ?? finishedAt.millisecondPrecision
