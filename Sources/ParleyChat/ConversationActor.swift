@@ -127,7 +127,7 @@ public distributed actor ConversationActor {
             let cursors = services.webhooks == nil ? [] : try await services.store.webhookCursors(in: conversation)
             let windowStart = system.clock.wallNow.addingTimeInterval(-services.delivery.recoveryWindow.seconds)
             let recent = try await recentMessages(of: record, since: windowStart, store: services.store)
-            let erased = try await services.store.erasures(in: conversation, since: windowStart, limit: Self.republishMax)
+            let erased = try await services.store.erasures(in: conversation, since: windowStart, limit: Self.republishErasuresMax)
             let changes = try await services.store.recentChanges(in: conversation, since: windowStart)
             let blocks = try await services.store.blocks(among: record.members.map(\.userId))
             return ConversationActor(
@@ -404,6 +404,10 @@ public distributed actor ConversationActor {
     /// At most this many of the latest messages go out again in ``republishRecent(since:)``.
     static let republishMax = 100
 
+    /// At most this many of the latest erasures go out again: an account's erasure commits 200
+    /// a transaction, and its owner may die with several transactions' worth not handed on.
+    static let republishErasuresMax = 10_000
+
     /// Publishes this conversation's messages committed after `since` again (at most the last
     /// ``republishMax``), then its erasures and changes of name and members since: its previous owner left the ring and may have died between committing
     /// them and handing them to the gateways (``ConversationRecovery``). Streams drop a seq they
@@ -412,7 +416,7 @@ public distributed actor ConversationActor {
         guard let current = loaded else { return 0 }
         let conversation = current.id
         let recent = try await services.withStore { try await Self.recentMessages(of: current.record, since: since, store: $0) }
-        let erased = try await services.withStore { try await $0.erasures(in: conversation, since: since, limit: Self.republishMax) }
+        let erased = try await services.withStore { try await $0.erasures(in: conversation, since: since, limit: Self.republishErasuresMax) }
         let changes = try await services.withStore { try await $0.recentChanges(in: conversation, since: since) }
         for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
         if let record = loaded?.record { Self.publishAgain(erased, changes, of: record, through: fanOut) }

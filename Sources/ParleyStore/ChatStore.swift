@@ -93,7 +93,7 @@ public protocol ChatStore: Sendable {
     /// that do not exist).
     func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message]
 
-    /// The conversation's erasures after `since`, oldest first, at most `limit`: what an owner
+    /// The conversation's erasures after `since`, oldest first, the latest `limit` of them: what an owner
     /// that takes the conversation over hands the gateways again (its predecessor may have died
     /// between an erasure's commit and its fan-out).
     func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure]

@@ -221,7 +221,7 @@ public final class InMemoryChatStore: ChatStore {
 
     public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
         state.withLock { state in
-            Array((state[id]?.erasures ?? []).filter { $0.at > since }.sorted { ($0.at, $0.message.seq) < ($1.at, $1.message.seq) }.prefix(max(0, limit)))
+            Array((state[id]?.erasures ?? []).filter { $0.at > since }.sorted { ($0.at, $0.message.seq) < ($1.at, $1.message.seq) }.suffix(max(0, limit)))
         }
     }
 

@@ -1118,8 +1118,9 @@ public final class PostgresChatStore: ChatStore {
             try await fetchErasures(
                 """
                 SELECT conversation_id, seq, sender_id, client_message_id, sent_at, erased_at FROM erasures
-                WHERE conversation_id = \(id.rawValue) AND erased_at > \(since.millisecondsSince1970) ORDER BY erased_at, seq LIMIT \(max(0, limit))
-                """)
+                WHERE conversation_id = \(id.rawValue) AND erased_at > \(since.millisecondsSince1970) ORDER BY erased_at DESC, seq DESC LIMIT \(max(0, limit))
+                """
+            ).reversed()
         }
     }
 

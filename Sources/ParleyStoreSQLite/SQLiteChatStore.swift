@@ -1215,9 +1215,9 @@ public final class SQLiteChatStore: ChatStore {
     public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
         try await read { db in
             try Row.fetchAll(
-                db, sql: "SELECT * FROM erasures WHERE conversation_id = ? AND erased_at > ? ORDER BY erased_at, seq LIMIT ?",
+                db, sql: "SELECT * FROM erasures WHERE conversation_id = ? AND erased_at > ? ORDER BY erased_at DESC, seq DESC LIMIT ?",
                 arguments: [id.rawValue, since.millisecondsSince1970, max(0, limit)]
-            ).map(Self.erasure(from:))
+            ).map(Self.erasure(from:)).reversed()
         }
     }
 

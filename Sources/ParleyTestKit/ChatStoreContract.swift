@@ -501,7 +501,7 @@ public enum ChatStoreContract {
             try check(try await store.durableChanges(for: me, since: t0.addingTimeInterval(20)).erasures.isEmpty, "none after")
             try check(try await store.durableChanges(for: UserID.make(), since: t0).erasures.isEmpty, "a stranger's resume")
             try check(try await store.erasures(in: id, since: t0.addingTimeInterval(10), limit: 10) == resumed, "the conversation's, for a new owner")
-            try check(try await store.erasures(in: id, since: t0.addingTimeInterval(10), limit: 1) == [resumed[0]], "at most the limit")
+            try check(try await store.erasures(in: id, since: t0.addingTimeInterval(10), limit: 1) == [resumed[1]], "the latest, at most the limit")
             try check(try await store.erasures(in: id, since: t0.addingTimeInterval(20), limit: 10).isEmpty, "none after")
             try check(try await store.eraseMessages(in: id, seqs: [2], epoch: epoch, at: t0.addingTimeInterval(30)).isEmpty, "erasing again erases nothing")
             try check(try await store.durableChanges(for: me, since: t0.addingTimeInterval(25)).erasures.isEmpty, "and records nothing")

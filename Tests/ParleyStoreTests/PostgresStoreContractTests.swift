@@ -45,7 +45,9 @@ struct PostgresStoreContractTests {
         let session = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: nil)
         try await store.openSession(session)
         try await store.revokeToken(session.tokenId, expiresAt: session.expiresAt)
-        _ = try await store.beginDeletion(of: user, erase: false, at: Date())
+        let gone = UserID.make()
+        try await store.createUser(StoredUser(user: User(id: gone, handle: "gone-\(gone.rawValue.suffix(8))", displayName: "G", createdAt: Date()), passwordHash: "h1"))
+        _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         for statement in [
             "UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL",
             "DROP INDEX removals_by_conversation", "DROP INDEX users_deletions_unfinished", "DROP INDEX users_deletions_owing_webhooks",
@@ -66,6 +68,7 @@ struct PostgresStoreContractTests {
         #expect(try await store.block(Block(blocker: user, blocked: .make()), at: Date()))
         let report = Report(id: .make(), reporterId: user, userId: .make(), conversationId: nil, seq: nil, reason: .spam, note: nil, message: nil, createdAt: Date())
         #expect(try await store.fileReport(report).created)
-        #expect(try await store.beginDeletion(of: user, erase: true, at: Date())?.erase == true)
+        #expect(try await store.user(id: gone)?.passwordHash == "!", "a deleted account cannot sign in after the undo")
+        #expect(try await store.beginDeletion(of: gone, erase: true, at: Date())?.erase == true)
     }
 }
