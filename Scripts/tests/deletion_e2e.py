@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 
-from e2e_lib import Checks, EventStream, Nodes, call, conclude, free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, conclude, issue_certificates, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,7 +46,7 @@ WORKERS = ["worker-1", "worker-2"]
 GATEWAYS = ["gateway-1", "gateway-2"]
 check = Checks()
 nodes = Nodes(NODE, WORK, TLS, WORKERS + GATEWAYS, seeds=WORKERS)
-HOOKS = free_ports(1)[0]
+HOOKS = nodes.other_port()
 receiver = {}
 # The steps a worker dies at, one round each (None: no fault). `erasure.batch:2`: after the second
 # erasure transaction of one worker, before its events go out.

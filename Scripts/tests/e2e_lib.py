@@ -86,6 +86,12 @@ class Nodes:
         self.seeds = ",".join(f"127.0.0.1:{self.cluster[n]}" for n in seeds)
         self.procs = {}
 
+    def other_port(self):
+        """A loopback port free now that is none of the nodes' (a second `free_ports` call may
+        return one of theirs: it releases what it found)."""
+        taken = {*self.cluster.values(), *self.ops.values(), *self.client.values()}
+        return next(port for port in free_ports(len(taken) + 1) if port not in taken)
+
     def start(self, name, env):
         roles = "gateway" if name.startswith("gateway") else "worker"
         log = open(self.log_path(name), "ab")

@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 
-from e2e_lib import Checks, EventStream, Nodes, free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, issue_certificates, wait_until
 from e2e_lib import call as https_call
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
@@ -37,7 +37,7 @@ CA = os.path.join(TLS, "ca.pem")
 check = Checks()
 NODES = ["worker-1", "worker-2", "gateway-1"]
 nodes = Nodes(NODE, WORK, TLS, NODES, seeds=["worker-1", "worker-2"])
-PUSH = free_ports(1)[0]
+PUSH = nodes.other_port()
 PUSH_URL = f"https://localhost:{PUSH}"
 CONTEXT = None
 SERVER = {}

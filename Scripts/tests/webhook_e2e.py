@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 
-from e2e_lib import Checks, EventStream, Nodes, call, free_ports, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, issue_certificates, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 DOWN_SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 60
@@ -41,7 +41,7 @@ ADMIN = "webhook-e2e-admin-token-0123"
 SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 check = Checks()
 nodes = Nodes(NODE, WORK, TLS, ["worker-1", "worker-2", "gateway-1"], seeds=["worker-1", "worker-2"])
-HOOKS = free_ports(1)[0]
+HOOKS = nodes.other_port()
 receiver = {}
 
 
