@@ -33,10 +33,9 @@ import threading
 import time
 import uuid
 
-from e2e_lib import Checks, EventStream, Nodes, call, conclude, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, conclude, issue_certificates, server_sent_events, start_webhook_receiver, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = tempfile.mkdtemp(prefix="parley-deletion.")
 TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
@@ -77,26 +76,14 @@ class ResumingStream(threading.Thread):
                 if self.cursor:
                     headers["Last-Event-ID"] = self.cursor
                 conn.request("GET", "/v1/events", headers=headers)
-                response = conn.getresponse()
-                event, event_id, data = None, None, []
-                while not self.stopped:
-                    line = response.fp.readline()
-                    if not line:
+                for event, event_id, data in server_sent_events(conn.getresponse()):
+                    if self.stopped:
                         break
-                    line = line.decode().rstrip("\n")
-                    if line.startswith("event: "):
-                        event = line[7:]
-                    elif line.startswith("id: "):
-                        event_id = line[4:]
-                    elif line.startswith("data: "):
-                        data.append(line[6:])
-                    elif line == "" and event:
-                        events.append((event, json.loads("\n".join(data)) if data else None))
-                        if event_id:
-                            self.cursor = event_id
-                        if event == "ready":
-                            self.ready.set()
-                        event, event_id, data = None, None, []
+                    events.append((event, data))
+                    if event_id:
+                        self.cursor = event_id
+                    if event == "ready":
+                        self.ready.set()
             except Exception:
                 pass
             time.sleep(0.5)
@@ -135,14 +122,6 @@ class ResumingStream(threading.Thread):
                 pass
 
 
-def start_receiver():
-    log = open(os.path.join(WORK, "receiver.log"), "ab")
-    receiver["proc"] = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port", str(HOOKS), "--cert", os.path.join(TLS, "hooks-client.pem"),
-         "--key", os.path.join(TLS, "hooks-client-key.pem"), "--secret", SECRET, "--out", RECEIVED],
-        stdout=log, stderr=subprocess.STDOUT)
-
-
 def received():
     if not os.path.exists(RECEIVED):
         return []
@@ -164,7 +143,7 @@ def main():
     with open(endpoints, "w") as f:
         json.dump({"endpoints": [{"name": "bots", "url": f"https://localhost:{HOOKS}/parley", "secret": SECRET,
                                   "events": ["user.deleted", "message.erased"]}]}, f)
-    start_receiver()
+    receiver["proc"] = start_webhook_receiver(WORK, TLS, HOOKS, SECRET, RECEIVED)
     env = {"PARLEY_TOKEN_SECRET": "deletion-e2e-token-secret-0123456789abcdef", "PARLEY_ADMIN_TOKEN": "deletion-e2e-admin-token-0123",
            "PARLEY_BCRYPT_COST": "4", "PARLEY_WEBHOOKS": endpoints, "PARLEY_WEBHOOK_CA": CA, "PARLEY_WEBHOOK_RETRY_MAX": "3s",
            "PARLEY_LOG_LEVEL": "debug"}

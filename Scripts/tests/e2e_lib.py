@@ -158,6 +158,38 @@ def call(method, port, path, body=None, token=None, context=None):
     return response.status, (json.loads(data) if data else None)
 
 
+def server_sent_events(response):
+    """The (event, id, data) of each server-sent event of `response` as it comes, until it ends;
+    `data` parsed as JSON, `id` None for an event without one."""
+    event, event_id, data = None, None, []
+    while True:
+        line = response.fp.readline()
+        if not line:
+            return
+        line = line.decode().rstrip("\n")
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+        elif line == "" and event:
+            yield event, event_id, json.loads("\n".join(data)) if data else None
+            event, event_id, data = None, None, []
+
+
+def start_webhook_receiver(work, tls, port, secret, out):
+    """webhook_receiver.py on `port` (HTTPS with the `hooks` client certificate of `tls`), checking
+    signatures under `secret` and appending what it gets to `out`; its output goes to
+    `work`/receiver.log. Returns the process, for its PID."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    log = open(os.path.join(work, "receiver.log"), "ab")
+    return subprocess.Popen(
+        [sys.executable, os.path.join(here, "webhook_receiver.py"), "--port", str(port), "--cert", os.path.join(tls, "hooks-client.pem"),
+         "--key", os.path.join(tls, "hooks-client-key.pem"), "--secret", secret, "--out", out],
+        stdout=log, stderr=subprocess.STDOUT)
+
+
 class EventStream(threading.Thread):
     """A user's event stream on a gateway, read in the background: `events` holds each
     (event, id, data) as it comes, `ready` is set at `ready`. Resumes from `cursor` if given."""
@@ -176,24 +208,10 @@ class EventStream(threading.Thread):
             if self.cursor:
                 headers["Last-Event-ID"] = self.cursor
             conn.request("GET", "/v1/events", headers=headers)
-            response = conn.getresponse()
-            event, event_id, data = None, None, []
-            while True:
-                line = response.fp.readline()
-                if not line:
-                    return
-                line = line.decode().rstrip("\n")
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("id: "):
-                    event_id = line[4:]
-                elif line.startswith("data: "):
-                    data.append(line[6:])
-                elif line == "" and event:
-                    self.events.append((event, event_id, json.loads("\n".join(data)) if data else None))
-                    if event == "ready":
-                        self.ready.set()
-                    event, event_id, data = None, None, []
+            for event, event_id, data in server_sent_events(conn.getresponse()):
+                self.events.append((event, event_id, data))
+                if event == "ready":
+                    self.ready.set()
         except Exception:
             return
 

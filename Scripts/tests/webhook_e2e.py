@@ -28,11 +28,10 @@ import tempfile
 import time
 import uuid
 
-from e2e_lib import Checks, EventStream, Nodes, call, issue_certificates, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, issue_certificates, start_webhook_receiver, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 DOWN_SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 60
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = tempfile.mkdtemp(prefix="parley-webhooks.")
 TLS = os.path.join(WORK, "tls")
 CA = os.path.join(TLS, "ca.pem")
@@ -46,11 +45,7 @@ receiver = {}
 
 
 def start_receiver():
-    log = open(os.path.join(WORK, "receiver.log"), "ab")
-    receiver["proc"] = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "webhook_receiver.py"), "--port", str(HOOKS), "--cert", os.path.join(TLS, "hooks-client.pem"),
-         "--key", os.path.join(TLS, "hooks-client-key.pem"), "--secret", SECRET, "--out", RECEIVED],
-        stdout=log, stderr=subprocess.STDOUT)
+    receiver["proc"] = start_webhook_receiver(WORK, TLS, HOOKS, SECRET, RECEIVED)
 
 
 def kill_receiver():

@@ -368,7 +368,10 @@ public struct WebhookLane: Sendable {
                 }
             case .storedReceipts:
                 head += 1
-                guard let told else { continue }
+                guard var told else { continue }
+                // Messages the owner committed since the catch-up was worked out wait behind this
+                // and will move their senders' own watermarks when told: those moves are no receipts.
+                for case .event(.message(let message)) in queue[head...] { told.apply(.message(message)) }
                 let receipts = told.receipts(in: record, now: wallNow)
                 queue.insert(contentsOf: receipts.map { Item.event($0) }, at: head)
             case .event(let event):

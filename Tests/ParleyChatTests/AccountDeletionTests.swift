@@ -10,27 +10,13 @@ import Testing
 @Suite(.serialized) struct AccountDeletionTests {
     static let (ann, bob, cat): (UserID, UserID, UserID) = ("u_ann", "u_bob", "u_cat")
 
-    func startCluster(_ endpoint: RecordingWebhookEndpoint, store: InMemoryChatStore) async throws -> LoopbackCluster {
-        try await registerUsers([Self.ann, Self.bob, Self.cat], in: store)
-        var fastRetries = WebhookPolicy()
-        fastRetries.retry = Backoff(first: .milliseconds(50), max: .milliseconds(200))
-        let policy = fastRetries
-        let endpoints = [
-            WebhookEndpoint(
-                name: "bots", url: "http://127.0.0.1:1/unused", secret: Array(repeating: 7, count: 32), types: [.userDeleted, .messageErased, .memberRemoved])
-        ]
-        let cluster = try LoopbackCluster { system, _ in
-            guard system.settings.roles.contains(.worker) else { return }
-            let sender = RecordingWebhookEndpoint.Sender(node: system.settings.name, endpoint: endpoint)
-            let services = ChatServices(store: store, webhooks: WebhookSettings(endpoints: endpoints, sender: sender, policy: policy), clock: ContinuousClock())
-            ConversationActor.register(on: system, services: services)
-            UserActor.register(on: system, services: services)
-            PresenceShard.register(on: system)
-            SafetyDesk.register(on: system, services: services)
-        }
-        for worker in ["node-a", "node-b"] { try await cluster.start(worker) }
-        try await cluster.waitForUp(["node-a", "node-b"])
-        return cluster
+    /// Two workers over a new store, delivering deletions' webhooks to a new endpoint.
+    func started() async throws -> (RecordingWebhookEndpoint, InMemoryChatStore, LoopbackCluster) {
+        let endpoint = RecordingWebhookEndpoint()
+        let store = InMemoryChatStore()
+        let cluster = try await startSafetyCluster(
+            users: [Self.ann, Self.bob, Self.cat], store: store, endpoint: endpoint, types: [.userDeleted, .messageErased, .memberRemoved])
+        return (endpoint, store, cluster)
     }
 
     /// A group Ann owns with Bob and Cat, and Ann's direct conversation with Bob; each member
@@ -49,24 +35,11 @@ import Testing
         return (group, direct)
     }
 
-    func refusal(_ body: () async throws -> Void) async -> String? {
-        do {
-            try await body()
-            return nil
-        } catch let error as ClusterCallError {
-            return "\(error.code.rawValue): \(error.message)"
-        } catch {
-            return "\(error)"
-        }
-    }
-
     /// Deleted, Ann's tokens stop working, her profile reads as a deleted account, she leaves
     /// every conversation (a direct one too; her group passes to Bob), what she wrote stays for
     /// the others, and webhooks get `user.deleted` once, after each member_removed.
     @Test func aDeletionLeavesEveryConversationAndKeepsTheMessages() async throws {
-        let endpoint = RecordingWebhookEndpoint()
-        let store = InMemoryChatStore()
-        let cluster = try await startCluster(endpoint, store: store)
+        let (endpoint, store, cluster) = try await started()
         defer { Task { await cluster.stopAll() } }
         let system = cluster["node-a"]
         let (group, direct) = try await conversations(using: system)
@@ -111,9 +84,7 @@ import Testing
     /// the others' messages stay, her attached upload is released, and webhooks get
     /// `message.erased` for each of hers.
     @Test func anErasureLeavesTombstonesAndReleasesTheUploads() async throws {
-        let endpoint = RecordingWebhookEndpoint()
-        let store = InMemoryChatStore()
-        let cluster = try await startCluster(endpoint, store: store)
+        let (endpoint, store, cluster) = try await started()
         defer { Task { await cluster.stopAll() } }
         let system = cluster["node-a"]
         let (group, direct) = try await conversations(using: system)
@@ -144,9 +115,7 @@ import Testing
 
     /// A deletion cut short after its first step (the node died) is finished by the safety desk.
     @Test func theDeskFinishesADeletionLeftHalfDone() async throws {
-        let endpoint = RecordingWebhookEndpoint()
-        let store = InMemoryChatStore()
-        let cluster = try await startCluster(endpoint, store: store)
+        let (endpoint, store, cluster) = try await started()
         defer { Task { await cluster.stopAll() } }
         let system = cluster["node-b"]
         let (group, _) = try await conversations(using: system)
@@ -163,9 +132,7 @@ import Testing
     /// An operator's erasure goes through the conversation's order: the message is a tombstone,
     /// its upload released unless another message not erased carries it; again, nothing changes.
     @Test func anOperatorErasesOneMessage() async throws {
-        let endpoint = RecordingWebhookEndpoint()
-        let store = InMemoryChatStore()
-        let cluster = try await startCluster(endpoint, store: store)
+        let (endpoint, store, cluster) = try await started()
         defer { Task { await cluster.stopAll() } }
         let system = cluster["node-a"]
         let (group, _) = try await conversations(using: system)

@@ -51,16 +51,6 @@ import Testing
         func send(_ text: String, from sender: UserID, to id: ConversationID, cmid: String = UUID().uuidString) async throws -> Message {
             try await ConversationActor.resolve(id, using: system).send(SendMessage(senderId: sender, clientMessageId: cmid, text: text)).message
         }
-        func refusal(_ body: () async throws -> Void) async -> String? {
-            do {
-                try await body()
-                return nil
-            } catch let error as ClusterCallError {
-                return "\(error.code.rawValue): \(error.message)"
-            } catch {
-                return "\(error)"
-            }
-        }
         let before = UUID().uuidString
         _ = try await send("hi ann", from: Self.bob, to: direct, cmid: before)
         _ = try await send("hi all", from: Self.bob, to: group)

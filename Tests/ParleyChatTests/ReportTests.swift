@@ -11,23 +11,7 @@ import Testing
     static let (ann, bob, cat): (UserID, UserID, UserID) = ("u_ann", "u_bob", "u_cat")
 
     func startCluster(_ endpoint: RecordingWebhookEndpoint, store: InMemoryChatStore) async throws -> LoopbackCluster {
-        try await registerUsers([Self.ann, Self.bob, Self.cat], in: store)
-        var fastRetries = WebhookPolicy()
-        fastRetries.retry = Backoff(first: .milliseconds(50), max: .milliseconds(200))
-        let policy = fastRetries
-        let endpoints = [WebhookEndpoint(name: "moderation", url: "http://127.0.0.1:1/unused", secret: Array(repeating: 7, count: 32), types: [.reportCreated])]
-        let cluster = try LoopbackCluster { system, _ in
-            guard system.settings.roles.contains(.worker) else { return }
-            let sender = RecordingWebhookEndpoint.Sender(node: system.settings.name, endpoint: endpoint)
-            let services = ChatServices(store: store, webhooks: WebhookSettings(endpoints: endpoints, sender: sender, policy: policy), clock: ContinuousClock())
-            ConversationActor.register(on: system, services: services)
-            UserActor.register(on: system, services: services)
-            PresenceShard.register(on: system)
-            SafetyDesk.register(on: system, services: services)
-        }
-        for worker in ["node-a", "node-b"] { try await cluster.start(worker) }
-        try await cluster.waitForUp(["node-a", "node-b"])
-        return cluster
+        try await startSafetyCluster(users: [Self.ann, Self.bob, Self.cat], store: store, endpoint: endpoint, types: [.reportCreated])
     }
 
     /// A report names a message of the reported user in a conversation the reporter is in, keeps

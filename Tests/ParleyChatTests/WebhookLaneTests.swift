@@ -86,6 +86,25 @@ import Testing
         #expect(lane.told == WebhookTold(current))
     }
 
+    /// Messages committed while a new conversation's creation is being told wait behind the
+    /// catch-up's watermarks: their senders' own reads are not told as receipts before them.
+    @Test func messagesCommittedDuringTheFirstCatchUpAreNotToldAsReceipts() {
+        var lane = WebhookLane(types: Set(WebhookEventType.allCases), policy: policy, told: nil, owed: true)
+        guard case .deliver(.created) = lane.next(record: record(), now: at(0), wallNow: wall) else {
+            Issue.record("the creation goes first")
+            return
+        }
+        var members = record().members
+        for (index, sender) in [alice, bob].enumerated() {
+            lane.record(.message(message(Int64(index + 1), from: sender)))
+            let position = members.firstIndex { $0.userId == sender } ?? 0
+            (members[position].deliveredSeq, members[position].readSeq) = (Int64(index + 1), Int64(index + 1))
+        }
+        lane.delivered()
+        let now = record(lastSeq: 2, members: members)
+        #expect(drain(&lane, now).map(\.type) == [.messageCreated, .messageCreated], "no receipt: each sender read only their own message")
+    }
+
     @Test func aCatchUpTellsWhatChangedAsTheStateItLeft() {
         let told = WebhookTold(record(lastSeq: 1, members: [ConversationMember(userId: alice, role: .owner), ConversationMember(userId: bob, role: .member, deliveredSeq: 1)]))
         let current = record(
