@@ -126,8 +126,14 @@ public distributed actor SafetyDesk {
     /// Delivers the webhooks the store says are owed and finishes the deletions it says are
     /// unfinished (a desk that took over from a node that died, or a sweep).
     public distributed func resume() async throws {
-        for report in try await services.withStore({ try await $0.reportsOwingWebhooks(limit: 10_000) }) { deliverWebhooks(of: report) }
-        for deletion in try await services.withStore({ try await $0.deletionsOwingWebhooks(limit: 10_000) }) { deliverWebhooks(of: deletion) }
+        // What no endpoint subscribes to stays owed, unread, until one does.
+        let subscribed = Set(services.webhooks?.endpoints.flatMap(\.types) ?? [])
+        if subscribed.contains(.reportCreated) {
+            for report in try await services.withStore({ try await $0.reportsOwingWebhooks(limit: 10_000) }) { deliverWebhooks(of: report) }
+        }
+        if subscribed.contains(.userDeleted) {
+            for deletion in try await services.withStore({ try await $0.deletionsOwingWebhooks(limit: 10_000) }) { deliverWebhooks(of: deletion) }
+        }
         let unfinished = try await services.withStore { try await $0.unfinishedDeletions(limit: 1_000) }
         guard !unfinished.isEmpty, !finishing else { return }
         finishing = true

@@ -96,6 +96,9 @@ extension WireReader {
             senderId: UserID(rawValue: try read(String.self)), clientMessageId: try read(String.self), text: try read(String.self),
             sentAt: try read(Date.self), attachments: try readAttachments())
         message.id = id
+        // No send makes a message of neither text nor files (`invalid_request`): one is a
+        // tombstone (``Message/tombstone``), which this form has no other place to mark.
+        if message.text.isEmpty, message.attachments == nil { message.erased = true }
         return message
     }
 

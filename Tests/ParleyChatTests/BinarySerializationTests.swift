@@ -56,6 +56,8 @@ private struct Shapes: Codable, Equatable {
         let at = Date(millisecondsSince1970: 1_800_000_000_123)
         let message = Message(conversationId: "c_1", seq: 7, senderId: ann, clientMessageId: UUID().uuidString, text: "hi\n\"there\"", sentAt: at)
         #expect(try roundTrip(SendResult(message: message, created: true)) == SendResult(message: message, created: true))
+        #expect(try roundTrip(SendResult(message: message.tombstone, created: false)) == SendResult(message: message.tombstone, created: false),
+                "a retry of an erased message's send gets its tombstone")
         let record = ConversationRecord(
             id: "c_1", kind: .group, name: nil, ownerId: ann, lastSeq: 7, createdAt: at,
             members: [ConversationMember(userId: ann, role: .owner), ConversationMember(userId: ben, role: .member, deliveredSeq: 3, readSeq: 2)])
@@ -65,8 +67,10 @@ private struct Shapes: Codable, Equatable {
             EventDelivery(event: .typing(TypingEvent(conversationId: "c_1", userId: ann, typing: true)), recipients: [ben]),
             EventDelivery(event: .conversation(ConversationChange(conversation: record, change: .memberAdded, at: at)), recipients: []),
             EventDelivery(event: .presence(Presence(userId: ann, status: .offline, lastSeenAt: at)), recipients: [ben]),
+            EventDelivery(event: .message(message.tombstone), recipients: [ben]),
+            EventDelivery(event: .erasure(Erasure(message: message, at: at)), recipients: [ann, ben]),
         ]
-        #expect(try roundTrip(deliveries) == deliveries)
+        #expect(try roundTrip(deliveries) == deliveries, "an erased message keeps its mark")
         let directory: [String: [UserID]] = ["gateway-1": [ann, ben], "gateway-2": []]
         #expect(try roundTrip(directory) == directory)
     }
@@ -75,7 +79,8 @@ private struct Shapes: Codable, Equatable {
     /// tag 2), and read back equal, whatever their text.
     @Test func theMessagePathUsesTheHandWrittenForms() throws {
         let at = Date(timeIntervalSince1970: 1_800_000_000.123_456)  // not whole milliseconds: kept exactly
-        let message = Message(conversationId: "c_1", seq: .max, senderId: "u_ann", clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: "", sentAt: at)
+        // A text no send makes (an empty one is a tombstone's: `theChatWireTypesReadBackAsWritten`).
+        let message = Message(conversationId: "c_1", seq: .max, senderId: "u_ann", clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: " ", sentAt: at)
         var odd = message
         odd.id = "an id that is not conversation:seq"
         let photo = Attachment(
