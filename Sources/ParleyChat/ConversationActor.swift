@@ -727,6 +727,7 @@ public distributed actor ConversationActor {
         for original in originals {
             let erasure = Erasure(message: original, at: at)
             if let webhooks, let record = loaded?.record { webhooks.record(.erased(erasure), record: record) }
+            fanOut?.pushes?.erased(erasure.message)
             fanOut?.publish(.erasure(erasure), members: memberIDs)
         }
         return originals

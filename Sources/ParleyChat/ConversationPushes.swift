@@ -71,6 +71,10 @@ final class ConversationPushes: Sendable {
         state.withLock { state in state.persisted = state.persisted.map { min($0, seq) } ?? seq }
     }
 
+    func erased(_ tombstone: Message) {
+        state.withLock { $0.planner.erased(tombstone) }
+    }
+
     func renamed(_ name: String) {
         state.withLock { $0.name = name }
     }

@@ -87,6 +87,13 @@ public struct PushPlanner: Sendable {
         return directives
     }
 
+    /// A message owed was erased: a notice of it tells of its tombstone, never of what it said.
+    public mutating func erased(_ tombstone: Message) {
+        for member in Array(owed.keys) where owed[member]?.latest.seq == tombstone.seq {
+            owed[member]?.latest = tombstone
+        }
+    }
+
     /// `member` read up to `seq`: nothing up to it is owed any more.
     public mutating func read(_ member: UserID, through seq: Int64) {
         coveredThrough[member] = max(coveredThrough[member, default: 0], seq)

@@ -40,6 +40,18 @@ import Testing
         #expect(planner.owedCount == 0 && planner.nextDue == nil)
     }
 
+    /// A message erased while its notice waits for the window is told of as its tombstone.
+    @Test func aMessageErasedWhileItsNoticeWaitsIsToldOfAsItsTombstone() {
+        var planner = PushPlanner(policy: policy)
+        #expect(planner.committed(message(1), offline: [bob], online: [], now: at(0)) == [.notify(bob, latest: message(1), count: 1)])
+        planner.notified(bob, through: 1, now: at(10))
+        #expect(planner.committed(message(2), offline: [bob], online: [], now: at(100)).isEmpty)
+        planner.erased(message(2).tombstone)
+        #expect(planner.tick(now: at(3_100)) == [.notify(bob, latest: message(2).tombstone, count: 1)])
+        let content = PushContent(latest: message(2).tombstone, count: 1, kind: .direct, conversationName: nil, senderName: "Alice", badge: 1, preview: .full)
+        #expect(content.body == "Message erased", "nothing of what it said: \(content.body)")
+    }
+
     @Test func whatAMemberReadOrSawOnAStreamIsNotOwed() {
         var planner = PushPlanner(policy: policy, read: [carol: 2])
         #expect(planner.committed(message(1), offline: [bob], online: [], now: at(0)) == [.notify(bob, latest: message(1), count: 1)])
