@@ -18,7 +18,6 @@ still taken, and `user.deleted` told once. A last round deletes without erasing:
 Every process it starts is recorded and stopped by its PID.
 """
 import base64
-import http.client
 import json
 import os
 import secrets
@@ -33,7 +32,7 @@ import threading
 import time
 import uuid
 
-from e2e_lib import Checks, EventStream, Nodes, call, conclude, issue_certificates, server_sent_events, start_webhook_receiver, wait_until
+from e2e_lib import Checks, EventStream, Nodes, call, conclude, issue_certificates, open_event_stream, server_sent_events, start_webhook_receiver, wait_until
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-deletion.")
@@ -69,14 +68,9 @@ class ResumingStream(threading.Thread):
             events = []
             self.connections.append(events)
             try:
-                conn = http.client.HTTPSConnection("localhost", self.port, context=self.context, timeout=60)
-                conn.connect()
+                conn, response = open_event_stream(self.port, self.token, self.context, self.cursor, timeout=60)
                 self.sock = conn.sock
-                headers = {"Authorization": f"Bearer {self.token}"}
-                if self.cursor:
-                    headers["Last-Event-ID"] = self.cursor
-                conn.request("GET", "/v1/events", headers=headers)
-                for event, event_id, data in server_sent_events(conn.getresponse()):
+                for event, event_id, data in server_sent_events(response):
                     if self.stopped:
                         break
                     events.append((event, data))

@@ -178,6 +178,19 @@ def server_sent_events(response):
             event, event_id, data = None, None, []
 
 
+def open_event_stream(port, token, context, cursor=None, timeout=120):
+    """`GET /v1/events` on localhost:`port` as `token`, resumed from `cursor` if given: the
+    connection (its socket is how a reader cuts it) and the response to read with
+    ``server_sent_events``."""
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=timeout)
+    conn.connect()
+    headers = {"Authorization": f"Bearer {token}"}
+    if cursor:
+        headers["Last-Event-ID"] = cursor
+    conn.request("GET", "/v1/events", headers=headers)
+    return conn, conn.getresponse()
+
+
 def start_webhook_receiver(work, tls, port, secret, out):
     """webhook_receiver.py on `port` (HTTPS with the `hooks` client certificate of `tls`), checking
     signatures under `secret` and appending what it gets to `out`; its output goes to
@@ -201,14 +214,9 @@ class EventStream(threading.Thread):
 
     def run(self):
         try:
-            conn = http.client.HTTPSConnection("localhost", self.port, context=self.context, timeout=120)
-            conn.connect()
+            conn, response = open_event_stream(self.port, self.token, self.context, self.cursor)
             self.sock = conn.sock
-            headers = {"Authorization": f"Bearer {self.token}"}
-            if self.cursor:
-                headers["Last-Event-ID"] = self.cursor
-            conn.request("GET", "/v1/events", headers=headers)
-            for event, event_id, data in server_sent_events(conn.getresponse()):
+            for event, event_id, data in server_sent_events(response):
                 self.events.append((event, event_id, data))
                 if event == "ready":
                     self.ready.set()
