@@ -254,7 +254,9 @@ struct DeleteAccount: AsyncParsableCommand {
         commandName: "delete-account",
         abstract: "Delete your account: you leave every conversation and no token of yours works again. It cannot be undone.",
         discussion: """
-            What you sent stays for the others, from a deleted account; with --erase each of your messages is erased too.             Your handle is free for others after the server's quarantine (30 days by default). `parley export` first if you want a copy.             The password is read from --password, else PARLEY_PASSWORD, else typed at the prompt.
+            What you sent stays for the others, from a deleted account; with --erase each of your messages is erased too. \
+            Your handle is free for others after the server's quarantine (30 days by default). `parley export` first if you want a copy. \
+            The password is read from --password, else PARLEY_PASSWORD, else typed at the prompt.
             """)
     @Flag(help: "Erase every message you sent, for everyone.") var erase = false
     @Flag(help: "Yes, delete it: required, as nothing brings it back.") var yes = false
