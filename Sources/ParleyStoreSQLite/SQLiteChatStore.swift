@@ -661,27 +661,18 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     public func unfinishedDeletions(limit: Int) async throws -> [AccountDeletion] {
-        try await read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users
-                    WHERE deleted_at IS NOT NULL AND deletion_finished_at IS NULL ORDER BY deleted_at, id LIMIT ?
-                    """,
-                arguments: [max(0, limit)]
-            ).compactMap(Self.deletion(from:))
-        }
+        try await deletions(where: "deleted_at IS NOT NULL AND deletion_finished_at IS NULL ORDER BY deleted_at, id", limit: limit)
     }
 
     public func deletionsOwingWebhooks(limit: Int) async throws -> [AccountDeletion] {
+        try await deletions(where: "deletion_webhooks_owed AND deletion_finished_at IS NOT NULL ORDER BY deletion_finished_at, id", limit: limit)
+    }
+
+    /// At most `limit` deletions of the users `condition` (and its order) picks.
+    private func deletions(where condition: String, limit: Int) async throws -> [AccountDeletion] {
         try await read { db in
             try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users
-                    WHERE deletion_webhooks_owed AND deletion_finished_at IS NOT NULL ORDER BY deletion_finished_at, id LIMIT ?
-                    """,
-                arguments: [max(0, limit)]
+                db, sql: "SELECT id, deleted_at, deletion_erase, deletion_finished_at FROM users WHERE \(condition) LIMIT ?", arguments: [max(0, limit)]
             ).compactMap(Self.deletion(from:))
         }
     }
