@@ -230,3 +230,66 @@ class EventStream(threading.Thread):
         """As an app that is closed: the connection goes, without a word."""
         if self.sock:
             self.sock.shutdown(socket.SHUT_RDWR)
+
+
+class ResumingStream(threading.Thread):
+    """A member's event stream on a gateway, as an app keeps it: on any break it reconnects with
+    the last cursor it read. `connections` holds, per connection, the (event, data) it read."""
+
+    def __init__(self, port, token, context):
+        super().__init__(daemon=True)
+        self.port, self.token, self.context = port, token, context
+        self.cursor, self.sock, self.stopped = None, None, False
+        self.ready, self.connections = threading.Event(), []
+
+    def run(self):
+        while not self.stopped:
+            events = []
+            self.connections.append(events)
+            try:
+                conn, response = open_event_stream(self.port, self.token, self.context, self.cursor, timeout=60)
+                self.sock = conn.sock
+                for event, event_id, data in server_sent_events(response):
+                    if self.stopped:
+                        break
+                    events.append((event, data))
+                    if event_id:
+                        self.cursor = event_id
+                    if event == "ready":
+                        self.ready.set()
+            except Exception:
+                pass
+            time.sleep(0.5)
+
+    def messages(self):
+        """What the app holds: each message by (conversation, seq), the latest word on it."""
+        held = {}
+        for events in self.connections:
+            for event, data in list(events):
+                if event in ("message", "message_erased"):
+                    m = data["message"]
+                    key = (m["conversationId"], m["seq"])
+                    if event == "message_erased" or key not in held or not held[key].get("erased"):
+                        held[key] = m
+        return held
+
+    def repeated(self):
+        """(conversation, seq) of `message` events written twice on one connection."""
+        repeats = []
+        for events in self.connections:
+            seen = set()
+            for event, data in list(events):
+                if event == "message":
+                    key = (data["message"]["conversationId"], data["message"]["seq"])
+                    if key in seen:
+                        repeats.append(key)
+                    seen.add(key)
+        return repeats
+
+    def close(self):
+        self.stopped = True
+        if self.sock:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -40,11 +40,11 @@ def main():
             except ValueError:
                 event = {}
             data = event.get("data", {})
-            conversation = data.get("conversationId") or data.get("conversation", {}).get("id")
+            conversation = data.get("conversationId") or data.get("conversation", {}).get("id") or data.get("change", {}).get("conversationId")
             record = {"id": delivery_id, "valid": valid, "fresh": fresh, "type": event.get("type"), "timestamp": event.get("timestamp"),
                       "conversationId": conversation, "seq": data.get("message", {}).get("seq"), "text": data.get("message", {}).get("text"),
                       "userIds": data.get("userIds"), "name": data.get("conversation", {}).get("name"), "readSeq": data.get("readSeq"),
-                      "userId": data.get("userId") or data.get("report", {}).get("userId"), "report": data.get("report"), "erased": data.get("erased"), "path": self.path, "contentType": self.headers.get("content-type"), "at": time.time()}
+                      "userId": data.get("userId") or data.get("report", {}).get("userId"), "report": data.get("report"), "erased": data.get("erased"), "change": data.get("change"), "path": self.path, "contentType": self.headers.get("content-type"), "at": time.time()}
             out.write(json.dumps(record) + "\n")
             self.send_response(204 if valid else 401)
             self.send_header("content-length", "0")

@@ -93,6 +93,10 @@ public struct ChatLimits: Sendable {
     public var captionScalarsMax = 1_000
     /// How long a deleted account's handle stays taken.
     public var handleQuarantine = AccountDeletion.defaultHandleQuarantine
+    /// How long after it was sent its sender may edit a message.
+    public var editWindow: Duration = .seconds(48 * 3600)
+    /// Different emoji on one message.
+    public var reactionsPerMessageMax = 20
 
     public init() {}
 }

@@ -17,6 +17,8 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case annotation(Annotation)
     /// A message was erased: its tombstone (durable).
     case erasure(Erasure)
+    /// A message was edited, deleted for everyone or reacted to (durable).
+    case change(MessageChange)
 
     /// When a durable event was committed (what a resume cursor counts in); nil for live-only.
     public var durableAt: Date? {
@@ -26,6 +28,7 @@ public enum ChatEvent: Codable, Sendable, Hashable {
         case .conversation(let change): change.at
         case .annotation(let annotation): annotation.at
         case .erasure(let erasure): erasure.at
+        case .change(let change): change.at
         case .typing, .presence: nil
         }
     }
@@ -84,6 +87,7 @@ public struct EventDelivery: Codable, Sendable, Hashable {
         case .message(let message): text = message.text.utf8.count
         case .conversation(let change): text = change.conversation.members.count * 64 + (change.conversation.name?.utf8.count ?? 0)
         case .annotation(let annotation): text = annotation.value.utf8.count + annotation.key.utf8.count
+        case .change(let change): text = (change.text?.utf8.count ?? 0) + (change.emoji?.utf8.count ?? 0)
         default: text = 0
         }
         return 256 + text + recipients.reduce(0) { $0 + $1.rawValue.utf8.count + 8 }

@@ -58,24 +58,28 @@ public distributed actor ConversationActor {
     public static let kind = "conversation"
 
     /// Nil until the conversation exists in the store (an ID activated before ``create(_:)``).
-    private var loaded: ConversationState?
+    var loaded: ConversationState?
     /// Creations under way: an empty actor is not let go while one is.
     private var creating = 0
-    private var epoch: Int64
+    var epoch: Int64
     /// The seqs of the recent messages that went out again as this owner activated, until a
     /// retry of one's send or ``takenOver()`` would publish it once more.
     private var republishedAtActivation: Set<Int64> = []
-    private let services: ChatServices
+    let services: ChatServices
     private let directory: GatewayDirectory
     private let courier: GatewayCourier
-    private var logger: Logger
+    var logger: Logger
     /// Events to the gateways of the members' streams; set once the conversation exists.
-    private var fanOut: ConversationFanOut?
+    var fanOut: ConversationFanOut?
     /// Events to webhook endpoints; set once the conversation exists, when the node has endpoints.
-    private var webhooks: ConversationWebhooks?
+    var webhooks: ConversationWebhooks?
     /// The blocks between members, as the store had them at activation or when a member's actor
     /// last said they changed (``blocksChanged()``, before its block or unblock answers).
     private var blocks: Set<Block>
+    /// Whether a change to a message is being committed, and the changes waiting for their turn:
+    /// changes are numbered one by one (``MessageChange/changeSeq``), so one commits at a time.
+    var changing = false
+    var changeWaiters: [CheckedContinuation<Void, Never>] = []
 
     public static func id(_ conversation: ConversationID) -> ClusterActorID {
         ClusterActorID(kind: kind, key: conversation.rawValue)
@@ -129,10 +133,11 @@ public distributed actor ConversationActor {
             let recent = try await recentMessages(of: record, since: windowStart, store: services.store)
             let erased = try await services.store.erasures(in: conversation, since: windowStart, limit: Self.republishErasuresMax)
             let changes = try await services.store.recentChanges(in: conversation, since: windowStart)
+            let messageChanges = try await services.store.messageChanges(in: conversation, since: windowStart, limit: Self.republishErasuresMax)
             let blocks = try await services.store.blocks(among: record.members.map(\.userId))
             return ConversationActor(
                 id: conversation, record: record, epoch: epoch, webhookCursors: cursors, recent: recent, recentErasures: erased, recentChanges: changes,
-                blocks: blocks, services: services, directory: directory, courier: courier, actorSystem: system)
+                recentMessageChanges: messageChanges, blocks: blocks, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError where error.kind == .notFound {
             return ConversationActor(id: conversation, record: nil, epoch: 0, services: services, directory: directory, courier: courier, actorSystem: system)
         } catch let error as ChatStoreError {
@@ -154,12 +159,14 @@ public distributed actor ConversationActor {
     ///   commits, so that no stream is written a new seq before the ones it missed (a stream that
     ///   knows nothing of the conversation yet could not tell them missing: cluster simulation
     ///   seed 3621). Streams drop a seq they already wrote.
-    /// - Parameter recentErasures: the erasures committed within the window, and
-    ///   `recentChanges` the changes of name and members: they go out again after those messages
-    ///   for the same reason (a client applies either twice harmlessly).
+    /// - Parameter recentErasures: the erasures committed within the window, `recentChanges` the
+    ///   changes of name and members, and `recentMessageChanges` the changes to messages: they go
+    ///   out again after those messages for the same reason (a client applies any of them twice
+    ///   harmlessly, and streams drop a change they wrote already).
     init(
         id conversation: ConversationID, record: ConversationRecord?, epoch: Int64, webhookCursors: [WebhookCursorRecord] = [],
-        recent: [Message] = [], recentErasures: [Erasure] = [], recentChanges: [RecentChange] = [], blocks: Set<Block> = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier,
+        recent: [Message] = [], recentErasures: [Erasure] = [], recentChanges: [RecentChange] = [], recentMessageChanges: [MessageChange] = [],
+        blocks: Set<Block> = [], services: ChatServices, directory: GatewayDirectory, courier: GatewayCourier,
         actorSystem: ClusterSystem
     ) {
         self.actorSystem = actorSystem
@@ -184,7 +191,7 @@ public distributed actor ConversationActor {
             for message in recent {
                 fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message.senderId, in: record, blocks: blocks, services: services))
             }
-            Self.publishAgain(recentErasures, recentChanges, of: record, through: fanOut)
+            Self.publishAgain(recentErasures, recentChanges, recentMessageChanges, of: record, through: fanOut)
             republishedAtActivation = Set(recent.map(\.seq))
         }
     }
@@ -202,6 +209,7 @@ public distributed actor ConversationActor {
         return ConversationWebhooks(
             record: record, settings: settings, cursors: cursors, firstSeen: settings.firstSeen, clock: system.clock, logger: logger,
             load: { after, limit in try await store.messages(in: conversation, after: after, limit: limit) },
+            loadChanges: { after, limit in try await store.messageChanges(in: conversation, after: after, limit: limit) },
             save: { cursor in
                 do {
                     try await store.saveWebhookCursor(cursor, in: conversation, epoch: epoch)
@@ -246,7 +254,7 @@ public distributed actor ConversationActor {
         }
     }
 
-    private var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
+    var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
 
     /// Whom a push notification of a message from `sender` is owed to, should they hold no stream:
     /// the other members who did not mute the conversation and did not block the sender.
@@ -263,7 +271,7 @@ public distributed actor ConversationActor {
 
     /// Why `sender` may not write into this direct conversation, or nil: a block either way
     /// between its two members.
-    private func blockRefusal(of sender: UserID, in record: ConversationRecord) -> ChatError? {
+    func blockRefusal(of sender: UserID, in record: ConversationRecord) -> ChatError? {
         guard record.kind == .direct, let other = record.members.map(\.userId).first(where: { $0 != sender }) else { return nil }
         if blocks.contains(Block(blocker: other, blocked: sender)) { return ChatError(.forbidden, "this user does not accept your messages") }
         if blocks.contains(Block(blocker: sender, blocked: other)) { return ChatError(.forbidden, "you blocked this user; unblock them to write to them") }
@@ -280,7 +288,7 @@ public distributed actor ConversationActor {
 
     /// The conversation, or `not_found` while it does not exist — and then the actor goes at
     /// once unless the conversation is being created: asking about random IDs holds no memory.
-    private var state: ConversationState {
+    var state: ConversationState {
         get throws(ChatError) {
             guard let loaded else {
                 if creating == 0 { actorSystem.passivate(self) }
@@ -291,7 +299,7 @@ public distributed actor ConversationActor {
     }
 
     /// Changes the loaded state (call only after `state` succeeded).
-    private func update(_ change: (inout ConversationState) throws(ChatError) -> Void) throws(ChatError) {
+    func update(_ change: (inout ConversationState) throws(ChatError) -> Void) throws(ChatError) {
         guard var current = loaded else { throw ChatError(.notFound, "conversation not found") }
         try change(&current)
         loaded = current
@@ -404,12 +412,13 @@ public distributed actor ConversationActor {
     /// At most this many of the latest messages go out again in ``republishRecent(since:)``.
     static let republishMax = 100
 
-    /// At most this many of the latest erasures go out again: an account's erasure commits 200
-    /// a transaction, and its owner may die with several transactions' worth not handed on.
+    /// At most this many of the latest erasures (and as many changes to messages) go out again:
+    /// an account's erasure commits 200 a transaction, and its owner may die with several
+    /// transactions' worth not handed on.
     static let republishErasuresMax = 10_000
 
     /// Publishes this conversation's messages committed after `since` again (at most the last
-    /// ``republishMax``), then its erasures and changes of name and members since: its previous owner left the ring and may have died between committing
+    /// ``republishMax``), then its erasures, changes to messages and changes of name and members since: its previous owner left the ring and may have died between committing
     /// them and handing them to the gateways (``ConversationRecovery``). Streams drop a seq they
     /// already sent. Returns how many went out.
     public distributed func republishRecent(since: Date) async throws -> Int {
@@ -418,17 +427,21 @@ public distributed actor ConversationActor {
         let recent = try await services.withStore { try await Self.recentMessages(of: current.record, since: since, store: $0) }
         let erased = try await services.withStore { try await $0.erasures(in: conversation, since: since, limit: Self.republishErasuresMax) }
         let changes = try await services.withStore { try await $0.recentChanges(in: conversation, since: since) }
+        let messageChanges = try await services.withStore { try await $0.messageChanges(in: conversation, since: since, limit: Self.republishErasuresMax) }
         for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
-        if let record = loaded?.record { Self.publishAgain(erased, changes, of: record, through: fanOut) }
+        if let record = loaded?.record { Self.publishAgain(erased, changes, messageChanges, of: record, through: fanOut) }
         return recent.count
     }
 
     /// Hands the gateways again what an owner that died may have committed without handing on:
-    /// erasures, then changes of name and members (a member removed hears of it too, unless they
-    /// are back).
-    private static func publishAgain(_ erasures: [Erasure], _ changes: [RecentChange], of record: ConversationRecord, through fanOut: ConversationFanOut?) {
+    /// erasures, changes to messages, then changes of name and members (a member removed hears of
+    /// it too, unless they are back).
+    private static func publishAgain(
+        _ erasures: [Erasure], _ changes: [RecentChange], _ messageChanges: [MessageChange], of record: ConversationRecord, through fanOut: ConversationFanOut?
+    ) {
         let members = record.members.map(\.userId)
         for erasure in erasures { fanOut?.publish(.erasure(erasure), members: members) }
+        for change in messageChanges { fanOut?.publish(change, members: members) }
         for change in changes {
             let event = ChatEvent.conversation(ConversationChange(conversation: record, change: change.change, at: change.at))
             if let removed = change.removed {
@@ -516,7 +529,8 @@ public distributed actor ConversationActor {
         return try await services.withStore { try await $0.messages(in: conversation, before: seq, limit: limit) }
     }
 
-    /// A page of history with what bots added to its messages (``Message/annotations``).
+    /// A page of history with what bots added to its messages (``Message/annotations``), and
+    /// their reactions as `user` sees them.
     public distributed func history(for user: UserID, after: Int64?, before: Int64?, limit: Int) async throws -> [Message] {
         let conversation = try state.id
         var messages: [Message]
@@ -525,6 +539,7 @@ public distributed actor ConversationActor {
         } else {
             messages = try await self.messages(for: user, after: after ?? 0, limit: limit)
         }
+        messages = try await withReactions(of: messages, as: user)
         guard let first = messages.first?.seq, let last = messages.last?.seq else { return messages }
         let annotations = try await services.withStore { try await $0.annotations(in: conversation, seqs: first...last) }
         guard !annotations.isEmpty else { return messages }
@@ -657,7 +672,7 @@ public distributed actor ConversationActor {
         while after < (try state.record.lastSeq) {
             let page = try await services.withStore { try await $0.messages(in: conversation, after: after, limit: Self.erasureBatch) }
             guard let last = page.last else { break }
-            let theirs = page.filter { $0.senderId == user && $0.erased != true }.map(\.seq)
+            let theirs = page.filter { $0.senderId == user && !$0.isTombstone }.map(\.seq)
             if !theirs.isEmpty {
                 for original in try await self.erase(theirs) { uploads.formUnion(original.attachments?.map(\.media.id) ?? []) }
             }
@@ -685,14 +700,8 @@ public distributed actor ConversationActor {
     public distributed func moderatorErase(seq: Int64) async throws -> Message {
         let current = try state
         guard seq >= 1, seq <= current.record.lastSeq else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
-        let erased = try await erase([seq])
-        var released: [MediaID] = []
-        for media in erased.flatMap({ $0.attachments ?? [] }).map(\.media.id) where try await !carriedByAnotherMessage(media) {
-            released.append(media)
-        }
-        let kept = released
-        try await services.withStore { try await $0.releaseMedia(kept) }
-        logger.notice("an operator erased a message", metadata: ["message.seq": "\(seq)", "media.released": "\(kept.count)"])
+        let released = try await releaseUploads(of: try await erase([seq]))
+        logger.notice("an operator erased a message", metadata: ["message.seq": "\(seq)", "media.released": "\(released)"])
         let conversation = current.id
         guard let tombstone = try await services.withStore({ try await $0.messages(in: conversation, after: seq - 1, limit: 1) }).first else {
             throw ChatError(.notFound, "no message \(seq) in this conversation")
@@ -700,9 +709,21 @@ public distributed actor ConversationActor {
         return tombstone
     }
 
+    /// Releases the uploads `removed` (messages as they were before they became tombstones)
+    /// carried that no other message still carries; returns how many.
+    func releaseUploads(of removed: [Message]) async throws -> Int {
+        var released: [MediaID] = []
+        for media in Set(removed.flatMap({ $0.attachments ?? [] }).map(\.media.id)) where try await !carriedByAnotherMessage(media) {
+            released.append(media)
+        }
+        let kept = released
+        try await services.withStore { try await $0.releaseMedia(kept) }
+        return kept.count
+    }
+
     /// Whether an upload is attached to a message not erased: of another conversation that
     /// references it, or of this one (read through).
-    private func carriedByAnotherMessage(_ media: MediaID) async throws -> Bool {
+    func carriedByAnotherMessage(_ media: MediaID) async throws -> Bool {
         let conversation = try state.id
         let referencing = try await services.withStore { try await $0.conversationsReferencing(media) }
         guard referencing.allSatisfy({ $0 == conversation }) else { return true }
@@ -710,7 +731,7 @@ public distributed actor ConversationActor {
         while true {
             let page = try await services.withStore { try await $0.messages(in: conversation, after: after, limit: Self.erasureBatch) }
             guard let last = page.last else { return false }
-            if page.contains(where: { $0.erased != true && $0.attachments?.contains { $0.media.id == media } == true }) { return true }
+            if page.contains(where: { !$0.isTombstone && $0.attachments?.contains { $0.media.id == media } == true }) { return true }
             after = last.seq
         }
     }
@@ -782,7 +803,7 @@ public distributed actor ConversationActor {
 
     // MARK: Helpers
 
-    private func checkedLimit(_ limit: Int) throws(ChatError) -> Int {
+    func checkedLimit(_ limit: Int) throws(ChatError) -> Int {
         guard (1...services.limits.historyLimitMax).contains(limit) else {
             throw ChatError(.invalidRequest, "limit must be 1–\(services.limits.historyLimitMax)")
         }
@@ -790,7 +811,7 @@ public distributed actor ConversationActor {
     }
 
 
-    private func fencedWrite(_ body: (any ChatStore) async throws -> Void) async throws {
+    func fencedWrite(_ body: (any ChatStore) async throws -> Void) async throws {
         do {
             try await body(services.store)
         } catch let error as ChatStoreError where error.kind == .staleEpoch {

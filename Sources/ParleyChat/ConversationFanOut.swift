@@ -35,6 +35,7 @@ final class ConversationFanOut: Sendable {
         case committed(Message, pushTo: [UserID])
         case republished(Message, pushTo: [UserID])
         case published(ChatEvent, except: UserID?)
+        case change(MessageChange)
     }
 
     private struct State {
@@ -119,6 +120,11 @@ final class ConversationFanOut: Sendable {
         enqueue(.published(event, except: except), members: members)
     }
 
+    /// A change to a message: after message `change.afterSeq`, so after the message it changes.
+    func publish(_ change: MessageChange, members: [UserID]) {
+        enqueue(.change(change), members: members)
+    }
+
     /// An append failed without saying whether it committed (the store's answer lost after its
     /// `COMMIT`, a timeout). When it did commit and nothing is committed after it, no later seq
     /// shows the gap, and only a retry of its send would publish it — one that may never come if
@@ -176,6 +182,8 @@ final class ConversationFanOut: Sendable {
                         if !pushTo.isEmpty { decideLater(message, pushTo) }
                     case .published(let event, let except):
                         directives += state.machine.published(Self.item(event, members, except: except), now: now)
+                    case .change(let change):
+                        directives += state.machine.published(Self.item(.change(change), members), afterSeq: change.afterSeq, now: now)
                     }
                 }
                 return directives

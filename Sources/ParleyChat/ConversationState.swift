@@ -31,6 +31,11 @@ public struct ConversationState: Sendable {
     /// of one conversation happen in seq order, but their senders may be answered out of it (the
     /// group commit starts the next commit before it answers the last one's): an older message
     /// still moves its sender's watermarks.
+    /// A change to a message was committed with number `changeSeq`.
+    public mutating func changed(through changeSeq: Int64) {
+        record.lastChangeSeq = max(record.lastChangeSeq, changeSeq)
+    }
+
     public mutating func committed(_ message: Message) {
         if message.seq > record.lastSeq {
             record.lastSeq = message.seq

@@ -17,6 +17,8 @@ import Synchronization
 final class ConversationWebhooks: Sendable {
     /// Reads messages after a seq, in order.
     typealias Load = @Sendable (_ after: Int64, _ limit: Int) async throws -> [Message]
+    /// Reads changes to messages numbered after a number, in order.
+    typealias LoadChanges = @Sendable (_ after: Int64, _ limit: Int) async throws -> [MessageChange]
     /// Stores a cursor.
     typealias Save = @Sendable (WebhookCursorRecord) async -> SaveResult
 
@@ -49,6 +51,7 @@ final class ConversationWebhooks: Sendable {
     private let clock: any ClusterClock
     private let logger: Logger
     private let load: Load
+    private let loadChanges: LoadChanges
     private let save: Save
 
     /// The most messages one store read brings back for a lane.
@@ -59,7 +62,7 @@ final class ConversationWebhooks: Sendable {
     ///   since owes it everything; an older one without a cursor owes it what comes from now on.
     init(
         record: ConversationRecord, settings: WebhookSettings, cursors: [WebhookCursorRecord], firstSeen: [String: Date],
-        clock: any ClusterClock, logger: Logger, load: @escaping Load, save: @escaping Save
+        clock: any ClusterClock, logger: Logger, load: @escaping Load, loadChanges: @escaping LoadChanges, save: @escaping Save
     ) {
         var lanes: [String: Lane] = [:]
         let stored = Dictionary(cursors.map { ($0.endpoint, $0) }, uniquingKeysWith: { first, _ in first })
@@ -87,6 +90,7 @@ final class ConversationWebhooks: Sendable {
         self.clock = clock
         self.logger = logger
         self.load = load
+        self.loadChanges = loadChanges
         self.save = save
         kick()
     }
@@ -168,6 +172,14 @@ final class ConversationWebhooks: Sendable {
                     state.withLock { $0.lanes[name]?.lane.messagesRead(messages, after: after) }
                 } catch {
                     logger.info("cannot read messages for a webhook; trying again", metadata: ["webhook.endpoint": "\(name)", "error": "\(error)"])
+                    try? await clock.sleep(for: policy.retry.first)
+                }
+            case .readChanges(let after, let through):
+                do {
+                    let changes = try await loadChanges(after, Int(min(Int64(Self.readBatch), through - after)))
+                    state.withLock { $0.lanes[name]?.lane.changesRead(changes, after: after) }
+                } catch {
+                    logger.info("cannot read changes to messages for a webhook; trying again", metadata: ["webhook.endpoint": "\(name)", "error": "\(error)"])
                     try? await clock.sleep(for: policy.retry.first)
                 }
             case .deliver(let event):

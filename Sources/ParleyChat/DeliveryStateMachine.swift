@@ -1,3 +1,4 @@
+import DequeModule
 import ParleyModel
 
 /// A conversation's events on their way from its owner to the gateways that hold its members'
@@ -79,6 +80,8 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// Committed messages waiting for the seqs before them, since when, and how many reads of the
     /// store left the gap.
     private var held: [Int64: Event] = [:]
+    /// Events published after a seq not released yet, in the order they were published.
+    private var parked = Deque<(seq: Int64, event: Event)>()
     private var heldSince: Instant?
     private var storeReadRunning = false
     private var storeReadsShort = 0
@@ -119,7 +122,7 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     /// Nothing held and every gateway acknowledged everything released: an owner handing the
     /// conversation over may stop.
     public var isIdle: Bool {
-        held.isEmpty && uncertainSince == nil && !storeReadRunning && paths.values.allSatisfy { $0.acknowledged >= nextPosition - 1 }
+        held.isEmpty && parked.isEmpty && uncertainSince == nil && !storeReadRunning && paths.values.allSatisfy { $0.acknowledged >= nextPosition - 1 }
     }
 
     /// Something only time moves on: held seqs, an append of unknown outcome, a failed batch
@@ -144,6 +147,16 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
     public mutating func published(_ event: Event, now: Instant) -> [Directive] {
         append(event)
         return pump(now: now)
+    }
+
+    /// An event that belongs after message `seq` (a change to a message, after the last one
+    /// committed before it): released once every seq through `seq` was, after what was released
+    /// or parked before it — so a stream never hears of a change before the messages it follows,
+    /// even when a lost commit answer holds those back.
+    public mutating func published(_ event: Event, afterSeq seq: Int64, now: Instant) -> [Directive] {
+        guard seq >= nextSeq || !parked.isEmpty else { return published(event, now: now) }
+        parked.append((seq, event))
+        return []
     }
 
     /// An append failed without saying whether it committed (a lost answer, a timeout): after
@@ -281,6 +294,10 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
             append(event)
             nextSeq += 1
             storeReadsShort = 0
+        }
+        while let first = parked.first, first.seq < nextSeq {
+            append(first.event)
+            parked.removeFirst()
         }
         heldSince = held.isEmpty ? nil : (heldSince ?? now)
     }

@@ -47,7 +47,7 @@ public struct PushContent: Sendable, Hashable {
         let news = count > 1 ? "\(count) new messages" : "New message"
         // A message of attachments alone is told of by what they are ("Photo"); an erased one
         // tells nothing of what it said.
-        let said = latest.erased == true ? "Message erased" : latest.text.isEmpty ? Attachment.summary(of: latest.attachments ?? []) ?? "" : latest.text
+        let said = latest.erased == true ? "Message erased" : latest.deleted == true ? "Message deleted" : latest.text.isEmpty ? Attachment.summary(of: latest.attachments ?? []) ?? "" : latest.text
         var text = String(said.prefix(Self.previewCharactersMax))
         if text.count < said.count { text += "…" }
         switch preview {

@@ -30,6 +30,10 @@ extension StreamCursor {
 ///   replays the gap; otherwise the newest instant written.
 /// - **Erasures.** A message erased while it waits past a gap goes out as its tombstone, and its
 ///   `message_erased` event is not written; any other erasure is written as it comes.
+/// - **Changes to messages**, per conversation in ``MessageChange/changeSeq`` order, each once,
+///   and each only once the message it follows (``MessageChange/afterSeq``) is written: one past
+///   a gap in the numbers, or ahead of its message, waits, and ends the stream as a message's gap
+///   does. A conversation's first change to arrive (or to be replayed) starts its numbers.
 /// - **The sender's own message** (``receivedAhead(_:shared:now:)``), written with its send's
 ///   response when it is the conversation's next message for this stream; the delivery's copy
 ///   is then a repeat.
@@ -120,6 +124,18 @@ public struct StreamSessionStateMachine: Sendable {
     private var replayedThrough: StreamCursor?
     private var cursorPastGap: StreamCursor?
     private var order: EventStreamStateMachine<ConversationID, Outgoing>
+    /// Per conversation, the changes to messages written and waiting.
+    private var changeOrders: [ConversationID: ChangeOrder] = [:]
+    /// Conversations with a change waiting.
+    private var changesWaiting: Set<ConversationID> = []
+
+    private struct ChangeOrder {
+        /// The last number written; nil before the first.
+        var lastWritten: Int64?
+        /// By number.
+        var waiting: [Int64: Outgoing] = [:]
+        var waitingSince: Instant?
+    }
     /// Live events that arrived during the replay, in order.
     private var queue = Deque<Outgoing>()
     private var needsFlush = false
@@ -240,6 +256,11 @@ public struct StreamSessionStateMachine: Sendable {
         if order.isWaiting, case .end(let conversation) = order.tick(now: now).first {
             return end(.gap(conversation, lastSeq: order.lastWritten(conversation) ?? 0))
         }
+        for conversation in changesWaiting.sorted() {
+            if let since = changeOrders[conversation]?.waitingSince, since.advanced(by: order.gapMax) <= now {
+                return end(.gap(conversation, lastSeq: order.lastWritten(conversation) ?? 0))
+            }
+        }
         ticks += 1
         guard phase == .live, (ticks + pingOffset) % pingTicks == 0 else { return [] }
         needsFlush = true
@@ -287,19 +308,58 @@ public struct StreamSessionStateMachine: Sendable {
             let tombstone = Outgoing(event: .message(erasure.message), shared: nil)
             return order.replaceWaiting(erasure.message.conversationId, seq: erasure.message.seq, with: tombstone) ? [] : [out]
         }
+        if case .change(let change) = out.event { return ordered(change, out, now: now) }
         guard case .message(let message) = out.event else { return [out] }
         var written: [Outgoing] = []
         for directive in order.received(message.conversationId, seq: message.seq, out, now: now) {
             if case .write(let events) = directive { written += events.map(\.event) }
         }
+        if !written.isEmpty, changesWaiting.contains(message.conversationId) {
+            written += releasedChanges(of: message.conversationId, now: now)
+        }
         return written
+    }
+
+    /// What goes out now that `change` arrived: itself and the changes that waited for it, as far
+    /// as their numbers run on without a gap and their messages are written.
+    private mutating func ordered(_ change: MessageChange, _ out: Outgoing, now: Instant) -> [Outgoing] {
+        let conversation = change.conversationId
+        var changes = changeOrders[conversation] ?? ChangeOrder()
+        if let last = changes.lastWritten, change.changeSeq <= last {
+            return without.contains(.repeats) ? [out] : []
+        }
+        if without.contains(.order) {
+            changes.lastWritten = max(changes.lastWritten ?? 0, change.changeSeq)
+            changeOrders[conversation] = changes
+            return [out]
+        }
+        changes.waiting[change.changeSeq] = out
+        changeOrders[conversation] = changes
+        return releasedChanges(of: conversation, now: now)
+    }
+
+    /// The waiting changes of `conversation` that may go out now, in order.
+    private mutating func releasedChanges(of conversation: ConversationID, now: Instant) -> [Outgoing] {
+        guard var changes = changeOrders[conversation] else { return [] }
+        var released: [Outgoing] = []
+        while let next = changes.lastWritten.map({ $0 + 1 }) ?? changes.waiting.keys.min(), let out = changes.waiting[next],
+              case .change(let change) = out.event, order.lastWritten(conversation).map({ $0 >= change.afterSeq }) ?? true
+        {
+            changes.waiting[next] = nil
+            changes.lastWritten = next
+            released.append(out)
+        }
+        changes.waitingSince = changes.waiting.isEmpty ? nil : (changes.waitingSince ?? now)
+        if changes.waiting.isEmpty { changesWaiting.remove(conversation) } else { changesWaiting.insert(conversation) }
+        changeOrders[conversation] = changes
+        return released
     }
 
     /// Writes live events, each with its cursor.
     private mutating func emit(_ outs: [Outgoing]) -> [Action] {
         var actions: [Action] = []
         for out in outs {
-            if order.isWaiting {
+            if order.isWaiting || !changesWaiting.isEmpty {
                 cursorPastGap = (cursorPastGap ?? cursor).advanced(by: out.event)
             } else {
                 cursor = max(cursor, cursorPastGap ?? cursor).advanced(by: out.event)

@@ -18,6 +18,15 @@ public struct ReplayPosition: Codable, Sendable, Hashable {
     public var since: Date
     /// In the order they go out; the first is under way.
     public var ranges: [Range]
+    /// Once the messages are out, the changes to messages go, page by page: where they got to,
+    /// and whether they are all out.
+    public var changesAfter: ChangePosition?
+    public var changesDone = false
+
+    public init(since: Date, ranges: [Range]) {
+        self.since = since
+        self.ranges = ranges
+    }
 }
 
 /// One page of a replay: events in the order they go out, and where the next page starts (nil:
@@ -44,7 +53,8 @@ extension UserActor {
     /// the receipts and removals.
     ///
     /// Throws `cursor_expired` when more than `messagesMax` messages were committed after
-    /// `cursor` in the user's conversations: the client should reload rather than replay. What the
+    /// `cursor` in the user's conversations, or as many changes to messages: the client should
+    /// reload rather than replay. What the
     /// replay window adds before the cursor (``since``) is not counted: it is at most a window's
     /// worth of traffic, and a client that reconnects at once must be able to resume however busy
     /// its conversations are.
@@ -53,6 +63,10 @@ extension UserActor {
     /// along its seqs, so the first seq after an instant is found by bisection.
     public distributed func replay(since: Date, cursor: Date, messagesMax: Int) async throws -> ReplayPage {
         let me = UserID(rawValue: id.key)
+        let changed = try await services.withStore { try await $0.messageChanges(for: me, since: cursor, after: nil, limit: messagesMax + 1) }
+        guard changed.count <= messagesMax else {
+            throw ChatError(.cursorExpired, "the cursor is older than what can be replayed (over \(messagesMax) changes to messages); reload conversations and page messages with after=")
+        }
         let changes = try await services.withStore { try await $0.durableChanges(for: me, since: since) }
         let events = changes.conversations.map { ChatEvent.conversation(ConversationChange(conversation: $0.conversation, change: $0.change, at: $0.at)) }
         var ranges: [ReplayPosition.Range] = []
@@ -97,10 +111,19 @@ extension UserActor {
                 position.ranges.removeFirst()
             }
         }
-        guard position.ranges.isEmpty else { return ReplayPage(events: events, next: position) }
-        // The last page: receipts, annotations, erasures and removals, as they are now.
         let me = UserID(rawValue: id.key)
         let since = position.since
+        // Then the changes to messages, each conversation's in order, after all its messages.
+        while position.ranges.isEmpty, !position.changesDone, events.count < Self.replayPageMessagesMax, textBytes < Self.replayPageTextBytesMax {
+            let wanted = min(200, Self.replayPageMessagesMax - events.count)
+            let after = position.changesAfter
+            let page = try await services.withStore { try await $0.messageChanges(for: me, since: since, after: after, limit: wanted) }
+            events += page.map { .change($0) }
+            textBytes += page.reduce(0) { $0 + ($1.text?.utf8.count ?? 0) }
+            if page.count < wanted { position.changesDone = true } else { position.changesAfter = page.last.map(ChangePosition.init) }
+        }
+        guard position.ranges.isEmpty, position.changesDone else { return ReplayPage(events: events, next: position) }
+        // The last page: receipts, annotations, erasures and removals, as they are now.
         let changes = try await services.withStore { try await $0.durableChanges(for: me, since: since) }
         events += changes.receipts.map {
             .receipt(ReceiptEvent(conversationId: $0.conversationId, userId: $0.member.userId, deliveredSeq: $0.member.deliveredSeq, readSeq: $0.member.readSeq, at: $0.at))

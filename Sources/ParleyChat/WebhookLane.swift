@@ -15,6 +15,8 @@ public enum WebhookEvent: Sendable, Hashable {
     case receipt(ReceiptEvent, read: Bool)
     /// A message was erased; carries its tombstone.
     case erased(Erasure)
+    /// A message was edited, deleted for everyone or reacted to.
+    case changed(MessageChange)
 
     public var type: WebhookEventType {
         switch self {
@@ -25,6 +27,7 @@ public enum WebhookEvent: Sendable, Hashable {
         case .renamed: .conversationUpdated
         case .receipt(_, let read): read ? .receiptRead : .receiptDelivered
         case .erased: .messageErased
+        case .changed(let change): WebhookEventType(change.kind)
         }
     }
 
@@ -43,6 +46,7 @@ public enum WebhookEvent: Sendable, Hashable {
         case .renamed(let record, _): fact = "\(record.name ?? "")\(Self.memberList(record)) #\(change)"
         case .receipt(let receipt, _): fact = "\(receipt.userId.rawValue) \(receipt.deliveredSeq) \(receipt.readSeq)"
         case .erased(let erasure): fact = "\(erasure.message.seq)"
+        case .changed(let change): fact = "\(change.changeSeq)"
         }
         let digest = SHA256.hash(data: Array("\(type.rawValue)\n\(conversation.rawValue)\n\(fact)".utf8))
         return "evt_" + Data(digest.prefix(16)).base64URLEncodedString
@@ -73,6 +77,8 @@ public enum WebhookEvent: Sendable, Hashable {
             data = try? encoder.encode(Envelope(type: type, timestamp: receipt.at, data: body))
         case .erased(let erasure):
             data = try? encoder.encode(Envelope(type: type, timestamp: erasure.at, data: MessageData(conversationId: conversation, message: erasure.message)))
+        case .changed(let change):
+            data = try? encoder.encode(Envelope(type: type, timestamp: change.at, data: API.ChangeEvent(change)))
         }
         // Encoding these types cannot fail; the fallback still says what happened.
         return data.map(Array.init) ?? Array("{\"type\":\"\(type.rawValue)\",\"timestamp\":\"\(API.timestamp(now))\",\"data\":{}}".utf8)
@@ -104,6 +110,8 @@ public enum WebhookEvent: Sendable, Hashable {
 public struct WebhookTold: Codable, Sendable, Hashable {
     /// The last message told.
     public var seq: Int64
+    /// The last change to a message told (``MessageChange/changeSeq``).
+    public var changeSeq: Int64 = 0
     public var name: String?
     /// The members told of, with the watermarks told.
     public var members: [Member]
@@ -120,6 +128,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     /// The conversation as it is: nothing about it is owed.
     public init(_ record: ConversationRecord) {
         self.seq = record.lastSeq
+        self.changeSeq = record.lastChangeSeq
         self.name = record.name
         self.members = record.members.map { Member(userId: $0.userId, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq) }
     }
@@ -129,16 +138,19 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     init(created record: ConversationRecord) {
         self.init(record)
         seq = 0
+        changeSeq = 0
         for index in members.indices { (members[index].deliveredSeq, members[index].readSeq) = (0, 0) }
     }
 
     private enum CodingKeys: String, CodingKey {
-        case seq, name, members, changes
+        case seq, changeSeq, name, members, changes
     }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         seq = try container.decode(Int64.self, forKey: .seq)
+        // Cursors stored before messages could change told none.
+        changeSeq = try container.decodeIfPresent(Int64.self, forKey: .changeSeq) ?? 0
         name = try container.decodeIfPresent(String.self, forKey: .name)
         members = try container.decode([Member].self, forKey: .members)
         // Cursors stored before changes were counted count from 0.
@@ -178,13 +190,16 @@ public struct WebhookTold: Codable, Sendable, Hashable {
             // Not part of what a cursor keeps: an erasure is told as it comes (a catch-up tells
             // messages as the store has them, erased or not).
             break
+        case .changed(let change):
+            changeSeq = max(changeSeq, change.changeSeq)
         }
     }
 
     /// What an endpoint told `told` (nil: nothing, not even that the conversation exists) has
-    /// not been told of `record`: messages one by one, and what else changed as the state it
-    /// changed to. In order: the conversation's creation, its new name, members who joined, the
-    /// messages, members who left, then watermarks that moved.
+    /// not been told of `record`: messages and changes to them one by one, and what else changed
+    /// as the state it changed to. In order: the conversation's creation, its new name, members
+    /// who joined, the messages, the changes to messages, members who left, then watermarks that
+    /// moved.
     static func catchUp(from told: WebhookTold?, to record: ConversationRecord, now: Date) -> [WebhookLane.Item] {
         var items: [WebhookLane.Item] = []
         var told = told ?? {
@@ -199,6 +214,8 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         let joined = record.members.map(\.userId).filter { user in !told.members.contains { $0.userId == user } }
         if !joined.isEmpty { items.append(.event(.membersAdded(joined, record, at: at))) }
         if record.lastSeq > told.seq { items.append(.storedMessages(through: record.lastSeq)) }
+        // Each change after every message: so after the one it follows.
+        if record.lastChangeSeq > told.changeSeq { items.append(.storedChanges(through: record.lastChangeSeq)) }
         for member in told.members where record.member(member.userId) == nil {
             items.append(.event(.memberRemoved(member.userId, record, at: at)))
         }
@@ -232,6 +249,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         case .receipt(let receipt, _):
             members.first { $0.userId == receipt.userId }.map { receipt.deliveredSeq <= $0.deliveredSeq && receipt.readSeq <= $0.readSeq } ?? true
         case .erased: false
+        case .changed(let change): change.changeSeq <= changeSeq
         }
     }
 }
@@ -250,6 +268,9 @@ public struct WebhookLane: Sendable {
         case storedMessages(through: Int64)
         /// The watermarks that moved past those told, found in the conversation when reached.
         case storedReceipts
+        /// The changes to messages after the last told, through this number, read from the store
+        /// when reached.
+        case storedChanges(through: Int64)
     }
 
     /// What to do next.
@@ -259,6 +280,8 @@ public struct WebhookLane: Sendable {
         case wait(until: ContinuousClock.Instant)
         /// Read the messages after `after` through `through` (``messagesRead(_:after:)``).
         case read(after: Int64, through: Int64)
+        /// Read the changes to messages numbered after `after` through `through` (``changesRead(_:after:)``).
+        case readChanges(after: Int64, through: Int64)
         case deliver(WebhookEvent)
     }
 
@@ -366,6 +389,16 @@ public struct WebhookLane: Sendable {
                 } else {
                     return .read(after: after, through: through)
                 }
+            case .storedChanges(let through):
+                let after = told?.changeSeq ?? 0
+                if through <= after || told == nil {
+                    head += 1
+                } else if types.isDisjoint(with: WebhookEventType.changes) {
+                    told?.changeSeq = through
+                    head += 1
+                } else {
+                    return .readChanges(after: after, through: through)
+                }
             case .storedReceipts:
                 head += 1
                 guard var told else { continue }
@@ -402,6 +435,20 @@ public struct WebhookLane: Sendable {
         }
         var expanded = read.map { Item.event(.message($0)) }
         if last.seq < through { expanded.append(.storedMessages(through: through)) }
+        queue.replaceSubrange(head..<(head + 1), with: expanded)
+    }
+
+    /// The changes a ``Step/readChanges(after:through:)`` asked for (in order).
+    public mutating func changesRead(_ changes: [MessageChange], after: Int64) {
+        guard head < queue.count, case .storedChanges(let through) = queue[head], told?.changeSeq == after else { return }
+        let read = changes.filter { $0.changeSeq > after && $0.changeSeq <= through }
+        guard let last = read.last else {
+            told?.changeSeq = through
+            head += 1
+            return
+        }
+        var expanded = read.map { Item.event(.changed($0)) }
+        if last.changeSeq < through { expanded.append(.storedChanges(through: through)) }
         queue.replaceSubrange(head..<(head + 1), with: expanded)
     }
 

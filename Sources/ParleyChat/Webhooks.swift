@@ -22,6 +22,24 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
     case reportCreated = "report.created"
     /// A user's account was deleted, every conversation left (and their messages erased, if asked).
     case userDeleted = "user.deleted"
+    /// A message was edited, deleted for everyone, reacted to (``MessageChange``).
+    case messageEdited = "message.edited"
+    case messageDeleted = "message.deleted"
+    case reactionAdded = "reaction.added"
+    case reactionRemoved = "reaction.removed"
+
+    /// The type of a change of `kind`.
+    public init(_ kind: MessageChange.Kind) {
+        switch kind {
+        case .edited: self = .messageEdited
+        case .deleted: self = .messageDeleted
+        case .reactionAdded: self = .reactionAdded
+        case .reactionRemoved: self = .reactionRemoved
+        }
+    }
+
+    /// The types of changes to messages.
+    public static let changes: Set<WebhookEventType> = Set(MessageChange.Kind.allCases.map { WebhookEventType($0) })
 
     /// The types a subscription names: a type, a family (`conversation.*`), or `*`; nil when it
     /// names none.

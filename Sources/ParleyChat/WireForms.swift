@@ -74,7 +74,16 @@ extension WireWriter {
         write(message.clientMessageId)
         write(message.text)
         write(message.sentAt.timeIntervalSinceReferenceDate.bitPattern)
-        try write(attachments: message.attachments)
+        // What follows: 0, nothing; 1, the attachments (as ``write(attachments:)`` writes them);
+        // 2, the rest of a message that changed since it was sent, in its Codable form (rare:
+        // a message read back from the store).
+        let rest = MessageRest(message)
+        if rest.isChanged {
+            write(UInt8(2))
+            try write(codable: rest)
+        } else {
+            try write(attachments: message.attachments)
+        }
     }
 
     /// A flag, then (rare beside text) the attachments in their Codable form.
@@ -94,16 +103,60 @@ extension WireReader {
         var message = Message(
             conversationId: ConversationID(rawValue: try read(String.self)), seq: try read(Int64.self),
             senderId: UserID(rawValue: try read(String.self)), clientMessageId: try read(String.self), text: try read(String.self),
-            sentAt: try read(Date.self), attachments: try readAttachments())
+            sentAt: try read(Date.self))
         message.id = id
+        switch try read(UInt8.self) {
+        case 0:
+            break
+        case 1:
+            message.attachments = try read(codable: [Attachment].self)
+        case 2:
+            try read(codable: MessageRest.self).apply(to: &message)
+            return message
+        case let other:
+            throw corrupt("bad message form \(other)")
+        }
         // No send makes a message of neither text nor files (`invalid_request`): one is a
-        // tombstone (``Message/tombstone``), which this form has no other place to mark.
-        if message.text.isEmpty, message.attachments == nil { message.erased = true }
+        // tombstone (``Message/tombstone``) — an erasure's, since a deletion's is written in
+        // the changed form.
+        if message.text.isEmpty, message.attachments == nil { message = message.tombstone }
         return message
     }
 
     mutating func readAttachments() throws -> [Attachment]? {
         guard try read(Bool.self) else { return nil }
         return try read(codable: [Attachment].self)
+    }
+}
+
+/// What a message carries beside its text once it changed after it was sent: edited, deleted,
+/// erased or reacted to.
+private struct MessageRest: Codable {
+    var attachments: [Attachment]?
+    var editedAt: Date?
+    var erased: Bool?
+    var deleted: Bool?
+    var deletedBy: UserID?
+    var reactions: [Reaction]?
+
+    init(_ message: Message) {
+        attachments = message.attachments
+        editedAt = message.editedAt
+        erased = message.erased
+        deleted = message.deleted
+        deletedBy = message.deletedBy
+        reactions = message.reactions
+    }
+
+    /// Whether the message differs from one as sent (which the short form describes).
+    var isChanged: Bool { editedAt != nil || erased != nil || deleted != nil || deletedBy != nil || reactions != nil }
+
+    func apply(to message: inout Message) {
+        message.attachments = attachments
+        message.editedAt = editedAt
+        message.erased = erased
+        message.deleted = deleted
+        message.deletedBy = deletedBy
+        message.reactions = reactions
     }
 }

@@ -284,24 +284,70 @@ public final class ParleyClient: Sendable {
     public func send(
         _ text: String, attachments: [API.NewAttachment]? = nil, to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()
     ) async throws -> Message {
+        try await retrying("send", key: clientMessageId) {
+            let sent: API.SentMessage = try await call(
+                .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
+                body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments))
+            return sent.message
+        }
+    }
+
+    /// Runs `attempt` again after a retryable failure, with backoff, for up to
+    /// `sendRetryWindow`: each attempt carries the same idempotency `key`, so the server applies
+    /// it once however many attempts it takes.
+    private func retrying<Result>(_ what: String, key: String, _ attempt: () async throws -> Result) async throws -> Result {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
         let backoff = Backoff(first: .milliseconds(100), max: .seconds(2))
         var failures = 0
         while true {
             do {
-                let sent: API.SentMessage = try await call(
-                    .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
-                    body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments))
-                return sent.message
+                return try await attempt()
             } catch let error as ParleyError where error.retryable {
                 failures += 1
                 let wait = backoff.delay(afterFailures: failures, atLeast: error.retryAfter)
                 guard clock.now.advanced(by: wait) < deadline else { throw error }
-                logger.debug("send failed; retrying with the same clientMessageId", metadata: ["error": "\(error)", "clientMessageId": "\(clientMessageId)"])
+                logger.debug("\(what) failed; retrying with the same key", metadata: ["error": "\(error)", "key": "\(key)"])
                 try await Task.sleep(for: wait)
             }
         }
+    }
+
+    // MARK: Changing messages
+
+    /// Replaces the text of a message of the caller's (within the server's edit window); retried
+    /// like a send, with the same `clientChangeId`, so the edit is applied once. Returns the
+    /// message as edited.
+    public func edit(
+        _ seq: Int64, in conversation: ConversationID, text: String, clientChangeId: String = ClientMessageID.make()
+    ) async throws -> Message {
+        try await retrying("edit", key: clientChangeId) {
+            let edited: API.SentMessage = try await call(
+                .PATCH, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)",
+                body: API.MessageEdit(clientChangeId: clientChangeId, text: text))
+            return edited.message
+        }
+    }
+
+    /// Deletes a message for everyone (the caller's, or any in a group the caller owns): returns
+    /// its tombstone. Deleting it again answers the same.
+    public func deleteMessage(_ seq: Int64, in conversation: ConversationID) async throws -> Message {
+        let deleted: API.SentMessage = try await call(.DELETE, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)")
+        return deleted.message
+    }
+
+    /// Adds the caller's `emoji` to a message (`adding`), or takes it back; returns the message's
+    /// reactions after. Either is idempotent.
+    public func react(_ emoji: String, to seq: Int64, in conversation: ConversationID, adding: Bool = true) async throws -> [Reaction] {
+        let body: API.Reactions = try await call(
+            adding ? .PUT : .DELETE, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)/reactions/\(Self.query(emoji))")
+        return body.reactions
+    }
+
+    /// The texts a message has had, oldest first, the current one last.
+    public func versions(of seq: Int64, in conversation: ConversationID) async throws -> [MessageVersion] {
+        let body: API.MessageVersions = try await call(.GET, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)/versions")
+        return body.versions
     }
 
     // MARK: Media

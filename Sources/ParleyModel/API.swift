@@ -369,6 +369,35 @@ public enum API {
         public init(annotation: Annotation) { self.annotation = annotation }
     }
 
+    /// `message_edited`, `message_deleted`, `reaction_added`, `reaction_removed`, and the
+    /// webhooks of the same names.
+    public struct ChangeEvent: Codable, Sendable, Hashable {
+        public var change: MessageChange
+        public init(_ change: MessageChange) { self.change = change }
+    }
+
+    /// `PATCH /v1/conversations/{id}/messages/{seq}`.
+    public struct MessageEdit: Codable, Sendable, Hashable {
+        public var clientChangeId: String
+        public var text: String?
+        public init(clientChangeId: String, text: String?) {
+            self.clientChangeId = clientChangeId
+            self.text = text
+        }
+    }
+
+    /// `PUT` / `DELETE …/messages/{seq}/reactions/{emoji}`.
+    public struct Reactions: Codable, Sendable, Hashable {
+        public var reactions: [Reaction]
+        public init(reactions: [Reaction]) { self.reactions = reactions }
+    }
+
+    /// `GET …/messages/{seq}/versions`.
+    public struct MessageVersions: Codable, Sendable, Hashable {
+        public var versions: [MessageVersion]
+        public init(versions: [MessageVersion]) { self.versions = versions }
+    }
+
     /// `PUT /v1/conversations/{id}/messages/{seq}/annotations/{key}`.
     public struct AnnotationValue: Codable, Sendable, Hashable {
         public var value: String

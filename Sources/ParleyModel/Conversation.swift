@@ -44,11 +44,14 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
     /// The members who muted the conversation (get no push notifications for it), sorted. Each
     /// member sees only whether they did (`API.Conversation.muted`).
     public var mutedBy: [UserID]
+    /// The number of the last change to its messages (``MessageChange/changeSeq``; 0 when none).
+    public var lastChangeSeq: Int64
 
     public init(
         id: ConversationID, kind: ConversationKind, name: String?, ownerId: UserID, lastSeq: Int64 = 0,
-        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember], mutedBy: [UserID] = []
+        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember], mutedBy: [UserID] = [], lastChangeSeq: Int64 = 0
     ) {
+        self.lastChangeSeq = lastChangeSeq
         self.id = id
         self.kind = kind
         self.name = name

@@ -100,8 +100,14 @@ extension Message {
         }
         json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")
         json.key("conversationId"); json.string(conversationId.rawValue); json.raw(",")
+        if deleted == true { json.key("deleted"); json.append(json: "true,".utf8) }
+        if let deletedBy { json.key("deletedBy"); json.string(deletedBy.rawValue); json.raw(",") }
+        if let editedAt { json.key("editedAt"); json.timestamp(editedAt); json.raw(",") }
         if erased == true { json.key("erased"); json.append(json: "true,".utf8) }
         json.key("id"); json.string(id); json.raw(",")
+        if let reactions, let encoded = try? API.makeEncoder().encode(reactions) {
+            json.key("reactions"); json.append(json: encoded); json.raw(",")
+        }
         json.key("senderId"); json.string(senderId.rawValue); json.raw(",")
         json.key("sentAt"); json.timestamp(sentAt); json.raw(",")
         json.key("seq"); json.integer(seq); json.raw(",")

@@ -22,10 +22,15 @@ public enum DurationText {
     }
 
     /// `duration` as ``parse(_:)`` reads it back, in the largest unit that keeps it whole or
-    /// short: `5ms`, `30s`, `1.5s`, `250us`.
+    /// short: `5ms`, `30s`, `1.5s`, `250us`, `48h`, `30d`.
     public static func format(_ duration: Duration) -> String {
         let nanoseconds = duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
         if nanoseconds == 0 { return "0s" }
+        for (unit, seconds) in [("d", Int64(86_400)), ("h", 3_600), ("m", 60)] where nanoseconds % (seconds * 1_000_000_000) == 0 {
+            // Hours up to two days read better than days: `48h`.
+            if unit == "d", nanoseconds < 3 * 86_400 * 1_000_000_000 { continue }
+            return "\(nanoseconds / (seconds * 1_000_000_000))\(unit)"
+        }
         if nanoseconds % 1_000_000_000 == 0 { return "\(nanoseconds / 1_000_000_000)s" }
         if nanoseconds >= 1_000_000_000 { return "\(Double(nanoseconds) / 1_000_000_000)s" }
         if nanoseconds % 1_000_000 == 0 { return "\(nanoseconds / 1_000_000)ms" }

@@ -23,6 +23,16 @@ public struct Message: Hashable, Sendable, Codable {
     /// removal): its seq, sender and time stay, its text is empty and it carries nothing.
     /// Absent otherwise.
     public var erased: Bool?
+    /// When its text was last edited (``MessageChange/Kind/edited``); nil if never.
+    public var editedAt: Date?
+    /// True for a message deleted for everyone, or erased: a tombstone (``tombstone``). Absent
+    /// otherwise.
+    public var deleted: Bool?
+    /// Who deleted it for everyone; nil for an erasure.
+    public var deletedBy: UserID?
+    /// Its reactions, the most held first (``Reaction/ordered(_:)``); nil when none. As the
+    /// store keeps them, `me` is false: history sets it for its reader.
+    public var reactions: [Reaction]?
 
     public init(
         conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date, attachments: [Attachment]? = nil
@@ -43,8 +53,21 @@ extension Message {
     public var tombstone: Message {
         var tombstone = Message(conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: "", sentAt: sentAt)
         tombstone.erased = true
+        tombstone.deleted = true
         return tombstone
     }
+
+    /// What this message is once `user` deleted it for everyone: the same tombstone as an
+    /// erasure's, saying who.
+    public func deletedTombstone(by user: UserID) -> Message {
+        var tombstone = Message(conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: "", sentAt: sentAt)
+        tombstone.deleted = true
+        tombstone.deletedBy = user
+        return tombstone
+    }
+
+    /// Whether it is a tombstone: erased, or deleted for everyone.
+    public var isTombstone: Bool { erased == true || deleted == true }
 }
 
 /// A message erased at `at`: the tombstone it left (``Message/tombstone``).

@@ -102,6 +102,43 @@ public protocol ChatStore: Sendable {
     /// them, and the sweeper's next pass removes them.
     func releaseMedia(_ ids: [MediaID]) async throws
 
+    // MARK: Changes to messages
+
+    /// Commits `change` — numbered by the owner, under its `epoch`: the conversation's
+    /// ``ConversationRecord/lastChangeSeq`` + 1 — in one transaction with what it does to the
+    /// message of its seq:
+    /// - `edited`: the text becomes `change.text` (the one it replaces kept as a version) and
+    ///   `editedAt` `change.at`;
+    /// - `deleted`: the message becomes its tombstone (``Message/deletedTombstone(by:)``); its
+    ///   annotations, reactions and versions go;
+    /// - `reaction_added` / `reaction_removed`: `change.userId` holds `change.emoji` on it, or no
+    ///   longer does.
+    /// Returns the change as committed (a reaction's `count`: how many hold the emoji after) and
+    /// the message as it is after. Nil when the change would change nothing — no such message, a
+    /// tombstone, a reaction already held (or not held) — and then nothing is stored and the
+    /// number stays free. Throws `conflict` for a number already used.
+    func commitChange(_ change: MessageChange, epoch: Int64) async throws -> (change: MessageChange, message: Message)?
+
+    /// The conversation's changes numbered after `changeSeq`, in order, at most `limit`.
+    func messageChanges(in id: ConversationID, after changeSeq: Int64, limit: Int) async throws -> [MessageChange]
+
+    /// The conversation's changes committed after `since`, in order, the latest `limit` of them:
+    /// what an owner that takes the conversation over hands the gateways again.
+    func messageChanges(in id: ConversationID, since: Date, limit: Int) async throws -> [MessageChange]
+
+    /// The edit of the conversation with this client change ID, if one was committed.
+    func messageChange(in id: ConversationID, clientChangeId: String) async throws -> MessageChange?
+
+    /// The changes committed after `since` in the conversations `user` is a member of, by
+    /// conversation (in ID order) and then in order, from just past `position`; at most `limit`.
+    func messageChanges(for user: UserID, since: Date, after position: ChangePosition?, limit: Int) async throws -> [MessageChange]
+
+    /// The texts edits replaced of message `seq`, oldest first, each with when it became the text.
+    func messageVersions(in id: ConversationID, seq: Int64) async throws -> [MessageVersion]
+
+    /// The emoji `user` holds on the conversation's messages `seqs`.
+    func reactions(of user: UserID, in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [HeldReaction]
+
     // MARK: Webhooks
 
     /// When a node first ran with the webhook endpoint named `name`: `at`, the first time it is
@@ -377,6 +414,32 @@ public struct DurableChanges: Hashable, Sendable {
         self.removals = removals
         self.annotations = annotations
         self.erasures = erasures
+    }
+}
+
+/// Where a listing of changes across conversations got to (``ChatStore/messageChanges(for:since:after:limit:)``).
+public struct ChangePosition: Codable, Hashable, Sendable {
+    public var conversationId: ConversationID
+    public var changeSeq: Int64
+
+    public init(conversationId: ConversationID, changeSeq: Int64) {
+        self.conversationId = conversationId
+        self.changeSeq = changeSeq
+    }
+
+    public init(_ change: MessageChange) {
+        self.init(conversationId: change.conversationId, changeSeq: change.changeSeq)
+    }
+}
+
+/// An emoji a user holds on message `seq` (``ChatStore/reactions(of:in:seqs:)``).
+public struct HeldReaction: Hashable, Sendable {
+    public var seq: Int64
+    public var emoji: String
+
+    public init(seq: Int64, emoji: String) {
+        self.seq = seq
+        self.emoji = emoji
     }
 }
 

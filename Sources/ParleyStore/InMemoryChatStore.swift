@@ -19,6 +19,12 @@ public final class InMemoryChatStore: ChatStore {
         /// By seq, then key.
         var annotations: [Int64: [String: Annotation]] = [:]
         var erasures: [Erasure] = []
+        /// Changes to messages, in order: `changes[i].changeSeq == i + 1`.
+        var changes: [MessageChange] = []
+        /// Who holds which emoji, by seq.
+        var reactions: [Int64: [String: Set<UserID>]] = [:]
+        /// The texts edits replaced, by seq, oldest first.
+        var versions: [Int64: [MessageVersion]] = [:]
 
         init(record: ConversationRecord) {
             self.record = record
@@ -209,14 +215,96 @@ public final class InMemoryChatStore: ChatStore {
             for seq in Set(seqs).sorted() where seq >= 1 && seq <= Int64(stored.messages.count) {
                 let index = Int(seq - 1)
                 let original = stored.messages[index]
-                guard original.erased != true else { continue }
+                guard !original.isTombstone else { continue }
                 stored.messages[index] = original.tombstone
                 stored.annotations[seq] = nil
+                stored.reactions[seq] = nil
+                stored.versions[seq] = nil
                 stored.erasures.append(Erasure(message: original, at: at))
                 erased.append(original)
             }
         }
         return erased
+    }
+
+    public func commitChange(_ change: MessageChange, epoch: Int64) async throws -> (change: MessageChange, message: Message)? {
+        try fencedChange(of: change.conversationId, epoch: epoch) { stored throws(ChatStoreError) in
+            guard change.changeSeq == stored.record.lastChangeSeq + 1 else {
+                throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(change.conversationId) is not the next")
+            }
+            if let key = change.clientChangeId, stored.changes.contains(where: { $0.clientChangeId == key }) {
+                throw ChatStoreError(.conflict, "client change ID \(key) is used")
+            }
+            let seq = change.seq
+            guard seq >= 1, seq <= Int64(stored.messages.count) else { return nil }
+            let index = Int(seq - 1)
+            var message = stored.messages[index]
+            guard !message.isTombstone else { return nil }
+            var change = change
+            switch change.kind {
+            case .edited:
+                stored.versions[seq, default: []].append(MessageVersion(text: message.text, at: message.editedAt ?? message.sentAt))
+                message = change.applied(to: message)
+            case .deleted:
+                message = change.applied(to: message)
+                stored.annotations[seq] = nil
+                stored.reactions[seq] = nil
+                stored.versions[seq] = nil
+            case .reactionAdded, .reactionRemoved:
+                guard let emoji = change.emoji else { return nil }
+                var holders = stored.reactions[seq, default: [:]][emoji, default: []]
+                let changed = change.kind == .reactionAdded ? holders.insert(change.userId).inserted : holders.remove(change.userId) != nil
+                guard changed else { return nil }
+                stored.reactions[seq, default: [:]][emoji] = holders.isEmpty ? nil : holders
+                change.count = holders.count
+                message = change.applied(to: message)
+            }
+            stored.messages[index] = message
+            stored.changes.append(change)
+            stored.record.lastChangeSeq = change.changeSeq
+            return (change, message)
+        }
+    }
+
+    public func messageChanges(in id: ConversationID, after changeSeq: Int64, limit: Int) async throws -> [MessageChange] {
+        state.withLock { state in
+            guard let changes = state[id]?.changes else { return [] }
+            let start = Int(max(0, min(changeSeq, Int64(changes.count))))
+            return Array(changes[start..<min(changes.count, start + max(0, limit))])
+        }
+    }
+
+    public func messageChanges(in id: ConversationID, since: Date, limit: Int) async throws -> [MessageChange] {
+        state.withLock { state in Array((state[id]?.changes ?? []).filter { $0.at > since }.suffix(max(0, limit))) }
+    }
+
+    public func messageChange(in id: ConversationID, clientChangeId: String) async throws -> MessageChange? {
+        state.withLock { state in state[id]?.changes.first { $0.clientChangeId == clientChangeId } }
+    }
+
+    public func messageChanges(for user: UserID, since: Date, after position: ChangePosition?, limit: Int) async throws -> [MessageChange] {
+        state.withLock { state in
+            let mine = state.values.filter { $0.record.member(user) != nil }.sorted { Array($0.record.id.rawValue.utf8).lexicographicallyPrecedes(Array($1.record.id.rawValue.utf8)) }
+            let changes = mine.flatMap { $0.changes.filter { $0.at > since } }.filter { change in
+                guard let position else { return true }
+                let (mine, theirs) = (Array(change.conversationId.rawValue.utf8), Array(position.conversationId.rawValue.utf8))
+                return mine == theirs ? change.changeSeq > position.changeSeq : theirs.lexicographicallyPrecedes(mine)
+            }
+            return Array(changes.prefix(max(0, limit)))
+        }
+    }
+
+    public func messageVersions(in id: ConversationID, seq: Int64) async throws -> [MessageVersion] {
+        state.withLock { state in state[id]?.versions[seq] ?? [] }
+    }
+
+    public func reactions(of user: UserID, in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [HeldReaction] {
+        state.withLock { state in
+            guard let stored = state[id] else { return [] }
+            return stored.reactions.filter { seqs.contains($0.key) }.sorted { $0.key < $1.key }.flatMap { seq, holders in
+                holders.filter { $0.value.contains(user) }.keys.sorted().map { HeldReaction(seq: seq, emoji: $0) }
+            }
+        }
     }
 
     public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
@@ -266,7 +354,7 @@ public final class InMemoryChatStore: ChatStore {
 
     public func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID] {
         state.withLock { state in
-            Array(state.filter { $0.value.changedAt > since || $0.value.receiptAt.values.contains { $0 > since } || $0.value.erasures.contains { $0.at > since } }
+            Array(state.filter { $0.value.changedAt > since || $0.value.receiptAt.values.contains { $0 > since } || $0.value.erasures.contains { $0.at > since } || $0.value.changes.last.map { $0.at > since } == true }
                 .keys.sorted().prefix(max(0, limit)))
         }
     }
@@ -297,11 +385,11 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     @discardableResult
-    private func fencedChange<Result>(of id: ConversationID, epoch: Int64, _ change: (inout Stored) -> Result) throws -> Result {
-        try state.withLock { state in
+    private func fencedChange<Result>(of id: ConversationID, epoch: Int64, _ change: (inout Stored) throws(ChatStoreError) -> Result) throws -> Result {
+        try state.withLock { state throws(ChatStoreError) in
             guard state[id] != nil else { throw ChatStoreError(.notFound, "no conversation \(id)") }
             guard state[id]!.epoch == epoch else { throw ChatStoreError(.staleEpoch, "epoch \(epoch) is not \(state[id]!.epoch)") }
-            return change(&state[id]!)
+            return try change(&state[id]!)
         }
     }
 

@@ -240,6 +240,7 @@ public final class PostgresChatStore: ChatStore {
         (17, "users' blocks", BlockRows.migration),
         (18, "reports, and suspended users", ReportRows.migration),
         (19, "account deletions, and erased messages", DeletionRows.migration(messagesTable: "messages")),
+        (20, "changes to messages: edits, deletions for everyone, reactions", ChangeRows.migration(messagesTable: "messages")),
     ]
 
     public func migrate() async throws {
@@ -294,11 +295,11 @@ public final class PostgresChatStore: ChatStore {
     private func records(_ ids: [String]) async throws -> [ConversationRecord] {
         guard !ids.isEmpty else { return [] }
         return try await run {
-            var heads: [String: (String, String?, String, Int64, Int64, Int64)] = [:]
-            for try await (id, kind, name, owner, lastSeq, created, activity) in try await client.query(
-                "SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at FROM conversations WHERE id = ANY(\(ids))", logger: logger
-            ).decode((String, String, String?, String, Int64, Int64, Int64).self) {
-                heads[id] = (kind, name, owner, lastSeq, created, activity)
+            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64)] = [:]
+            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange) in try await client.query(
+                "SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq FROM conversations WHERE id = ANY(\(ids))", logger: logger
+            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64).self) {
+                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange)
             }
             var members: [String: [ConversationMember]] = [:]
             var mutedBy: [String: [UserID]] = [:]
@@ -313,11 +314,11 @@ public final class PostgresChatStore: ChatStore {
                 if muted { mutedBy[conversation, default: []].append(UserID(rawValue: user)) }
             }
             return ids.compactMap { id in
-                guard let (kind, name, owner, lastSeq, createdAt, lastActivity) = heads[id] else { return nil }
+                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange) = heads[id] else { return nil }
                 return ConversationRecord(
                     id: ConversationID(rawValue: id), kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner),
                     lastSeq: lastSeq, createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity),
-                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted())
+                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted(), lastChangeSeq: lastChange)
             }
         }
     }
@@ -376,7 +377,7 @@ public final class PostgresChatStore: ChatStore {
     public func messages(in id: ConversationID, after seq: Int64, limit: Int) async throws -> [Message] {
         try await fetchMessages(
             """
-            SELECT \(unescaped: Self.messageColumns) FROM messages
+            SELECT \(unescaped: Self.messageColumns()) FROM messages
             WHERE conversation_id = \(id.rawValue) AND seq > \(seq) ORDER BY seq LIMIT \(max(0, limit))
             """)
     }
@@ -384,7 +385,7 @@ public final class PostgresChatStore: ChatStore {
     public func messages(in id: ConversationID, before seq: Int64, limit: Int) async throws -> [Message] {
         try await fetchMessages(
             """
-            SELECT \(unescaped: Self.messageColumns) FROM messages
+            SELECT \(unescaped: Self.messageColumns()) FROM messages
             WHERE conversation_id = \(id.rawValue) AND seq < \(seq) ORDER BY seq DESC LIMIT \(max(0, limit))
             """
         ).reversed()
@@ -393,7 +394,7 @@ public final class PostgresChatStore: ChatStore {
     public func message(in id: ConversationID, clientMessageId: String) async throws -> Message? {
         try await fetchMessages(
             """
-            SELECT \(unescaped: Self.messageColumns) FROM messages
+            SELECT \(unescaped: Self.messageColumns()) FROM messages
             WHERE conversation_id = \(id.rawValue) AND client_message_id = \(clientMessageId)
             """
         ).first
@@ -910,7 +911,7 @@ public final class PostgresChatStore: ChatStore {
     public func lastMessages(in ids: [ConversationID]) async throws -> [ConversationID: Message] {
         let messages = try await fetchMessages(
             """
-            SELECT m.conversation_id, m.seq, m.sender_id, m.client_message_id, m.text, m.sent_at, m.attachments, m.erased_at IS NOT NULL
+            SELECT \(unescaped: Self.messageColumns(of: "m"))
             FROM conversations c JOIN messages m ON m.conversation_id = c.id AND m.seq = c.last_seq
             WHERE c.id = ANY(\(ids.map(\.rawValue)))
             """)
@@ -1098,10 +1099,10 @@ public final class PostgresChatStore: ChatStore {
             let erasedSeqs = erased.map(\.seq)
             try await connection.query(
                 """
-                UPDATE messages SET text = '', attachments = NULL, erased_at = \(at.millisecondsSince1970)
+                UPDATE messages SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = \(at.millisecondsSince1970)
                 WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))
                 """, logger: logger)
-            try await connection.query("DELETE FROM annotations WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))", logger: logger)
+            try await deleteWhatMessagesCarry(id, seqs: erasedSeqs, connection: connection)
             try await connection.query(
                 """
                 INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at)
@@ -1110,6 +1111,163 @@ public final class PostgresChatStore: ChatStore {
                 ON CONFLICT DO NOTHING
                 """, logger: logger)
             return erased
+        }
+    }
+
+    /// Tombstones' annotations, reactions and earlier texts.
+    private func deleteWhatMessagesCarry(_ id: ConversationID, seqs: [Int64], connection: PostgresConnection) async throws {
+        try await connection.query("DELETE FROM annotations WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(seqs))", logger: logger)
+        try await connection.query("DELETE FROM reactions WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(seqs))", logger: logger)
+        try await connection.query("DELETE FROM message_versions WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(seqs))", logger: logger)
+    }
+
+    public func commitChange(_ change: MessageChange, epoch: Int64) async throws -> (change: MessageChange, message: Message)? {
+        let id = change.conversationId
+        return try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            guard let original = try await fetchMessages(
+                "SELECT \(unescaped: Self.messageColumns()) FROM messages WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq) FOR UPDATE",
+                on: connection
+            ).first, !original.isTombstone else { return nil }
+            var change = change
+            switch change.kind {
+            case .edited:
+                try await connection.query(
+                    """
+                    INSERT INTO message_versions (conversation_id, seq, version, text, at)
+                    SELECT \(id.rawValue), \(change.seq), coalesce(max(version), 0) + 1, \(original.text), \((original.editedAt ?? original.sentAt).millisecondsSince1970)
+                    FROM message_versions WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
+                    """, logger: logger)
+                try await connection.query(
+                    "UPDATE messages SET text = \(change.text ?? original.text), edited_at = \(change.at.millisecondsSince1970) WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)",
+                    logger: logger)
+            case .deleted:
+                try await connection.query(
+                    """
+                    UPDATE messages SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = \(change.at.millisecondsSince1970), deleted_by = \(change.userId.rawValue)
+                    WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
+                    """, logger: logger)
+                try await deleteWhatMessagesCarry(id, seqs: [change.seq], connection: connection)
+            case .reactionAdded, .reactionRemoved:
+                guard let emoji = change.emoji else { return nil }
+                let query: PostgresQuery = change.kind == .reactionAdded
+                    ? """
+                      INSERT INTO reactions (conversation_id, seq, emoji, user_id, at)
+                      VALUES (\(id.rawValue), \(change.seq), \(emoji), \(change.userId.rawValue), \(change.at.millisecondsSince1970))
+                      ON CONFLICT DO NOTHING RETURNING 1
+                      """
+                    : """
+                      DELETE FROM reactions WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq) AND emoji = \(emoji) AND user_id = \(change.userId.rawValue)
+                      RETURNING 1
+                      """
+                var changed = false
+                for try await _ in try await connection.query(query, logger: logger).decode(Int.self) { changed = true }
+                guard changed else { return nil }
+                var count = 0
+                for try await value in try await connection.query(
+                    "SELECT count(*) FROM reactions WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq) AND emoji = \(emoji)", logger: logger
+                ).decode(Int.self) { count = value }
+                change.count = count
+                try await connection.query(
+                    """
+                    UPDATE messages SET reactions = \(ChangeRows.encodeReactions(change.applied(to: original).reactions))
+                    WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
+                    """, logger: logger)
+            }
+            var advanced = false
+            for try await _ in try await connection.query(
+                """
+                UPDATE conversations SET last_change_seq = \(change.changeSeq) WHERE id = \(id.rawValue) AND last_change_seq = \(change.changeSeq - 1) RETURNING 1
+                """, logger: logger
+            ).decode(Int.self) { advanced = true }
+            guard advanced else { throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id) is not the next") }
+            var inserted = false
+            for try await _ in try await connection.query(
+                """
+                INSERT INTO message_changes (\(unescaped: ChangeRows.changeColumns()))
+                VALUES (\(id.rawValue), \(change.changeSeq), \(change.afterSeq), \(change.seq), \(change.kind.rawValue), \(change.userId.rawValue),
+                        \(change.at.millisecondsSince1970), \(change.text), \(change.emoji), \(change.count), \(change.clientChangeId))
+                ON CONFLICT DO NOTHING RETURNING 1
+                """, logger: logger
+            ).decode(Int.self) { inserted = true }
+            guard inserted else { throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id), or its client change ID, is used") }
+            return (change, change.applied(to: original))
+        }
+    }
+
+    public func messageChanges(in id: ConversationID, after changeSeq: Int64, limit: Int) async throws -> [MessageChange] {
+        try await fetchChanges(
+            """
+            SELECT \(unescaped: ChangeRows.changeColumns()) FROM message_changes
+            WHERE conversation_id = \(id.rawValue) AND change_seq > \(changeSeq) ORDER BY change_seq LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func messageChanges(in id: ConversationID, since: Date, limit: Int) async throws -> [MessageChange] {
+        try await fetchChanges(
+            """
+            SELECT \(unescaped: ChangeRows.changeColumns()) FROM message_changes
+            WHERE conversation_id = \(id.rawValue) AND at > \(since.millisecondsSince1970) ORDER BY change_seq DESC LIMIT \(max(0, limit))
+            """
+        ).reversed()
+    }
+
+    public func messageChange(in id: ConversationID, clientChangeId: String) async throws -> MessageChange? {
+        try await fetchChanges(
+            """
+            SELECT \(unescaped: ChangeRows.changeColumns()) FROM message_changes
+            WHERE conversation_id = \(id.rawValue) AND client_change_id = \(clientChangeId)
+            """
+        ).first
+    }
+
+    public func messageChanges(for user: UserID, since: Date, after position: ChangePosition?, limit: Int) async throws -> [MessageChange] {
+        try await fetchChanges(
+            """
+            SELECT \(unescaped: ChangeRows.changeColumns(of: "c")) FROM members m JOIN message_changes c ON c.conversation_id = m.conversation_id
+            WHERE m.user_id = \(user.rawValue) AND c.at > \(since.millisecondsSince1970)
+            AND (c.conversation_id COLLATE "C", c.change_seq) > (\(position?.conversationId.rawValue ?? "") COLLATE "C", \(position?.changeSeq ?? 0))
+            ORDER BY c.conversation_id COLLATE "C", c.change_seq LIMIT \(max(0, limit))
+            """)
+    }
+
+    private func fetchChanges(_ query: PostgresQuery) async throws -> [MessageChange] {
+        try await run {
+            var changes: [MessageChange] = []
+            for try await (conversation, changeSeq, afterSeq, seq, kind, user, at, text, emoji, count, clientChangeId) in try await client.query(query, logger: logger)
+                .decode((String, Int64, Int64, Int64, String, String, Int64, String?, String?, Int64?, String?).self)
+            {
+                if let change = ChangeRows.change(
+                    conversation: conversation, changeSeq: changeSeq, afterSeq: afterSeq, seq: seq, kind: kind, user: user, at: at, text: text, emoji: emoji,
+                    count: count, clientChangeId: clientChangeId)
+                {
+                    changes.append(change)
+                }
+            }
+            return changes
+        }
+    }
+
+    public func messageVersions(in id: ConversationID, seq: Int64) async throws -> [MessageVersion] {
+        try await run {
+            var versions: [MessageVersion] = []
+            for try await (text, at) in try await client.query(
+                "SELECT text, at FROM message_versions WHERE conversation_id = \(id.rawValue) AND seq = \(seq) ORDER BY version", logger: logger
+            ).decode((String, Int64).self) { versions.append(MessageVersion(text: text, at: Date(millisecondsSince1970: at))) }
+            return versions
+        }
+    }
+
+    public func reactions(of user: UserID, in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [HeldReaction] {
+        try await run {
+            var held: [HeldReaction] = []
+            for try await (seq, emoji) in try await client.query(
+                """
+                SELECT seq, emoji FROM reactions WHERE user_id = \(user.rawValue) AND conversation_id = \(id.rawValue)
+                AND seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound) ORDER BY seq, emoji COLLATE "C"
+                """, logger: logger
+            ).decode((Int64, String).self) { held.append(HeldReaction(seq: seq, emoji: emoji)) }
+            return held
         }
     }
 
@@ -1217,6 +1375,7 @@ public final class PostgresChatStore: ChatStore {
                 SELECT id FROM conversations WHERE changed_at > \(since)
                 UNION SELECT conversation_id FROM members WHERE receipt_at > \(since)
                 UNION SELECT conversation_id FROM erasures WHERE erased_at > \(since)
+                UNION SELECT conversation_id FROM message_changes WHERE at > \(since)
                 ORDER BY 1 LIMIT \(max(0, limit))
                 """, logger: logger
             ).decode(String.self) { ids.append(ConversationID(rawValue: id)) }
@@ -1372,15 +1531,21 @@ public final class PostgresChatStore: ChatStore {
             """, logger: logger)
     }
 
-    /// What ``fetchMessages(_:)`` reads, in its order.
-    private static let messageColumns = "conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments, erased_at IS NOT NULL"
+    /// What ``fetchMessages(_:)`` reads, in its order; each after `table.` when a query joins another table.
+    private static func messageColumns(of table: String? = nil) -> String {
+        let prefix = table.map { "\($0)." } ?? ""
+        return ["conversation_id", "seq", "sender_id", "client_message_id", "text", "sent_at", "attachments", "erased_at IS NOT NULL", "edited_at", "deleted_by", "reactions"]
+            .map { prefix + $0 }.joined(separator: ", ")
+    }
 
-    private func fetchMessages(_ query: PostgresQuery) async throws -> [Message] {
+    private func fetchMessages(_ query: PostgresQuery, on connection: PostgresConnection? = nil) async throws -> [Message] {
         try await run {
             var messages: [Message] = []
-            for try await row in try await client.query(query, logger: logger).decode((String, Int64, String, String, String, Int64, String?, Bool).self) {
+            let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
+            for try await row in rows.decode((String, Int64, String, String, String, Int64, String?, Bool, Int64?, String?, String?).self) {
                 var message = try Self.message((row.0, row.1, row.2, row.3, row.4, row.5, row.6))
                 if row.7 { message.erased = true }
+                try ChangeRows.apply(editedAt: row.8, deletedBy: row.9, reactions: row.10, to: &message)
                 messages.append(message)
             }
             return messages

@@ -36,31 +36,45 @@ enum MessageBlocks {
         block.bind((highest - 1) / size, at: 2)
         var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) } ?? lastMessage
         let byID = try db.cachedStatement(sql: """
-            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at FROM message_log WHERE id = ?
+            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at, edited_at, deleted_by, reactions
+            FROM message_log WHERE id = ?
             """)
         let conversationID = ConversationID(rawValue: conversation)
         var messages: [Message] = []
         messages.reserveCapacity(Int(min(highest - lowest + 1, 1_000)))
         while let id = next {
             byID.bind(id, at: 1)
-            let found = try byID.runForOneRow(in: db) { row -> (seq: Int64, previous: Int64?, message: Message?, attachments: String?) in
+            let found = try byID.runForOneRow(in: db) { row -> (seq: Int64, previous: Int64?, message: Message?, attachments: String?, changed: ChangedColumns?) in
                 let seq = SQLiteColumn.int64(row, 0)
                 // Above the range only the link is needed.
-                guard seq <= highest else { return (seq, SQLiteColumn.optionalInt64(row, 1), nil, nil) }
+                guard seq <= highest else { return (seq, SQLiteColumn.optionalInt64(row, 1), nil, nil, nil) }
                 var message = Message(
                     conversationId: conversationID, seq: seq, senderId: UserID(rawValue: SQLiteColumn.string(row, 2)),
                     clientMessageId: SQLiteColumn.string(row, 3), text: SQLiteColumn.string(row, 4),
                     sentAt: Date(millisecondsSince1970: SQLiteColumn.int64(row, 5)))
                 if SQLiteColumn.optionalInt64(row, 7) != nil { message.erased = true }
-                return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6))
+                let edited = SQLiteColumn.optionalInt64(row, 8), deletedBy = SQLiteColumn.optionalString(row, 9), reactions = SQLiteColumn.optionalString(row, 10)
+                let changed = edited != nil || deletedBy != nil || reactions != nil || message.erased == true
+                    ? ChangedColumns(editedAt: edited, deletedBy: deletedBy, reactions: reactions) : nil
+                return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6), changed)
             }
             guard let found, found.seq >= lowest else { break }
             if var message = found.message {
+                if let changed = found.changed {
+                    try ChangeRows.apply(editedAt: changed.editedAt, deletedBy: changed.deletedBy, reactions: changed.reactions, to: &message)
+                }
                 message.attachments = try MediaRows.attachments(found.attachments)
                 messages.append(message)
             }
             next = found.previous
         }
         return messages
+    }
+
+    /// What a row says of its message's changes, when it says anything (most say nothing).
+    struct ChangedColumns {
+        var editedAt: Int64?
+        var deletedBy: String?
+        var reactions: String?
     }
 }

@@ -152,6 +152,7 @@ public final class SQLiteChatStore: ChatStore {
         "v17: users' blocks",
         "v18: reports, and suspended users",
         "v19: account deletions, and erased messages",
+        "v20: changes to messages: edits, deletions for everyone, reactions",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -388,6 +389,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[18]) { db in
             for statement in DeletionRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[19]) { db in
+            for statement in ChangeRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -438,7 +442,8 @@ public final class SQLiteChatStore: ChatStore {
             return ConversationRecord(
                 id: id, kind: ConversationKind(rawValue: try row.decode(forColumn: "kind")) ?? .group, name: try row.decode(forColumn: "name"), ownerId: UserID(rawValue: try row.decode(forColumn: "owner_id")),
                 lastSeq: try row.decode(forColumn: "last_seq"), createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")),
-                lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members, mutedBy: mutedBy.sorted())
+                lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members, mutedBy: mutedBy.sorted(),
+                lastChangeSeq: try row.decode(forColumn: "last_change_seq"))
         }
     }
 
@@ -1185,11 +1190,11 @@ public final class SQLiteChatStore: ChatStore {
             guard let head = try Self.head(of: id, db: db), lowest <= head.lastSeq else { return [] }
             let found = try MessageBlocks.messages(in: id.rawValue, from: min(highest, head.lastSeq), downTo: lowest, lastMessage: head.lastMessage, db: db)
             var erased: [Message] = []
-            for message in found.reversed() where wanted.contains(message.seq) && message.erased != true {
+            for message in found.reversed() where wanted.contains(message.seq) && !message.isTombstone {
                 try db.execute(
-                    sql: "UPDATE message_log SET text = '', attachments = NULL, erased_at = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    sql: "UPDATE message_log SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [at.millisecondsSince1970, message.clientMessageId, id.rawValue])
-                try db.execute(sql: "DELETE FROM annotations WHERE conversation_id = ? AND seq = ?", arguments: [id.rawValue, message.seq])
+                try Self.deleteWhatAMessageCarries(id, seq: message.seq, db: db)
                 try db.execute(
                     sql: """
                         INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at) VALUES (?, ?, ?, ?, ?, ?)
@@ -1200,6 +1205,137 @@ public final class SQLiteChatStore: ChatStore {
                 erased.append(message)
             }
             return erased
+        }
+    }
+
+    /// A tombstone's annotations, reactions and earlier texts.
+    private static func deleteWhatAMessageCarries(_ id: ConversationID, seq: Int64, db: Database) throws {
+        for table in ["annotations", "reactions", "message_versions"] {
+            try db.execute(sql: "DELETE FROM \(table) WHERE conversation_id = ? AND seq = ?", arguments: [id.rawValue, seq])
+        }
+    }
+
+    public func commitChange(_ change: MessageChange, epoch: Int64) async throws -> (change: MessageChange, message: Message)? {
+        let id = change.conversationId
+        return try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            guard let head = try Self.head(of: id, db: db), change.seq >= 1, change.seq <= head.lastSeq,
+                  let original = try MessageBlocks.messages(in: id.rawValue, from: change.seq, downTo: change.seq, lastMessage: head.lastMessage, db: db).first,
+                  !original.isTombstone
+            else { return nil }
+            var change = change
+            switch change.kind {
+            case .edited:
+                let version = try Int64.fetchOne(
+                    db, sql: "SELECT coalesce(max(version), 0) + 1 FROM message_versions WHERE conversation_id = ? AND seq = ?",
+                    arguments: [id.rawValue, change.seq]) ?? 1
+                try db.execute(
+                    sql: "INSERT INTO message_versions (conversation_id, seq, version, text, at) VALUES (?, ?, ?, ?, ?)",
+                    arguments: [id.rawValue, change.seq, version, original.text, (original.editedAt ?? original.sentAt).millisecondsSince1970])
+                try db.execute(
+                    sql: "UPDATE message_log SET text = ?, edited_at = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    arguments: [change.text ?? original.text, change.at.millisecondsSince1970, original.clientMessageId, id.rawValue])
+            case .deleted:
+                try db.execute(
+                    sql: "UPDATE message_log SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = ?, deleted_by = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    arguments: [change.at.millisecondsSince1970, change.userId.rawValue, original.clientMessageId, id.rawValue])
+                try Self.deleteWhatAMessageCarries(id, seq: change.seq, db: db)
+            case .reactionAdded, .reactionRemoved:
+                guard let emoji = change.emoji else { return nil }
+                if change.kind == .reactionAdded {
+                    try db.execute(
+                        sql: "INSERT INTO reactions (conversation_id, seq, emoji, user_id, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                        arguments: [id.rawValue, change.seq, emoji, change.userId.rawValue, change.at.millisecondsSince1970])
+                } else {
+                    try db.execute(
+                        sql: "DELETE FROM reactions WHERE conversation_id = ? AND seq = ? AND emoji = ? AND user_id = ?",
+                        arguments: [id.rawValue, change.seq, emoji, change.userId.rawValue])
+                }
+                guard db.changesCount > 0 else { return nil }
+                change.count = try Int.fetchOne(
+                    db, sql: "SELECT count(*) FROM reactions WHERE conversation_id = ? AND seq = ? AND emoji = ?",
+                    arguments: [id.rawValue, change.seq, emoji]) ?? 0
+                try db.execute(
+                    sql: "UPDATE message_log SET reactions = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    arguments: [ChangeRows.encodeReactions(change.applied(to: original).reactions), original.clientMessageId, id.rawValue])
+            }
+            try db.execute(
+                sql: "UPDATE conversations SET last_change_seq = ?1 WHERE id = ?2 AND last_change_seq = ?1 - 1",
+                arguments: [change.changeSeq, id.rawValue])
+            guard db.changesCount == 1 else { throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id) is not the next") }
+            do {
+                try db.execute(
+                    sql: "INSERT INTO message_changes (\(ChangeRows.changeColumns())) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    arguments: [id.rawValue, change.changeSeq, change.afterSeq, change.seq, change.kind.rawValue, change.userId.rawValue,
+                                change.at.millisecondsSince1970, change.text, change.emoji, change.count, change.clientChangeId])
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id), or its client change ID, is used")
+            }
+            return (change, change.applied(to: original))
+        }
+    }
+
+    public func messageChanges(in id: ConversationID, after changeSeq: Int64, limit: Int) async throws -> [MessageChange] {
+        try await read { db in
+            try Self.changes(
+                db, "SELECT \(ChangeRows.changeColumns()) FROM message_changes WHERE conversation_id = ? AND change_seq > ? ORDER BY change_seq LIMIT ?",
+                [id.rawValue, changeSeq, max(0, limit)])
+        }
+    }
+
+    public func messageChanges(in id: ConversationID, since: Date, limit: Int) async throws -> [MessageChange] {
+        try await read { db in
+            try Self.changes(
+                db, "SELECT \(ChangeRows.changeColumns()) FROM message_changes WHERE conversation_id = ? AND at > ? ORDER BY change_seq DESC LIMIT ?",
+                [id.rawValue, since.millisecondsSince1970, max(0, limit)]
+            ).reversed()
+        }
+    }
+
+    public func messageChange(in id: ConversationID, clientChangeId: String) async throws -> MessageChange? {
+        try await read { db in
+            try Self.changes(
+                db, "SELECT \(ChangeRows.changeColumns()) FROM message_changes WHERE conversation_id = ? AND client_change_id = ?", [id.rawValue, clientChangeId]
+            ).first
+        }
+    }
+
+    public func messageChanges(for user: UserID, since: Date, after position: ChangePosition?, limit: Int) async throws -> [MessageChange] {
+        try await read { db in
+            try Self.changes(
+                db,
+                """
+                SELECT \(ChangeRows.changeColumns(of: "c"))
+                FROM members m JOIN message_changes c ON c.conversation_id = m.conversation_id
+                WHERE m.user_id = ? AND c.at > ? AND (c.conversation_id, c.change_seq) > (?, ?) ORDER BY c.conversation_id, c.change_seq LIMIT ?
+                """,
+                [user.rawValue, since.millisecondsSince1970, position?.conversationId.rawValue ?? "", position?.changeSeq ?? 0, max(0, limit)])
+        }
+    }
+
+    private static func changes(_ db: Database, _ sql: String, _ arguments: StatementArguments) throws -> [MessageChange] {
+        try Row.fetchAll(db, sql: sql, arguments: arguments).compactMap { row in
+            ChangeRows.change(
+                conversation: try row.decode(atIndex: 0), changeSeq: try row.decode(atIndex: 1), afterSeq: try row.decode(atIndex: 2), seq: try row.decode(atIndex: 3),
+                kind: try row.decode(atIndex: 4), user: try row.decode(atIndex: 5), at: try row.decode(atIndex: 6), text: try row.decode(atIndex: 7),
+                emoji: try row.decode(atIndex: 8), count: try row.decode(atIndex: 9), clientChangeId: try row.decode(atIndex: 10))
+        }
+    }
+
+    public func messageVersions(in id: ConversationID, seq: Int64) async throws -> [MessageVersion] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT text, at FROM message_versions WHERE conversation_id = ? AND seq = ? ORDER BY version", arguments: [id.rawValue, seq]
+            ).map { MessageVersion(text: try $0.decode(atIndex: 0), at: Date(millisecondsSince1970: try $0.decode(atIndex: 1))) }
+        }
+    }
+
+    public func reactions(of user: UserID, in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [HeldReaction] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT seq, emoji FROM reactions WHERE user_id = ? AND conversation_id = ? AND seq BETWEEN ? AND ? ORDER BY seq, emoji",
+                arguments: [user.rawValue, id.rawValue, seqs.lowerBound, seqs.upperBound]
+            ).map { HeldReaction(seq: try $0.decode(atIndex: 0), emoji: try $0.decode(atIndex: 1)) }
         }
     }
 
@@ -1282,6 +1418,7 @@ public final class SQLiteChatStore: ChatStore {
                     SELECT id FROM conversations WHERE changed_at > ?1
                     UNION SELECT conversation_id FROM members WHERE receipt_at > ?1
                     UNION SELECT conversation_id FROM erasures WHERE erased_at > ?1
+                    UNION SELECT conversation_id FROM message_changes WHERE at > ?1
                     ORDER BY 1 LIMIT ?2
                     """,
                 arguments: [since.millisecondsSince1970, max(0, limit)]
@@ -1442,6 +1579,9 @@ public final class SQLiteChatStore: ChatStore {
             text: try row.decode(forColumn: "text"), sentAt: Date(millisecondsSince1970: try row.decode(forColumn: "sent_at")),
             attachments: try MediaRows.attachments(try row.decode(forColumn: "attachments")))
         if (try row.decode(forColumn: "erased_at") as Int64?) != nil { message.erased = true }
+        try ChangeRows.apply(
+            editedAt: try row.decode(forColumn: "edited_at"), deletedBy: try row.decode(forColumn: "deleted_by"), reactions: try row.decode(forColumn: "reactions"),
+            to: &message)
         return message
     }
 

@@ -515,6 +515,108 @@ public enum ChatStoreContract {
             } catch let error as ChatStoreError where error.kind == .staleEpoch {}
             try check(try await store.messages(in: id, after: 0, limit: 1) == [before[0]], "the fenced erasure changed nothing")
         },
+        Case(name: "changes to messages: numbered one by one, fenced; an edit keeps the text it replaced; reactions counted per emoji and held once per member") { store in
+            let (me, other) = (UserID.make(), UserID.make())
+            let (id, epoch) = try await owned(store, members: [me, other])
+            _ = try await store.commit([append(id, epoch: epoch, "one", from: me, at: 1), append(id, epoch: epoch, "two", from: other, at: 2)])
+            let sent = try await store.messages(in: id, after: 0, limit: 10)
+            func change(_ number: Int64, _ kind: MessageChange.Kind, seq: Int64 = 1, by user: UserID, text: String? = nil, emoji: String? = nil, key: String? = nil) -> MessageChange {
+                MessageChange(
+                    conversationId: id, changeSeq: number, afterSeq: 2, seq: seq, kind: kind, userId: user, at: t0.addingTimeInterval(Double(10 + number)),
+                    text: text, emoji: emoji, clientChangeId: key)
+            }
+            let key = UUID().uuidString.lowercased()
+            let edit = try require2(try await store.commitChange(change(1, .edited, by: me, text: "one, edited", key: key), epoch: epoch))
+            try check(edit.message.text == "one, edited" && edit.message.editedAt == t0.addingTimeInterval(11) && edit.message.seq == 1, "the edited message: \(edit.message)")
+            try check(try await store.messages(in: id, after: 0, limit: 1) == [edit.message], "read back edited")
+            try check(try await store.conversation(id)?.lastChangeSeq == 1, "the conversation's last change number")
+            try check(try await store.messageChange(in: id, clientChangeId: key) == edit.change, "the edit is found by its client change ID")
+            try check(try await store.messageChange(in: id, clientChangeId: UUID().uuidString.lowercased()) == nil, "an unknown client change ID")
+            _ = try await store.commitChange(change(2, .edited, by: me, text: "one, again"), epoch: epoch)
+            try check(try await store.messageVersions(in: id, seq: 1) == [MessageVersion(text: "one", at: sent[0].sentAt), MessageVersion(text: "one, edited", at: t0.addingTimeInterval(11))],
+                      "the texts replaced, oldest first")
+            do {
+                _ = try await store.commitChange(change(2, .edited, by: me, text: "reused number"), epoch: epoch)
+                throw ContractViolation(description: "a change number was used twice")
+            } catch let error as ChatStoreError where error.kind == .conflict {}
+            do {
+                _ = try await store.commitChange(change(3, .edited, by: me, text: "reused key", key: key), epoch: epoch)
+                throw ContractViolation(description: "a client change ID was used twice")
+            } catch let error as ChatStoreError where error.kind == .conflict {}
+            try check(try await store.messages(in: id, after: 0, limit: 1).first?.text == "one, again", "refused changes changed nothing")
+
+            let thumbs = "👍", heart = "❤️"
+            let first = try require2(try await store.commitChange(change(3, .reactionAdded, seq: 2, by: me, emoji: thumbs), epoch: epoch))
+            try check(first.change.count == 1, "one holds it: \(first.change)")
+            try check(try await store.commitChange(change(4, .reactionAdded, seq: 2, by: me, emoji: thumbs), epoch: epoch) == nil, "held already: no change")
+            let second = try require2(try await store.commitChange(change(4, .reactionAdded, seq: 2, by: other, emoji: thumbs), epoch: epoch))
+            try check(second.change.count == 2, "two hold it")
+            _ = try await store.commitChange(change(5, .reactionAdded, seq: 2, by: other, emoji: heart), epoch: epoch)
+            let reacted = try await store.messages(in: id, after: 1, limit: 1)
+            try check(reacted.first?.reactions == [Reaction(emoji: thumbs, count: 2), Reaction(emoji: heart, count: 1)], "the most held first: \(String(describing: reacted.first?.reactions))")
+            try check(try await store.reactions(of: other, in: id, seqs: 1...2) == [HeldReaction(seq: 2, emoji: heart), HeldReaction(seq: 2, emoji: thumbs)].sorted { Array($0.emoji.utf8).lexicographicallyPrecedes(Array($1.emoji.utf8)) },
+                      "what a member holds")
+            let removed = try require2(try await store.commitChange(change(6, .reactionRemoved, seq: 2, by: me, emoji: thumbs), epoch: epoch))
+            try check(removed.change.count == 1 && removed.message.reactions == [Reaction(emoji: heart, count: 1), Reaction(emoji: thumbs, count: 1)], "taken back: \(removed)")
+            try check(try await store.commitChange(change(7, .reactionRemoved, seq: 2, by: me, emoji: thumbs), epoch: epoch) == nil, "not held: no change")
+            try check(try await store.commitChange(change(7, .edited, seq: 9, by: me, text: "x"), epoch: epoch) == nil, "no such message: no change")
+
+            let deleted = try require2(try await store.commitChange(change(7, .deleted, seq: 2, by: me), epoch: epoch))
+            try check(deleted.message == sent[1].deletedTombstone(by: me) && deleted.message.deleted == true && deleted.message.deletedBy == me && deleted.message.erased == nil,
+                      "the tombstone says who deleted it: \(deleted.message)")
+            let lastMessage = try await store.lastMessages(in: [id])[id]
+            try check(try await store.messages(in: id, after: 1, limit: 1) == [deleted.message] && lastMessage == deleted.message, "read back deleted, and as the last message")
+            try check(try await store.reactions(of: other, in: id, seqs: 1...2).isEmpty, "its reactions are gone")
+            try check(try await store.commitChange(change(8, .reactionAdded, seq: 2, by: me, emoji: heart), epoch: epoch) == nil, "a tombstone takes no reaction")
+            try check(try await store.eraseMessages(in: id, seqs: [2], epoch: epoch, at: t0.addingTimeInterval(30)).isEmpty, "nor an erasure")
+            _ = try await store.commitChange(change(8, .deleted, seq: 1, by: me), epoch: epoch)
+            try check(try await store.messageVersions(in: id, seq: 1).isEmpty, "a deleted message's earlier texts are gone")
+            try check(try await store.messages(in: id, after: 0, limit: 1) == [sent[0].deletedTombstone(by: me)], "an edited message deleted says nothing of its edits")
+
+            let all = try await store.messageChanges(in: id, after: 0, limit: 100)
+            try check(all.map(\.changeSeq) == Array(1...8) && all.map(\.kind) == [.edited, .edited, .reactionAdded, .reactionAdded, .reactionAdded, .reactionRemoved, .deleted, .deleted],
+                      "the log, in order: \(all.map(\.kind))")
+            try check(all[0] == edit.change && all[0].clientChangeId == key, "a change reads back as committed")
+            try check(try await store.messageChanges(in: id, after: 6, limit: 1).map(\.changeSeq) == [7], "paged")
+            try check(try await store.messageChanges(in: id, since: t0.addingTimeInterval(15), limit: 2).map(\.changeSeq) == [7, 8], "the latest since an instant, oldest first")
+            try check(try await store.messageChanges(for: other, since: t0.addingTimeInterval(16), after: nil, limit: 10).map(\.changeSeq) == [7, 8], "a member's, since an instant")
+            try check(try await store.messageChanges(for: other, since: t0, after: ChangePosition(all[5]), limit: 1).map(\.changeSeq) == [7], "from a position")
+            try check(try await store.messageChanges(for: UserID.make(), since: t0, after: nil, limit: 10).isEmpty, "a stranger's")
+            try check(try await store.recentlyChangedConversations(since: t0.addingTimeInterval(17), limit: 10000).contains(id), "a change makes the conversation recently changed")
+
+            _ = try await store.acquireOwnership(of: id)
+            do {
+                _ = try await store.commitChange(change(9, .reactionAdded, seq: 1, by: me, emoji: heart), epoch: epoch)
+                throw ContractViolation(description: "a stale owner committed a change")
+            } catch let error as ChatStoreError where error.kind == .staleEpoch {}
+            try check(try await store.conversation(id)?.lastChangeSeq == 8, "the fenced change changed nothing")
+        },
+        Case(name: "a member's changes across conversations page by conversation, then number") { store in
+            let member = UserID.make()
+            var ids: [ConversationID] = []
+            for _ in 0..<3 {
+                let (id, epoch) = try await owned(store, members: [member, UserID.make()])
+                _ = try await store.commit([append(id, epoch: epoch, "m", from: member, at: 1)])
+                for number in Int64(1)...2 {
+                    _ = try await store.commitChange(
+                        MessageChange(conversationId: id, changeSeq: number, afterSeq: 1, seq: 1, kind: .edited, userId: member, at: t0.addingTimeInterval(Double(number)), text: "e\(number)"),
+                        epoch: epoch)
+                }
+                ids.append(id)
+            }
+            var seen: [ChangePosition] = []
+            var position: ChangePosition?
+            while true {
+                let page = try await store.messageChanges(for: member, since: t0, after: position, limit: 4)
+                seen += page.map(ChangePosition.init)
+                guard page.count == 4 else { break }
+                position = page.last.map(ChangePosition.init)
+            }
+            let expected = ids.sorted { Array($0.rawValue.utf8).lexicographicallyPrecedes(Array($1.rawValue.utf8)) }.flatMap { id in
+                [ChangePosition(conversationId: id, changeSeq: 1), ChangePosition(conversationId: id, changeSeq: 2)]
+            }
+            try check(seen == expected, "every change once, by conversation then number: \(seen)")
+        },
         Case(name: "released uploads are attached nowhere and due to the sweeper") { store in
             let uploader = UserID.make()
             let (conversation, _) = try await owned(store)

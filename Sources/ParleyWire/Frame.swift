@@ -16,8 +16,9 @@ public enum Frame: Equatable, Sendable {
     /// The cluster protocol version; a node refuses hellos of another version. 2: call arguments
     /// and results in ``BinaryClusterSerialization`` (1 had JSON); 3: a chat message's send, result
     /// and deliveries in their hand-written forms (``ClusterWireCodable``); 4: gossip carries each
-    /// member's heartbeat counter; 5: a message, and a send, carry their attachments.
-    public static let protocolVersion: UInt16 = 5
+    /// member's heartbeat counter; 5: a message, and a send, carry their attachments; 6: changes
+    /// to messages (a conversation's last change number, change events, a changed message's form).
+    public static let protocolVersion: UInt16 = 6
 }
 
 /// What a node says about itself when a connection opens.

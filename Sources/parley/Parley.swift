@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Versions.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -604,6 +604,74 @@ struct Send: AsyncParsableCommand {
     }
 }
 
+struct Edit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Replace the text of a message you sent (within the server's edit window, 48 hours unless the operator set another).",
+        discussion: "Retried with the same clientChangeId until acknowledged, so the edit is applied once. Its attachments stay.")
+    @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+    @Argument(help: "The message's seq.") var seq: Int64
+    @Argument(help: "The new text (words are joined with spaces).") var text: [String]
+    @Option(help: "The idempotency key (default: a new UUID).") var clientChangeId: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let message = try await client.edit(
+                seq, in: ConversationID(rawValue: conversation), text: text.joined(separator: " "), clientChangeId: clientChangeId ?? ClientMessageID.make())
+            connection.print(API.SentMessage(message: message)) { "edited #\(message.seq)" }
+        }
+    }
+}
+
+struct DeleteMessage: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete",
+        abstract: "Delete a message for everyone: yours, or any in a group you own.",
+        discussion: "It stays a tombstone (its seq, sender and time) that says who deleted it; its text, files and reactions are gone.")
+    @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+    @Argument(help: "The message's seq.") var seq: Int64
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let tombstone = try await client.deleteMessage(seq, in: ConversationID(rawValue: conversation))
+            connection.print(API.SentMessage(message: tombstone)) { "deleted #\(tombstone.seq)" }
+        }
+    }
+}
+
+struct React: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Add your reaction to a message, or take it back with --remove.")
+    @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+    @Argument(help: "The message's seq.") var seq: Int64
+    @Argument(help: "One emoji, e.g. 👍.") var emoji: String
+    @Flag(help: "Take the reaction back.") var remove = false
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let reactions = try await client.react(emoji, to: seq, in: ConversationID(rawValue: conversation), adding: !remove)
+            connection.print(API.Reactions(reactions: reactions)) { reactions.isEmpty ? "no reactions" : Tail.summary(reactions) }
+        }
+    }
+}
+
+struct Versions: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The texts a message has had, oldest first, the current one last.")
+    @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+    @Argument(help: "The message's seq.") var seq: Int64
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let versions = try await client.versions(of: seq, in: ConversationID(rawValue: conversation))
+            connection.print(API.MessageVersions(versions: versions)) {
+                versions.isEmpty ? "none: the message was deleted" : versions.map { "[\(API.timestamp($0.at))] \($0.text)" }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
 struct History: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "The last messages of a conversation.")
     @Argument var conversation: String
@@ -649,7 +717,14 @@ struct Tail: AsyncParsableCommand {
     @OptionGroup var connection: Connection
 
     static func line(_ message: Message) -> String {
-        "[\(message.conversationId) #\(message.seq) \(API.timestamp(message.sentAt))] \(message.senderId): \(message.text)"
+        let head = "[\(message.conversationId) #\(message.seq) \(API.timestamp(message.sentAt))] \(message.senderId): "
+        if message.isTombstone { return head + (message.deletedBy.map { "(deleted by \($0))" } ?? "(erased)") }
+        return head + message.text + (message.editedAt == nil ? "" : " (edited)") + (message.reactions.map { "  " + summary($0) } ?? "")
+    }
+
+    /// `👍 2  ❤️ 1*`: each emoji and how many hold it, `*` where you are one of them.
+    static func summary(_ reactions: [Reaction]) -> String {
+        reactions.map { "\($0.emoji) \($0.count)\($0.me ? "*" : "")" }.joined(separator: "  ")
     }
 
     func run() async throws {
@@ -712,6 +787,21 @@ struct Tail: AsyncParsableCommand {
         case .erased(let tombstone):
             connection.print(["event": "message_erased", "conversationId": tombstone.conversationId.rawValue, "seq": "\(tombstone.seq)",
                               "senderId": tombstone.senderId.rawValue]) { "[\(tombstone.conversationId)] #\(tombstone.seq) from \(tombstone.senderId) was erased" }
+        case .changed(let change):
+            var fields = ["event": change.kind.eventName, "conversationId": change.conversationId.rawValue, "seq": "\(change.seq)",
+                          "changeSeq": "\(change.changeSeq)", "userId": change.userId.rawValue]
+            fields["text"] = change.text
+            fields["emoji"] = change.emoji
+            fields["count"] = change.count.map { "\($0)" }
+            connection.print(fields) {
+                let what = switch change.kind {
+                case .edited: "edited it: \(change.text ?? "")"
+                case .deleted: "deleted it"
+                case .reactionAdded: "reacted \(change.emoji ?? "") (\(change.count ?? 0))"
+                case .reactionRemoved: "took back \(change.emoji ?? "") (\(change.count ?? 0))"
+                }
+                return "[\(change.conversationId)] #\(change.seq) \(change.userId) \(what)"
+            }
         case .ready(let cursor):
             connection.print(["event": "ready", "cursor": cursor]) { "— live (cursor \(cursor)) —" }
         case .cursorExpired:

@@ -30,7 +30,9 @@ import Testing
 
     /// Delivers every step, answering reads from `stored`, until the lane is idle; returns what
     /// went out.
-    func drain(_ lane: inout WebhookLane, _ current: ConversationRecord, stored: [Message] = [], now: ContinuousClock.Instant? = nil) -> [WebhookEvent] {
+    func drain(
+        _ lane: inout WebhookLane, _ current: ConversationRecord, stored: [Message] = [], storedChanges: [MessageChange] = [], now: ContinuousClock.Instant? = nil
+    ) -> [WebhookEvent] {
         var sent: [WebhookEvent] = []
         for _ in 0..<1000 {
             switch lane.next(record: current, now: now ?? at(0), wallNow: wall) {
@@ -41,6 +43,8 @@ import Testing
                 return sent
             case .read(let after, let through):
                 lane.messagesRead(Array(stored.filter { $0.seq > after && $0.seq <= through }.prefix(2)), after: after)
+            case .readChanges(let after, let through):
+                lane.changesRead(Array(storedChanges.filter { $0.changeSeq > after && $0.changeSeq <= through }.prefix(2)), after: after)
             case .deliver(let event):
                 sent.append(event)
                 lane.delivered()
@@ -249,7 +253,9 @@ import Testing
         #expect(WebhookEventType.matching("conversation.*")?.count == 4)
         #expect(WebhookEventType.matching("*") == Set(WebhookEventType.allCases))
         #expect(WebhookEventType.matching("message.created") == [.messageCreated])
-        #expect(WebhookEventType.matching("message.deleted") == nil)
+        #expect(WebhookEventType.matching("message.deleted") == [.messageDeleted])
+        #expect(WebhookEventType.matching("reaction.*") == [.reactionAdded, .reactionRemoved])
+        #expect(WebhookEventType.matching("message.removed") == nil)
         #expect(WebhookEventType.matching("nothing.*") == nil)
     }
 

@@ -24,11 +24,14 @@ import Testing
     }
 
     @Test func formatReadsBack() {
-        for duration: Duration in [.zero, .seconds(30), .milliseconds(1_500), .milliseconds(5), .microseconds(250), .milliseconds(2_250)] {
+        for duration: Duration in [.zero, .seconds(30), .milliseconds(1_500), .milliseconds(5), .microseconds(250), .milliseconds(2_250), .seconds(120), .seconds(48 * 3600), .seconds(30 * 86_400)] {
             let text = DurationText.format(duration)
             #expect(DurationText.parse(text) == duration, "\(duration) → \(text)")
         }
         #expect(DurationText.format(.milliseconds(5)) == "5ms")
         #expect(DurationText.format(.seconds(30)) == "30s")
+        #expect(DurationText.format(.seconds(90)) == "90s")
+        #expect(DurationText.format(.seconds(48 * 3600)) == "48h")
+        #expect(DurationText.format(.seconds(30 * 86_400)) == "30d")
     }
 }

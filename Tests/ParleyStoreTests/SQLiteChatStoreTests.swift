@@ -139,6 +139,11 @@ import Testing
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
             try db.execute(sql: """
+                DROP TABLE message_changes; DROP TABLE reactions; DROP TABLE message_versions; ALTER TABLE conversations DROP COLUMN last_change_seq;
+                ALTER TABLE message_log DROP COLUMN edited_at; ALTER TABLE message_log DROP COLUMN deleted_by; ALTER TABLE message_log DROP COLUMN reactions;
+                """)
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v20:%';")
+            try db.execute(sql: """
                 UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL;
                 DROP INDEX removals_by_conversation; DROP INDEX users_deletions_unfinished; DROP INDEX users_deletions_owing_webhooks;
                 ALTER TABLE users DROP COLUMN deleted_at; ALTER TABLE users DROP COLUMN deletion_erase;

@@ -83,6 +83,8 @@ enum ServerSentEvent {
             return frame(event: "message_annotated", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
         case .erasure:
             return frame(event: "message_erased", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .change(let change):
+            return frame(event: change.kind.eventName, id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
         }
     }
 
@@ -102,6 +104,8 @@ enum ServerSentEvent {
             encoded(API.AnnotationEvent(annotation: annotation))
         case .erasure(let erasure):
             erasure.message.wrappedJSON  // `API.MessageEvent`: the tombstone
+        case .change(let change):
+            encoded(API.ChangeEvent(change))
         case .conversation:
             nil
         }

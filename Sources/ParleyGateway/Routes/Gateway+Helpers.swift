@@ -118,4 +118,19 @@ extension Gateway {
         guard ClientInput.isPlausibleID(text) else { throw APIError.notFound("conversation not found") }
         return ConversationID(rawValue: text)
     }
+
+    /// The `seq` of a message's path.
+    static func seqParameter(_ context: some RequestContext) throws -> Int64 {
+        guard let seq = Int64(try context.parameters.require("seq")), seq >= 1 else { throw APIError.invalid("seq must be a whole number, at least 1") }
+        return seq
+    }
+
+    /// A path parameter as the text it encodes: path parameters arrive as sent, percent-encoded
+    /// (an emoji is its UTF-8 bytes, each `%XX`).
+    static func decodedParameter(_ context: some RequestContext, _ name: String) throws -> String {
+        guard let text = try context.parameters.require(name).removingPercentEncoding else {
+            throw APIError.invalid("\(name) must be percent-encoded UTF-8")
+        }
+        return text
+    }
 }

@@ -13,11 +13,45 @@ extension Gateway {
         messages.get("conversations/:id/messages") { request, context in try await self.history(request, context) }
         messages.put("conversations/:id/messages/:seq/annotations/:key") { request, context in
             let id = try Self.conversationID(context)
-            guard let seq = Int64(try context.parameters.require("seq")), seq >= 1 else { throw APIError.invalid("seq must be a whole number, at least 1") }
+            let seq = try Self.seqParameter(context)
             let key = try context.parameters.require("key")
             let body = try await self.decode(API.AnnotationValue.self, from: request)
             let annotation = try await ConversationActor.resolve(id, using: self.system).annotate(seq: seq, key: key, value: body.value, by: context.caller.id)
             return try Self.json(API.AnnotationEvent(annotation: annotation))
+        }
+        messages.patch("conversations/:id/messages/:seq") { request, context in
+            let id = try Self.conversationID(context)
+            let seq = try Self.seqParameter(context)
+            let body = try await self.decode(API.MessageEdit.self, from: request)
+            let message = try await ConversationActor.resolve(id, using: self.system)
+                .edit(seq: seq, text: body.text ?? "", clientChangeId: body.clientChangeId, by: context.caller.id)
+            return Self.json(bytes: message.wrappedJSON, status: .ok)
+        }
+        messages.delete("conversations/:id/messages/:seq") { _, context in
+            let id = try Self.conversationID(context)
+            let seq = try Self.seqParameter(context)
+            let tombstone = try await ConversationActor.resolve(id, using: self.system).delete(seq: seq, by: context.caller.id)
+            return Self.json(bytes: tombstone.wrappedJSON, status: .ok)
+        }
+        messages.get("conversations/:id/messages/:seq/versions") { _, context in
+            let id = try Self.conversationID(context)
+            let seq = try Self.seqParameter(context)
+            let versions = try await ConversationActor.resolve(id, using: self.system).versions(of: seq, for: context.caller.id)
+            return try Self.json(API.MessageVersions(versions: versions))
+        }
+        for adding in [true, false] {
+            let react: @Sendable (Request, AuthenticatedContext) async throws -> Response = { _, context in
+                let id = try Self.conversationID(context)
+                let seq = try Self.seqParameter(context)
+                let emoji = try Self.decodedParameter(context, "emoji")
+                let reactions = try await ConversationActor.resolve(id, using: self.system).react(seq: seq, emoji: emoji, adding: adding, by: context.caller.id)
+                return try Self.json(API.Reactions(reactions: reactions))
+            }
+            if adding {
+                messages.put("conversations/:id/messages/:seq/reactions/:emoji", use: react)
+            } else {
+                messages.delete("conversations/:id/messages/:seq/reactions/:emoji", use: react)
+            }
         }
         messages.post("conversations/:id/receipts") { request, context in
             let id = try Self.conversationID(context)

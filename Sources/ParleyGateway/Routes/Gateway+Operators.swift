@@ -60,7 +60,7 @@ extension Gateway {
         v1.delete("admin/conversations/:id/messages/:seq") { request, context in
             try self.requireAdmin(request)
             let id = try Self.conversationID(context)
-            guard let seq = Int64(try context.parameters.require("seq")), seq >= 1 else { throw APIError.invalid("seq must be a whole number, at least 1") }
+            let seq = try Self.seqParameter(context)
             let tombstone = try await ConversationActor.resolve(id, using: self.system).moderatorErase(seq: seq)
             self.logger.notice("message erased by an operator", metadata: ["conversation.id": "\(id)", "message.seq": "\(tombstone.seq)"])
             return Response(status: .noContent)

@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Changes to messages end to end — edits, deletions for everyone, reactions — through real
+parley-node processes (2 workers, 2 gateways, SQLite, TLS), while workers are SIGKILLed.
+
+A group of six where every member streams (alternating gateways) and a direct chat whose two
+members stream: three clients send, edit, delete and react (a third of their operations are
+changes), each retrying what failed with its idempotency key, while a burst of kills takes both
+workers down one after the other and a later kill takes one again. Then, for every member:
+
+- every change came after the message it changes, on the stream as it went;
+- each connection wrote each change once, in `changeSeq` order; together they miss none;
+- what the stream said, folded, equals history (text, edits, tombstones, reactions and `me`);
+- every acknowledged change holds in history;
+- a stream resumed from its first cursor replays to the same state;
+- webhooks were told each change once per ID, in `changeSeq` order, none missing.
+
+    Scripts/tests/changes_e2e.py PATH-TO-parley-node
+
+Every process it starts is recorded and stopped by its PID; the load is bounded in count and time.
+"""
+import base64
+import json
+import os
+import random
+import secrets
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from urllib.parse import quote
+
+from e2e_lib import Checks, Nodes, ResumingStream, call, conclude, issue_certificates, open_event_stream, server_sent_events, start_webhook_receiver, wait_until
+
+NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
+WORK = tempfile.mkdtemp(prefix="parley-changes.")
+TLS = os.path.join(WORK, "tls")
+CA = os.path.join(TLS, "ca.pem")
+RECEIVED = os.path.join(WORK, "received.jsonl")
+SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+WORKERS = ["worker-1", "worker-2"]
+GATEWAYS = ["gateway-1", "gateway-2"]
+CHANGE_EVENTS = ("message_edited", "message_deleted", "reaction_added", "reaction_removed")
+EMOJI = ["👍", "❤️", "😂", "🎉"]
+OPERATIONS_PER_CLIENT = 200
+# Between two operations of a client: the load lasts through the kills (about 20 s).
+PAUSE = 0.05
+SEED = int(os.environ.get("PARLEY_TEST_SEED", "7"))
+check = Checks()
+nodes = Nodes(NODE, WORK, TLS, WORKERS + GATEWAYS, seeds=WORKERS)
+HOOKS = nodes.other_port()
+
+
+def fold(events, me):
+    """What an app holds after applying `events` (event, data) in order: per (conversation, seq)
+    the message, and the problems seen — a change before its message, a change applied twice."""
+    held, applied, problems = {}, set(), []
+    for event, data in events:
+        if event == "message":
+            m = data["message"]
+            key = (m["conversationId"], m["seq"])
+            if key not in held:
+                held[key] = dict(m)
+        elif event in CHANGE_EVENTS:
+            c = data["change"]
+            key = (c["conversationId"], c["seq"])
+            if key not in held:
+                problems.append(f"change {c['changeSeq']} of {key} before its message")
+                continue
+            if (c["conversationId"], c["changeSeq"]) in applied:
+                continue
+            applied.add((c["conversationId"], c["changeSeq"]))
+            apply(held[key], c, me)
+    return held, applied, problems
+
+
+def apply(m, c, me):
+    kind = c["kind"]
+    if m.get("deleted"):
+        return
+    if kind == "edited":
+        m["text"], m["editedAt"] = c["text"], c["at"]
+    elif kind == "deleted":
+        for field in ("attachments", "reactions", "editedAt", "annotations"):
+            m.pop(field, None)
+        m.update(text="", deleted=True, deletedBy=c["userId"])
+    else:
+        reactions = {r["emoji"]: dict(r) for r in m.get("reactions", [])}
+        mine = reactions.get(c["emoji"], {}).get("me", False)
+        if c["userId"] == me:
+            mine = kind == "reaction_added"
+        if c["count"] > 0:
+            reactions[c["emoji"]] = {"emoji": c["emoji"], "count": c["count"], "me": mine}
+        else:
+            reactions.pop(c["emoji"], None)
+        m["reactions"] = list(reactions.values())
+
+
+def shape(m):
+    """A message as compared: what changes can change, reactions in no particular order."""
+    return (m["text"], m.get("editedAt"), bool(m.get("deleted")), m.get("deletedBy"),
+            sorted((r["emoji"], r["count"], r["me"]) for r in m.get("reactions", [])))
+
+
+def main():
+    print(f"changes to messages end-to-end test (work dir {WORK}, seed {SEED})", flush=True)
+    issue_certificates(NODE, TLS, nodes.names)
+    subprocess.run([NODE, "certs", "issue", "hooks", "--client", "--dir", TLS, "--dns", "localhost"], check=True, stdout=subprocess.DEVNULL)
+    context = ssl.create_default_context(cafile=CA)
+    endpoints = os.path.join(WORK, "webhooks.json")
+    with open(endpoints, "w") as f:
+        json.dump({"endpoints": [{"name": "bots", "url": f"https://localhost:{HOOKS}/parley", "secret": SECRET,
+                                  "events": ["message.edited", "message.deleted", "reaction.*"]}]}, f)
+    receiver = start_webhook_receiver(WORK, TLS, HOOKS, SECRET, RECEIVED)
+    env = {"PARLEY_TOKEN_SECRET": "changes-e2e-token-secret-0123456789abcdef", "PARLEY_ADMIN_TOKEN": "changes-e2e-admin-token-0123", "PARLEY_BCRYPT_COST": "4",
+           "PARLEY_WEBHOOKS": endpoints, "PARLEY_WEBHOOK_CA": CA, "PARLEY_WEBHOOK_RETRY_MAX": "2s"}
+    for name in nodes.names:
+        nodes.start(name, env)
+    try:
+        if check(wait_until(60, lambda: all(nodes.ready(n) for n in nodes.names)), "2 workers and 2 gateways are ready"):
+            run(context, env)
+    finally:
+        os.kill(receiver.pid, 9)
+        receiver.wait()
+    conclude(check, nodes, WORK, "changes to messages end-to-end")
+
+
+def run(context, env):
+    def api(method, path, body=None, token=None, gateway="gateway-1"):
+        try:
+            return call(method, nodes.client[gateway], path, body, token, context)
+        except (OSError, ValueError) as error:
+            return 0, {"error": str(error)}
+
+    def retried(method, path, body, token, gateway):
+        """A request tried again (same body, same idempotency key) until 2xx, or a 4xx, or 40 s."""
+        deadline = time.time() + 40
+        while True:
+            status, reply = api(method, path, body, token, gateway)
+            if 200 <= status < 300 or 400 <= status < 500 and status != 429 or time.time() > deadline:
+                return status, reply
+            time.sleep(0.2)
+
+    names = [f"m{i}" for i in range(6)]
+    token, uid = {}, {}
+    for name in names:
+        status, reply = api("POST", "/v1/users", {"handle": f"{name}-{uuid.uuid4().hex[:6]}", "password": "changes-password", "displayName": name})
+        if not check(status == 201, f"{name} registers", (status, reply)):
+            return
+        token[name], uid[name] = reply["token"], reply["user"]["id"]
+    status, reply = api("POST", "/v1/conversations", {"memberIds": [uid[n] for n in names[1:]], "name": "changes"}, token["m0"])
+    group = reply["conversation"]["id"]
+    status, reply = api("POST", "/v1/conversations", {"memberIds": [uid["m2"]]}, token["m1"])
+    direct = reply["conversation"]["id"]
+    members = {group: names, direct: ["m1", "m2"]}
+    streams = {n: ResumingStream(nodes.client[GATEWAYS[i % 2]], token[n], context) for i, n in enumerate(names)}
+    for stream in streams.values():
+        stream.start()
+    if not check(all(s.ready.wait(20) for s in streams.values()), "every member streams (three on each gateway)"):
+        return
+    first_cursor = {n: streams[n].cursor for n in names}
+
+    # What was acknowledged, for the checks: per message its sender, the latest acknowledged
+    # text, whether its deletion was; per (message, user, emoji) whether the user holds it.
+    lock = threading.Lock()
+    sent, texts, deleted, held, uncertain = {}, {}, set(), {}, set()
+    counts = {"send": 0, "edit": 0, "delete": 0, "react": 0, "unreact": 0, "failed": 0}
+
+    def client(who, seed):
+        r = random.Random(seed)
+        for index in range(OPERATIONS_PER_CLIENT):
+            time.sleep(PAUSE)
+            conversation = direct if who in members[direct] and r.random() < 0.3 else group
+            gateway = GATEWAYS[r.randrange(2)]
+            with lock:
+                mine = [k for k, s in sent.items() if s == who and k[0] == conversation and k not in deleted]
+                theirs = [k for k in sent if k[0] == conversation and k not in deleted]
+            roll = r.random()
+            base = f"/v1/conversations/{conversation}/messages"
+            if roll < 0.66 or not theirs:
+                body = {"clientMessageId": str(uuid.uuid4()), "text": f"{who} {index}"}
+                status, reply = retried("POST", base, body, token[who], gateway)
+                if status in (200, 201):
+                    with lock:
+                        key = (conversation, reply["message"]["seq"])
+                        sent[key], texts[key] = who, body["text"]
+                        counts["send"] += 1
+                else:
+                    counts["failed"] += 1
+                continue
+            if roll < 0.76 and mine:
+                key = r.choice(mine)
+                text = f"{who} {index} edited"
+                status, reply = retried("PATCH", f"{base}/{key[1]}", {"clientChangeId": str(uuid.uuid4()), "text": text}, token[who], gateway)
+                what = "edit"
+            elif roll < 0.8 and mine:
+                key = r.choice(mine)
+                status, reply = retried("DELETE", f"{base}/{key[1]}", None, token[who], gateway)
+                what = "delete"
+            else:
+                key, emoji = r.choice(theirs), r.choice(EMOJI)
+                adding = r.random() < 0.7
+                status, reply = retried("PUT" if adding else "DELETE", f"{base}/{key[1]}/reactions/{quote(emoji)}", None, token[who], gateway)
+                what = "react" if adding else "unreact"
+            with lock:
+                if status != 200:
+                    # A deletion that raced ours (409), or an outcome not known: not checked.
+                    counts["failed"] += 1
+                    uncertain.add(key)
+                    continue
+                counts[what] += 1
+                if what == "edit":
+                    texts[key] = text
+                elif what == "delete":
+                    deleted.add(key)
+                else:
+                    held[(key, who, emoji)] = adding
+
+    clients = [threading.Thread(target=client, args=(who, SEED * 10 + i), daemon=True) for i, who in enumerate(["m0", "m1", "m2"])]
+    for thread in clients:
+        thread.start()
+    # A burst: both workers SIGKILLed a second apart and started again; later one more, alone.
+    time.sleep(3)
+    for name in WORKERS:
+        nodes.kill(name)
+        time.sleep(1)
+    for name in WORKERS:
+        nodes.start(name, env)
+    check(wait_until(60, lambda: all(nodes.ready(n) for n in nodes.names)), "a burst: both workers SIGKILLed and back")
+    time.sleep(5)
+    nodes.kill("worker-2")
+    nodes.start("worker-2", env)
+    check(any(t.is_alive() for t in clients), "the load was still running when the last kill came")
+    check(wait_until(60, lambda: nodes.ready("worker-2")), "a kill on its own: worker-2 SIGKILLed and back")
+    for thread in clients:
+        thread.join(timeout=300)
+    check(not any(t.is_alive() for t in clients), "the clients finished their operations", counts)
+    changes_made = counts["edit"] + counts["delete"] + counts["react"] + counts["unreact"]
+    check(changes_made * 4 >= counts["send"], f"a third of the operations were changes ({changes_made} changes, {counts['send']} sends)", counts)
+    print(f"   operations: {counts}", flush=True)
+
+    def history(who, conversation):
+        messages, after = [], 0
+        while True:
+            status, reply = retried("GET", f"/v1/conversations/{conversation}/messages?after={after}&limit=200", None, token[who], "gateway-2")
+            if status != 200 or not reply["messages"]:
+                return messages
+            messages += reply["messages"]
+            after = messages[-1]["seq"]
+
+    histories = {(n, c): history(n, c) for c in members for n in members[c]}
+    total = {c: len(histories[(members[c][0], c)]) for c in members}
+
+    def converged():
+        for c in members:
+            for n in members[c]:
+                events = [e for events in streams[n].connections for e in list(events)]
+                held_now, _, _ = fold(events, uid[n])
+                if len([k for k in held_now if k[0] == c]) < total[c]:
+                    return False
+        return True
+    check(wait_until(30, converged), "every stream holds every message")
+    histories = {(n, c): history(n, c) for c in members for n in members[c]}
+    for c, who in members.items():
+        kind = "group" if c == group else "direct chat"
+        numbers = set()
+        for n in who:
+            connections = streams[n].connections
+            events = [e for events in connections for e in list(events)]
+            state, applied, problems = fold(events, uid[n])
+            numbers |= {s for (conv, s) in applied if conv == c}
+            check(not problems, f"{kind}, {n}: every change came after its message", problems[:5])
+            disorder = []
+            for events in connections:
+                last = 0
+                for event, data in list(events):
+                    if event in CHANGE_EVENTS and data["change"]["conversationId"] == c:
+                        if data["change"]["changeSeq"] <= last:
+                            disorder.append((last, data["change"]["changeSeq"]))
+                        last = data["change"]["changeSeq"]
+            check(not disorder, f"{kind}, {n}: each connection wrote each change once, in changeSeq order", disorder[:5])
+            theirs = {m["seq"]: shape(m) for m in histories[(n, c)]}
+            folded = {k[1]: shape(m) for k, m in state.items() if k[0] == c}
+            differ = [(seq, folded.get(seq), theirs[seq]) for seq in theirs if folded.get(seq) != theirs[seq]]
+            check(not differ and len(folded) == len(theirs), f"{kind}, {n}: the stream folded equals history ({len(theirs)} messages)", differ[:3])
+        top = max(numbers, default=0)
+        check(numbers == set(range(1, top + 1)), f"{kind}: the streams together miss no change (1…{top})", sorted(set(range(1, top + 1)) - numbers)[:10])
+
+    # Every acknowledged change holds in history (as its sender's reader sees it).
+    wrong = []
+    for (key, who, emoji), holds in held.items():
+        if key in deleted or key in uncertain:
+            continue
+        message = next(m for m in histories[(who, key[0])] if m["seq"] == key[1])
+        mine = any(r["emoji"] == emoji and r["me"] for r in message.get("reactions", []))
+        if mine != holds:
+            wrong.append(("reaction", key, who, emoji, holds))
+    for key, text in texts.items():
+        message = next(m for m in histories[(sent[key], key[0])] if m["seq"] == key[1])
+        if key in deleted:
+            if not (message.get("deleted") and message["text"] == ""):
+                wrong.append(("deleted", key))
+        elif key not in uncertain and message["text"] != text:
+            wrong.append(("text", key, text, message["text"]))
+    check(not wrong, f"every acknowledged change holds in history ({len(held)} reactions, {len(texts)} texts, {len(deleted)} deletions)", wrong[:5])
+
+    # A stream resumed from its first cursor replays everything to the same state.
+    for n in ["m1", "m4"]:
+        conn, response = open_event_stream(nodes.client["gateway-1"], token[n], context, first_cursor[n], timeout=60)
+        replayed = []
+        for event, _, data in server_sent_events(response):
+            if event == "ready":
+                break
+            replayed.append((event, data))
+        conn.close()
+        state, _, problems = fold(replayed, uid[n])
+        for c in [c for c in members if n in members[c]]:
+            theirs = {m["seq"]: shape(m) for m in histories[(n, c)]}
+            folded = {k[1]: shape(m) for k, m in state.items() if k[0] == c}
+            check(folded == theirs and not problems, f"{n}: a resume from the first cursor replays {c[:8]}… to history's state", problems[:3])
+
+    # Webhooks: each change once per ID, in changeSeq order per conversation, none missing.
+    def deliveries():
+        if not os.path.exists(RECEIVED):
+            return []
+        with open(RECEIVED) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    tops = {c: max((d["change"]["changeSeq"] for e in (streams[n].connections for n in members[c]) for events in e
+                    for ev, d in list(events) if ev in CHANGE_EVENTS and d["change"]["conversationId"] == c), default=0) for c in members}
+
+    def told():
+        seen = {}
+        for delivery in deliveries():
+            change = delivery["change"]
+            seen.setdefault(change["conversationId"], {}).setdefault(delivery["id"], change["changeSeq"])
+        return seen
+    check(all(d["valid"] for d in deliveries()), "every webhook's signature checks out (standardwebhooks)")
+    check(wait_until(60, lambda: all(set(told().get(c, {}).values()) >= set(range(1, tops[c] + 1)) for c in members)),
+          "webhooks were told every change", {c: sorted(set(range(1, tops[c] + 1)) - set(told().get(c, {}).values()))[:10] for c in members})
+    for c in members:
+        order, first = [], set()
+        for delivery in deliveries():
+            change = delivery["change"]
+            if change["conversationId"] == c and delivery["id"] not in first:
+                first.add(delivery["id"])
+                order.append(change["changeSeq"])
+        check(order == sorted(order) and len(order) == len(set(order)), f"webhooks: {c[:8]}…'s changes first told in changeSeq order, one ID each",
+              [x for x, y in zip(order, order[1:]) if y <= x][:5])
+    for stream in streams.values():
+        stream.close()
+
+
+if __name__ == "__main__":
+    main()
