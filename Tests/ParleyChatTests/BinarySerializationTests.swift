@@ -58,6 +58,10 @@ private struct Shapes: Codable, Equatable {
         #expect(try roundTrip(SendResult(message: message, created: true)) == SendResult(message: message, created: true))
         #expect(try roundTrip(SendResult(message: message.tombstone, created: false)) == SendResult(message: message.tombstone, created: false),
                 "a retry of an erased message's send gets its tombstone")
+        var changed = message
+        changed.editedAt = at.addingTimeInterval(5)
+        changed.reactions = [Reaction(emoji: "👍", count: 2)]
+        #expect(try roundTrip(SendResult(message: changed, created: false)) == SendResult(message: changed, created: false), "a retry of an edited message's send")
         let record = ConversationRecord(
             id: "c_1", kind: .group, name: nil, ownerId: ann, lastSeq: 7, createdAt: at,
             members: [ConversationMember(userId: ann, role: .owner), ConversationMember(userId: ben, role: .member, deliveredSeq: 3, readSeq: 2)])
@@ -69,8 +73,12 @@ private struct Shapes: Codable, Equatable {
             EventDelivery(event: .presence(Presence(userId: ann, status: .offline, lastSeenAt: at)), recipients: [ben]),
             EventDelivery(event: .message(message.tombstone), recipients: [ben]),
             EventDelivery(event: .erasure(Erasure(message: message, at: at)), recipients: [ann, ben]),
+            EventDelivery(event: .message(changed), recipients: [ben]),
+            EventDelivery(event: .message(message.deletedTombstone(by: ben)), recipients: [ben]),
+            EventDelivery(event: .change(MessageChange(
+                conversationId: "c_1", changeSeq: 3, afterSeq: 7, seq: 7, kind: .reactionAdded, userId: ben, at: at, emoji: "❤️", count: 2)), recipients: [ann]),
         ]
-        #expect(try roundTrip(deliveries) == deliveries, "an erased message keeps its mark")
+        #expect(try roundTrip(deliveries) == deliveries, "an erased message keeps its mark, a changed one its changes")
         let directory: [String: [UserID]] = ["gateway-1": [ann, ben], "gateway-2": []]
         #expect(try roundTrip(directory) == directory)
     }

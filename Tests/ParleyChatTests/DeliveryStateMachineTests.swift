@@ -84,6 +84,27 @@ import Testing
         #expect(events == [100, 2, 3], "positions: the published event, then seqs 2 and 3 once released")
     }
 
+    @Test func anEventAfterASeqWaitsForThatSeqAndTheOnesPublishedBehindItWaitToo() {
+        let time = ManualTime()
+        var machine = Machine(releasedThrough: 0)
+        _ = machine.gateways(["g1"], now: time.now)
+        _ = machine.committed(2, 2, now: time.now)
+        // A change that follows message 2 waits while message 1 (a lost commit answer) holds it back.
+        #expect(sends(machine.published(200, afterSeq: 2, now: time.now)).isEmpty)
+        #expect(sends(machine.published(201, afterSeq: 0, now: time.now)).isEmpty, "behind the one that waits, though its seq is out")
+        #expect(!machine.isIdle)
+        let next = machine.committed(1, 1, now: time.now)
+        guard case .send(_, let from, let events) = next.first else {
+            Issue.record("nothing went: \(next)")
+            return
+        }
+        #expect(from == 1)
+        #expect(events == [1, 2, 200, 201], "the messages, then the changes in the order published")
+        // Once its seq is out, an event after it goes at once.
+        _ = machine.acknowledged("g1", through: 4, now: time.now)
+        #expect(sends(machine.published(202, afterSeq: 2, now: time.now)) == ["g1:5…5"])
+    }
+
     @Test func aBatchStaysUnderItsCost() {
         let time = ManualTime()
         var policy = Machine.Policy()

@@ -34,6 +34,9 @@ import Testing
                 if case .message(let message) = out.event {
                     return "m\(message.conversationId.rawValue.dropFirst(2)):\(message.seq)@\((cursor.millis - base) / 1_000)"
                 }
+                if case .change(let change) = out.event {
+                    return "x\(change.conversationId.rawValue.dropFirst(2)):\(change.changeSeq)@\((cursor.millis - base) / 1_000)"
+                }
                 return "event@\((cursor.millis - base) / 1_000)"
             case .write(.ready(let cursor)): return "ready@\((cursor.millis - base) / 1_000)"
             case .write(.ping): return "ping"
@@ -96,6 +99,51 @@ import Testing
         #expect(Self.written(session.received(.erasure(written), shared: nil, now: at(40))) == ["event@40"], "a written message's erasure goes out")
         let unseen = Erasure(message: Self.message(1, in: "c_9"), at: Date(millisecondsSince1970: Self.base + 41_000))
         #expect(Self.written(session.received(.erasure(unseen), shared: nil, now: at(41))) == ["event@41"], "so does one of a message this stream never wrote")
+    }
+
+    /// Change `number` of `conversation` to message `seq`, committed after message `afterSeq`.
+    static func change(_ number: Int64, of seq: Int64, after afterSeq: Int64, in conversation: ConversationID = "c_1") -> ChatEvent {
+        .change(MessageChange(
+            conversationId: conversation, changeSeq: number, afterSeq: afterSeq, seq: seq, kind: .reactionAdded, userId: "u_bob",
+            at: Date(millisecondsSince1970: base + (afterSeq + number) * 1_000 + 500), emoji: "👍", count: 1))
+    }
+
+    @Test func changesGoInTheirOrderEachOnceAndOnlyAfterTheMessageTheyFollow() {
+        var session = session()
+        _ = session.start(now: at(0))
+        #expect(Self.written(session.received(.message(Self.message(1)), shared: nil, now: at(1))) == ["m1:1@1"])
+        // Change 1 follows message 2, which has not come: it waits, and so does change 2 behind it.
+        #expect(session.received(Self.change(1, of: 1, after: 2), shared: nil, now: at(2)).isEmpty)
+        #expect(session.received(Self.change(2, of: 1, after: 2), shared: nil, now: at(3)).isEmpty)
+        #expect(Self.written(session.received(.message(Self.message(2)), shared: nil, now: at(4))) == ["m1:2@2", "x1:1@3", "x1:2@4"])
+        // A repeat is dropped; a change past a gap in the numbers waits for the one before it.
+        #expect(session.received(Self.change(2, of: 1, after: 2), shared: nil, now: at(5)).isEmpty)
+        #expect(session.received(Self.change(4, of: 2, after: 2), shared: nil, now: at(6)).isEmpty)
+        #expect(Self.written(session.received(Self.change(3, of: 2, after: 2), shared: nil, now: at(7))) == ["x1:3@5", "x1:4@6"])
+        // Another conversation's changes are ordered on their own; its first change starts it.
+        #expect(Self.written(session.received(Self.change(7, of: 1, after: 1, in: "c_2"), shared: nil, now: at(8))) == ["x2:7@8"])
+    }
+
+    @Test func aChangeThatWaitsTooLongEndsTheStreamAndHoldsTheCursorBackMeanwhile() {
+        var session = session(cursor: Self.cursor(1))
+        _ = session.start(now: at(0))
+        _ = session.received(.message(Self.message(1)), shared: nil, now: at(0))
+        _ = session.received(Self.change(1, of: 1, after: 1), shared: nil, now: at(0))
+        #expect(session.received(Self.change(3, of: 1, after: 1), shared: nil, now: at(100)).isEmpty, "change 2 is missing")
+        // While it waits, other events carry the cursor from before it: a resume replays it.
+        #expect(Self.written(session.received(.message(Self.message(5, in: "c_2")), shared: nil, now: at(200))) == ["m2:5@2"])
+        #expect(session.tick(now: at(5_099), active: true, writable: true).isEmpty)
+        #expect(Self.written(session.tick(now: at(5_100), active: true, writable: true)).last == "end gap(c_1, lastSeq: 1)")
+    }
+
+    @Test func aReplaysChangesComeAfterItsMessagesAndStartEachConversationsNumbers() {
+        var session = session(cursor: Self.cursor(1))
+        let page = [ChatEvent.message(Self.message(2)), .message(Self.message(3)), Self.change(5, of: 2, after: 3), Self.change(6, of: 3, after: 3)]
+        #expect(Self.written(session.replay(page, now: at(0))) == ["m1:2@1", "m1:3@1", "x1:5@1", "x1:6@1", "flush"])
+        _ = session.start(now: at(1))
+        // Live again: what the replay wrote is a repeat; the next change goes.
+        #expect(session.received(Self.change(6, of: 3, after: 3), shared: nil, now: at(2)).isEmpty)
+        #expect(Self.written(session.received(Self.change(7, of: 3, after: 3), shared: nil, now: at(3))) == ["x1:7@10"])
     }
 
     @Test func aGapNotFilledInTimeEndsTheStreamAbruptly() {

@@ -248,6 +248,39 @@ import Testing
         #expect(WebhookEndpoint.secretKey("whsec_c2hvcnQ=") == nil, "too short")
     }
 
+    func change(_ number: Int64, of seq: Int64, after afterSeq: Int64, _ kind: MessageChange.Kind = .edited) -> MessageChange {
+        MessageChange(
+            conversationId: "c_1", changeSeq: number, afterSeq: afterSeq, seq: seq, kind: kind, userId: alice, at: wall.addingTimeInterval(Double(10 + number)),
+            text: kind == .edited ? "edit \(number)" : nil)
+    }
+
+    @Test func changesToMessagesAreToldOneByOneInTheirOrderAndACatchUpReadsThemAfterTheMessages() {
+        let types: Set<WebhookEventType> = [.messageCreated, .messageEdited, .messageDeleted]
+        var lane = WebhookLane(types: types, policy: policy, told: WebhookTold(record(lastSeq: 1)), owed: false)
+        var current = record(lastSeq: 2)
+        current.lastChangeSeq = 2
+        lane.record(.message(message(2)))
+        lane.record(.changed(change(1, of: 2, after: 2)))
+        lane.record(.changed(change(2, of: 1, after: 2, .deleted)))
+        #expect(drain(&lane, current) == [.message(message(2)), .changed(change(1, of: 2, after: 2)), .changed(change(2, of: 1, after: 2, .deleted))])
+        #expect(lane.told?.changeSeq == 2)
+        lane.record(.changed(change(2, of: 1, after: 2, .deleted)))
+        #expect(drain(&lane, current).isEmpty, "told already")
+
+        // A node that takes over works out what is owed: messages first, then the changes, each read from the store.
+        var told = WebhookTold(record(lastSeq: 1))
+        told.changeSeq = 1
+        var later = record(lastSeq: 3)
+        later.lastChangeSeq = 4
+        let stored = (1...4).map { change($0, of: 1, after: $0 < 4 ? 2 : 3, $0 == 3 ? .reactionAdded : .edited) }
+        var taken = WebhookLane(types: types, policy: policy, told: told, owed: true)
+        let sent = drain(&taken, later, stored: (1...3).map { message($0) }, storedChanges: stored)
+        #expect(sent.filter { if case .receipt = $0 { false } else { true } } == [.message(message(2)), .message(message(3)), .changed(stored[1]), .changed(stored[3])],
+                "a reaction is not subscribed to, and moves the cursor all the same")
+        #expect(taken.told?.changeSeq == 4)
+        #expect(WebhookTold(later).changeSeq == 4, "a cursor from a conversation as it is owes nothing")
+    }
+
     @Test func subscriptionsNameTypesFamiliesOrEverything() {
         #expect(WebhookEventType.matching("receipt.*") == [.receiptRead, .receiptDelivered])
         #expect(WebhookEventType.matching("conversation.*")?.count == 4)
