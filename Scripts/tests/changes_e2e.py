@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Changes to messages end to end — edits, deletions for everyone, reactions — through real
-parley-node processes (2 workers, 2 gateways, SQLite, TLS), while workers are SIGKILLed.
+parley-node processes (2 workers, 2 gateways, TLS; SQLite, or the PostgreSQL PARLEY_STORE names),
+while workers are SIGKILLed.
 
 A group of six where every member streams (alternating gateways) and a direct chat whose two
 members stream: three clients send, edit, delete and react (a third of their operations are
@@ -48,6 +49,7 @@ OPERATIONS_PER_CLIENT = 200
 # Between two operations of a client: the load lasts through the kills (about 20 s).
 PAUSE = 0.05
 SEED = int(os.environ.get("PARLEY_TEST_SEED", "7"))
+STORE = "PostgreSQL" if os.environ.get("PARLEY_STORE", "").startswith("postgres") else "SQLite"
 check = Checks()
 nodes = Nodes(NODE, WORK, TLS, WORKERS + GATEWAYS, seeds=WORKERS)
 HOOKS = nodes.other_port()
@@ -105,7 +107,7 @@ def shape(m):
 
 
 def main():
-    print(f"changes to messages end-to-end test (work dir {WORK}, seed {SEED})", flush=True)
+    print(f"changes to messages end-to-end test on {STORE} (work dir {WORK}, seed {SEED})", flush=True)
     issue_certificates(NODE, TLS, nodes.names)
     subprocess.run([NODE, "certs", "issue", "hooks", "--client", "--dir", TLS, "--dns", "localhost"], check=True, stdout=subprocess.DEVNULL)
     context = ssl.create_default_context(cafile=CA)
@@ -124,7 +126,7 @@ def main():
     finally:
         os.kill(receiver.pid, 9)
         receiver.wait()
-    conclude(check, nodes, WORK, "changes to messages end-to-end")
+    conclude(check, nodes, WORK, f"changes to messages end-to-end on {STORE}")
 
 
 def run(context, env):
