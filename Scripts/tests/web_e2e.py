@@ -12,7 +12,8 @@ reader's page: both pages go on without a reload, his on the other gateway (the 
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
-shows as unread in the list. In the settings panel a session is signed out, the password
+shows as unread in the list. A message is edited, reacted to and deleted for everyone, live on
+the other page. In the settings panel a session is signed out, the password
 changed and the user's data downloaded; from a direct conversation a user is blocked (his sends refused) and unblocked, and
 reported. Last, the user deletes her account from the settings panel, erasing her messages. axe-core (bundled by axe-selenium-python) finds nothing serious or
 critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
@@ -227,6 +228,43 @@ def main():
     bob.execute_script("const list = document.getElementById('messages'); list.scrollTop = list.scrollHeight")
     check(wait_until(15, lambda: alice.execute_script(last_tick) == "read"), "he scrolls down: Alice's tick turns to read", alice.execute_script(last_tick))
 
+    print("changing messages")
+
+    def bubble_of(driver, text):
+        for item in driver.find_elements(By.CSS_SELECTOR, "#messages li[data-seq]"):
+            if item.find_element(By.CSS_SELECTOR, ".text").text == text:
+                return item
+        return None
+
+    def press(driver, text, label):
+        item = bubble_of(driver, text)
+        buttons = [b for b in item.find_elements(By.CSS_SELECTOR, "button") if label in (b.text, b.get_attribute("aria-label"))] if item else []
+        if buttons:
+            buttons[0].click()
+        return bool(buttons)
+
+    check(press(alice, "are you there?", "Edit") and el(alice, "text").get_attribute("value") == "are you there?" and el(alice, "editing").is_displayed(),
+          "Alice presses Edit on her message: the composer holds its text")
+    el(alice, "text").clear()
+    send(alice, "are you still there?")
+    check(wait_until(15, lambda: bubble_of(bob, "are you still there?") is not None and "edited" in bubble_of(bob, "are you still there?").text),
+          "she saves the edit: Bob's page shows the new text, marked edited, live", texts(bob)[-2:])
+    check(bubble_of(alice, "are you there?") is None, "her own page shows the edit in place of the old text")
+    check(press(bob, "are you still there?", "React 👍"), "Bob reacts 👍 to it")
+    check(wait_until(15, lambda: alice.execute_script(
+        "return [...document.querySelectorAll('#messages li .reaction')].map(b => b.textContent + ':' + b.getAttribute('aria-pressed'))") == ["👍 1:false"]),
+          "Alice's page shows 👍 1, not hers", alice.execute_script("return [...document.querySelectorAll('#messages li .reaction')].map(b => b.textContent)"))
+    check(wait_until(5, lambda: bob.execute_script("return document.querySelector('#messages li .reaction')?.getAttribute('aria-pressed')") == "true"),
+          "on Bob's page it is pressed: his")
+    alice.execute_script("window.confirm = () => true")
+    check(press(alice, "hello Bob", "Delete"), "Alice deletes her first message for everyone")
+    check(wait_until(15, lambda: bubble_of(bob, "This message was deleted") is not None and bubble_of(bob, "hello Bob") is None),
+          "on Bob's page it becomes a tombstone, live", texts(bob)[:2])
+    check(bubble_of(alice, "You deleted this message") is not None, "her page says she deleted it")
+    shot(alice, "changed messages")
+    # Pressing Delete on her first message scrolled her page up to it: back down, as she would.
+    alice.execute_script("const list = document.getElementById('messages'); list.scrollTop = list.scrollHeight")
+
     print("a photo")
     photo = os.path.join(WORK, "photo.png")
     with open(photo, "wb") as f:
@@ -394,7 +432,9 @@ def main():
     check(call("GET", port, "/v1/users/me", token=alice_token, context=context)[0] == 401, "her token is refused")
     status, history = call("GET", port, f"/v1/conversations/{direct}/messages?after=0&limit=200", token=(bobs or {}).get("token"), context=context)
     hers = [m for m in (history or {}).get("messages", []) if m["senderId"] == alice_id]
-    check(status == 200 and hers and all(m.get("erased") is True and m["text"] == "" for m in hers),
+    # The one she deleted for everyone earlier stays as that tombstone; every other is erased.
+    check(status == 200 and hers and all(m.get("deleted") is True and m["text"] == "" and (m.get("erased") or m.get("deletedBy") == alice_id) for m in hers)
+          and sum(1 for m in hers if not m.get("erased")) == 1,
           "Bob's history of their chat holds each of her messages as a tombstone", f"{status} {hers[:2]}")
     status, profile = call("GET", port, f"/v1/users/{alice_id}", token=(bobs or {}).get("token"), context=context)
     check(status == 200 and profile.get("deleted") is True, "her profile reads as a deleted account", profile)

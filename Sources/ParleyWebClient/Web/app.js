@@ -13,6 +13,7 @@ const state = {
   presence: new Map(), // userId → presence
   typing: new Map(), // conversationId → Map(userId → timer)
   current: null,
+  editing: null, // {conversationId, seq} of the message the composer edits
   blocked: new Set(), // IDs of the users this user blocked
   stream: null,
   outbox: null,
@@ -264,6 +265,7 @@ async function refreshPresence() {
 function summaryOf(message) {
   if (!message) return '';
   if (message.erased) return 'Message erased';
+  if (message.deleted) return 'Message deleted';
   if (message.text) return message.text;
   const files = message.attachments ?? [];
   return files.length === 0 ? '' : files[0].media.contentType.startsWith('image/') ? 'Photo' : 'File';
@@ -518,8 +520,14 @@ function bubble(conversation, message, pending = null) {
   if (message?.erased) {
     item.classList.add('erased');
     text.textContent = 'This message was erased';
+  } else if (message?.deleted) {
+    item.classList.add('erased');
+    text.textContent = message.deletedBy === state.me.id ? 'You deleted this message' : 'This message was deleted';
   }
   item.append(text);
+  if (message && !message.deleted && !message.erased) {
+    item.append(reactionsOf(conversation, message), actionsOf(conversation, message, mine));
+  }
   const meta = document.createElement('span');
   meta.className = 'meta';
   if (pending) {
@@ -531,6 +539,7 @@ function bubble(conversation, message, pending = null) {
     }
   } else {
     meta.append(timeOf(message.sentAt));
+    if (message.editedAt && !message.deleted) meta.append(' · edited');
     if (mine) {
       const tick = document.createElement('span');
       showTick(tick, conversation, message.seq);
@@ -539,6 +548,131 @@ function bubble(conversation, message, pending = null) {
   }
   item.append(meta);
   return item;
+}
+
+// What reacting to a message offers; any emoji can be added from another client.
+const quickReactions = ['👍', '❤️', '😂'];
+
+// Each emoji a message holds, with how many hold it: pressed where the reader is one of them,
+// and a press takes the reader's back or adds it.
+function reactionsOf(conversation, message) {
+  const row = document.createElement('span');
+  row.className = 'reactions';
+  for (const reaction of message.reactions ?? []) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'reaction';
+    button.textContent = `${reaction.emoji} ${reaction.count}`;
+    button.setAttribute('aria-pressed', String(reaction.me));
+    button.setAttribute('aria-label', `${reaction.emoji} ${reaction.count}${reaction.me ? ', yours' : ''}`);
+    button.addEventListener('click', () => react(conversation, message, reaction.emoji, !reaction.me));
+    row.append(button);
+  }
+  return row;
+}
+
+function actionsOf(conversation, message, mine) {
+  const row = document.createElement('span');
+  row.className = 'actions';
+  for (const emoji of quickReactions) {
+    if (message.reactions?.some((r) => r.emoji === emoji && r.me)) continue;
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.textContent = emoji;
+    button.setAttribute('aria-label', `React ${emoji}`);
+    button.addEventListener('click', () => react(conversation, message, emoji, true));
+    row.append(button);
+  }
+  if (mine) {
+    const edit = document.createElement('button');
+    edit.type = 'button';
+    edit.textContent = 'Edit';
+    edit.addEventListener('click', () => startEditing(conversation, message));
+    row.append(edit);
+  }
+  const owner = conversation.members.find((member) => member.userId === state.me.id)?.role === 'owner';
+  if (mine || (conversation.kind === 'group' && owner)) {
+    const remove = document.createElement('button');
+    remove.type = 'button';
+    remove.textContent = 'Delete';
+    remove.addEventListener('click', () => {
+      if (!confirm('Delete this message for everyone?')) return;
+      act(async () => {
+        const { message: tombstone } = await api.delete(`/v1/conversations/${conversation.id}/messages/${message.seq}`);
+        replaceMessage(conversation, tombstone);
+      });
+    });
+    row.append(remove);
+  }
+  return row;
+}
+
+function react(conversation, message, emoji, adding) {
+  act(async () => {
+    const path = `/v1/conversations/${conversation.id}/messages/${message.seq}/reactions/${encodeURIComponent(emoji)}`;
+    const { reactions } = adding ? await api.put(path) : await api.delete(path);
+    const current = conversation.messages.get(message.seq);
+    if (current) replaceMessage(conversation, { ...current, reactions: reactions.length ? reactions : undefined });
+  });
+}
+
+// Editing: the composer holds the message's text until it is saved (Enter) or Cancel is pressed.
+function startEditing(conversation, message) {
+  state.editing = { conversationId: conversation.id, seq: message.seq };
+  $('text').value = message.text;
+  $('editing').hidden = false;
+  $('editing-what').textContent = `Editing message ${message.seq}`;
+  $('text').focus();
+}
+
+function stopEditing() {
+  state.editing = null;
+  $('editing').hidden = true;
+  $('text').value = '';
+}
+$('cancel-edit').addEventListener('click', stopEditing);
+
+// A message as it is now (a change applied, an edit or deletion answered), drawn where it is.
+function replaceMessage(conversation, message) {
+  if (!conversation.messages.has(message.seq)) return;
+  conversation.messages.set(message.seq, message);
+  if (conversation.lastMessage?.seq === message.seq) conversation.lastMessage = message;
+  if (state.current === conversation.id) {
+    const drawn = $('messages').querySelector(`li[data-seq="${message.seq}"]`);
+    // A reader at the bottom stays there, however the bubble's height changed.
+    const stick = atBottom();
+    if (drawn) drawn.replaceWith(bubble(conversation, message));
+    if (stick) $('messages').scrollTop = $('messages').scrollHeight;
+  }
+  renderList();
+}
+
+// A change to a message, from the event stream: applied once, in the conversation's order of
+// changes (a resume may bring one again).
+function applyChange(change) {
+  const conversation = state.conversations.get(change.conversationId);
+  if (!conversation) return;
+  conversation.appliedChanges ??= new Set();
+  if (conversation.appliedChanges.has(change.changeSeq)) return;
+  conversation.appliedChanges.add(change.changeSeq);
+  const message = conversation.messages.get(change.seq);
+  if (!message || message.deleted || message.erased) return;
+  let next = { ...message };
+  if (change.kind === 'edited') {
+    next.text = change.text;
+    next.editedAt = change.at;
+  } else if (change.kind === 'deleted') {
+    next = { id: message.id, conversationId: message.conversationId, seq: message.seq, senderId: message.senderId,
+      clientMessageId: message.clientMessageId, sentAt: message.sentAt, text: '', deleted: true, deletedBy: change.userId };
+  } else {
+    const reactions = (message.reactions ?? []).filter((r) => r.emoji !== change.emoji);
+    const before = message.reactions?.find((r) => r.emoji === change.emoji);
+    const me = change.userId === state.me.id ? change.kind === 'reaction_added' : before?.me ?? false;
+    if (change.count > 0) reactions.push({ emoji: change.emoji, count: change.count, me });
+    reactions.sort((a, b) => b.count - a.count || (a.emoji < b.emoji ? -1 : 1));
+    next.reactions = reactions.length ? reactions : undefined;
+  }
+  replaceMessage(conversation, next);
 }
 
 function showTick(tick, conversation, seq) {
@@ -746,6 +880,16 @@ $('composer').addEventListener('submit', async (event) => {
   event.preventDefault();
   const conversation = state.conversations.get(state.current);
   const text = $('text').value;
+  if (state.editing && conversation?.id === state.editing.conversationId) {
+    const { seq } = state.editing;
+    const body = { clientChangeId: crypto.randomUUID(), text };
+    stopEditing();
+    act(async () => {
+      const { message } = await api.patch(`/v1/conversations/${conversation.id}/messages/${seq}`, body);
+      replaceMessage(conversation, { ...message, reactions: conversation.messages.get(seq)?.reactions });
+    });
+    return;
+  }
   const photo = $('photo').files[0] ?? null;
   if (!conversation || (text.trim() === '' && !photo)) return;
   $('text').value = '';
@@ -866,6 +1010,12 @@ async function onEvent({ type, data }) {
       renderList();
       break;
     }
+    case 'message_edited':
+    case 'message_deleted':
+    case 'reaction_added':
+    case 'reaction_removed':
+      applyChange(data.change);
+      break;
     case 'receipt': {
       const conversation = state.conversations.get(data.conversationId);
       const member = conversation?.members.find((m) => m.userId === data.userId);
