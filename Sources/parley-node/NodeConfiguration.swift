@@ -4,6 +4,7 @@ import Logging
 import ParleyCluster
 import ParleyGateway
 import ParleyMedia
+import ParleyChat
 import ParleyModel
 import ParleyTransport
 
@@ -24,6 +25,8 @@ struct NodeConfiguration {
     var commitInterval: Duration?
     /// How long a deleted account's handle stays taken (`--handle-quarantine`).
     var handleQuarantine: Duration
+    /// How long after sending a message its sender may edit it (`--edit-window`).
+    var editWindow: Duration
     /// Set when the node has the gateway role.
     var gateway: GatewayConfiguration?
     /// Set when the node has the gateway role: where its uploads go (``GatewayConfiguration/media``
@@ -124,6 +127,9 @@ struct NodeConfiguration {
         self.handleQuarantine = try duration(
             [(run.handleQuarantine, "--handle-quarantine"), (environment["PARLEY_HANDLE_QUARANTINE"], "PARLEY_HANDLE_QUARANTINE")],
             in: .zero ... .seconds(366 * 86_400)) ?? AccountDeletion.defaultHandleQuarantine
+        self.editWindow = try duration(
+            [(run.editWindow, "--edit-window"), (environment["PARLEY_EDIT_WINDOW"], "PARLEY_EDIT_WINDOW")], in: .zero ... .seconds(366 * 86_400))
+            ?? ChatLimits().editWindow
         self.commitInterval = try duration(
             [(run.commitInterval, "--commit-interval"), (environment["PARLEY_COMMIT_INTERVAL"], "PARLEY_COMMIT_INTERVAL")], in: .zero ... .milliseconds(100))
 

@@ -78,6 +78,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Worker: how long the handle of a deleted account stays out of reach before someone else may register it, so that nobody passes for the person who just left. 0: free at once. (env PARLEY_HANDLE_QUARANTINE; default 30d)")
     var handleQuarantine: String?
 
+    @Option(help: "Worker: how long after sending a message its sender may still edit it. 0: messages cannot be edited. (env PARLEY_EDIT_WINDOW; default 48h)")
+    var editWindow: String?
+
     @Option(help: "Worker: the APNs auth key (.p8, from the Apple Developer account's Keys page) that signs provider tokens; with --apns-key-id and --apns-team-id it turns on push notifications to iOS devices. (env PARLEY_APNS_KEY; default none: no APNs pushes)")
     var apnsKey: String?
 
@@ -239,6 +242,7 @@ struct Run: AsyncParsableCommand {
             let webhooks = try await config.webhooks?.settings(clock: system.clock).recordingFirstSeen(in: store, now: system.clock.wallNow)
             var limits = ChatLimits()
             limits.handleQuarantine = config.handleQuarantine
+            limits.editWindow = config.editWindow
             let services = ChatServices(
                 store: store, committer: GroupCommitter(store: store, minInterval: commitInterval, clock: system.clock), limits: limits, pushes: pushes,
                 webhooks: webhooks, checkpoint: CrashPoint.checkpoint(environment: ProcessInfo.processInfo.environment, logger: logger), clock: system.clock)
