@@ -46,6 +46,9 @@ public final class ClusterSimulation: Sendable {
         public var renamesPerSecond = 0.4
         /// Notes a bot, a member of every group, puts on (or replaces on) messages it has.
         public var annotationsPerSecond = 1.0
+        /// Changes to messages members have: edits and deletions by their senders, reactions
+        /// added and taken back by any member.
+        public var changesPerSecond = 4.0
         /// Kills (restarted 2–3 s later), link cuts, pauses, broken streams and apps gone to the
         /// background for 2–8 s in the active stretch.
         public var faultsPerMinute = 15.0
@@ -157,6 +160,8 @@ public final class ClusterSimulation: Sendable {
         var live = false
         /// The last seq this stream wrote of each conversation.
         var written: [ConversationID: Int64] = [:]
+        /// Per conversation, the last change this stream wrote.
+        var changes: [ConversationID: Int64] = [:]
     }
 
     struct Client {
@@ -171,6 +176,10 @@ public final class ClusterSimulation: Sendable {
         var names: [ConversationID: String] = [:]
         /// The bot's notes on messages, by conversation, seq and key, applied in the order read.
         var annotations: [ConversationID: [Int64: [String: String]]] = [:]
+        /// The messages as the client holds them (the first event of each, then every change
+        /// applied once), and the changes it applied.
+        var messages: [ConversationID: [Int64: Message]] = [:]
+        var applied: [ConversationID: Set<Int64>] = [:]
         /// The cursor of the last event the client got (an event's `id:`): where its next stream
         /// resumes. Registered clients start with the run's start, before any message.
         var cursor: StreamCursor
@@ -216,6 +225,8 @@ public final class ClusterSimulation: Sendable {
         var abandoned = 0
         /// Conversations no one sends to any more.
         var silenced: Set<ConversationID> = []
+        var changesWritten = 0
+        var changesCommitted = 0
     }
 
     public let seed: UInt64
@@ -272,7 +283,8 @@ public final class ClusterSimulation: Sendable {
         let acknowledged = state.withLock { $0.acknowledged.count }
         return state.withLock { state in
             "\(state.failures.isEmpty ? "passed" : "FAILED (\(state.failures.count))"): \(acknowledged) sends acknowledged "
-                + "(\(state.retries) retried, \(state.abandoned) given up), \(state.written) messages written to streams, \(state.streamsEnded) streams ended by their gateway"
+                + "(\(state.retries) retried, \(state.abandoned) given up), \(state.written) messages written to streams, "
+                + "\(state.changesCommitted) changes to messages (\(state.changesWritten) written to streams), \(state.streamsEnded) streams ended by their gateway"
         }
     }
 
@@ -333,6 +345,7 @@ public final class ClusterSimulation: Sendable {
                 sendNew()
                 changeStates()
                 annotate()
+                changeMessages()
             }
             retryDue()
         }
@@ -602,6 +615,11 @@ public final class ClusterSimulation: Sendable {
                 case "message":
                     let message = try Self.decoder.decode(API.MessageEvent.self, from: Data(frame.data.utf8)).message
                     wrote(user, message.conversationId, message.seq)
+                    state.withLock { state in
+                        if state.clients[user].messages[message.conversationId]?[message.seq] == nil {
+                            state.clients[user].messages[message.conversationId, default: [:]][message.seq] = message
+                        }
+                    }
                     // Sending moves the sender's own read seq to its message, with no receipt.
                     state.withLock { $0.clients[user].readSeqs[message.conversationId, default: [:]][message.senderId, default: 0].formMax(message.seq) }
                 case "receipt":
@@ -611,6 +629,8 @@ public final class ClusterSimulation: Sendable {
                 case "message_annotated":
                     let annotation = try Self.decoder.decode(API.AnnotationEvent.self, from: Data(frame.data.utf8)).annotation
                     state.withLock { $0.clients[user].annotations[annotation.conversationId, default: [:]][annotation.seq, default: [:]][annotation.key] = annotation.value }
+                case "message_edited", "message_deleted", "reaction_added", "reaction_removed":
+                    wrote(user, try Self.decoder.decode(API.ChangeEvent.self, from: Data(frame.data.utf8)).change)
                 case "conversation":
                     let conversation = try Self.decoder.decode(API.ConversationEvent.self, from: Data(frame.data.utf8)).conversation
                     state.withLock { $0.clients[user].names[conversation.id] = conversation.name }
@@ -669,6 +689,30 @@ public final class ClusterSimulation: Sendable {
         }
         if let inStream, seq <= inStream { fail("user \(user)'s stream wrote \(conversation) seq \(seq) after seq \(inStream)") }
         if seq > last + 1 { fail("user \(user) was written \(conversation) seq \(seq) after seq \(last)\(replaying ? " (replay)" : "")") }
+    }
+
+    /// A change written to `user` by its open stream: each stream writes a conversation's
+    /// changes in order, each once, and each after the message it follows; the client applies
+    /// each once (a resume's replay may bring one again).
+    func wrote(_ user: Int, _ change: MessageChange) {
+        let conversation = change.conversationId
+        let (inStream, received) = state.withLock { state -> (Int64?, Int64) in
+            let inStream = state.clients[user].stream?.changes[conversation]
+            state.clients[user].stream?.changes[conversation] = change.changeSeq
+            state.changesWritten += 1
+            let reader = state.clients[user].id
+            if state.clients[user].applied[conversation, default: []].insert(change.changeSeq).inserted,
+               let message = state.clients[user].messages[conversation]?[change.seq] {
+                state.clients[user].messages[conversation]?[change.seq] = change.applied(to: message, as: reader)
+            }
+            return (inStream, state.clients[user].received[conversation] ?? 0)
+        }
+        if let inStream, change.changeSeq <= inStream {
+            fail("user \(user)'s stream wrote \(conversation) change \(change.changeSeq) after change \(inStream)")
+        }
+        if received < change.afterSeq {
+            fail("user \(user) was written \(conversation) change \(change.changeSeq) (after seq \(change.afterSeq)) holding seqs up to \(received) only")
+        }
     }
 
     // MARK: Sends
@@ -732,6 +776,44 @@ public final class ClusterSimulation: Sendable {
                     note("the bot noted \(conversation) seq \(seq)'s \(key)")
                 } catch {
                     note("the bot could not note \(conversation) seq \(seq)'s \(key): \(error)")
+                }
+            }
+        }
+    }
+
+    /// Members change messages they have, through a live gateway as the routes do: the sender
+    /// edits or deletes theirs, anyone reacts with one of three emoji or takes theirs back. The
+    /// harness reads the store for who sent a message (an app knows); a refusal (a deletion that
+    /// came first) is left.
+    func changeMessages() {
+        for _ in 0..<draws(perSecond: options.changesPerSecond) {
+            let (member, conversation, seq) = state.withLock { state -> (Int, ConversationID?, Int64) in
+                let member = random.int(in: 0..<state.clients.count)
+                let client = state.clients[member]
+                let conversation = client.conversations.isEmpty ? nil : client.conversations[random.int(in: 0..<client.conversations.count)]
+                let received = conversation.flatMap { client.received[$0] } ?? 0
+                return (member, conversation, received > 0 ? Int64(random.int(in: 1..<Int(received) + 1)) : 0)
+            }
+            guard let conversation, seq > 0, let gateway = anyGateway(), let system = system(gateway) else { continue }
+            let roll = random.int(in: 0..<10)
+            let emoji = ["👍", "❤️", "😂"][random.int(in: 0..<3)]
+            let id = state.withLock { $0.clients[member].id }
+            let key = random.uuid().uuidString.lowercased()
+            let store = self.store
+            Task {
+                do {
+                    let actor = try ConversationActor.resolve(conversation, using: system)
+                    guard let sender = try await store.messages(in: conversation, after: seq - 1, limit: 1).first?.senderId else { return }
+                    switch roll {
+                    case 0..<3: _ = try await actor.edit(seq: seq, text: "edited \(key.prefix(8))", clientChangeId: key, by: sender)
+                    case 3: _ = try await actor.delete(seq: seq, by: sender)
+                    case 4..<8: _ = try await actor.react(seq: seq, emoji: emoji, adding: true, by: id)
+                    default: _ = try await actor.react(seq: seq, emoji: emoji, adding: false, by: id)
+                    }
+                    state.withLock { $0.changesCommitted += 1 }
+                    note("\(conversation) seq \(seq) changed (\(roll < 3 ? "edit" : roll == 3 ? "delete" : "reaction \(emoji)"))")
+                } catch {
+                    note("\(conversation) seq \(seq) not changed: \(error)")
                 }
             }
         }
@@ -831,12 +913,14 @@ public final class ClusterSimulation: Sendable {
         }
         var stored: [String: [Int64]] = [:]
         var lastSeq: [ConversationID: Int64] = [:]
+        var lastChangeSeq: [ConversationID: Int64] = [:]
         for (conversation, _) in conversations {
             let messages = try await store.messages(in: conversation, after: 0, limit: 100_000)
             if messages.map(\.seq) != (0..<Int64(messages.count)).map({ $0 + 1 }) {
                 fail("\(conversation)'s seqs are not 1…\(messages.count) in order")
             }
             lastSeq[conversation] = messages.last?.seq ?? 0
+            lastChangeSeq[conversation] = try await store.conversation(conversation)?.lastChangeSeq ?? 0
             for message in messages { stored[message.clientMessageId, default: []].append(message.seq) }
         }
         for (clientMessageId, (conversation, seq)) in acknowledged.sorted(by: { $0.key < $1.key }) where stored[clientMessageId] != [seq] {
@@ -852,6 +936,11 @@ public final class ClusterSimulation: Sendable {
                 let committed = lastSeq[conversation] ?? 0
                 if have < committed {
                     fail("user \(user)'s stream on \(stream.gateway) is open and silent: \(conversation) seqs \(have + 1)...\(committed) never arrived")
+                }
+                let changes = lastChangeSeq[conversation] ?? 0
+                let missing = (Int64(1)...max(1, changes)).filter { $0 <= changes && client.applied[conversation]?.contains($0) != true }
+                if !missing.isEmpty {
+                    fail("user \(user)'s stream on \(stream.gateway) is open and silent: \(conversation)'s changes \(missing.prefix(10)) never arrived")
                 }
             }
         }
@@ -878,6 +967,22 @@ public final class ClusterSimulation: Sendable {
         let (conversations, clients) = state.withLock { ($0.conversations, $0.clients) }
         for (id, members) in conversations {
             guard let record = try await store.conversation(id) else { continue }
+            let history = try await store.messages(in: id, after: 0, limit: 100_000)
+            for user in members {
+                let client = clients[user]
+                let missing = Set(1...max(1, record.lastChangeSeq)).subtracting(client.applied[id] ?? []).filter { $0 <= record.lastChangeSeq }
+                if !missing.isEmpty { fail("user \(user) never got \(id)'s changes \(missing.sorted().prefix(10))") }
+                let held = Set(try await store.reactions(of: client.id, in: id, seqs: 1...max(1, record.lastSeq)))
+                for stored in history {
+                    var expected = stored
+                    expected.reactions = stored.reactions?.map { Reaction(emoji: $0.emoji, count: $0.count, me: held.contains(HeldReaction(seq: stored.seq, emoji: $0.emoji))) }
+                    let got = client.messages[id]?[stored.seq]
+                    if got?.text != expected.text || got?.editedAt != expected.editedAt || got?.deleted != expected.deleted
+                        || got?.deletedBy != expected.deletedBy || Set(got?.reactions ?? []) != Set(expected.reactions ?? []) {
+                        fail("user \(user) holds \(id) seq \(stored.seq) as \(got.map { String(describing: $0) } ?? "nothing"); history has \(expected)")
+                    }
+                }
+            }
             let notes = record.lastSeq > 0 ? try await store.annotations(in: id, seqs: 1...record.lastSeq) : []
             for user in members {
                 let client = clients[user]
