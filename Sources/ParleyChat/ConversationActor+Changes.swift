@@ -51,7 +51,7 @@ extension ConversationActor {
                 throw ChatError(.forbidden, "only the sender, or the group's owner, deletes a message")
             }
             guard !message.isTombstone, let committed = try await commit(.deleted, of: seq, by: user) else { return message }
-            fanOut?.pushes?.erased(committed.message)
+            fanOut?.pushes?.deleted(committed.message)
             let released = try await releaseUploads(of: [message])
             logger.debug("a message was deleted", metadata: ["message.seq": "\(seq)", "media.released": "\(released)"])
             return committed.message

@@ -75,6 +75,13 @@ final class ConversationPushes: Sendable {
         state.withLock { $0.planner.erased(tombstone) }
     }
 
+    /// A message was deleted for everyone: its notice is replaced where one showed it.
+    func deleted(_ tombstone: Message) {
+        let directives = state.withLock { $0.planner.deleted(tombstone, now: clock.now) }
+        syncOwed()
+        perform(directives)
+    }
+
     func renamed(_ name: String) {
         state.withLock { $0.name = name }
     }

@@ -56,6 +56,8 @@ public struct PushPlanner: Sendable {
     public let policy: Policy
     private var owed: [UserID: Owed] = [:]
     private var lastSentAt: [UserID: Instant] = [:]
+    /// The latest message the last notice sent to each member showed, until they read it.
+    private var lastNotified: [UserID: Int64] = [:]
     /// The highest seq a notice (sent or on its way) or a read covered, per member: a message
     /// found again (a send's retry) is not owed twice.
     private var coveredThrough: [UserID: Int64] = [:]
@@ -94,9 +96,25 @@ public struct PushPlanner: Sendable {
         }
     }
 
+    /// A message was deleted for everyone: a notice still owed tells of its tombstone, and a
+    /// member whose last notice showed it (and who has not read it since, nor been told of a
+    /// later one) is sent one that replaces it — a conversation's notices share a collapse ID
+    /// (APNs) and tag (FCM), so the device shows "Message deleted" in its place. Not within the
+    /// window: what was said must not stay on a lock screen for seconds more.
+    public mutating func deleted(_ tombstone: Message, now: Instant) -> [Directive] {
+        erased(tombstone)
+        var directives: [Directive] = []
+        for member in lastNotified.keys.sorted() where lastNotified[member] == tombstone.seq && owed[member] == nil {
+            owed[member] = Owed(seqs: [tombstone.seq], latest: tombstone, dueAt: now)
+            if let directive = release(member, now: now) { directives.append(directive) }
+        }
+        return directives
+    }
+
     /// `member` read up to `seq`: nothing up to it is owed any more.
     public mutating func read(_ member: UserID, through seq: Int64) {
         coveredThrough[member] = max(coveredThrough[member, default: 0], seq)
+        if let shown = lastNotified[member], shown <= seq { lastNotified[member] = nil }
         owed[member]?.seqs.removeAll { $0 <= seq }
         if let entry = owed[member], entry.seqs.isEmpty, !entry.inFlight { owed[member] = nil }
     }
@@ -105,6 +123,7 @@ public struct PushPlanner: Sendable {
     /// member's window (``tick(now:)`` releases it).
     public mutating func notified(_ member: UserID, through seq: Int64, now: Instant) {
         lastSentAt[member] = now
+        lastNotified[member] = max(lastNotified[member] ?? 0, seq)
         owed[member]?.seqs.removeAll { $0 <= seq }
         guard owed[member]?.seqs.isEmpty == false else {
             owed[member] = nil

@@ -14,6 +14,9 @@ public enum ChangeRows {
         "ALTER TABLE \(messagesTable) ADD COLUMN deleted_by TEXT",
         // `[{"emoji", "count"}]`, the most held first: history reads it with the message.
         "ALTER TABLE \(messagesTable) ADD COLUMN reactions TEXT",
+        // A badge counts what is unread and not a tombstone: the few tombstones past a member's
+        // read seq are found without reading the messages.
+        "CREATE INDEX \(messagesTable)_tombstones ON \(messagesTable)(conversation_id, seq) WHERE erased_at IS NOT NULL",
         """
         CREATE TABLE message_changes (
             conversation_id TEXT NOT NULL,

@@ -166,7 +166,8 @@ public protocol ChatStore: Sendable {
     func recentChanges(in id: ConversationID, since: Date) async throws -> [RecentChange]
 
     /// The user's unread messages in all their conversations (what an app's badge shows): each
-    /// conversation's `lastSeq - readSeq`, summed.
+    /// conversation's `lastSeq - readSeq`, less the tombstones (deleted or erased) past
+    /// `readSeq`, summed.
     func unreadCount(of user: UserID) async throws -> Int64
 
     /// Mutes the conversation for one of its members, or unmutes it. Fenced by `epoch`. Not a

@@ -371,7 +371,10 @@ public final class InMemoryChatStore: ChatStore {
     public func unreadCount(of user: UserID) async throws -> Int64 {
         state.withLock { state in
             state.values.reduce(0) { sum, stored in
-                sum + (stored.record.member(user).map { max(0, stored.record.lastSeq - $0.readSeq) } ?? 0)
+                sum + (stored.record.member(user).map { member in
+                    let tombstones = stored.messages.dropFirst(Int(member.readSeq)).filter(\.isTombstone).count
+                    return max(0, stored.record.lastSeq - member.readSeq - Int64(tombstones))
+                } ?? 0)
             }
         }
     }

@@ -769,8 +769,7 @@ public final class PostgresChatStore: ChatStore {
             for try await (id, tokenId, platform, token, topic, environment, created, unread, senderName) in try await client.query(
                 """
                 SELECT id, token_id, platform, token, topic, environment, created_at,
-                    (SELECT coalesce(sum(greatest(0, c.last_seq - m.read_seq)), 0)::BIGINT FROM members m JOIN conversations c ON c.id = m.conversation_id
-                     WHERE m.user_id = \(user.rawValue)),
+                    (SELECT \(unescaped: Self.unreadSum) WHERE m.user_id = \(user.rawValue)),
                     (SELECT display_name FROM users WHERE id = \(sender?.rawValue))
                 FROM devices WHERE user_id = \(user.rawValue) ORDER BY created_at, id COLLATE "C"
                 """, logger: logger
@@ -1404,12 +1403,19 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
+    /// A member's unread messages, summed over their conversations (``ChatStore/unreadCount(of:)``):
+    /// the select list and tables, for a `WHERE m.user_id = …` to follow.
+    private static let unreadSum = """
+        coalesce(sum(greatest(0, c.last_seq - m.read_seq
+            - (SELECT count(*) FROM messages t WHERE t.conversation_id = m.conversation_id AND t.seq > m.read_seq AND t.erased_at IS NOT NULL))), 0)::BIGINT
+        FROM members m JOIN conversations c ON c.id = m.conversation_id
+        """
+
     public func unreadCount(of user: UserID) async throws -> Int64 {
         try await run {
             let rows = try await client.query(
                 """
-                SELECT coalesce(sum(greatest(0, c.last_seq - m.read_seq)), 0)::BIGINT FROM members m JOIN conversations c ON c.id = m.conversation_id
-                WHERE m.user_id = \(user.rawValue)
+                SELECT \(unescaped: Self.unreadSum) WHERE m.user_id = \(user.rawValue)
                 """, logger: logger)
             for try await count in rows.decode(Int64.self) { return count }
             return 0

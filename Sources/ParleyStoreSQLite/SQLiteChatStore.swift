@@ -1453,7 +1453,9 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     private static let unreadCountSQL = """
-        SELECT coalesce(sum(max(0, c.last_seq - m.read_seq)), 0) FROM members m JOIN conversations c ON c.id = m.conversation_id
+        SELECT coalesce(sum(max(0, c.last_seq - m.read_seq
+            - (SELECT count(*) FROM message_log t WHERE t.conversation_id = m.conversation_id AND t.seq > m.read_seq AND t.erased_at IS NOT NULL))), 0)
+        FROM members m JOIN conversations c ON c.id = m.conversation_id
         WHERE m.user_id = ?
         """
 

@@ -1086,6 +1086,14 @@ public enum ChatStoreContract {
             let after = try await store.unreadCount(of: me), others = try await store.unreadCount(of: other)
             try check(after == 1, "after reading: \(after)")
             try check(others == 1, "the other member's count: \(others)")
+            // A tombstone past the read seq is not unread; one before it changes nothing.
+            _ = try await store.commitChange(
+                MessageChange(conversationId: first, changeSeq: 1, afterSeq: 2, seq: 2, kind: .deleted, userId: other, at: t0), epoch: firstEpoch)
+            try check(try await store.unreadCount(of: me) == 0, "a deleted message is not unread")
+            _ = try await store.eraseMessages(in: first, seqs: [1], epoch: firstEpoch, at: t0)
+            let (mine, theirs) = (try await store.unreadCount(of: me), try await store.unreadCount(of: other))
+            try check(mine == 0 && theirs == 1, "an erasure before the read seq changes nothing: \(mine), \(theirs)")
+            _ = try await store.commit([append(first, epoch: firstEpoch, "5", from: other)])
             // What a push to a user reads: nothing more without a device; with one, the same count.
             try check(try await store.pushRecipient(me, sender: other) == PushRecipient(devices: [], unread: 0, senderName: nil), "without devices")
             try await store.createUser(StoredUser(user: User(id: other, handle: "o\(other.rawValue.suffix(8).lowercased())", displayName: "Olive", createdAt: t0), passwordHash: "!"))

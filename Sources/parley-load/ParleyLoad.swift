@@ -14,7 +14,7 @@ struct ParleyLoadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "parley-load",
         abstract: "Load a Parley cluster like real apps do, measure honestly, and verify every message.",
-        subcommands: [Run.self, Ramp.self, Idle.self])
+        subcommands: [Run.self, Ramp.self, Idle.self, Changes.self])
 }
 
 /// Who takes part: the options every subcommand shares.

@@ -52,6 +52,31 @@ import Testing
         #expect(content.body == "Message erased", "nothing of what it said: \(content.body)")
     }
 
+    /// A message deleted for everyone: a notice that showed it, not read since, is replaced at
+    /// once (same collapse ID) by one that says it was deleted; a read member's is left alone.
+    @Test func aDeletedMessagesNoticeIsReplacedWhereItStillShows() {
+        var planner = PushPlanner(policy: policy)
+        #expect(planner.committed(message(1), offline: [bob, carol], online: [], now: at(0)).count == 2)
+        planner.notified(bob, through: 1, now: at(10))
+        planner.notified(carol, through: 1, now: at(10))
+        planner.read(carol, through: 1)
+        let tombstone = message(1).deletedTombstone(by: "u_alice")
+        #expect(planner.deleted(tombstone, now: at(500)) == [.notify(bob, latest: tombstone, count: 1)], "within the window too; not for carol, who read it")
+        planner.notified(bob, through: 1, now: at(600))
+        let content = PushContent(latest: tombstone, count: 1, kind: .direct, conversationName: nil, senderName: "Alice", badge: 0, preview: .full)
+        #expect(content.body == "Message deleted", "nothing of what it said: \(content.body)")
+        // A later notice shows a later message: deleting the earlier one replaces nothing.
+        _ = planner.tick(now: at(4_000))
+        #expect(planner.committed(message(2), offline: [bob], online: [], now: at(4_000)) == [.notify(bob, latest: message(2), count: 1)])
+        planner.notified(bob, through: 2, now: at(4_010))
+        #expect(planner.deleted(message(1).deletedTombstone(by: "u_alice"), now: at(4_100)).isEmpty)
+        // One still owed goes out as its tombstone.
+        #expect(planner.committed(message(3), offline: [bob], online: [], now: at(4_200)).isEmpty)
+        let third = message(3).deletedTombstone(by: "u_alice")
+        #expect(planner.deleted(third, now: at(4_300)).isEmpty, "it waits for the window")
+        #expect(planner.tick(now: at(7_010)) == [.notify(bob, latest: third, count: 1)])
+    }
+
     @Test func whatAMemberReadOrSawOnAStreamIsNotOwed() {
         var planner = PushPlanner(policy: policy, read: [carol: 2])
         #expect(planner.committed(message(1), offline: [bob], online: [], now: at(0)) == [.notify(bob, latest: message(1), count: 1)])

@@ -50,7 +50,7 @@ struct PostgresStoreContractTests {
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         for statement in [
             "DROP TABLE message_changes", "DROP TABLE reactions", "DROP TABLE message_versions", "ALTER TABLE conversations DROP COLUMN last_change_seq",
-            "ALTER TABLE messages DROP COLUMN edited_at", "ALTER TABLE messages DROP COLUMN deleted_by", "ALTER TABLE messages DROP COLUMN reactions",
+            "DROP INDEX messages_tombstones", "ALTER TABLE messages DROP COLUMN edited_at", "ALTER TABLE messages DROP COLUMN deleted_by", "ALTER TABLE messages DROP COLUMN reactions",
             "DELETE FROM parley_migrations WHERE version = 20",
             "UPDATE users SET password_hash = '!' WHERE deleted_at IS NOT NULL",
             "DROP INDEX removals_by_conversation", "DROP INDEX users_deletions_unfinished", "DROP INDEX users_deletions_owing_webhooks",

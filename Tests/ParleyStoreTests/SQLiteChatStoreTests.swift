@@ -140,7 +140,7 @@ import Testing
         try await database.write { db in
             try db.execute(sql: """
                 DROP TABLE message_changes; DROP TABLE reactions; DROP TABLE message_versions; ALTER TABLE conversations DROP COLUMN last_change_seq;
-                ALTER TABLE message_log DROP COLUMN edited_at; ALTER TABLE message_log DROP COLUMN deleted_by; ALTER TABLE message_log DROP COLUMN reactions;
+                DROP INDEX message_log_tombstones; ALTER TABLE message_log DROP COLUMN edited_at; ALTER TABLE message_log DROP COLUMN deleted_by; ALTER TABLE message_log DROP COLUMN reactions;
                 """)
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v20:%';")
             try db.execute(sql: """
