@@ -6,7 +6,8 @@ ES256 provider tokens and the RS256 OAuth assertions against the test keys).
 A member with no event stream is told of a message on each of their devices (APNs and FCM); a
 burst is one notification; a member who muted the conversation, or streams it, is told nothing; a
 429 with Retry-After is sent again after it; 410 Unregistered and FCM's UNREGISTERED remove the
-device; the owner of the conversation SIGKILLed after its notification failed for 12 s (longer
+device; a message deleted for everyone has its notification replaced by one saying so (same
+collapse ID, a badge without it); the owner of the conversation SIGKILLed after its notification failed for 12 s (longer
 than a new owner republishes recent messages) → the worker that takes the conversation over finds
 what was owed in the store and sends it, and then the store says nothing is owed.
 
@@ -169,6 +170,18 @@ def main():
     send("dave?")
     check(wait_until(10, lambda: call("GET", "/v1/devices", token=token["dave"])[1]["devices"] == []),
           "dave's stream closed: he is owed the next message, and APNs' 410 Unregistered removed his phone")
+
+    # A message deleted for everyone: the notification that showed it is replaced at once (the
+    # same collapse ID) by one that says it was deleted, and the badge leaves it out.
+    check(wait_until(15, lambda: to(phones["bob"])[-1]["payload"]["seq"] == 6), "bob is told of \"dave?\" too", to(phones["bob"])[-1:])
+    shown = len(to(phones["bob"]))
+    status, _ = call("DELETE", f"/v1/conversations/{group_id}/messages/6", token=token["alice"])
+    check(status == 200, "alice deletes it for everyone", status)
+    check(wait_until(10, lambda: len(to(phones["bob"])) == shown + 1), "bob's phone gets a notification in its place", to(phones["bob"])[shown:])
+    replaced = to(phones["bob"])[-1]
+    check(apns_alert(replaced) == {"title": "trio", "body": "Alice: Message deleted"} and replaced["collapseId"] == group_id
+          and replaced["payload"]["seq"] == 6 and replaced["payload"]["aps"]["badge"] == 5,
+          "it says the message was deleted, under the same collapse ID, and the badge counts 5 unread (the tombstone left out)", replaced)
 
     # The conversation's owner is SIGKILLed while bob's notification has been failing (500) for
     # longer than a new owner republishes recent messages (10 s): the worker that takes the
