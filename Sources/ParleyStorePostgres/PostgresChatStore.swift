@@ -842,13 +842,15 @@ public final class PostgresChatStore: ChatStore {
     public func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia] {
         try await run {
             var removed: [StoredMedia] = []
-            // `NOT referenced` again on the deleted row itself: an attach that locked it first is
-            // seen once it commits.
+            // The rows are locked in one order, skipping any another sweep (or an attach) holds:
+            // two sweeps (one per gateway) that locked the same rows in their scans' orders were
+            // seen to deadlock (40P01). `NOT referenced` again on the deleted row itself: an
+            // attach that locked it first is seen once it commits.
             for try await (id, uploader, contentType, size, sha256, width, height, created) in try await client.query(
                 """
                 DELETE FROM media WHERE id IN (
                     SELECT id FROM media WHERE NOT referenced AND created_at < \(cutoff.millisecondsSince1970)
-                    ORDER BY created_at, id LIMIT \(max(0, limit)))
+                    ORDER BY created_at, id LIMIT \(max(0, limit)) FOR UPDATE SKIP LOCKED)
                 AND NOT referenced
                 RETURNING id, uploader_id, content_type, size, sha256, width, height, created_at
                 """, logger: logger
