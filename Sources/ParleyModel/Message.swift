@@ -60,8 +60,8 @@ extension Message {
     /// What this message is once `user` deleted it for everyone: the same tombstone as an
     /// erasure's, saying who.
     public func deletedTombstone(by user: UserID) -> Message {
-        var tombstone = Message(conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: "", sentAt: sentAt)
-        tombstone.deleted = true
+        var tombstone = self.tombstone
+        tombstone.erased = nil
         tombstone.deletedBy = user
         return tombstone
     }
