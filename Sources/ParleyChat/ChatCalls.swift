@@ -10,12 +10,36 @@ public struct SendMessage: Codable, Sendable, Hashable {
     public var text: String
     /// The sender's uploads, as ``UserActor/attach(_:to:)`` found them: the gateway asks first.
     public var attachments: [Attachment]
+    /// The seq of the message it replies to.
+    public var replyTo: Int64?
+    /// The members it mentions, as the sender named them.
+    public var mentions: [UserID]
 
-    public init(senderId: UserID, clientMessageId: String, text: String, attachments: [Attachment] = []) {
+    public init(
+        senderId: UserID, clientMessageId: String, text: String, attachments: [Attachment] = [], replyTo: Int64? = nil, mentions: [UserID] = []
+    ) {
         self.senderId = senderId
         self.clientMessageId = clientMessageId
         self.text = text
         self.attachments = attachments
+        self.replyTo = replyTo
+        self.mentions = mentions
+    }
+
+    /// The most members one message mentions.
+    public static let mentionsMax = 50
+
+    /// Its mentions once each, in the sender's order, checked against the conversation's members;
+    /// nil for none.
+    func mentions(among record: ConversationRecord) throws(ChatError) -> [UserID]? {
+        var seen: Set<UserID> = []
+        let mentioned = mentions.filter { seen.insert($0).inserted }
+        guard !mentioned.isEmpty else { return nil }
+        let strangers = mentioned.filter { record.member($0) == nil }
+        guard strangers.isEmpty else {
+            throw ChatError(.invalidRequest, "mentions: not members of this conversation: \(strangers.map(\.rawValue).joined(separator: ", "))")
+        }
+        return mentioned
     }
 }
 
@@ -114,6 +138,14 @@ extension SendMessage {
     /// 1,000 scalars.
     func validate(limits: ChatLimits) throws(ChatError) {
         try Self.validate(clientMessageId: clientMessageId, text: text, captions: attachments.map(\.caption), limits: limits)
+        try Self.validate(replyTo: replyTo, mentions: mentions, by: senderId)
+    }
+
+    /// A send's reply and mentions, before the conversation is asked: a gateway checks them too.
+    public static func validate(replyTo: Int64?, mentions: [UserID], by sender: UserID) throws(ChatError) {
+        if let replyTo, replyTo < 1 { throw ChatError(.invalidRequest, "replyTo must be a message's seq, 1 or more") }
+        guard mentions.count <= mentionsMax else { throw ChatError(.invalidRequest, "mentions: at most \(mentionsMax) members, not \(mentions.count)") }
+        guard !mentions.contains(sender) else { throw ChatError(.invalidRequest, "mentions: a sender does not mention themself") }
     }
 
     /// The same checks, before the attachments are looked up: a gateway makes them before it

@@ -5,8 +5,8 @@ import ParleyCluster
 import ParleyModel
 import ParleyStore
 
-/// Changes to committed messages: edits, deletions for everyone, reactions (API.md, "Changing
-/// messages"). Each is numbered in the conversation's order of changes, committed under this
+/// Changes to committed messages: edits, deletions for everyone, reactions, pins (API.md,
+/// "Changing messages"). Each is numbered in the conversation's order of changes, committed under this
 /// owner's epoch, and then handed to the streams (after the message it follows) and webhooks.
 extension ConversationActor {
     /// `PATCH /v1/conversations/{id}/messages/{seq}`: the sender replaces the text of their
@@ -22,9 +22,9 @@ extension ConversationActor {
                 guard earlier.seq == seq, earlier.userId == user else {
                     throw ChatError(.conflict, "clientChangeId \(key) was used for another change; make a new one for each edit")
                 }
-                return try await message(seq)
+                return try await storedMessage(seq)
             }
-            let message = try await message(seq)
+            let message = try await storedMessage(seq)
             guard message.senderId == user else { throw ChatError(.forbidden, "only the sender edits a message") }
             guard !message.isTombstone else { throw ChatError(.conflict, "the message was deleted") }
             let window = services.limits.editWindow
@@ -46,7 +46,7 @@ extension ConversationActor {
         let current = try state
         _ = try current.requireMember(user)
         return try await oneChangeAtATime {
-            let message = try await message(seq)
+            let message = try await storedMessage(seq)
             guard message.senderId == user || (current.record.kind == .group && current.record.ownerId == user) else {
                 throw ChatError(.forbidden, "only the sender, or the group's owner, deletes a message")
             }
@@ -68,7 +68,7 @@ extension ConversationActor {
         }
         if let refusal = blockRefusal(of: user, in: current.record) { throw refusal }
         return try await oneChangeAtATime {
-            var message = try await message(seq)
+            var message = try await storedMessage(seq)
             guard !message.isTombstone else { throw ChatError(.conflict, "the message was deleted") }
             let held = message.reactions ?? []
             if adding, !held.contains(where: { $0.emoji == emoji }), held.count >= services.limits.reactionsPerMessageMax {
@@ -81,12 +81,45 @@ extension ConversationActor {
         }
     }
 
+    /// `PUT` / `DELETE …/messages/{seq}/pin`: message `seq` is pinned, most recently first, or
+    /// no longer is. A group's owner pins, and either member of a direct conversation. Returns
+    /// the conversation's pinned seqs after.
+    public distributed func pin(seq: Int64, pinning: Bool, by user: UserID) async throws -> [Int64] {
+        let current = try state
+        _ = try current.requireMember(user)
+        guard current.record.kind == .direct || current.record.ownerId == user else {
+            throw ChatError(.forbidden, "only the group's owner pins messages")
+        }
+        if let refusal = blockRefusal(of: user, in: current.record) { throw refusal }
+        return try await oneChangeAtATime {
+            let message = try await storedMessage(seq)
+            let pinned = try state.record.pinned
+            if pinning, !pinned.contains(seq) {
+                guard !message.isTombstone else { throw ChatError(.conflict, "the message was deleted") }
+                guard pinned.count < ConversationRecord.pinnedMax else {
+                    throw ChatError(.conflict, "\(pinned.count) messages are pinned, the most a conversation pins; unpin one first")
+                }
+            }
+            _ = try await commit(pinning ? .pinned : .unpinned, of: seq, by: user)
+            return try state.record.pinned
+        }
+    }
+
+    /// `GET …/messages/{seq}/replies`: the replies to message `seq` after seq `after`.
+    public distributed func replies(to seq: Int64, after: Int64, limit: Int, for user: UserID) async throws -> [Message] {
+        let conversation = try state.id
+        _ = try state.requireMember(user)
+        guard seq >= 1, seq <= (try state.record.lastSeq) else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
+        let replies = try await services.withStore { try await $0.replies(in: conversation, to: seq, after: after, limit: limit) }
+        return try await withReactions(of: replies, as: user)
+    }
+
     /// `GET …/messages/{seq}/versions`: the texts the message has had, oldest first, the
     /// current one last; none for a tombstone.
     public distributed func versions(of seq: Int64, for user: UserID) async throws -> [MessageVersion] {
         let conversation = try state.id
         _ = try state.requireMember(user)
-        let message = try await message(seq)
+        let message = try await storedMessage(seq)
         guard !message.isTombstone else { return [] }
         let earlier = try await services.withStore { try await $0.messageVersions(in: conversation, seq: seq) }
         return earlier + [MessageVersion(text: message.text, at: message.editedAt ?? message.sentAt)]
@@ -114,7 +147,7 @@ extension ConversationActor {
     }
 
     /// Message `seq` as the store has it, or `not_found`.
-    private func message(_ seq: Int64) async throws -> Message {
+    func storedMessage(_ seq: Int64) async throws -> Message {
         let conversation = try state.id
         guard seq >= 1, seq <= (try state.record.lastSeq),
               let message = try await services.withStore({ try await $0.messages(in: conversation, after: seq - 1, limit: 1) }).first,
@@ -135,14 +168,14 @@ extension ConversationActor {
         var committed: (change: MessageChange, message: Message)?
         try await fencedWrite { committed = try await $0.commitChange(change, epoch: epoch) }
         guard let committed else { return nil }
-        try update { $0.changed(through: committed.change.changeSeq) }
+        try update { $0.changed(committed.change) }
         if let webhooks, let record = loaded?.record { webhooks.record(.changed(committed.change), record: record) }
         fanOut?.publish(committed.change, members: memberIDs)
         return committed
     }
 
     /// Runs `body` once no other change is being committed: changes take their numbers one by one.
-    private func oneChangeAtATime<T>(_ body: () async throws -> T) async throws -> T {
+    func oneChangeAtATime<T>(_ body: () async throws -> T) async throws -> T {
         while changing { await withCheckedContinuation { changeWaiters.append($0) } }
         changing = true
         defer {

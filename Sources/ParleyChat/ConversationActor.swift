@@ -189,7 +189,7 @@ public distributed actor ConversationActor {
             self.webhooks = Self.webhooks(for: record, epoch: epoch, cursors: webhookCursors, services: services, system: actorSystem, logger: logger)
             let members = record.members.map(\.userId)
             for message in recent {
-                fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message.senderId, in: record, blocks: blocks, services: services))
+                fanOut?.republish(message, members: members, pushTo: Self.pushRecipients(of: message, in: record, blocks: blocks, services: services))
             }
             Self.publishAgain(recentErasures, recentChanges, recentMessageChanges, of: record, through: fanOut)
             republishedAtActivation = Set(recent.map(\.seq))
@@ -256,16 +256,18 @@ public distributed actor ConversationActor {
 
     var memberIDs: [UserID] { loaded?.record.members.map(\.userId) ?? [] }
 
-    /// Whom a push notification of a message from `sender` is owed to, should they hold no stream:
-    /// the other members who did not mute the conversation and did not block the sender.
-    private func pushRecipients(of sender: UserID) -> [UserID] {
-        loaded.map { Self.pushRecipients(of: sender, in: $0.record, blocks: blocks, services: services) } ?? []
+    /// Whom a push notification of `message` is owed to, should they hold no stream: the members
+    /// other than its sender who did not mute the conversation (or whom it mentions) and did not
+    /// block the sender.
+    private func pushRecipients(of message: Message) -> [UserID] {
+        loaded.map { Self.pushRecipients(of: message, in: $0.record, blocks: blocks, services: services) } ?? []
     }
 
-    private static func pushRecipients(of sender: UserID, in record: ConversationRecord, blocks: Set<Block>, services: ChatServices) -> [UserID] {
+    private static func pushRecipients(of message: Message, in record: ConversationRecord, blocks: Set<Block>, services: ChatServices) -> [UserID] {
         guard services.pushes != nil else { return [] }
+        let sender = message.senderId
         return record.members.map(\.userId).filter {
-            $0 != sender && !record.isMuted(by: $0) && !blocks.contains(Block(blocker: $0, blocked: sender))
+            $0 != sender && (!record.isMuted(by: $0) || message.mentions?.contains($0) == true) && !blocks.contains(Block(blocker: $0, blocked: sender))
         }
     }
 
@@ -363,6 +365,13 @@ public distributed actor ConversationActor {
     /// the message is durable.
     public distributed func send(_ request: SendMessage) async throws -> SendResult {
         try request.validate(limits: services.limits)
+        // A reply's quote is read and committed with no change to the message between: an edit
+        // committed after the read would not find the reply to requote.
+        guard request.replyTo == nil else { return try await oneChangeAtATime { try await commitSend(request) } }
+        return try await commitSend(request)
+    }
+
+    private func commitSend(_ request: SendMessage) async throws -> SendResult {
         let current = try state
         _ = try current.requireMember(request.senderId)
         if let refusal = blockRefusal(of: request.senderId, in: current.record) {
@@ -373,12 +382,20 @@ public distributed actor ConversationActor {
             }
             throw refusal
         }
+        let mentions = try request.mentions(among: current.record)
+        var quote: MessageQuote?
+        if let replyTo = request.replyTo {
+            guard replyTo <= current.record.lastSeq else { throw ChatError(.invalidRequest, "replyTo: no message \(replyTo) in this conversation") }
+            let original = try await storedMessage(replyTo)
+            guard !original.isTombstone else { throw ChatError(.invalidRequest, "replyTo: message \(replyTo) was deleted") }
+            quote = MessageQuote(of: original)
+        }
         // Server time, never behind the previous message: clients order by it.
         let sentAt = max(actorSystem.clock.wallNow, current.record.lastActivityAt)
         let append = AppendRequest(
             conversationId: current.id, epoch: epoch, senderId: request.senderId,
             clientMessageId: request.clientMessageId.lowercased(), text: request.text, sentAt: sentAt,
-            attachments: request.attachments.isEmpty ? nil : request.attachments)
+            attachments: request.attachments.isEmpty ? nil : request.attachments, replyTo: quote, mentions: mentions)
         let outcome: AppendOutcome
         do {
             outcome = try await services.committer.append(append)
@@ -390,7 +407,7 @@ public distributed actor ConversationActor {
         switch outcome {
         case .appended(let message):
             try update { $0.committed(message) }
-            fanOut?.committed(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
+            fanOut?.committed(message, members: memberIDs, pushTo: pushRecipients(of: message))
             if let webhooks, let record = loaded?.record { webhooks.record(.message(message), record: record) }
             return SendResult(message: message, created: true)
         case .duplicate(let message):
@@ -399,7 +416,7 @@ public distributed actor ConversationActor {
             // until this conversation's next message. Publishing it again is harmless: streams
             // drop a seq they already sent. This owner's activation may have published it again.
             if republishedAtActivation.remove(message.seq) == nil {
-                fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId))
+                fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message))
             }
             return SendResult(message: message, created: false)
         case .staleEpoch(let current):
@@ -428,7 +445,7 @@ public distributed actor ConversationActor {
         let erased = try await services.withStore { try await $0.erasures(in: conversation, since: since, limit: Self.republishErasuresMax) }
         let changes = try await services.withStore { try await $0.recentChanges(in: conversation, since: since) }
         let messageChanges = try await services.withStore { try await $0.messageChanges(in: conversation, since: since, limit: Self.republishErasuresMax) }
-        for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message.senderId)) }
+        for message in recent { fanOut?.republish(message, members: memberIDs, pushTo: pushRecipients(of: message)) }
         if let record = loaded?.record { Self.publishAgain(erased, changes, messageChanges, of: record, through: fanOut) }
         return recent.count
     }
@@ -476,7 +493,7 @@ public distributed actor ConversationActor {
         let owed = try await services.withStore { try await $0.messages(in: conversation, before: current.record.lastSeq + 1, limit: Self.republishMax) }
             .filter { $0.seq >= seq }
         pushes.owedByAnEarlierOwner(from: seq)
-        for message in owed { fanOut?.owedAgain(message, pushTo: pushRecipients(of: message.senderId)) }
+        for message in owed { fanOut?.owedAgain(message, pushTo: pushRecipients(of: message)) }
         if owed.isEmpty { pushes.syncOwed() }
         return owed.count
     }
@@ -744,6 +761,7 @@ public distributed actor ConversationActor {
         let at = actorSystem.clock.wallNow.millisecondPrecision
         var originals: [Message] = []
         try await fencedWrite { originals = try await $0.eraseMessages(in: conversation, seqs: seqs, epoch: epoch, at: at) }
+        try update { $0.erased(originals.map(\.seq)) }
         services.checkpoint("erasure.batch")
         for original in originals {
             let erasure = Erasure(message: original, at: at)

@@ -27,15 +27,23 @@ public struct ConversationState: Sendable {
 
     // MARK: Messages
 
+    /// A change to a message was committed: its number is the last, and a pin (or a deletion)
+    /// moves the pinned messages as it did in the store.
+    public mutating func changed(_ change: MessageChange) {
+        guard change.changeSeq > record.lastChangeSeq else { return }
+        record.lastChangeSeq = change.changeSeq
+        record.pinned = change.applied(toPinned: record.pinned)
+    }
+
+    /// Messages were erased: none of them is pinned any more, as in the store.
+    public mutating func erased(_ seqs: [Int64]) {
+        record.pinned.removeAll { seqs.contains($0) }
+    }
+
     /// A message was committed: the conversation and its sender's watermarks move to it. Commits
     /// of one conversation happen in seq order, but their senders may be answered out of it (the
     /// group commit starts the next commit before it answers the last one's): an older message
     /// still moves its sender's watermarks.
-    /// A change to a message was committed with number `changeSeq`.
-    public mutating func changed(through changeSeq: Int64) {
-        record.lastChangeSeq = max(record.lastChangeSeq, changeSeq)
-    }
-
     public mutating func committed(_ message: Message) {
         if message.seq > record.lastSeq {
             record.lastSeq = message.seq

@@ -39,11 +39,13 @@ public struct PushContent: Sendable, Hashable {
     public static let previewCharactersMax = 200
 
     /// What a member is told of `count` new messages up to `latest`, from `senderName`, in a
-    /// conversation of `kind` named `conversationName`.
+    /// conversation of `kind` named `conversationName`; `mentioned`: `latest` mentions them.
     public init(
-        latest: Message, count: Int, kind: ConversationKind, conversationName: String?, senderName: String?, badge: Int, preview: PushPreview
+        latest: Message, count: Int, kind: ConversationKind, conversationName: String?, senderName: String?, badge: Int, preview: PushPreview,
+        mentioned: Bool = false
     ) {
         let sender = senderName ?? "Someone"
+        let mentioned = mentioned && !latest.isTombstone
         let news = count > 1 ? "\(count) new messages" : "New message"
         // A message of attachments alone is told of by what they are ("Photo"); an erased one
         // tells nothing of what it said.
@@ -53,16 +55,16 @@ public struct PushContent: Sendable, Hashable {
         switch preview {
         case .full:
             title = kind == .group ? conversationName ?? sender : sender
-            subtitle = count > 1 ? news : nil
+            subtitle = mentioned ? "\(sender) mentioned you" : count > 1 ? news : nil
             body = kind == .group ? "\(sender): \(text)" : text
         case .sender:
             title = kind == .group ? conversationName ?? sender : sender
             subtitle = nil
-            body = kind == .group && count == 1 ? "New message from \(sender)" : news
+            body = mentioned ? "\(sender) mentioned you" : kind == .group && count == 1 ? "New message from \(sender)" : news
         case .none:
             title = nil
             subtitle = nil
-            body = news
+            body = mentioned ? "You were mentioned" : news
         }
         self.badge = badge
         self.conversationId = latest.conversationId

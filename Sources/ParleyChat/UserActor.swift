@@ -150,6 +150,25 @@ public distributed actor UserActor {
             throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
         }
     }
+
+    /// `GET /v1/mentions`: a page of the messages that mention this user, newest first, from
+    /// before `cursor` (a `next` this answered before).
+    public distributed func mentions(before cursor: String?, limit: Int) async throws -> API.Mentions {
+        try requireProfile()
+        guard (1...100).contains(limit) else { throw ChatError(.invalidRequest, "limit must be 1–100") }
+        var position: MentionPosition?
+        if let cursor {
+            guard let parsed = ThreadRows.mentionPosition(cursor) else { throw ChatError(.invalidRequest, "before is not a cursor this server gave") }
+            position = parsed
+        }
+        let me = UserID(rawValue: id.key)
+        do {
+            let messages = try await services.store.mentions(of: me, before: position, limit: limit)
+            return API.Mentions(mentions: messages, next: messages.count == limit ? messages.last.map(ThreadRows.mentionCursor(after:)) : nil)
+        } catch let error as ChatStoreError {
+            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+        }
+    }
 }
 
 extension UserActor {
@@ -406,7 +425,7 @@ extension UserActor {
         guard !devices.isEmpty else { return .done }
         let content = PushContent(
             latest: notice.latest, count: notice.count, kind: notice.kind, conversationName: notice.conversationName, senderName: recipient.senderName,
-            badge: Int(clamping: recipient.unread), preview: settings.preview)
+            badge: Int(clamping: recipient.unread), preview: settings.preview, mentioned: notice.latest.mentions?.contains(me) == true)
         var retryAfter: Duration?
         for platform in PushPlatform.allCases {
             let targets = devices.filter { $0.device.platform == platform }

@@ -22,11 +22,13 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
     case reportCreated = "report.created"
     /// A user's account was deleted, every conversation left (and their messages erased, if asked).
     case userDeleted = "user.deleted"
-    /// A message was edited, deleted for everyone, reacted to (``MessageChange``).
+    /// A message was edited, deleted for everyone, reacted to, pinned (``MessageChange``).
     case messageEdited = "message.edited"
     case messageDeleted = "message.deleted"
     case reactionAdded = "reaction.added"
     case reactionRemoved = "reaction.removed"
+    case messagePinned = "message.pinned"
+    case messageUnpinned = "message.unpinned"
 
     /// The type of a change of `kind`.
     public init(_ kind: MessageChange.Kind) {
@@ -35,6 +37,8 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
         case .deleted: self = .messageDeleted
         case .reactionAdded: self = .reactionAdded
         case .reactionRemoved: self = .reactionRemoved
+        case .pinned: self = .messagePinned
+        case .unpinned: self = .messageUnpinned
         }
     }
 

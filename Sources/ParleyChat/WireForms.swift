@@ -12,12 +12,17 @@ extension SendMessage: ClusterWireCodable {
         wire.write(clientMessageId)
         wire.write(text)
         try wire.write(attachments: attachments.isEmpty ? nil : attachments)
+        wire.write(replyTo ?? 0)
+        wire.write(mentions) { $0.write($1.rawValue) }
     }
 
     public init(from wire: inout WireReader) throws {
         self.init(
             senderId: UserID(rawValue: try wire.read(String.self)), clientMessageId: try wire.read(String.self), text: try wire.read(String.self),
             attachments: try wire.readAttachments() ?? [])
+        let replyTo = try wire.read(Int64.self)
+        self.replyTo = replyTo == 0 ? nil : replyTo
+        mentions = try wire.readList { UserID(rawValue: try $0.read(String.self)) }
     }
 }
 
@@ -75,8 +80,8 @@ extension WireWriter {
         write(message.text)
         write(message.sentAt.timeIntervalSinceReferenceDate.bitPattern)
         // What follows: 0, nothing; 1, the attachments (as ``write(attachments:)`` writes them);
-        // 2, the rest of a message that changed since it was sent, in its Codable form (rare:
-        // a message read back from the store).
+        // 2, the rest of a message that changed since it was sent, or that replies or mentions,
+        // in its Codable form (rare: a message read back from the store, a reply).
         let rest = MessageRest(message)
         if rest.isChanged {
             write(UInt8(2))
@@ -129,8 +134,8 @@ extension WireReader {
     }
 }
 
-/// What a message carries beside its text once it changed after it was sent: edited, deleted,
-/// erased or reacted to.
+/// What a message carries beside its text once it changed after it was sent (edited, deleted,
+/// erased or reacted to), or when it replies or mentions.
 private struct MessageRest: Codable {
     var attachments: [Attachment]?
     var editedAt: Date?
@@ -138,6 +143,8 @@ private struct MessageRest: Codable {
     var deleted: Bool?
     var deletedBy: UserID?
     var reactions: [Reaction]?
+    var replyTo: MessageQuote?
+    var mentions: [UserID]?
 
     init(_ message: Message) {
         attachments = message.attachments
@@ -146,10 +153,14 @@ private struct MessageRest: Codable {
         deleted = message.deleted
         deletedBy = message.deletedBy
         reactions = message.reactions
+        replyTo = message.replyTo
+        mentions = message.mentions
     }
 
-    /// Whether the message differs from one as sent (which the short form describes).
-    var isChanged: Bool { editedAt != nil || erased != nil || deleted != nil || deletedBy != nil || reactions != nil }
+    /// Whether the message differs from a plain one as sent (which the short form describes).
+    var isChanged: Bool {
+        editedAt != nil || erased != nil || deleted != nil || deletedBy != nil || reactions != nil || replyTo != nil || mentions != nil
+    }
 
     func apply(to message: inout Message) {
         message.attachments = attachments
@@ -158,5 +169,7 @@ private struct MessageRest: Codable {
         message.deleted = deleted
         message.deletedBy = deletedBy
         message.reactions = reactions
+        message.replyTo = replyTo
+        message.mentions = mentions
     }
 }

@@ -280,14 +280,17 @@ public final class ParleyClient: Sendable {
     /// Sends a message through the outbox: a retryable failure (a gateway or owner that died, a
     /// rate limit, no network) is retried with the **same** `clientMessageId`, so the message is
     /// stored once however many attempts it takes; it returns once the server acknowledged it
-    /// (durable), or throws a non-retryable error, or after `sendRetryWindow`.
+    /// (durable), or throws a non-retryable error, or after `sendRetryWindow`. `replyTo` is the
+    /// seq of the message it replies to; `mentions` the members it mentions (they are notified
+    /// even when they muted the conversation).
     public func send(
-        _ text: String, attachments: [API.NewAttachment]? = nil, to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()
+        _ text: String, attachments: [API.NewAttachment]? = nil, replyTo: Int64? = nil, mentions: [UserID]? = nil, to conversation: ConversationID,
+        clientMessageId: String = ClientMessageID.make()
     ) async throws -> Message {
         try await retrying("send", key: clientMessageId) {
             let sent: API.SentMessage = try await call(
                 .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
-                body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments))
+                body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments, replyTo: replyTo, mentions: mentions))
             return sent.message
         }
     }
@@ -342,6 +345,26 @@ public final class ParleyClient: Sendable {
         let body: API.Reactions = try await call(
             adding ? .PUT : .DELETE, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)/reactions/\(Self.query(emoji))")
         return body.reactions
+    }
+
+    /// Pins a message (`pinning`) or unpins it: a group's owner may, and either member of a direct
+    /// conversation. Returns the conversation's pinned seqs after, the most recently pinned first.
+    public func pin(_ seq: Int64, in conversation: ConversationID, pinning: Bool = true) async throws -> [Int64] {
+        let body: API.Pinned = try await call(pinning ? .PUT : .DELETE, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)/pin")
+        return body.pinned
+    }
+
+    /// The replies to message `seq` with seqs after `after`, ascending.
+    public func replies(to seq: Int64, in conversation: ConversationID, after: Int64 = 0, limit: Int = 50) async throws -> [Message] {
+        let page: API.Messages = try await call(
+            .GET, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)/replies?after=\(after)&limit=\(limit)")
+        return page.messages
+    }
+
+    /// The messages that mention the caller, newest first; pass a page's `next` as `before` for
+    /// the one after it.
+    public func mentions(before: String? = nil, limit: Int = 50) async throws -> API.Mentions {
+        try await call(.GET, "/v1/mentions?limit=\(limit)" + (before.map { "&before=\(Self.query($0))" } ?? ""))
     }
 
     /// The texts a message has had, oldest first, the current one last.

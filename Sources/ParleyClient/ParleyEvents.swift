@@ -17,9 +17,11 @@ public enum ParleyEvent: Sendable, Hashable {
     case annotation(Annotation)
     /// A message was erased (`message_erased`): its tombstone, which replaces it.
     case erased(Message)
-    /// A message was edited, deleted for everyone or reacted to (`message_edited`,
-    /// `message_deleted`, `reaction_added`, `reaction_removed`): apply it to the message of its
-    /// seq (``MessageChange/applied(to:as:)``), once per `changeSeq`.
+    /// A message was edited, deleted for everyone, reacted to or pinned (`message_edited`,
+    /// `message_deleted`, `reaction_added`, `reaction_removed`, `message_pinned`,
+    /// `message_unpinned`): apply it to the messages of its conversation
+    /// (``MessageChange/applied(to:as:)``: its message, and the quotes of replies to it) and to
+    /// the conversation's pinned seqs (``MessageChange/applied(toPinned:)``), once per `changeSeq`.
     case changed(MessageChange)
     /// The stream (re)connected and replayed what was missed: live events follow.
     case ready(cursor: String)
@@ -189,7 +191,7 @@ extension ParleyClient {
         case "presence": return (try? decoder.decode(API.PresenceEvent.self, from: data)).map { .presence($0.presence) }
         case "message_annotated": return (try? decoder.decode(API.AnnotationEvent.self, from: data)).map { .annotation($0.annotation) }
         case "message_erased": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .erased($0.message) }
-        case "message_edited", "message_deleted", "reaction_added", "reaction_removed":
+        case let name? where MessageChange.Kind(eventName: name) != nil:
             return (try? decoder.decode(API.ChangeEvent.self, from: data)).map { .changed($0.change) }
         case "ready": return (try? decoder.decode(API.ReadyEvent.self, from: data)).map { .ready(cursor: $0.cursor) }
         default: return nil

@@ -14,6 +14,8 @@ public enum API {
         public var unreadCount: Int64
         /// Whether the caller muted it: no push notifications for its messages.
         public var muted: Bool
+        /// Its pinned messages' seqs, the most recently pinned first.
+        public var pinned: [Int64]
         public var createdAt: Date
 
         public init(_ record: ConversationRecord, for user: UserID, lastMessage: Message? = nil) {
@@ -25,6 +27,7 @@ public enum API {
             self.lastMessage = lastMessage
             self.unreadCount = max(0, record.lastSeq - (record.member(user)?.readSeq ?? record.lastSeq))
             self.muted = record.isMuted(by: user)
+            self.pinned = record.pinned
             self.createdAt = record.createdAt
         }
     }
@@ -126,11 +129,17 @@ public enum API {
         /// Empty when absent: a message of attachments alone.
         public var text: String
         public var attachments: [NewAttachment]?
+        /// The seq of the message it replies to.
+        public var replyTo: Int64?
+        /// Members it mentions.
+        public var mentions: [UserID]?
 
-        public init(clientMessageId: String, text: String, attachments: [NewAttachment]? = nil) {
+        public init(clientMessageId: String, text: String, attachments: [NewAttachment]? = nil, replyTo: Int64? = nil, mentions: [UserID]? = nil) {
             self.clientMessageId = clientMessageId
             self.text = text
             self.attachments = attachments
+            self.replyTo = replyTo
+            self.mentions = mentions
         }
 
         public init(from decoder: any Decoder) throws {
@@ -138,6 +147,8 @@ public enum API {
             clientMessageId = try container.decode(String.self, forKey: .clientMessageId)
             text = try container.decodeIfPresent(String.self, forKey: .text) ?? ""
             attachments = try container.decodeIfPresent([NewAttachment].self, forKey: .attachments)
+            replyTo = try container.decodeIfPresent(Int64.self, forKey: .replyTo)
+            mentions = try container.decodeIfPresent([UserID].self, forKey: .mentions)
         }
     }
 
@@ -390,6 +401,22 @@ public enum API {
     public struct Reactions: Codable, Sendable, Hashable {
         public var reactions: [Reaction]
         public init(reactions: [Reaction]) { self.reactions = reactions }
+    }
+
+    /// `PUT` / `DELETE …/messages/{seq}/pin`.
+    public struct Pinned: Codable, Sendable, Hashable {
+        public var pinned: [Int64]
+        public init(pinned: [Int64]) { self.pinned = pinned }
+    }
+
+    /// `GET /v1/mentions`.
+    public struct Mentions: Codable, Sendable, Hashable {
+        public var mentions: [Message]
+        public var next: String?
+        public init(mentions: [Message], next: String?) {
+            self.mentions = mentions
+            self.next = next
+        }
     }
 
     /// `GET …/messages/{seq}/versions`.

@@ -46,12 +46,20 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
     public var mutedBy: [UserID]
     /// The number of the last change to its messages (``MessageChange/changeSeq``; 0 when none).
     public var lastChangeSeq: Int64
+    /// The seqs of its pinned messages, the most recently pinned first, at most
+    /// ``ConversationRecord/pinnedMax``.
+    public var pinned: [Int64]
+
+    /// The most messages a conversation pins.
+    public static let pinnedMax = 50
 
     public init(
         id: ConversationID, kind: ConversationKind, name: String?, ownerId: UserID, lastSeq: Int64 = 0,
-        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember], mutedBy: [UserID] = [], lastChangeSeq: Int64 = 0
+        createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember], mutedBy: [UserID] = [], lastChangeSeq: Int64 = 0,
+        pinned: [Int64] = []
     ) {
         self.lastChangeSeq = lastChangeSeq
+        self.pinned = pinned
         self.id = id
         self.kind = kind
         self.name = name

@@ -105,8 +105,14 @@ extension Message {
         if let editedAt { json.key("editedAt"); json.timestamp(editedAt); json.raw(",") }
         if erased == true { json.key("erased"); json.append(json: "true,".utf8) }
         json.key("id"); json.string(id); json.raw(",")
+        if let mentions, let encoded = try? API.makeEncoder().encode(mentions) {
+            json.key("mentions"); json.append(json: encoded); json.raw(",")
+        }
         if let reactions, let encoded = try? API.makeEncoder().encode(reactions) {
             json.key("reactions"); json.append(json: encoded); json.raw(",")
+        }
+        if let replyTo, let encoded = try? API.makeEncoder().encode(replyTo) {
+            json.key("replyTo"); json.append(json: encoded); json.raw(",")
         }
         json.key("senderId"); json.string(senderId.rawValue); json.raw(",")
         json.key("sentAt"); json.timestamp(sentAt); json.raw(",")
@@ -130,7 +136,7 @@ extension API.NewMessage {
     /// A send's body, as ``API/makeEncoder()`` writes it (the load generator makes thousands a
     /// second).
     public var json: [UInt8] {
-        if attachments != nil, let encoded = try? API.makeEncoder().encode(self) { return Array(encoded) }
+        if attachments != nil || replyTo != nil || mentions != nil, let encoded = try? API.makeEncoder().encode(self) { return Array(encoded) }
         var json = DirectJSON(capacity: 64 + clientMessageId.utf8.count + text.utf8.count)
         json.raw("{")
         json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")

@@ -33,6 +33,11 @@ public struct Message: Hashable, Sendable, Codable {
     /// Its reactions, the most held first (``Reaction/ordered(_:)``); nil when none. As the
     /// store keeps them, `me` is false: history sets it for its reader.
     public var reactions: [Reaction]?
+    /// The message this one replies to, quoted as it is now (``MessageQuote``); nil for a message
+    /// that replies to none.
+    public var replyTo: MessageQuote?
+    /// The members it mentions, in the sender's order without repeats; nil when none.
+    public var mentions: [UserID]?
 
     public init(
         conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date, attachments: [Attachment]? = nil
@@ -49,7 +54,8 @@ public struct Message: Hashable, Sendable, Codable {
 }
 
 extension Message {
-    /// What this message is once erased: the same seq, sender and time, nothing else.
+    /// What this message is once erased: the same seq, sender and time, nothing else (no quote,
+    /// no mentions).
     public var tombstone: Message {
         var tombstone = Message(conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: "", sentAt: sentAt)
         tombstone.erased = true
@@ -129,5 +135,56 @@ extension Date {
 
     public init(millisecondsSince1970: Int64) {
         self.init(timeIntervalSince1970: Double(millisecondsSince1970) / 1000)
+    }
+}
+
+/// What a reply shows of the message it replies to: its sender, its text's first characters
+/// and whether it carries files. Taken when the reply is sent and kept current: an edit of the
+/// original changes the text, its deletion empties it (``applying(_:)``).
+public struct MessageQuote: Hashable, Sendable, Codable {
+    public var seq: Int64
+    public var senderId: UserID
+    /// The first ``textCharactersMax`` characters of the original's text.
+    public var text: String
+    public var attachments: Bool
+    /// True once the original was deleted or erased; absent otherwise.
+    public var deleted: Bool?
+
+    /// Characters (grapheme clusters, as a person counts them) a quote keeps.
+    public static let textCharactersMax = 100
+
+    public init(seq: Int64, senderId: UserID, text: String, attachments: Bool, deleted: Bool? = nil) {
+        self.seq = seq
+        self.senderId = senderId
+        self.text = text
+        self.attachments = attachments
+        self.deleted = deleted
+    }
+
+    /// The quote of `message` as it is.
+    public init(of message: Message) {
+        self.init(
+            seq: message.seq, senderId: message.senderId, text: String(message.text.prefix(Self.textCharactersMax)),
+            attachments: !(message.attachments ?? []).isEmpty, deleted: message.isTombstone ? true : nil)
+        if message.isTombstone { text = "" }
+    }
+
+    /// The quote once `change` to the quoted message is applied (`change.seq == seq`).
+    public func applying(_ change: MessageChange) -> MessageQuote {
+        var quote = self
+        switch change.kind {
+        case .edited where deleted != true:
+            quote.text = String((change.text ?? text).prefix(Self.textCharactersMax))
+        case .deleted:
+            quote = erased
+        default:
+            break
+        }
+        return quote
+    }
+
+    /// The quote of a message that was erased.
+    public var erased: MessageQuote {
+        MessageQuote(seq: seq, senderId: senderId, text: "", attachments: false, deleted: true)
     }
 }

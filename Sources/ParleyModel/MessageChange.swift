@@ -1,7 +1,7 @@
 import Foundation
 
 /// A change to a committed message: an edit, a deletion for everyone, a reaction added or
-/// taken back. Each is a step of its conversation's one order (API.md, "Changing messages").
+/// taken back, a pin. Each is a step of its conversation's one order (API.md, "Changing messages").
 ///
 /// Changes are numbered per conversation (``changeSeq``: 1, 2, 3, … with no gaps), by the
 /// conversation's owner in the transaction that commits them, so a stream, a resume and a
@@ -14,14 +14,22 @@ public struct MessageChange: Hashable, Sendable, Codable {
         case deleted
         case reactionAdded = "reaction_added"
         case reactionRemoved = "reaction_removed"
+        case pinned
+        case unpinned
 
         /// Its event's name on the event stream: `message_edited`, `message_deleted`,
-        /// `reaction_added`, `reaction_removed`.
+        /// `reaction_added`, `reaction_removed`, `message_pinned`, `message_unpinned`.
         public var eventName: String {
             switch self {
-            case .edited, .deleted: "message_" + rawValue
+            case .edited, .deleted, .pinned, .unpinned: "message_" + rawValue
             case .reactionAdded, .reactionRemoved: rawValue
             }
+        }
+
+        /// The kind whose event is named `eventName`; nil for another event.
+        public init?(eventName: String) {
+            guard let kind = Self.allCases.first(where: { $0.eventName == eventName }) else { return nil }
+            self = kind
         }
     }
 
@@ -66,9 +74,14 @@ public struct MessageChange: Hashable, Sendable, Codable {
     }
 
     /// `message` as this change leaves it (the message as it was before), as `viewer` sees it: a
-    /// reaction of the viewer's own sets `me`.
+    /// reaction of the viewer's own sets `me`. A reply to the changed message gets its quote
+    /// brought up to date; other messages stay as they are.
     public func applied(to message: Message, as viewer: UserID? = nil) -> Message {
         var message = message
+        guard message.seq == seq else {
+            if let quote = message.replyTo, quote.seq == seq { message.replyTo = quote.applying(self) }
+            return message
+        }
         switch kind {
         case .edited:
             guard message.deleted != true else { return message }
@@ -83,8 +96,20 @@ public struct MessageChange: Hashable, Sendable, Codable {
             reactions.removeAll { $0.emoji == emoji }
             if count > 0 { reactions.append(Reaction(emoji: emoji, count: count, me: me)) }
             message.reactions = Reaction.ordered(reactions)
+        case .pinned, .unpinned:
+            break
         }
         return message
+    }
+
+    /// A conversation's pinned seqs (``ConversationRecord/pinned``, the most recently pinned
+    /// first) as this change leaves them: a deletion unpins too.
+    public func applied(toPinned pinned: [Int64]) -> [Int64] {
+        switch kind {
+        case .pinned: [seq] + pinned.filter { $0 != seq }
+        case .unpinned, .deleted: pinned.filter { $0 != seq }
+        case .edited, .reactionAdded, .reactionRemoved: pinned
+        }
     }
 }
 

@@ -629,7 +629,7 @@ public final class ClusterSimulation: Sendable {
                 case "message_annotated":
                     let annotation = try Self.decoder.decode(API.AnnotationEvent.self, from: Data(frame.data.utf8)).annotation
                     state.withLock { $0.clients[user].annotations[annotation.conversationId, default: [:]][annotation.seq, default: [:]][annotation.key] = annotation.value }
-                case "message_edited", "message_deleted", "reaction_added", "reaction_removed":
+                case let name where MessageChange.Kind(eventName: name) != nil:
                     wrote(user, try Self.decoder.decode(API.ChangeEvent.self, from: Data(frame.data.utf8)).change)
                 case "conversation":
                     let conversation = try Self.decoder.decode(API.ConversationEvent.self, from: Data(frame.data.utf8)).conversation

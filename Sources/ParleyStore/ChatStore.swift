@@ -26,8 +26,9 @@ public protocol ChatStore: Sendable {
     /// Group commit: every append in one transaction, in order, each with its own outcome.
     /// The store assigns each appended message `lastSeq + 1` inside the transaction, checks the
     /// epoch, and returns the original message for a `clientMessageId` already stored. The
-    /// sender's own `deliveredSeq` and `readSeq` move to the new seq. When this returns, every
-    /// `.appended` message is durable.
+    /// sender's own `deliveredSeq` and `readSeq` move to the new seq. A message's quote
+    /// (`replyTo`) and mentions are stored with it, and each member it mentions can find it
+    /// (``mentions(of:before:limit:)``). When this returns, every `.appended` message is durable.
     func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome]
 
     /// How many ``commit(_:)`` calls the node's group commit may run at once (never two with the
@@ -51,6 +52,14 @@ public protocol ChatStore: Sendable {
 
     /// The message a `clientMessageId` made, if any.
     func message(in id: ConversationID, clientMessageId: String) async throws -> Message?
+
+    /// The replies to message `seq` with seqs after `after`, ascending, at most `limit`.
+    func replies(in id: ConversationID, to seq: Int64, after: Int64, limit: Int) async throws -> [Message]
+
+    /// The messages that mention `user` in the conversations it is a member of, newest first
+    /// (`sentAt`, then seq, then conversation ID, each descending), from just before `position`;
+    /// tombstones left out; at most `limit`.
+    func mentions(of user: UserID, before position: MentionPosition?, limit: Int) async throws -> [Message]
 
     /// Conversations whose last activity is later than `since`, the latest first, at most `limit`:
     /// the ones whose recent messages a new owner publishes again after their owner left the ring
@@ -88,7 +97,8 @@ public protocol ChatStore: Sendable {
 
     /// Erases messages `seqs` of the conversation (under the owner's `epoch`): each keeps its
     /// seq, sender, client message ID and time; its text is emptied, its attachments and
-    /// annotations removed, and the erasure recorded at `at` for resuming streams. Returns the
+    /// annotations removed, and the erasure recorded at `at` for resuming streams. Replies to them
+    /// quote a tombstone from then on, and they are no longer pinned. Returns the
     /// messages as they were before, in seq order: those erased now (not those erased before, or
     /// that do not exist).
     func eraseMessages(in id: ConversationID, seqs: [Int64], epoch: Int64, at: Date) async throws -> [Message]
@@ -110,13 +120,16 @@ public protocol ChatStore: Sendable {
     /// - `edited`: the text becomes `change.text` (the one it replaces kept as a version) and
     ///   `editedAt` `change.at`;
     /// - `deleted`: the message becomes its tombstone (``Message/deletedTombstone(by:)``); its
-    ///   annotations, reactions and versions go;
+    ///   annotations, reactions and versions go, and it is unpinned;
     /// - `reaction_added` / `reaction_removed`: `change.userId` holds `change.emoji` on it, or no
-    ///   longer does.
+    ///   longer does;
+    /// - `pinned` / `unpinned`: the conversation's ``ConversationRecord/pinned`` gains it first, or
+    ///   loses it (``MessageChange/applied(toPinned:)``).
+    /// An edit or a deletion rewrites the quote of every reply to the message.
     /// Returns the change as committed (a reaction's `count`: how many hold the emoji after) and
     /// the message as it is after. Nil when the change would change nothing — no such message, a
-    /// tombstone, a reaction already held (or not held) — and then nothing is stored and the
-    /// number stays free. Throws `conflict` for a number already used.
+    /// tombstone, a reaction already held (or not held), a pin held (or not held) — and then
+    /// nothing is stored and the number stays free. Throws `conflict` for a number already used.
     func commitChange(_ change: MessageChange, epoch: Int64) async throws -> (change: MessageChange, message: Message)?
 
     /// The conversation's changes numbered after `changeSeq`, in order, at most `limit`.
@@ -455,11 +468,17 @@ public struct AppendRequest: Hashable, Sendable {
     public var sentAt: Date
     /// The message's files, nil when none.
     public var attachments: [Attachment]?
+    /// The quote of the message it replies to, nil when none.
+    public var replyTo: MessageQuote?
+    /// The members it mentions, nil when none.
+    public var mentions: [UserID]?
 
     public init(
         conversationId: ConversationID, epoch: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date,
-        attachments: [Attachment]? = nil
+        attachments: [Attachment]? = nil, replyTo: MessageQuote? = nil, mentions: [UserID]? = nil
     ) {
+        self.replyTo = replyTo
+        self.mentions = mentions?.isEmpty == true ? nil : mentions
         self.conversationId = conversationId
         self.epoch = epoch
         self.senderId = senderId
@@ -471,9 +490,12 @@ public struct AppendRequest: Hashable, Sendable {
 
     /// The message this append stores as `seq` at `sentAt` (milliseconds).
     public func message(seq: Int64, sentAt: Int64) -> Message {
-        Message(
+        var message = Message(
             conversationId: conversationId, seq: seq, senderId: senderId, clientMessageId: clientMessageId, text: text,
             sentAt: Date(millisecondsSince1970: sentAt), attachments: attachments)
+        message.replyTo = replyTo
+        message.mentions = mentions
+        return message
     }
 }
 

@@ -25,6 +25,25 @@ public final class InMemoryChatStore: ChatStore {
         var reactions: [Int64: [String: Set<UserID>]] = [:]
         /// The texts edits replaced, by seq, oldest first.
         var versions: [Int64: [MessageVersion]] = [:]
+        /// The seqs of each message's replies, ascending.
+        var replies: [Int64: [Int64]] = [:]
+
+        /// Every reply to message `seq` quotes it as it is now.
+        mutating func requote(_ seq: Int64) {
+            let quote = MessageQuote(of: messages[Int(seq - 1)])
+            for reply in replies[seq] ?? [] where messages[Int(reply - 1)].replyTo != nil {
+                messages[Int(reply - 1)].replyTo = quote
+            }
+        }
+
+        /// Message `seq` is a tombstone now: nothing it carried stays, and nothing quotes or pins it.
+        mutating func emptied(_ seq: Int64) {
+            annotations[seq] = nil
+            reactions[seq] = nil
+            versions[seq] = nil
+            requote(seq)
+            record.pinned.removeAll { $0 == seq }
+        }
 
         init(record: ConversationRecord) {
             self.record = record
@@ -122,6 +141,7 @@ public final class InMemoryChatStore: ChatStore {
         let message = append.message(seq: stored.record.lastSeq + 1, sentAt: append.sentAt.millisecondsSince1970)
         stored.messages.append(message)
         stored.byClientMessageID[append.clientMessageId] = stored.messages.count - 1
+        if let quoted = message.replyTo?.seq { stored.replies[quoted, default: []].append(message.seq) }
         stored.record.lastSeq = message.seq
         stored.record.lastActivityAt = message.sentAt
         if let index = stored.record.members.firstIndex(where: { $0.userId == append.senderId }) {
@@ -160,6 +180,27 @@ public final class InMemoryChatStore: ChatStore {
         state.withLock { state in
             guard let stored = state[id], let index = stored.byClientMessageID[clientMessageId] else { return nil }
             return stored.messages[index]
+        }
+    }
+
+    public func replies(in id: ConversationID, to seq: Int64, after: Int64, limit: Int) async throws -> [Message] {
+        state.withLock { state in
+            guard let stored = state[id] else { return [] }
+            return (stored.replies[seq] ?? []).lazy.filter { $0 > after }.map { stored.messages[Int($0 - 1)] }
+                .filter { $0.replyTo != nil }.prefix(max(0, limit)).map { $0 }
+        }
+    }
+
+    public func mentions(of user: UserID, before position: MentionPosition?, limit: Int) async throws -> [Message] {
+        state.withLock { state in
+            var found: [Message] = []
+            for stored in state.values where stored.record.member(user) != nil {
+                found += stored.messages.filter { $0.mentions?.contains(user) == true && !$0.isTombstone }
+            }
+            func key(_ message: Message) -> (Int64, Int64, String) { (message.sentAt.millisecondsSince1970, message.seq, message.conversationId.rawValue) }
+            return found
+                .filter { message in position.map { key(message) < ($0.sentAt, $0.seq, $0.conversationId.rawValue) } ?? true }
+                .sorted { key($0) > key($1) }.prefix(max(0, limit)).map { $0 }
         }
     }
 
@@ -217,9 +258,7 @@ public final class InMemoryChatStore: ChatStore {
                 let original = stored.messages[index]
                 guard !original.isTombstone else { continue }
                 stored.messages[index] = original.tombstone
-                stored.annotations[seq] = nil
-                stored.reactions[seq] = nil
-                stored.versions[seq] = nil
+                stored.emptied(seq)
                 stored.erasures.append(Erasure(message: original, at: at))
                 erased.append(original)
             }
@@ -247,9 +286,10 @@ public final class InMemoryChatStore: ChatStore {
                 message = change.applied(to: message)
             case .deleted:
                 message = change.applied(to: message)
-                stored.annotations[seq] = nil
-                stored.reactions[seq] = nil
-                stored.versions[seq] = nil
+            case .pinned, .unpinned:
+                let pinned = change.applied(toPinned: stored.record.pinned)
+                guard pinned != stored.record.pinned else { return nil }
+                stored.record.pinned = pinned
             case .reactionAdded, .reactionRemoved:
                 guard let emoji = change.emoji else { return nil }
                 var holders = stored.reactions[seq, default: [:]][emoji, default: []]
@@ -260,6 +300,11 @@ public final class InMemoryChatStore: ChatStore {
                 message = change.applied(to: message)
             }
             stored.messages[index] = message
+            switch change.kind {
+            case .edited: stored.requote(seq)
+            case .deleted: stored.emptied(seq)
+            case .reactionAdded, .reactionRemoved, .pinned, .unpinned: break
+            }
             stored.changes.append(change)
             stored.record.lastChangeSeq = change.changeSeq
             return (change, message)

@@ -58,7 +58,7 @@ public final class PostgresChatStore: ChatStore {
         // plan: one made while the tables were small (seq scans) stays cached on the connection as
         // the tables grow (measured: a fresh database's first 100,000 appends at 10,000/s had a p50
         // of 43–61 ms with generic plans, against 3–12 ms). The commit is the exception: its
-        // function plans once, with seq scans ruled out (``CommitStatements/function``).
+        // function plans once, with seq scans ruled out (``CommitStatements/function(threads:)``).
         // random_page_cost 1.1 (PostgreSQL's default 4 is for spinning disks): with 4, a commit's
         // update of ~20 conversation heads joined them by hashing a sequential scan of the whole
         // table (a plan costed at 108 against 160 for 20 index lookups); every batch scanned all
@@ -185,7 +185,7 @@ public final class PostgresChatStore: ChatStore {
             "DROP INDEX conversations_by_activity",
             "ALTER TABLE conversations SET (fillfactor = 50)",
         ]),
-        (5, "the group commit as one server-side call", [CommitStatements.function]),
+        (5, "the group commit as one server-side call", [CommitStatements.function(threads: false)]),
         (6, "devices for push notifications", DeviceRows.migration),
         (7, "members may mute a conversation", ["ALTER TABLE members ADD COLUMN muted BOOLEAN NOT NULL DEFAULT false"]),
         (8, "push notifications owed, for the owner after a failover", [
@@ -231,7 +231,7 @@ public final class PostgresChatStore: ChatStore {
             "ALTER TABLE messages ADD COLUMN attachments TEXT",
             // The commit before took no attachments; its replacement takes them as one more array.
             "DROP FUNCTION IF EXISTS parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[])",
-            CommitStatements.function,
+            CommitStatements.function(threads: false),
         ] + MediaRows.referencesMigration),
         (15, "uploads never attached, for the sweeper; thumbnails", MediaRows.sweepMigration + [
             "CREATE TABLE media_thumbnails (sha256 TEXT NOT NULL, size INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (sha256, size))",
@@ -241,6 +241,7 @@ public final class PostgresChatStore: ChatStore {
         (18, "reports, and suspended users", ReportRows.migration),
         (19, "account deletions, and erased messages", DeletionRows.migration(messagesTable: "messages")),
         (20, "changes to messages: edits, deletions for everyone, reactions", ChangeRows.migration(messagesTable: "messages")),
+        (21, "replies, mentions and pins", ThreadRows.migration(messagesTable: "messages") + [CommitStatements.function(threads: true)]),
     ]
 
     public func migrate() async throws {
@@ -295,11 +296,12 @@ public final class PostgresChatStore: ChatStore {
     private func records(_ ids: [String]) async throws -> [ConversationRecord] {
         guard !ids.isEmpty else { return [] }
         return try await run {
-            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64)] = [:]
-            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange) in try await client.query(
-                "SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq FROM conversations WHERE id = ANY(\(ids))", logger: logger
-            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64).self) {
-                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange)
+            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64, String?)] = [:]
+            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange, pinned) in try await client.query(
+                "SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq, pinned FROM conversations WHERE id = ANY(\(ids))",
+                logger: logger
+            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64, String?).self) {
+                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange, pinned)
             }
             var members: [String: [ConversationMember]] = [:]
             var mutedBy: [String: [UserID]] = [:]
@@ -313,12 +315,12 @@ public final class PostgresChatStore: ChatStore {
                     ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read))
                 if muted { mutedBy[conversation, default: []].append(UserID(rawValue: user)) }
             }
-            return ids.compactMap { id in
-                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange) = heads[id] else { return nil }
+            return try ids.compactMap { id in
+                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange, pinned) = heads[id] else { return nil }
                 return ConversationRecord(
                     id: ConversationID(rawValue: id), kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner),
                     lastSeq: lastSeq, createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity),
-                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted(), lastChangeSeq: lastChange)
+                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted(), lastChangeSeq: lastChange, pinned: try ThreadRows.pinned(pinned))
             }
         }
     }
@@ -344,10 +346,13 @@ public final class PostgresChatStore: ChatStore {
             call.texts.append(append.text)
             call.sentAt.append(append.sentAt.millisecondsSince1970)
             call.attachments.append(MediaRows.column(append.attachments) ?? "")
+            call.replyTo.append(append.replyTo?.seq ?? 0)
+            call.replyQuotes.append(ThreadRows.encode(append.replyTo) ?? "")
+            call.mentions.append(ThreadRows.mentionsColumn(append.mentions) ?? "")
         }
         return try await run {
             var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)
-            for try await (ord, outcome, seq, sender, text, sentAt, epoch, attachments) in try await client.execute(call, logger: logger) {
+            for try await (ord, outcome, seq, sender, text, sentAt, epoch, attachments, quote, mentions) in try await client.execute(call, logger: logger) {
                 let index = Int(ord) - 1
                 guard outcomes.indices.contains(index), let kind = CommitStatements.Outcome(rawValue: outcome) else {
                     throw ChatStoreError(.unavailable, "parley_commit answered row \(ord) with outcome \(outcome) for a batch of \(appends.count)")
@@ -357,10 +362,12 @@ public final class PostgresChatStore: ChatStore {
                 case .appended:
                     outcomes[index] = .appended(append.message(seq: seq, sentAt: sentAt))
                 case .duplicate:
-                    outcomes[index] = .duplicate(Message(
+                    var original = Message(
                         conversationId: append.conversationId, seq: seq, senderId: UserID(rawValue: sender),
                         clientMessageId: append.clientMessageId, text: text, sentAt: Date(millisecondsSince1970: sentAt),
-                        attachments: try MediaRows.attachments(attachments)))
+                        attachments: try MediaRows.attachments(attachments))
+                    try ThreadRows.apply(replyQuote: quote, mentions: mentions, to: &original)
+                    outcomes[index] = .duplicate(original)
                 case .staleEpoch:
                     outcomes[index] = .staleEpoch(current: epoch)
                 case .unknownConversation:
@@ -1100,10 +1107,11 @@ public final class PostgresChatStore: ChatStore {
             let erasedSeqs = erased.map(\.seq)
             try await connection.query(
                 """
-                UPDATE messages SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = \(at.millisecondsSince1970)
+                UPDATE messages SET \(unescaped: ThreadRows.tombstoneAssignments), erased_at = \(at.millisecondsSince1970)
                 WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))
                 """, logger: logger)
             try await deleteWhatMessagesCarry(id, seqs: erasedSeqs, connection: connection)
+            try await emptied(erased.map(\.tombstone), in: id, connection: connection)
             try await connection.query(
                 """
                 INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at)
@@ -1113,6 +1121,30 @@ public final class PostgresChatStore: ChatStore {
                 """, logger: logger)
             return erased
         }
+    }
+
+    /// Messages `tombstones` are tombstones now: replies quote them so, and they are no longer
+    /// pinned.
+    private func emptied(_ tombstones: [Message], in id: ConversationID, connection: PostgresConnection) async throws {
+        for tombstone in tombstones { try await requote(tombstone, connection: connection) }
+        let seqs = tombstones.map(\.seq)
+        // The pinned array without these seqs, in its order; NULL once empty.
+        try await connection.query(
+            """
+            UPDATE conversations SET pinned = (
+                SELECT jsonb_agg(p.seq ORDER BY p.ord)::text FROM jsonb_array_elements_text(pinned::jsonb) WITH ORDINALITY AS p(seq, ord)
+                WHERE p.seq::bigint <> ALL(\(seqs)))
+            WHERE id = \(id.rawValue) AND pinned IS NOT NULL
+            """, logger: logger)
+    }
+
+    /// Every reply to `message` quotes it as it is now.
+    private func requote(_ message: Message, connection: PostgresConnection) async throws {
+        try await connection.query(
+            """
+            UPDATE messages SET reply_quote = \(ThreadRows.encode(MessageQuote(of: message)))
+            WHERE conversation_id = \(message.conversationId.rawValue) AND reply_to = \(message.seq)
+            """, logger: logger)
     }
 
     /// Tombstones' annotations, reactions and earlier texts.
@@ -1142,13 +1174,24 @@ public final class PostgresChatStore: ChatStore {
                 try await connection.query(
                     "UPDATE messages SET text = \(change.text ?? original.text), edited_at = \(change.at.millisecondsSince1970) WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)",
                     logger: logger)
+                try await requote(change.applied(to: original), connection: connection)
             case .deleted:
                 try await connection.query(
                     """
-                    UPDATE messages SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = \(change.at.millisecondsSince1970), deleted_by = \(change.userId.rawValue)
+                    UPDATE messages SET \(unescaped: ThreadRows.tombstoneAssignments), erased_at = \(change.at.millisecondsSince1970), deleted_by = \(change.userId.rawValue)
                     WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
                     """, logger: logger)
                 try await deleteWhatMessagesCarry(id, seqs: [change.seq], connection: connection)
+                try await emptied([change.applied(to: original)], in: id, connection: connection)
+            case .pinned, .unpinned:
+                var column: String?
+                for try await value in try await connection.query("SELECT pinned FROM conversations WHERE id = \(id.rawValue)", logger: logger).decode(String?.self) {
+                    column = value
+                }
+                let pinned = try ThreadRows.pinned(column)
+                let after = change.applied(toPinned: pinned)
+                guard after != pinned else { return nil }
+                try await connection.query("UPDATE conversations SET pinned = \(ThreadRows.pinnedColumn(after)) WHERE id = \(id.rawValue)", logger: logger)
             case .reactionAdded, .reactionRemoved:
                 guard let emoji = change.emoji else { return nil }
                 let query: PostgresQuery = change.kind == .reactionAdded
@@ -1194,6 +1237,26 @@ public final class PostgresChatStore: ChatStore {
             guard inserted else { throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id), or its client change ID, is used") }
             return (change, change.applied(to: original))
         }
+    }
+
+    public func replies(in id: ConversationID, to seq: Int64, after: Int64, limit: Int) async throws -> [Message] {
+        try await fetchMessages(
+            """
+            SELECT \(unescaped: Self.messageColumns()) FROM messages
+            WHERE conversation_id = \(id.rawValue) AND reply_to = \(seq) AND seq > \(after) ORDER BY seq LIMIT \(max(0, limit))
+            """)
+    }
+
+    public func mentions(of user: UserID, before position: MentionPosition?, limit: Int) async throws -> [Message] {
+        try await fetchMessages(
+            """
+            SELECT \(unescaped: Self.messageColumns(of: "m")) FROM mentions x
+            JOIN members p ON p.conversation_id = x.conversation_id AND p.user_id = x.user_id
+            JOIN messages m ON m.conversation_id = x.conversation_id AND m.seq = x.seq
+            WHERE x.user_id = \(user.rawValue) AND m.erased_at IS NULL
+              AND (x.sent_at, x.seq, x.conversation_id) < (\(position?.sentAt ?? Int64.max), \(position?.seq ?? Int64.max), \(position?.conversationId.rawValue ?? "\u{10FFFF}"))
+            ORDER BY x.sent_at DESC, x.seq DESC, x.conversation_id DESC LIMIT \(max(0, limit))
+            """)
     }
 
     public func messageChanges(in id: ConversationID, after changeSeq: Int64, limit: Int) async throws -> [MessageChange] {
@@ -1542,7 +1605,10 @@ public final class PostgresChatStore: ChatStore {
     /// What ``fetchMessages(_:)`` reads, in its order; each after `table.` when a query joins another table.
     private static func messageColumns(of table: String? = nil) -> String {
         let prefix = table.map { "\($0)." } ?? ""
-        return ["conversation_id", "seq", "sender_id", "client_message_id", "text", "sent_at", "attachments", "erased_at IS NOT NULL", "edited_at", "deleted_by", "reactions"]
+        return [
+            "conversation_id", "seq", "sender_id", "client_message_id", "text", "sent_at", "attachments", "erased_at IS NOT NULL", "edited_at", "deleted_by",
+            "reactions", "reply_quote", "mentions",
+        ]
             .map { prefix + $0 }.joined(separator: ", ")
     }
 
@@ -1550,10 +1616,11 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             var messages: [Message] = []
             let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
-            for try await row in rows.decode((String, Int64, String, String, String, Int64, String?, Bool, Int64?, String?, String?).self) {
+            for try await row in rows.decode((String, Int64, String, String, String, Int64, String?, Bool, Int64?, String?, String?, String?, String?).self) {
                 var message = try Self.message((row.0, row.1, row.2, row.3, row.4, row.5, row.6))
                 if row.7 { message.erased = true }
                 try ChangeRows.apply(editedAt: row.8, deletedBy: row.9, reactions: row.10, to: &message)
+                try ThreadRows.apply(replyQuote: row.11, mentions: row.12, to: &message)
                 messages.append(message)
             }
             return messages

@@ -36,7 +36,7 @@ enum MessageBlocks {
         block.bind((highest - 1) / size, at: 2)
         var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) } ?? lastMessage
         let byID = try db.cachedStatement(sql: """
-            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at, edited_at, deleted_by, reactions
+            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at, edited_at, deleted_by, reactions, reply_quote, mentions
             FROM message_log WHERE id = ?
             """)
         let conversationID = ConversationID(rawValue: conversation)
@@ -54,14 +54,16 @@ enum MessageBlocks {
                     sentAt: Date(millisecondsSince1970: SQLiteColumn.int64(row, 5)))
                 if SQLiteColumn.optionalInt64(row, 7) != nil { message.erased = true }
                 let edited = SQLiteColumn.optionalInt64(row, 8), deletedBy = SQLiteColumn.optionalString(row, 9), reactions = SQLiteColumn.optionalString(row, 10)
-                let changed = edited != nil || deletedBy != nil || reactions != nil || message.erased == true
-                    ? ChangedColumns(editedAt: edited, deletedBy: deletedBy, reactions: reactions) : nil
+                let quote = SQLiteColumn.optionalString(row, 11), mentions = SQLiteColumn.optionalString(row, 12)
+                let changed = edited != nil || deletedBy != nil || reactions != nil || message.erased == true || quote != nil || mentions != nil
+                    ? ChangedColumns(editedAt: edited, deletedBy: deletedBy, reactions: reactions, replyQuote: quote, mentions: mentions) : nil
                 return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6), changed)
             }
             guard let found, found.seq >= lowest else { break }
             if var message = found.message {
                 if let changed = found.changed {
                     try ChangeRows.apply(editedAt: changed.editedAt, deletedBy: changed.deletedBy, reactions: changed.reactions, to: &message)
+                    try ThreadRows.apply(replyQuote: changed.replyQuote, mentions: changed.mentions, to: &message)
                 }
                 message.attachments = try MediaRows.attachments(found.attachments)
                 messages.append(message)
@@ -71,10 +73,13 @@ enum MessageBlocks {
         return messages
     }
 
-    /// What a row says of its message's changes, when it says anything (most say nothing).
+    /// What a row says of its message's changes, quote and mentions, when it says anything (most
+    /// say nothing).
     struct ChangedColumns {
         var editedAt: Int64?
         var deletedBy: String?
         var reactions: String?
+        var replyQuote: String?
+        var mentions: String?
     }
 }

@@ -153,6 +153,7 @@ public final class SQLiteChatStore: ChatStore {
         "v18: reports, and suspended users",
         "v19: account deletions, and erased messages",
         "v20: changes to messages: edits, deletions for everyone, reactions",
+        "v21: replies, mentions and pins",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -392,6 +393,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[19]) { db in
             for statement in ChangeRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[20]) { db in
+            for statement in ThreadRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -443,7 +447,7 @@ public final class SQLiteChatStore: ChatStore {
                 id: id, kind: ConversationKind(rawValue: try row.decode(forColumn: "kind")) ?? .group, name: try row.decode(forColumn: "name"), ownerId: UserID(rawValue: try row.decode(forColumn: "owner_id")),
                 lastSeq: try row.decode(forColumn: "last_seq"), createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")),
                 lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members, mutedBy: mutedBy.sorted(),
-                lastChangeSeq: try row.decode(forColumn: "last_change_seq"))
+                lastChangeSeq: try row.decode(forColumn: "last_change_seq"), pinned: try ThreadRows.pinned(try row.decode(forColumn: "pinned")))
         }
     }
 
@@ -964,9 +968,12 @@ public final class SQLiteChatStore: ChatStore {
     private static func commit(_ appends: [AppendRequest], db: Database) throws -> [AppendOutcome] {
         let head = try db.cachedStatement(sql: "SELECT epoch, last_seq, last_message FROM conversations WHERE id = ?")
         let insert = try db.cachedStatement(sql: """
-            INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous, attachments)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous, attachments, reply_to, reply_quote, mentions)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (client_message_id, conversation_id) DO NOTHING
+            """)
+        let mention = try db.cachedStatement(sql: """
+            INSERT INTO mentions (user_id, sent_at, seq, conversation_id, client_message_id) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
             """)
         let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
         let block = try db.cachedStatement(sql: "INSERT INTO message_blocks (conversation_id, block, message) VALUES (?, ?, ?)")
@@ -1001,6 +1008,9 @@ public final class SQLiteChatStore: ChatStore {
             insert.bind(sentAt, at: 6)
             insert.bind(current.lastMessage, at: 7)
             insert.bind(MediaRows.column(append.attachments), at: 8)
+            insert.bind(append.replyTo?.seq, at: 9)
+            insert.bind(ThreadRows.encode(append.replyTo), at: 10)
+            insert.bind(ThreadRows.mentionsColumn(append.mentions), at: 11)
             try insert.run(in: db)
             guard db.changesCount == 1 else {
                 // This clientMessageId was stored before: the original, untouched.
@@ -1011,6 +1021,9 @@ public final class SQLiteChatStore: ChatStore {
                 continue
             }
             heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
+            for user in append.mentions ?? [] {
+                try mention.execute(arguments: [user.rawValue, sentAt, seq, conversation, append.clientMessageId])
+            }
             if let completed = MessageBlocks.completedBlock(bySeq: seq) {
                 block.bind(conversation, at: 1)
                 block.bind(completed, at: 2)
@@ -1192,9 +1205,10 @@ public final class SQLiteChatStore: ChatStore {
             var erased: [Message] = []
             for message in found.reversed() where wanted.contains(message.seq) && !message.isTombstone {
                 try db.execute(
-                    sql: "UPDATE message_log SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    sql: "UPDATE message_log SET \(ThreadRows.tombstoneAssignments), erased_at = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [at.millisecondsSince1970, message.clientMessageId, id.rawValue])
                 try Self.deleteWhatAMessageCarries(id, seq: message.seq, db: db)
+                try Self.emptied(message.tombstone, db: db)
                 try db.execute(
                     sql: """
                         INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at) VALUES (?, ?, ?, ?, ?, ?)
@@ -1206,6 +1220,24 @@ public final class SQLiteChatStore: ChatStore {
             }
             return erased
         }
+    }
+
+    /// Message `tombstone` is one now: replies quote it so, and it is no longer pinned.
+    private static func emptied(_ tombstone: Message, db: Database) throws {
+        try requote(tombstone, db: db)
+        let pinned = try ThreadRows.pinned(
+            try String.fetchOne(db, sql: "SELECT pinned FROM conversations WHERE id = ?", arguments: [tombstone.conversationId.rawValue]))
+        guard pinned.contains(tombstone.seq) else { return }
+        try db.execute(
+            sql: "UPDATE conversations SET pinned = ? WHERE id = ?",
+            arguments: [ThreadRows.pinnedColumn(pinned.filter { $0 != tombstone.seq }), tombstone.conversationId.rawValue])
+    }
+
+    /// Every reply to `message` quotes it as it is now.
+    private static func requote(_ message: Message, db: Database) throws {
+        try db.execute(
+            sql: "UPDATE message_log SET reply_quote = ? WHERE conversation_id = ? AND reply_to = ?",
+            arguments: [ThreadRows.encode(MessageQuote(of: message)), message.conversationId.rawValue, message.seq])
     }
 
     /// A tombstone's annotations, reactions and earlier texts.
@@ -1235,11 +1267,18 @@ public final class SQLiteChatStore: ChatStore {
                 try db.execute(
                     sql: "UPDATE message_log SET text = ?, edited_at = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [change.text ?? original.text, change.at.millisecondsSince1970, original.clientMessageId, id.rawValue])
+                try Self.requote(change.applied(to: original), db: db)
             case .deleted:
                 try db.execute(
-                    sql: "UPDATE message_log SET text = '', attachments = NULL, reactions = NULL, edited_at = NULL, erased_at = ?, deleted_by = ? WHERE client_message_id = ? AND conversation_id = ?",
+                    sql: "UPDATE message_log SET \(ThreadRows.tombstoneAssignments), erased_at = ?, deleted_by = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [change.at.millisecondsSince1970, change.userId.rawValue, original.clientMessageId, id.rawValue])
                 try Self.deleteWhatAMessageCarries(id, seq: change.seq, db: db)
+                try Self.emptied(change.applied(to: original), db: db)
+            case .pinned, .unpinned:
+                let pinned = try ThreadRows.pinned(try String.fetchOne(db, sql: "SELECT pinned FROM conversations WHERE id = ?", arguments: [id.rawValue]))
+                let after = change.applied(toPinned: pinned)
+                guard after != pinned else { return nil }
+                try db.execute(sql: "UPDATE conversations SET pinned = ? WHERE id = ?", arguments: [ThreadRows.pinnedColumn(after), id.rawValue])
             case .reactionAdded, .reactionRemoved:
                 guard let emoji = change.emoji else { return nil }
                 if change.kind == .reactionAdded {
@@ -1272,6 +1311,31 @@ public final class SQLiteChatStore: ChatStore {
                 throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id), or its client change ID, is used")
             }
             return (change, change.applied(to: original))
+        }
+    }
+
+    public func replies(in id: ConversationID, to seq: Int64, after: Int64, limit: Int) async throws -> [Message] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM message_log WHERE conversation_id = ? AND reply_to = ? AND seq > ? ORDER BY seq LIMIT ?",
+                arguments: [id.rawValue, seq, after, max(0, limit)]
+            ).map { try Self.message(from: $0) }
+        }
+    }
+
+    public func mentions(of user: UserID, before position: MentionPosition?, limit: Int) async throws -> [Message] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT m.* FROM mentions x
+                    JOIN members p ON p.conversation_id = x.conversation_id AND p.user_id = x.user_id
+                    JOIN message_log m ON m.client_message_id = x.client_message_id AND m.conversation_id = x.conversation_id
+                    WHERE x.user_id = ? AND (x.sent_at, x.seq, x.conversation_id) < (?, ?, ?) AND m.erased_at IS NULL
+                    ORDER BY x.sent_at DESC, x.seq DESC, x.conversation_id DESC LIMIT ?
+                    """,
+                arguments: [user.rawValue, position?.sentAt ?? Int64.max, position?.seq ?? Int64.max, position?.conversationId.rawValue ?? "\u{10FFFF}", max(0, limit)]
+            ).map { try Self.message(from: $0) }
         }
     }
 
@@ -1584,6 +1648,7 @@ public final class SQLiteChatStore: ChatStore {
         try ChangeRows.apply(
             editedAt: try row.decode(forColumn: "edited_at"), deletedBy: try row.decode(forColumn: "deleted_by"), reactions: try row.decode(forColumn: "reactions"),
             to: &message)
+        try ThreadRows.apply(replyQuote: try row.decode(forColumn: "reply_quote"), mentions: try row.decode(forColumn: "mentions"), to: &message)
         return message
     }
 

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Versions.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -576,10 +576,14 @@ struct Send: AsyncParsableCommand {
     @Option(help: "The idempotency key (default: a new UUID).") var clientMessageId: String?
     @Option(name: .customLong("attach"), help: "A file to upload and attach (a photo, a video, a voice note, a PDF); repeat for more, up to 10. Its type is read from its first bytes.")
     var files: [String] = []
+    @Option(help: "The seq of the message this one replies to (it is quoted).") var replyTo: Int64?
+    @Option(name: .customLong("mention"), help: "A member's user ID to mention (notified even if they muted the conversation); repeat for more, up to 50.")
+    var mentions: [String] = []
     @OptionGroup var connection: Connection
 
     func validate() throws {
         if text.isEmpty && files.isEmpty { throw ValidationError("give a text, or --attach FILE, or both") }
+        if mentions.count > 50 { throw ValidationError("at most 50 mentions, not \(mentions.count)") }
         if files.count > 10 { throw ValidationError("at most 10 files, not \(files.count)") }
     }
 
@@ -597,7 +601,8 @@ struct Send: AsyncParsableCommand {
                 attachments.append(API.NewAttachment(mediaId: media.id))
             }
             let message = try await client.send(
-                text.joined(separator: " "), attachments: attachments.isEmpty ? nil : attachments, to: ConversationID(rawValue: conversation),
+                text.joined(separator: " "), attachments: attachments.isEmpty ? nil : attachments, replyTo: replyTo,
+                mentions: mentions.isEmpty ? nil : mentions.map(UserID.init(rawValue:)), to: ConversationID(rawValue: conversation),
                 clientMessageId: clientMessageId ?? ClientMessageID.make())
             connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
         }
@@ -652,6 +657,54 @@ struct React: AsyncParsableCommand {
         try await withClient(connection) { client, _ in
             let reactions = try await client.react(emoji, to: seq, in: ConversationID(rawValue: conversation), adding: !remove)
             connection.print(API.Reactions(reactions: reactions)) { reactions.isEmpty ? "no reactions" : Tail.summary(reactions) }
+        }
+    }
+}
+
+struct Pin: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Pin a message, or unpin it with --remove.",
+        discussion: "A group's owner pins, and either member of a direct conversation; a conversation holds 50 pinned messages at most.")
+    @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+    @Argument(help: "The message's seq.") var seq: Int64
+    @Flag(help: "Unpin it.") var remove = false
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let pinned = try await client.pin(seq, in: ConversationID(rawValue: conversation), pinning: !remove)
+            connection.print(API.Pinned(pinned: pinned)) { pinned.isEmpty ? "nothing pinned" : "pinned: " + pinned.map { "#\($0)" }.joined(separator: " ") }
+        }
+    }
+}
+
+struct Replies: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The replies to a message, oldest first.")
+    @Argument(help: "The conversation's ID (c_… or d_…).") var conversation: String
+    @Argument(help: "The message's seq.") var seq: Int64
+    @Option(help: "How many (1–200).") var limit = 50
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let replies = try await client.replies(to: seq, in: ConversationID(rawValue: conversation), limit: limit)
+            connection.print(API.Messages(messages: replies)) { replies.isEmpty ? "no replies" : replies.map(Tail.line).joined(separator: "\n") }
+        }
+    }
+}
+
+struct Mentions: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The messages that mention you, newest first, across your conversations.")
+    @Option(help: "How many (1–100).") var limit = 20
+    @Option(help: "The `next` a page before gave.") var before: String?
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let page = try await client.mentions(before: before, limit: limit)
+            connection.print(page) {
+                (page.mentions.isEmpty ? "no mentions" : page.mentions.map(Tail.line).joined(separator: "\n")) + (page.next.map { "\nmore: --before \($0)" } ?? "")
+            }
         }
     }
 }
@@ -719,7 +772,11 @@ struct Tail: AsyncParsableCommand {
     static func line(_ message: Message) -> String {
         let head = "[\(message.conversationId) #\(message.seq) \(API.timestamp(message.sentAt))] \(message.senderId): "
         if message.isTombstone { return head + (message.deletedBy.map { "(deleted by \($0))" } ?? "(erased)") }
-        return head + message.text + (message.editedAt == nil ? "" : " (edited)") + (message.reactions.map { "  " + summary($0) } ?? "")
+        let quote = message.replyTo.map { quote in
+            "(↪ #\(quote.seq) \(quote.senderId): \(quote.deleted == true ? "deleted" : quote.text.isEmpty && quote.attachments ? "attachment" : quote.text)) "
+        } ?? ""
+        let mentions = message.mentions.map { "  @" + $0.map(\.rawValue).joined(separator: " @") } ?? ""
+        return head + quote + message.text + (message.editedAt == nil ? "" : " (edited)") + mentions + (message.reactions.map { "  " + summary($0) } ?? "")
     }
 
     /// `👍 2  ❤️ 1*`: each emoji and how many hold it, `*` where you are one of them.
@@ -799,6 +856,8 @@ struct Tail: AsyncParsableCommand {
                 case .deleted: "deleted it"
                 case .reactionAdded: "reacted \(change.emoji ?? "") (\(change.count ?? 0))"
                 case .reactionRemoved: "took back \(change.emoji ?? "") (\(change.count ?? 0))"
+                case .pinned: "pinned it"
+                case .unpinned: "unpinned it"
                 }
                 return "[\(change.conversationId)] #\(change.seq) \(change.userId) \(what)"
             }

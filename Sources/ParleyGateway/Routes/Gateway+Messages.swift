@@ -33,6 +33,32 @@ extension Gateway {
             let tombstone = try await ConversationActor.resolve(id, using: self.system).delete(seq: seq, by: context.caller.id)
             return Self.json(bytes: tombstone.wrappedJSON, status: .ok)
         }
+        messages.get("conversations/:id/messages/:seq/replies") { request, context in
+            let id = try Self.conversationID(context)
+            let seq = try Self.seqParameter(context)
+            let after = Int64(try Self.intParameter(request, "after", default: 0, range: 0...Int.max))
+            let limit = try Self.intParameter(request, "limit", default: 50, range: 1...200)
+            let replies = try await ConversationActor.resolve(id, using: self.system).replies(to: seq, after: after, limit: limit, for: context.caller.id)
+            return try Self.json(API.Messages(messages: replies))
+        }
+        for pinning in [true, false] {
+            let pin: @Sendable (Request, AuthenticatedContext) async throws -> Response = { _, context in
+                let id = try Self.conversationID(context)
+                let seq = try Self.seqParameter(context)
+                let pinned = try await ConversationActor.resolve(id, using: self.system).pin(seq: seq, pinning: pinning, by: context.caller.id)
+                return try Self.json(API.Pinned(pinned: pinned))
+            }
+            if pinning {
+                messages.put("conversations/:id/messages/:seq/pin", use: pin)
+            } else {
+                messages.delete("conversations/:id/messages/:seq/pin", use: pin)
+            }
+        }
+        messages.get("mentions") { request, context in
+            let limit = try Self.intParameter(request, "limit", default: 50, range: 1...100)
+            let before = request.uri.queryParameters["before"].map(String.init)
+            return try Self.json(try await UserActor.resolve(context.caller.id, using: self.system).mentions(before: before, limit: limit))
+        }
         messages.get("conversations/:id/messages/:seq/versions") { _, context in
             let id = try Self.conversationID(context)
             let seq = try Self.seqParameter(context)
@@ -76,10 +102,14 @@ extension Gateway {
         if let asked = body.attachments, !asked.isEmpty {
             // A send the owner would refuse records nothing.
             try SendMessage.validate(clientMessageId: body.clientMessageId, text: body.text, captions: asked.map(\.caption), limits: ChatLimits())
+            try SendMessage.validate(replyTo: body.replyTo, mentions: body.mentions ?? [], by: caller.id)
             attachments = try await UserActor.resolve(caller.id, using: system).attach(asked, to: id)
         }
         let result = try await sendRetrying(
-            SendMessage(senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text, attachments: attachments), to: id)
+            SendMessage(
+                senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text, attachments: attachments, replyTo: body.replyTo,
+                mentions: body.mentions ?? []),
+            to: id)
         // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable) —
         // the same bytes as a `message` event's data, so encoded once for both.
         let json = result.message.wrappedJSON
