@@ -12,7 +12,8 @@ extension SendMessage: ClusterWireCodable {
         wire.write(clientMessageId)
         wire.write(text)
         try wire.write(attachments: attachments.isEmpty ? nil : attachments)
-        wire.write(replyTo ?? 0)
+        wire.write(replyTo != nil)
+        if let replyTo { wire.write(replyTo) }
         wire.write(mentions) { $0.write($1.rawValue) }
     }
 
@@ -20,8 +21,7 @@ extension SendMessage: ClusterWireCodable {
         self.init(
             senderId: UserID(rawValue: try wire.read(String.self)), clientMessageId: try wire.read(String.self), text: try wire.read(String.self),
             attachments: try wire.readAttachments() ?? [])
-        let replyTo = try wire.read(Int64.self)
-        self.replyTo = replyTo == 0 ? nil : replyTo
+        replyTo = try wire.read(Bool.self) ? try wire.read(Int64.self) : nil
         mentions = try wire.readList { UserID(rawValue: try $0.read(String.self)) }
     }
 }

@@ -103,10 +103,11 @@ public struct MessageChange: Hashable, Sendable, Codable {
     }
 
     /// A conversation's pinned seqs (``ConversationRecord/pinned``, the most recently pinned
-    /// first) as this change leaves them: a deletion unpins too.
+    /// first) as this change leaves them: a deletion unpins too; a message pinned already stays
+    /// where it is.
     public func applied(toPinned pinned: [Int64]) -> [Int64] {
         switch kind {
-        case .pinned: [seq] + pinned.filter { $0 != seq }
+        case .pinned: pinned.contains(seq) ? pinned : [seq] + pinned
         case .unpinned, .deleted: pinned.filter { $0 != seq }
         case .edited, .reactionAdded, .reactionRemoved: pinned
         }

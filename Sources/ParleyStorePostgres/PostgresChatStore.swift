@@ -1132,7 +1132,7 @@ public final class PostgresChatStore: ChatStore {
         try await connection.query(
             """
             UPDATE conversations SET pinned = (
-                SELECT jsonb_agg(p.seq ORDER BY p.ord)::text FROM jsonb_array_elements_text(pinned::jsonb) WITH ORDINALITY AS p(seq, ord)
+                SELECT jsonb_agg(p.seq::bigint ORDER BY p.ord)::text FROM jsonb_array_elements_text(pinned::jsonb) WITH ORDINALITY AS p(seq, ord)
                 WHERE p.seq::bigint <> ALL(\(seqs)))
             WHERE id = \(id.rawValue) AND pinned IS NOT NULL
             """, logger: logger)

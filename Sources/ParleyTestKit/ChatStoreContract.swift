@@ -591,6 +591,69 @@ public enum ChatStoreContract {
             } catch let error as ChatStoreError where error.kind == .staleEpoch {}
             try check(try await store.conversation(id)?.lastChangeSeq == 8, "the fenced change changed nothing")
         },
+        Case(name: "replies keep their quote current through edits, deletions and erasures; mentions are found per member; pins move with their changes") { store in
+            let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())
+            let (id, epoch) = try await owned(store, members: [me, other, third])
+            let long = String(repeating: "é", count: 150)
+            _ = try await store.commit([append(id, epoch: epoch, long, from: me, at: 1), append(id, epoch: epoch, "second", from: other, at: 2)])
+            let originals = try await store.messages(in: id, after: 0, limit: 2)
+            let quote = MessageQuote(of: originals[0])
+            try check(quote.text == String(repeating: "é", count: 100) && quote.senderId == me && !quote.attachments && quote.deleted == nil, "a quote: \(quote)")
+            var reply = append(id, epoch: epoch, "a reply", from: other, at: 3)
+            reply.replyTo = quote
+            reply.mentions = [me, third]
+            var plain = append(id, epoch: epoch, "mentions one", from: third, at: 4)
+            plain.mentions = [me]
+            var second = append(id, epoch: epoch, "replies to two", from: me, at: 5)
+            second.replyTo = MessageQuote(of: originals[1])
+            let outcomes = try await store.commit([reply, plain, second])
+            let sent = outcomes.compactMap(\.message)
+            try check(sent.count == 3 && sent[0].replyTo == quote && sent[0].mentions == [me, third] && sent[1].replyTo == nil, "committed: \(sent)")
+            try check(try await store.messages(in: id, after: 2, limit: 3) == sent, "read back with quote and mentions")
+            try check(try await store.commit([reply]).first == .duplicate(sent[0]), "a retry answers the reply with its quote and mentions")
+            try check(try await store.replies(in: id, to: 1, after: 0, limit: 10) == [sent[0]], "the replies to message 1")
+            try check(try await store.replies(in: id, to: 1, after: 3, limit: 10).isEmpty, "paged")
+            try check(try await store.replies(in: id, to: 3, after: 0, limit: 10).isEmpty, "none to a message without replies")
+
+            let mentions = try await store.mentions(of: me, before: nil, limit: 10)
+            try check(mentions == [sent[1], sent[0]], "the caller's mentions, newest first: \(mentions.map(\.seq))")
+            try check(try await store.mentions(of: me, before: MentionPosition(sentAt: sent[1].sentAt.millisecondsSince1970, seq: 4, conversationId: id), limit: 10) == [sent[0]],
+                      "from before a position")
+            try check(try await store.mentions(of: third, before: nil, limit: 10) == [sent[0]], "another member's")
+            try check(try await store.mentions(of: other, before: nil, limit: 10).isEmpty, "one never mentioned")
+
+            func change(_ number: Int64, _ kind: MessageChange.Kind, seq: Int64, text: String? = nil) -> MessageChange {
+                MessageChange(conversationId: id, changeSeq: number, afterSeq: 5, seq: seq, kind: kind, userId: me, at: t0.addingTimeInterval(Double(10 + number)), text: text)
+            }
+            _ = try await store.commitChange(change(1, .edited, seq: 1, text: "short now"), epoch: epoch)
+            try check(try await store.messages(in: id, after: 2, limit: 1).first?.replyTo?.text == "short now", "an edit requotes the reply")
+            let pinned = try require2(try await store.commitChange(change(2, .pinned, seq: 1), epoch: epoch))
+            try check(pinned.change.kind == .pinned && pinned.message.seq == 1, "a pin is a change: \(pinned.change)")
+            try check(try await store.commitChange(change(3, .pinned, seq: 1), epoch: epoch) == nil, "pinned already: no change")
+            _ = try await store.commitChange(change(3, .pinned, seq: 2), epoch: epoch)
+            _ = try await store.commitChange(change(4, .pinned, seq: 4), epoch: epoch)
+            try check(try await store.conversation(id)?.pinned == [4, 2, 1], "the most recently pinned first")
+            _ = try await store.commitChange(change(5, .unpinned, seq: 2), epoch: epoch)
+            try check(try await store.commitChange(change(6, .unpinned, seq: 2), epoch: epoch) == nil, "not pinned: no change")
+            try check(try await store.conversation(id)?.pinned == [4, 1], "unpinned")
+
+            _ = try await store.commitChange(change(6, .deleted, seq: 1), epoch: epoch)
+            let requoted = try await store.messages(in: id, after: 2, limit: 1).first
+            try check(requoted?.replyTo == MessageQuote(seq: 1, senderId: me, text: "", attachments: false, deleted: true), "a deletion empties the quote: \(String(describing: requoted?.replyTo))")
+            try check(try await store.conversation(id)?.pinned == [4], "a deletion unpins")
+            _ = try await store.eraseMessages(in: id, seqs: [2, 4], epoch: epoch, at: t0.addingTimeInterval(40))
+            try check(try await store.messages(in: id, after: 4, limit: 1).first?.replyTo?.deleted == true, "an erasure empties the quote of a reply to it")
+            try check(try await store.conversation(id)?.pinned == [], "an erasure unpins")
+            try check(try await store.mentions(of: me, before: nil, limit: 10) == [sent[0]].map { var m = $0; m.replyTo = m.replyTo?.erased; return m },
+                      "an erased message's mention is gone")
+            _ = try await store.commitChange(change(7, .deleted, seq: 3, text: nil), epoch: epoch)
+            let tombstone = try await store.messages(in: id, after: 2, limit: 1).first
+            try check(tombstone?.replyTo == nil && tombstone?.mentions == nil, "a tombstone neither quotes nor mentions: \(String(describing: tombstone))")
+            try check(try await store.replies(in: id, to: 1, after: 0, limit: 10).isEmpty, "nor is it a reply")
+            try check(try await store.mentions(of: third, before: nil, limit: 10).isEmpty, "and its mentions are gone")
+            try await store.removeMember(me, from: id, epoch: epoch, at: t0.addingTimeInterval(50))
+            try check(try await store.mentions(of: me, before: nil, limit: 10).isEmpty, "a former member's mentions there are not listed")
+        },
         Case(name: "a member's changes across conversations page by conversation, then number") { store in
             let member = UserID.make()
             var ids: [ConversationID] = []

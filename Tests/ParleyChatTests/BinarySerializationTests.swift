@@ -62,6 +62,17 @@ private struct Shapes: Codable, Equatable {
         changed.editedAt = at.addingTimeInterval(5)
         changed.reactions = [Reaction(emoji: "👍", count: 2)]
         #expect(try roundTrip(SendResult(message: changed, created: false)) == SendResult(message: changed, created: false), "a retry of an edited message's send")
+        var reply = message
+        reply.replyTo = MessageQuote(seq: 3, senderId: ben, text: "the \"plan\"", attachments: true)
+        reply.mentions = [ben]
+        #expect(try roundTrip(SendResult(message: reply, created: true)) == SendResult(message: reply, created: true), "a reply keeps its quote and mentions")
+        for send in [
+            SendMessage(senderId: ann, clientMessageId: UUID().uuidString, text: "re", replyTo: 3, mentions: [ben, "u_cat"]),
+            SendMessage(senderId: ann, clientMessageId: UUID().uuidString, text: "zero is no seq, but is carried as asked", replyTo: 0),
+            SendMessage(senderId: ann, clientMessageId: UUID().uuidString, text: "plain"),
+        ] {
+            #expect(try roundTrip(send) == send)
+        }
         let record = ConversationRecord(
             id: "c_1", kind: .group, name: nil, ownerId: ann, lastSeq: 7, createdAt: at,
             members: [ConversationMember(userId: ann, role: .owner), ConversationMember(userId: ben, role: .member, deliveredSeq: 3, readSeq: 2)])
@@ -74,6 +85,8 @@ private struct Shapes: Codable, Equatable {
             EventDelivery(event: .message(message.tombstone), recipients: [ben]),
             EventDelivery(event: .erasure(Erasure(message: message, at: at)), recipients: [ann, ben]),
             EventDelivery(event: .message(changed), recipients: [ben]),
+            EventDelivery(event: .message(reply), recipients: [ann]),
+            EventDelivery(event: .change(MessageChange(conversationId: "c_1", changeSeq: 4, afterSeq: 7, seq: 3, kind: .pinned, userId: ann, at: at)), recipients: [ben]),
             EventDelivery(event: .message(message.deletedTombstone(by: ben)), recipients: [ben]),
             EventDelivery(event: .change(MessageChange(
                 conversationId: "c_1", changeSeq: 3, afterSeq: 7, seq: 7, kind: .reactionAdded, userId: ben, at: at, emoji: "❤️", count: 2)), recipients: [ann]),

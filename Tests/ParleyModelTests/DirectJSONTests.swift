@@ -54,6 +54,19 @@ import Testing
         #expect(read.text == "" && read.attachments == [API.NewAttachment(mediaId: "m_1")], "no text: an empty one")
     }
 
+    @Test func aReplyWithMentionsIsWhatTheEncoderWrites() throws {
+        var reply = message(text: "yes \"that\"")
+        reply.replyTo = MessageQuote(seq: 3, senderId: "u_ann", text: "shall we \"go\"?\n", attachments: true, deleted: nil)
+        reply.mentions = ["u_ann", "u_b\"o"]
+        reply.reactions = [Reaction(emoji: "👍", count: 1)]
+        try expectSameBytes(reply)
+        reply.replyTo?.deleted = true
+        try expectSameBytes(reply)
+        #expect(try API.makeDecoder().decode(API.MessageEvent.self, from: Data(reply.wrappedJSON)).message == reply)
+        let body = API.NewMessage(clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: "re", replyTo: 3, mentions: ["u_ann"])
+        #expect(String(decoding: body.json, as: UTF8.self) == String(decoding: try encoder.encode(body), as: UTF8.self))
+    }
+
     @Test func aSendsBodyIsWhatTheEncoderWrites() throws {
         for text in ["load 17", "", "a\"b\\c/\n\u{0}\u{1F}é😀\u{2028}", String(decoding: Array(UInt8(0)...0x7F), as: UTF8.self)] {
             let body = API.NewMessage(clientMessageId: "0193a0c1-7f3e-7b2a-9c4d-1e2f3a4b5c6d", text: text)

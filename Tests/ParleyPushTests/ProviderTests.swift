@@ -125,6 +125,18 @@ import _CryptoExtras
                 "a text says itself")
     }
 
+    @Test func aMentionSaysSoWhateverThePreviewShows() {
+        func content(_ kind: ConversationKind, _ preview: PushPreview, mentioned: Bool = true, of message: Message? = nil) -> PushContent {
+            PushContent(
+                latest: message ?? self.message, count: 2, kind: kind, conversationName: "climbing", senderName: "Ann", badge: 1, preview: preview, mentioned: mentioned)
+        }
+        #expect(content(.group, .full) == PushContent(title: "climbing", subtitle: "Ann mentioned you", body: "Ann: see you at eight", badge: 1, conversationId: "c_1", seq: 7))
+        #expect(content(.direct, .sender).body == "Ann mentioned you")
+        #expect(content(.group, .none).body == "You were mentioned")
+        #expect(content(.group, .full, mentioned: false).subtitle == "2 new messages")
+        #expect(content(.group, .full, of: message.deletedTombstone(by: "u_ann")).subtitle == "2 new messages", "a deleted message mentions nobody")
+    }
+
     @Test func aLongTextIsCutToItsFirst200Characters() {
         var long = message
         long.text = String(repeating: "𝄞", count: 4_000)

@@ -48,7 +48,14 @@ struct PostgresStoreContractTests {
         let gone = UserID.make()
         try await store.createUser(StoredUser(user: User(id: gone, handle: "gone-\(gone.rawValue.suffix(8))", displayName: "G", createdAt: Date()), passwordHash: "h1"))
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
+        var commits = 0
+        for try await count in try await store.client.query("SELECT count(*) FROM pg_proc WHERE proname = 'parley_commit'").decode(Int.self) { commits = count }
+        #expect(commits == 2, "the commit without quotes and mentions stays beside the one with them, for a release from before")
         for statement in [
+            "DROP TABLE mentions", "DROP INDEX messages_replies", "ALTER TABLE messages DROP COLUMN reply_to", "ALTER TABLE messages DROP COLUMN reply_quote",
+            "ALTER TABLE messages DROP COLUMN mentions", "ALTER TABLE conversations DROP COLUMN pinned",
+            "DROP FUNCTION parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], TEXT[], TEXT[])",
+            "DELETE FROM parley_migrations WHERE version = 21",
             "DROP TABLE message_changes", "DROP TABLE reactions", "DROP TABLE message_versions", "ALTER TABLE conversations DROP COLUMN last_change_seq",
             "DROP INDEX messages_tombstones", "ALTER TABLE messages DROP COLUMN edited_at", "ALTER TABLE messages DROP COLUMN deleted_by", "ALTER TABLE messages DROP COLUMN reactions",
             "DELETE FROM parley_migrations WHERE version = 20",

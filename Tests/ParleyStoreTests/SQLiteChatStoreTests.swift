@@ -139,6 +139,11 @@ import Testing
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
             try db.execute(sql: """
+                DROP TABLE mentions; DROP INDEX message_log_replies; ALTER TABLE message_log DROP COLUMN reply_to; ALTER TABLE message_log DROP COLUMN reply_quote;
+                ALTER TABLE message_log DROP COLUMN mentions; ALTER TABLE conversations DROP COLUMN pinned;
+                """)
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier LIKE 'v21:%';")
+            try db.execute(sql: """
                 DROP TABLE message_changes; DROP TABLE reactions; DROP TABLE message_versions; ALTER TABLE conversations DROP COLUMN last_change_seq;
                 DROP INDEX message_log_tombstones; ALTER TABLE message_log DROP COLUMN edited_at; ALTER TABLE message_log DROP COLUMN deleted_by; ALTER TABLE message_log DROP COLUMN reactions;
                 """)
