@@ -47,7 +47,8 @@ public final class ClusterSimulation: Sendable {
         /// Notes a bot, a member of every group, puts on (or replaces on) messages it has.
         public var annotationsPerSecond = 1.0
         /// Changes to messages members have: edits and deletions by their senders, reactions
-        /// added and taken back by any member.
+        /// added and taken back by any member, pins by a group's owner (or a direct
+        /// conversation's member). One send in five replies to a message its sender has.
         public var changesPerSecond = 4.0
         /// Kills (restarted 2–3 s later), link cuts, pauses, broken streams and apps gone to the
         /// background for 2–8 s in the active stretch.
@@ -180,6 +181,8 @@ public final class ClusterSimulation: Sendable {
         /// applied once), and the changes it applied.
         var messages: [ConversationID: [Int64: Message]] = [:]
         var applied: [ConversationID: Set<Int64>] = [:]
+        /// Each conversation's pinned seqs, from the pins and deletions applied.
+        var pinned: [ConversationID: [Int64]] = [:]
         /// The cursor of the last event the client got (an event's `id:`): where its next stream
         /// resumes. Registered clients start with the run's start, before any message.
         var cursor: StreamCursor
@@ -191,6 +194,8 @@ public final class ClusterSimulation: Sendable {
         var conversation: ConversationID
         var sender: Int
         var clientMessageId: String
+        /// The seq it replies to.
+        var replyTo: Int64?
         var retryAt: ContinuousClock.Instant?
         var inFlight = false
         var attempts = 0
@@ -701,9 +706,12 @@ public final class ClusterSimulation: Sendable {
             state.clients[user].stream?.changes[conversation] = change.changeSeq
             state.changesWritten += 1
             let reader = state.clients[user].id
-            if state.clients[user].applied[conversation, default: []].insert(change.changeSeq).inserted,
-               let message = state.clients[user].messages[conversation]?[change.seq] {
-                state.clients[user].messages[conversation]?[change.seq] = change.applied(to: message, as: reader)
+            if state.clients[user].applied[conversation, default: []].insert(change.changeSeq).inserted {
+                // The message changed, and the quotes of the replies to it.
+                for (seq, message) in state.clients[user].messages[conversation] ?? [:] where seq == change.seq || message.replyTo?.seq == change.seq {
+                    state.clients[user].messages[conversation]?[seq] = change.applied(to: message, as: reader)
+                }
+                state.clients[user].pinned[conversation] = change.applied(toPinned: state.clients[user].pinned[conversation] ?? [])
             }
             return (inStream, state.clients[user].received[conversation] ?? 0)
         }
@@ -724,7 +732,12 @@ public final class ClusterSimulation: Sendable {
             let (conversation, members) = open[random.int(in: 0..<open.count)]
             let sender = members[random.int(in: 0..<members.count)]
             let clientMessageId = random.uuid().uuidString.lowercased()
-            state.withLock { $0.sends[clientMessageId] = Send(conversation: conversation, sender: sender, clientMessageId: clientMessageId) }
+            let reply = random.int(in: 0..<5) == 0
+            state.withLock { state in
+                let received = state.clients[sender].received[conversation] ?? 0
+                let replyTo = reply && received > 0 ? Int64(random.int(in: 1..<Int(received) + 1)) : nil
+                state.sends[clientMessageId] = Send(conversation: conversation, sender: sender, clientMessageId: clientMessageId, replyTo: replyTo)
+            }
             attempt(clientMessageId)
         }
     }
@@ -782,9 +795,9 @@ public final class ClusterSimulation: Sendable {
     }
 
     /// Members change messages they have, through a live gateway as the routes do: the sender
-    /// edits or deletes theirs, anyone reacts with one of three emoji or takes theirs back. The
-    /// harness reads the store for who sent a message (an app knows); a refusal (a deletion that
-    /// came first) is left.
+    /// edits or deletes theirs, anyone reacts with one of three emoji or takes theirs back, a
+    /// group's owner pins or unpins. The harness reads the store for who sent a message and who
+    /// owns the group (an app knows); a refusal (a deletion that came first) is left.
     func changeMessages() {
         for _ in 0..<draws(perSecond: options.changesPerSecond) {
             let (member, conversation, seq) = state.withLock { state -> (Int, ConversationID?, Int64) in
@@ -795,7 +808,7 @@ public final class ClusterSimulation: Sendable {
                 return (member, conversation, received > 0 ? Int64(random.int(in: 1..<Int(received) + 1)) : 0)
             }
             guard let conversation, seq > 0, let gateway = anyGateway(), let system = system(gateway) else { continue }
-            let roll = random.int(in: 0..<10)
+            let roll = random.int(in: 0..<12)
             let emoji = ["👍", "❤️", "😂"][random.int(in: 0..<3)]
             let id = state.withLock { $0.clients[member].id }
             let key = random.uuid().uuidString.lowercased()
@@ -808,10 +821,13 @@ public final class ClusterSimulation: Sendable {
                     case 0..<3: _ = try await actor.edit(seq: seq, text: "edited \(key.prefix(8))", clientChangeId: key, by: sender)
                     case 3: _ = try await actor.delete(seq: seq, by: sender)
                     case 4..<8: _ = try await actor.react(seq: seq, emoji: emoji, adding: true, by: id)
-                    default: _ = try await actor.react(seq: seq, emoji: emoji, adding: false, by: id)
+                    case 8..<10: _ = try await actor.react(seq: seq, emoji: emoji, adding: false, by: id)
+                    default:
+                        guard let owner = try await store.conversation(conversation)?.ownerId else { return }
+                        _ = try await actor.pin(seq: seq, pinning: roll == 10, by: owner)
                     }
                     state.withLock { $0.changesCommitted += 1 }
-                    note("\(conversation) seq \(seq) changed (\(roll < 3 ? "edit" : roll == 3 ? "delete" : "reaction \(emoji)"))")
+                    note("\(conversation) seq \(seq) changed (\(roll < 3 ? "edit" : roll == 3 ? "delete" : roll < 10 ? "reaction \(emoji)" : roll == 10 ? "pin" : "unpin"))")
                 } catch {
                     note("\(conversation) seq \(seq) not changed: \(error)")
                 }
@@ -854,7 +870,7 @@ public final class ClusterSimulation: Sendable {
         let sender = state.withLock { $0.clients[send.sender].id }
         Task {
             do {
-                let message = SendMessage(senderId: sender, clientMessageId: clientMessageId, text: "m \(clientMessageId.prefix(8))")
+                let message = SendMessage(senderId: sender, clientMessageId: clientMessageId, text: "m \(clientMessageId.prefix(8))", replyTo: send.replyTo)
                 let result = try await SendRetry.send(within: .seconds(5), clock: clock, logger: logger, conversation: send.conversation) {
                     // A gateway killed mid-request answers nothing more: its client sees the request fail.
                     guard self.system(gateway) === system else { throw RequestDied(clientGone: false) }
@@ -880,7 +896,9 @@ public final class ClusterSimulation: Sendable {
                 // One failed send in four is not tried again. Its message may be committed all the
                 // same (the answer was lost, the owner died after the commit), and then only the
                 // owners' own repair brings it to the streams: a retry would publish it again.
-                let givesUp = random.int(in: 0..<4) == 0 || send.once || (error as? RequestDied)?.clientGone == true
+                // A refusal (a reply to a message deleted meanwhile) is not tried again either.
+                let refused = (error as? ChatError)?.code == .invalidRequest
+                let givesUp = random.int(in: 0..<4) == 0 || send.once || refused || (error as? RequestDied)?.clientGone == true
                 if givesUp { note("user \(send.sender) gives up on \(clientMessageId.prefix(8)) in \(send.conversation)") }
                 state.withLock { state in
                     if givesUp {
@@ -972,13 +990,16 @@ public final class ClusterSimulation: Sendable {
                 let client = clients[user]
                 let missing = Set(1...max(1, record.lastChangeSeq)).subtracting(client.applied[id] ?? []).filter { $0 <= record.lastChangeSeq }
                 if !missing.isEmpty { fail("user \(user) never got \(id)'s changes \(missing.sorted().prefix(10))") }
+                if (client.pinned[id] ?? []) != record.pinned {
+                    fail("user \(user) holds \(id)'s pins as \(client.pinned[id] ?? []), the store as \(record.pinned)")
+                }
                 let held = Set(try await store.reactions(of: client.id, in: id, seqs: 1...max(1, record.lastSeq)))
                 for stored in history {
                     var expected = stored
                     expected.reactions = stored.reactions?.map { Reaction(emoji: $0.emoji, count: $0.count, me: held.contains(HeldReaction(seq: stored.seq, emoji: $0.emoji))) }
                     let got = client.messages[id]?[stored.seq]
                     if got?.text != expected.text || got?.editedAt != expected.editedAt || got?.deleted != expected.deleted
-                        || got?.deletedBy != expected.deletedBy || Set(got?.reactions ?? []) != Set(expected.reactions ?? []) {
+                        || got?.deletedBy != expected.deletedBy || Set(got?.reactions ?? []) != Set(expected.reactions ?? []) || got?.replyTo != expected.replyTo {
                         fail("user \(user) holds \(id) seq \(stored.seq) as \(got.map { String(describing: $0) } ?? "nothing"); history has \(expected)")
                     }
                 }
