@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Edits, deletions for everyone and reactions end to end through real processes while workers are
+# Edits, deletions for everyone, reactions, replies, mentions and pins end to end through real
+# processes while workers are
 # SIGKILLed, on SQLite and then on PostgreSQL (when Scripts/test started one): streams on both
 # gateways, and an HTTPS webhook receiver that checks signatures with the standardwebhooks library
 # (from PyPI, in .build/python). See changes_e2e.py.

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""Changes to messages end to end — edits, deletions for everyone, reactions — through real
-parley-node processes (2 workers, 2 gateways, TLS; SQLite, or the PostgreSQL PARLEY_STORE names),
-while workers are SIGKILLed.
+"""Changes to messages end to end — edits, deletions for everyone, reactions, replies, mentions,
+pins — through real parley-node processes (2 workers, 2 gateways, TLS; SQLite, or the PostgreSQL
+PARLEY_STORE names), while workers are SIGKILLed.
 
 A group of six where every member streams (alternating gateways) and a direct chat whose two
-members stream: three clients send, edit, delete and react (a third of their operations are
-changes), each retrying what failed with its idempotency key, while a burst of kills takes both
-workers down one after the other and a later kill takes one again. Then, for every member:
+members stream: three clients send (some replies, some mentioning a member), edit, delete, react
+and pin (a third of their operations are changes), each retrying what failed with its idempotency
+key, while a burst of kills takes both workers down one after the other and a later kill takes one
+again. Then, for every member:
 
 - every change came after the message it changes, on the stream as it went;
 - each connection wrote each change once, in `changeSeq` order; together they miss none;
-- what the stream said, folded, equals history (text, edits, tombstones, reactions and `me`);
-- every acknowledged change holds in history;
+- what the stream said, folded, equals history (text, edits, tombstones, reactions and `me`,
+  replies' quotes), and the pins folded equal the conversation's;
+- no change to an acknowledged message is answered 404 (an owner fenced off does not know the
+  messages its successor committed);
+- every acknowledged change holds in history; every acknowledged reply is listed under its
+  message, every acknowledged mention in the mentioned member's mentions;
 - a stream resumed from its first cursor replays to the same state;
 - webhooks were told each change once per ID, in `changeSeq` order, none missing.
 
@@ -43,7 +48,7 @@ RECEIVED = os.path.join(WORK, "received.jsonl")
 SECRET = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 WORKERS = ["worker-1", "worker-2"]
 GATEWAYS = ["gateway-1", "gateway-2"]
-CHANGE_EVENTS = ("message_edited", "message_deleted", "reaction_added", "reaction_removed")
+CHANGE_EVENTS = ("message_edited", "message_deleted", "reaction_added", "reaction_removed", "message_pinned", "message_unpinned")
 EMOJI = ["👍", "❤️", "😂", "🎉"]
 OPERATIONS_PER_CLIENT = 200
 # Between two operations of a client: the load lasts through the kills (about 20 s).
@@ -57,8 +62,8 @@ HOOKS = nodes.other_port()
 
 def fold(events, me):
     """What an app holds after applying `events` (event, data) in order: per (conversation, seq)
-    the message, and the problems seen — a change before its message, a change applied twice."""
-    held, applied, problems = {}, set(), []
+    the message, per conversation its pins, and the problems seen — a change before its message."""
+    held, applied, problems, pinned = {}, set(), [], {}
     for event, data in events:
         if event == "message":
             m = data["message"]
@@ -75,7 +80,24 @@ def fold(events, me):
                 continue
             applied.add((c["conversationId"], c["changeSeq"]))
             apply(held[key], c, me)
-    return held, applied, problems
+            for (conversation, _), m in held.items():
+                if conversation == c["conversationId"] and m.get("replyTo", {}).get("seq") == c["seq"]:
+                    requote(m["replyTo"], c)
+            pins = [s for s in pinned.get(c["conversationId"], []) if s != c["seq"] or c["kind"] not in ("unpinned", "deleted")]
+            if c["kind"] == "pinned" and c["seq"] not in pins:
+                pins.insert(0, c["seq"])
+            pinned[c["conversationId"]] = pins
+    return held, applied, problems, pinned
+
+
+def requote(q, c):
+    """A reply's quote once its original changed."""
+    if q.get("deleted"):
+        return
+    if c["kind"] == "edited":
+        q["text"] = c["text"][:100]
+    elif c["kind"] == "deleted":
+        q.update(text="", attachments=False, deleted=True)
 
 
 def apply(m, c, me):
@@ -85,9 +107,11 @@ def apply(m, c, me):
     if kind == "edited":
         m["text"], m["editedAt"] = c["text"], c["at"]
     elif kind == "deleted":
-        for field in ("attachments", "reactions", "editedAt", "annotations"):
+        for field in ("attachments", "reactions", "editedAt", "annotations", "replyTo", "mentions"):
             m.pop(field, None)
         m.update(text="", deleted=True, deletedBy=c["userId"])
+    elif kind in ("pinned", "unpinned"):
+        return
     else:
         reactions = {r["emoji"]: dict(r) for r in m.get("reactions", [])}
         mine = reactions.get(c["emoji"], {}).get("me", False)
@@ -103,7 +127,8 @@ def apply(m, c, me):
 def shape(m):
     """A message as compared: what changes can change, reactions in no particular order."""
     return (m["text"], m.get("editedAt"), bool(m.get("deleted")), m.get("deletedBy"),
-            sorted((r["emoji"], r["count"], r["me"]) for r in m.get("reactions", [])))
+            sorted((r["emoji"], r["count"], r["me"]) for r in m.get("reactions", [])),
+            json.dumps(m.get("replyTo"), sort_keys=True), m.get("mentions"))
 
 
 def main():
@@ -114,7 +139,7 @@ def main():
     endpoints = os.path.join(WORK, "webhooks.json")
     with open(endpoints, "w") as f:
         json.dump({"endpoints": [{"name": "bots", "url": f"https://localhost:{HOOKS}/parley", "secret": SECRET,
-                                  "events": ["message.edited", "message.deleted", "reaction.*"]}]}, f)
+                                  "events": ["message.edited", "message.deleted", "reaction.*", "message.pinned", "message.unpinned"]}]}, f)
     receiver = start_webhook_receiver(WORK, TLS, HOOKS, SECRET, RECEIVED)
     env = {"PARLEY_TOKEN_SECRET": "changes-e2e-token-secret-0123456789abcdef", "PARLEY_ADMIN_TOKEN": "changes-e2e-admin-token-0123", "PARLEY_BCRYPT_COST": "4",
            "PARLEY_WEBHOOKS": endpoints, "PARLEY_WEBHOOK_CA": CA, "PARLEY_WEBHOOK_RETRY_MAX": "2s"}
@@ -168,7 +193,8 @@ def run(context, env):
     # text, whether its deletion was; per (message, user, emoji) whether the user holds it.
     lock = threading.Lock()
     sent, texts, deleted, held, uncertain = {}, {}, set(), {}, set()
-    counts = {"send": 0, "edit": 0, "delete": 0, "react": 0, "unreact": 0, "failed": 0}
+    replies, mentioned = {}, {}
+    counts = {"send": 0, "reply": 0, "mention": 0, "edit": 0, "delete": 0, "react": 0, "unreact": 0, "pin": 0, "unpin": 0, "failed": 0, "not found": 0}
 
     def client(who, seed):
         r = random.Random(seed)
@@ -183,15 +209,27 @@ def run(context, env):
             base = f"/v1/conversations/{conversation}/messages"
             if roll < 0.66 or not theirs:
                 body = {"clientMessageId": str(uuid.uuid4()), "text": f"{who} {index}"}
+                if theirs and r.random() < 0.25:
+                    body["replyTo"] = r.choice(theirs)[1]
+                if r.random() < 0.2:
+                    body["mentions"] = [uid[r.choice([n for n in members[conversation] if n != who])]]
                 status, reply = retried("POST", base, body, token[who], gateway)
                 if status in (200, 201):
                     with lock:
                         key = (conversation, reply["message"]["seq"])
                         sent[key], texts[key] = who, body["text"]
                         counts["send"] += 1
+                        if "replyTo" in body:
+                            replies[key] = body["replyTo"]
+                            counts["reply"] += 1
+                        if "mentions" in body:
+                            mentioned[key] = body["mentions"][0]
+                            counts["mention"] += 1
                 else:
+                    # A reply to a message deleted meanwhile is refused (400).
                     counts["failed"] += 1
                 continue
+            may_pin = conversation == direct or who == "m0"
             if roll < 0.76 and mine:
                 key = r.choice(mine)
                 text = f"{who} {index} edited"
@@ -201,6 +239,11 @@ def run(context, env):
                 key = r.choice(mine)
                 status, reply = retried("DELETE", f"{base}/{key[1]}", None, token[who], gateway)
                 what = "delete"
+            elif roll < 0.86 and may_pin:
+                key = r.choice(theirs)
+                pinning = r.random() < 0.7
+                status, reply = retried("PUT" if pinning else "DELETE", f"{base}/{key[1]}/pin", None, token[who], gateway)
+                what = "pin" if pinning else "unpin"
             else:
                 key, emoji = r.choice(theirs), r.choice(EMOJI)
                 adding = r.random() < 0.7
@@ -208,8 +251,10 @@ def run(context, env):
                 what = "react" if adding else "unreact"
             with lock:
                 if status != 200:
-                    # A deletion that raced ours (409), or an outcome not known: not checked.
+                    # A deletion that raced ours (409), or an outcome not known: not checked. A
+                    # message acknowledged is never not found, on any owner, however stale.
                     counts["failed"] += 1
+                    counts["not found"] += status == 404
                     uncertain.add(key)
                     continue
                 counts[what] += 1
@@ -217,7 +262,7 @@ def run(context, env):
                     texts[key] = text
                 elif what == "delete":
                     deleted.add(key)
-                else:
+                elif what in ("react", "unreact"):
                     held[(key, who, emoji)] = adding
 
     clients = [threading.Thread(target=client, args=(who, SEED * 10 + i), daemon=True) for i, who in enumerate(["m0", "m1", "m2"])]
@@ -239,7 +284,8 @@ def run(context, env):
     for thread in clients:
         thread.join(timeout=300)
     check(not any(t.is_alive() for t in clients), "the clients finished their operations", counts)
-    changes_made = counts["edit"] + counts["delete"] + counts["react"] + counts["unreact"]
+    check(counts["not found"] == 0, "no change to an acknowledged message was answered 404", counts)
+    changes_made = counts["edit"] + counts["delete"] + counts["react"] + counts["unreact"] + counts["pin"] + counts["unpin"]
     check(changes_made * 4 >= counts["send"], f"a third of the operations were changes ({changes_made} changes, {counts['send']} sends)", counts)
     print(f"   operations: {counts}", flush=True)
 
@@ -259,19 +305,21 @@ def run(context, env):
         for c in members:
             for n in members[c]:
                 events = [e for events in streams[n].connections for e in list(events)]
-                held_now, _, _ = fold(events, uid[n])
+                held_now, _, _, _ = fold(events, uid[n])
                 if len([k for k in held_now if k[0] == c]) < total[c]:
                     return False
         return True
     check(wait_until(30, converged), "every stream holds every message")
     histories = {(n, c): history(n, c) for c in members for n in members[c]}
+    pins = {c: retried("GET", f"/v1/conversations/{c}", None, token[members[c][0]], "gateway-1")[1].get("pinned") for c in members}
     for c, who in members.items():
         kind = "group" if c == group else "direct chat"
         numbers = set()
         for n in who:
             connections = streams[n].connections
             events = [e for events in connections for e in list(events)]
-            state, applied, problems = fold(events, uid[n])
+            state, applied, problems, pinned = fold(events, uid[n])
+            check(pinned.get(c, []) == pins[c], f"{kind}, {n}: the pins folded are the conversation's ({pins[c]})", pinned.get(c))
             numbers |= {s for (conv, s) in applied if conv == c}
             check(not problems, f"{kind}, {n}: every change came after its message", problems[:5])
             disorder = []
@@ -308,6 +356,34 @@ def run(context, env):
             wrong.append(("text", key, text, message["text"]))
     check(not wrong, f"every acknowledged change holds in history ({len(held)} reactions, {len(texts)} texts, {len(deleted)} deletions)", wrong[:5])
 
+    # Every acknowledged reply quotes its message and is listed under it; every acknowledged
+    # mention is in the mentioned member's mentions.
+    wrong = []
+    for key, original in replies.items():
+        if key in deleted:
+            continue
+        message = next(m for m in histories[(sent[key], key[0])] if m["seq"] == key[1])
+        if message.get("replyTo", {}).get("seq") != original:
+            wrong.append(("quote", key, message.get("replyTo")))
+        status, reply = retried("GET", f"/v1/conversations/{key[0]}/messages/{original}/replies?limit=200", None, token[sent[key]], "gateway-2")
+        if status != 200 or key[1] not in [m["seq"] for m in reply.get("messages", [])]:
+            wrong.append(("replies", key, original, status))
+    check(not wrong, f"every acknowledged reply quotes its message and is listed under it ({len(replies)} replies)", wrong[:5])
+    listed = {}
+    for n in names:
+        before, found = None, set()
+        while True:
+            status, reply = retried("GET", "/v1/mentions?limit=100" + (f"&before={quote(before)}" if before else ""), None, token[n], "gateway-1")
+            if status != 200:
+                break
+            found |= {(m["conversationId"], m["seq"]) for m in reply["mentions"]}
+            before = reply.get("next")
+            if not before:
+                break
+        listed[uid[n]] = found
+    missing = [(key, user) for key, user in mentioned.items() if key not in deleted and key not in listed[user]]
+    check(not missing, f"every acknowledged mention is listed for its member ({len(mentioned)} mentions)", missing[:5])
+
     # A stream resumed from its first cursor replays everything to the same state.
     for n in ["m1", "m4"]:
         conn, response = open_event_stream(nodes.client["gateway-1"], token[n], context, first_cursor[n], timeout=60)
@@ -317,7 +393,7 @@ def run(context, env):
                 break
             replayed.append((event, data))
         conn.close()
-        state, _, problems = fold(replayed, uid[n])
+        state, _, problems, _ = fold(replayed, uid[n])
         for c in [c for c in members if n in members[c]]:
             theirs = {m["seq"]: shape(m) for m in histories[(n, c)]}
             folded = {k[1]: shape(m) for k, m in state.items() if k[0] == c}

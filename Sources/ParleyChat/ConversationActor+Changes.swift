@@ -109,7 +109,7 @@ extension ConversationActor {
     public distributed func replies(to seq: Int64, after: Int64, limit: Int, for user: UserID) async throws -> [Message] {
         let conversation = try state.id
         _ = try state.requireMember(user)
-        guard seq >= 1, seq <= (try state.record.lastSeq) else { throw ChatError(.notFound, "no message \(seq) in this conversation") }
+        _ = try await storedMessage(seq)
         let replies = try await services.withStore { try await $0.replies(in: conversation, to: seq, after: after, limit: limit) }
         return try await withReactions(of: replies, as: user)
     }
@@ -146,10 +146,12 @@ extension ConversationActor {
         try await withReactions(of: [message], as: user).first?.reactions ?? []
     }
 
-    /// Message `seq` as the store has it, or `not_found`.
+    /// Message `seq` as the store has it, or `not_found`. The store is asked whatever this owner's
+    /// last seq: an owner another node has taken the conversation from lags behind it (until it is
+    /// told), and must not refuse a message it never saw; its write is refused, retryably.
     func storedMessage(_ seq: Int64) async throws -> Message {
         let conversation = try state.id
-        guard seq >= 1, seq <= (try state.record.lastSeq),
+        guard seq >= 1,
               let message = try await services.withStore({ try await $0.messages(in: conversation, after: seq - 1, limit: 1) }).first,
               message.seq == seq
         else { throw ChatError(.notFound, "no message \(seq) in this conversation") }

@@ -385,8 +385,12 @@ public distributed actor ConversationActor {
         let mentions = try request.mentions(among: current.record)
         var quote: MessageQuote?
         if let replyTo = request.replyTo {
-            guard replyTo <= current.record.lastSeq else { throw ChatError(.invalidRequest, "replyTo: no message \(replyTo) in this conversation") }
-            let original = try await storedMessage(replyTo)
+            let original: Message
+            do {
+                original = try await storedMessage(replyTo)
+            } catch let error as ChatError where error.code == .notFound {
+                throw ChatError(.invalidRequest, "replyTo: no message \(replyTo) in this conversation")
+            }
             guard !original.isTombstone else { throw ChatError(.invalidRequest, "replyTo: message \(replyTo) was deleted") }
             quote = MessageQuote(of: original)
         }
