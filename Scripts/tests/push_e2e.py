@@ -4,7 +4,8 @@ TLS) and a local APNs and FCM stand-in (push_server.py: h2 and cryptography, whi
 ES256 provider tokens and the RS256 OAuth assertions against the test keys).
 
 A member with no event stream is told of a message on each of their devices (APNs and FCM); a
-burst is one notification; a member who muted the conversation, or streams it, is told nothing; a
+burst is one notification; a member who muted the conversation, or streams it, is told nothing
+(but a mention reaches a member who muted it, and says so); a
 429 with Retry-After is sent again after it; 410 Unregistered and FCM's UNREGISTERED remove the
 device; a message deleted for everyone has its notification replaced by one saying so (same
 collapse ID, a badge without it); the owner of the conversation SIGKILLed after its notification failed for 12 s (longer
@@ -182,6 +183,18 @@ def main():
     check(apns_alert(replaced) == {"title": "trio", "body": "Alice: Message deleted"} and replaced["collapseId"] == group_id
           and replaced["payload"]["seq"] == 6 and replaced["payload"]["aps"]["badge"] == 5,
           "it says the message was deleted, under the same collapse ID, and the badge counts 5 unread (the tombstone left out)", replaced)
+
+    # A mention reaches a member who muted the conversation, and says so.
+    status, reply = call("POST", f"/v1/conversations/{group_id}/messages",
+                         {"clientMessageId": str(uuid.uuid4()), "text": "carol, look", "mentions": [uid["carol"]]}, token["alice"])
+    check(status == 201 and reply["message"]["mentions"] == [uid["carol"]], "alice mentions carol", (status, reply))
+    check(wait_until(10, lambda: len(to(phones["carol"])) == 1), "carol muted the conversation, but a mention reaches her phone", received()[-3:])
+    check(apns_alert(to(phones["carol"])[0]) == {"title": "trio", "subtitle": "Alice mentioned you", "body": "Alice: carol, look"}
+          and to(phones["carol"])[0]["environment"] == "sandbox", "and says she was mentioned", to(phones["carol"]))
+    check(wait_until(15, lambda: to(phones["bob"])[-1]["payload"]["seq"] == 7), "bob (not muted, not mentioned) is told of it as of any message",
+          to(phones["bob"])[-1:])
+    time.sleep(1)
+    check(len(to(phones["carol"])) == 1, "carol is told of it once")
 
     # The conversation's owner is SIGKILLed while bob's notification has been failing (500) for
     # longer than a new owner republishes recent messages (10 s): the worker that takes the
