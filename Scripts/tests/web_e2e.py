@@ -12,8 +12,9 @@ reader's page: both pages go on without a reload, his on the other gateway (the 
 each other's pages: CORS). A reader scrolled up leaves the tick at delivered
 until he scrolls down. A photo is attached and shown as a thumbnail on the other side. A group is
 created, renamed, and gains and loses a member, live on the other page; a message in another chat
-shows as unread in the list. A message is edited, reacted to and deleted for everyone, live on
-the other page. In the settings panel a session is signed out, the password
+shows as unread in the list. A message is edited, reacted to and deleted for everyone, replied
+to (its quote following its next edit), and a reply mentioning the other is pinned, live on the
+other page. In the settings panel a session is signed out, the password
 changed and the user's data downloaded; from a direct conversation a user is blocked (his sends refused) and unblocked, and
 reported. Last, the user deletes her account from the settings panel, erasing her messages. axe-core (bundled by axe-selenium-python) finds nothing serious or
 critical on the sign-in form, a conversation, the group panel, the settings panel and at phone width. A page away for longer than a resume replays gets 410
@@ -265,6 +266,26 @@ def main():
     # Pressing Delete on her first message scrolled her page up to it: back down, as she would.
     alice.execute_script("const list = document.getElementById('messages'); list.scrollTop = list.scrollHeight")
 
+    quote_on = "return [...document.querySelectorAll('#messages li')].find(li => li.querySelector('.text').textContent === 'yes, @alice')?.querySelector('.quote')?.textContent"
+    check(press(bob, "are you still there?", "Reply") and el(bob, "replying").is_displayed(), "Bob presses Reply on it: the composer says what he answers")
+    send(bob, "yes, @alice")
+    check(wait_until(15, lambda: alice.execute_script(quote_on) == "Alice: are you still there?"),
+          "his reply reaches Alice's page quoting her message", alice.execute_script(quote_on))
+    check(wait_until(5, lambda: "mentioned" in (bubble_of(alice, "yes, @alice").get_attribute("class") or "")), "and marked as mentioning her")
+    check(press(alice, "are you still there?", "Edit"), "Alice edits the message he answered")
+    el(alice, "text").clear()
+    send(alice, "are you still there? (asked twice)")
+    check(wait_until(15, lambda: bob.execute_script(quote_on) == "Alice: are you still there? (asked twice)"),
+          "the quote on Bob's page follows the edit, live", bob.execute_script(quote_on))
+    check(press(alice, "yes, @alice", "Pin"), "Alice pins Bob's reply")
+    pinned_bar = "const bar = document.getElementById('pinned'); return bar.hidden ? null : bar.textContent"
+    check(wait_until(15, lambda: bob.execute_script(pinned_bar) == "📌 Bob: yes, @alice"), "Bob's page shows it pinned, live", bob.execute_script(pinned_bar))
+    check(press(bob, "yes, @alice", "Unpin"), "Bob unpins it (either member of a direct chat may)")
+    check(wait_until(15, lambda: alice.execute_script(pinned_bar) is None), "and it leaves Alice's pinned bar, live", alice.execute_script(pinned_bar))
+    shot(bob, "reply and pin")
+    for driver in (alice, bob):
+        driver.execute_script("const list = document.getElementById('messages'); list.scrollTop = list.scrollHeight")
+
     print("a photo")
     photo = os.path.join(WORK, "photo.png")
     with open(photo, "wb") as f:
@@ -318,7 +339,7 @@ def main():
     check(open_conversation(bob, "Alice"), "Bob reloads his page, still signed in, and opens the chat")
     check(wait_until(15, lambda: len(texts(bob)) == 50), "its last 50 messages load", len(texts(bob)))
     bob.execute_script("document.getElementById('messages').scrollTop = 0")
-    total = 8 + 60 + 1 + 1 + 1  # before, fillers, "are you there?", the photo, "unread?"
+    total = 8 + 60 + 1 + 1 + 1 + 1  # before, fillers, "are you there?", Bob's reply, the photo, "unread?"
     check(wait_until(15, lambda: bob.execute_script("return [...document.querySelectorAll('#messages li[data-seq]')].map(li => Number(li.dataset.seq))")
                      == list(range(1, total + 1))), f"scrolled to the top, the older ones page in: seq 1…{total}, each once")
 

@@ -14,6 +14,7 @@ const state = {
   typing: new Map(), // conversationId → Map(userId → timer)
   current: null,
   editing: null, // {conversationId, seq} of the message the composer edits
+  replying: null, // {conversationId, seq} of the message the composer replies to
   blocked: new Set(), // IDs of the users this user blocked
   stream: null,
   outbox: null,
@@ -480,6 +481,7 @@ function renderConversation({ toBottom = false } = {}) {
   $('block').hidden = !other;
   if (other) $('block').textContent = state.blocked.has(other) ? 'Unblock' : 'Block';
   $('report').hidden = !other;
+  renderPinned(conversation);
   const items = [...conversation.messages.values()].sort((a, b) => a.seq - b.seq).map((message) => bubble(conversation, message));
   const sentIds = new Set([...conversation.messages.values()].map((m) => m.clientMessageId));
   for (const entry of conversation.pending) {
@@ -502,6 +504,9 @@ function bubble(conversation, message, pending = null) {
     sender.textContent = nameOf(message.senderId);
     item.append(sender);
   }
+  const replyTo = message?.replyTo ?? (pending?.replyTo ? quoteOf(conversation.messages.get(pending.replyTo)) : null);
+  if (replyTo) item.append(quoteBlock(replyTo));
+  if (message?.mentions?.includes(state.me.id)) item.classList.add('mentioned');
   for (const attachment of message?.attachments ?? []) {
     if (!attachment.media.contentType.startsWith('image/')) continue;
     item.append(image(attachment.media.id, attachment.caption ?? 'Photo'));
@@ -550,6 +555,37 @@ function bubble(conversation, message, pending = null) {
   return item;
 }
 
+// What a reply shows of the message it answers, kept as it is now (the server's `quote`).
+function quoteOf(message) {
+  if (!message) return null;
+  const deleted = Boolean(message.deleted || message.erased);
+  return { seq: message.seq, senderId: message.senderId, text: deleted ? '' : [...message.text].slice(0, 100).join(''),
+    attachments: !deleted && Boolean(message.attachments?.length), ...(deleted ? { deleted: true } : {}) };
+}
+
+function quoteBlock(quote) {
+  const block = document.createElement('span');
+  block.className = 'quote';
+  block.classList.toggle('deleted', Boolean(quote.deleted));
+  block.textContent = quote.deleted ? 'Deleted message' : `${nameOf(quote.senderId)}: ${quote.text || (quote.attachments ? 'Photo' : '')}`;
+  block.setAttribute('aria-label', `Reply to message ${quote.seq}`);
+  block.addEventListener('click', () => $('messages').querySelector(`li[data-seq="${quote.seq}"]`)?.scrollIntoView({ block: 'center' }));
+  return block;
+}
+
+// The conversation's pinned messages, the most recently pinned first, above its messages.
+function renderPinned(conversation) {
+  const pinned = conversation.pinned ?? [];
+  $('pinned').hidden = pinned.length === 0;
+  $('pinned').replaceChildren(...pinned.map((seq) => {
+    const item = document.createElement('li');
+    const message = conversation.messages.get(seq);
+    item.textContent = `📌 ${message ? `${nameOf(message.senderId)}: ${message.text || 'Photo'}` : `message ${seq}`}`;
+    item.addEventListener('click', () => $('messages').querySelector(`li[data-seq="${seq}"]`)?.scrollIntoView({ block: 'center' }));
+    return item;
+  }));
+}
+
 // What reacting to a message offers; any emoji can be added from another client.
 const quickReactions = ['👍', '❤️', '😂'];
 
@@ -582,6 +618,24 @@ function actionsOf(conversation, message, mine) {
     button.setAttribute('aria-label', `React ${emoji}`);
     button.addEventListener('click', () => react(conversation, message, emoji, true));
     row.append(button);
+  }
+  const reply = document.createElement('button');
+  reply.type = 'button';
+  reply.textContent = 'Reply';
+  reply.addEventListener('click', () => startReplying(conversation, message));
+  row.append(reply);
+  if (conversation.kind === 'direct' || conversation.members.find((member) => member.userId === state.me.id)?.role === 'owner') {
+    const pinned = (conversation.pinned ?? []).includes(message.seq);
+    const pin = document.createElement('button');
+    pin.type = 'button';
+    pin.textContent = pinned ? 'Unpin' : 'Pin';
+    pin.addEventListener('click', () => act(async () => {
+      const path = `/v1/conversations/${conversation.id}/messages/${message.seq}/pin`;
+      const answer = pinned ? await api.delete(path) : await api.put(path);
+      conversation.pinned = answer.pinned;
+      if (state.current === conversation.id) renderConversation();
+    }));
+    row.append(pin);
   }
   if (mine) {
     const edit = document.createElement('button');
@@ -632,6 +686,30 @@ function stopEditing() {
 }
 $('cancel-edit').addEventListener('click', stopEditing);
 
+// Replying: the next message sent from this conversation answers `seq`.
+function startReplying(conversation, message) {
+  stopEditing();
+  state.replying = { conversationId: conversation.id, seq: message.seq };
+  $('replying').hidden = false;
+  $('replying-what').textContent = `Replying to ${nameOf(message.senderId)}: ${[...message.text].slice(0, 60).join('') || 'Photo'}`;
+  $('text').focus();
+}
+
+function stopReplying() {
+  state.replying = null;
+  $('replying').hidden = true;
+}
+$('cancel-reply').addEventListener('click', stopReplying);
+
+// The members a text mentions: `@handle` of each other member it names.
+function mentionsIn(conversation, text) {
+  return others(conversation).map((member) => member.userId).filter((id) => {
+    const handle = user(id)?.handle;
+    // A handle is a-z, 0-9 and `_ . -`: only its dots mean something in a pattern.
+    return handle && new RegExp(`(^|\\s)@${handle.replaceAll('.', '\\.')}(?![a-z0-9_.-])`).test(text);
+  });
+}
+
 // A message as it is now (a change applied, an edit or deletion answered), drawn where it is.
 function replaceMessage(conversation, message) {
   if (!conversation.messages.has(message.seq)) return;
@@ -655,8 +733,22 @@ function applyChange(change) {
   conversation.appliedChanges ??= new Set();
   if (conversation.appliedChanges.has(change.changeSeq)) return;
   conversation.appliedChanges.add(change.changeSeq);
+  // Pins, and the quotes of the replies to the message changed.
+  if (['pinned', 'unpinned', 'deleted'].includes(change.kind)) {
+    const pinned = (conversation.pinned ?? []).filter((seq) => seq !== change.seq);
+    conversation.pinned = change.kind === 'pinned' ? (conversation.pinned?.includes(change.seq) ? conversation.pinned : [change.seq, ...pinned]) : pinned;
+    // The bar, and (for a pin) each message's Pin or Unpin.
+    if (state.current === conversation.id) {
+      if (change.kind === 'deleted') renderPinned(conversation); else renderConversation();
+    }
+  }
+  for (const reply of conversation.messages.values()) {
+    if (reply.replyTo?.seq !== change.seq || reply.replyTo.deleted) continue;
+    if (change.kind === 'edited') replaceMessage(conversation, { ...reply, replyTo: { ...reply.replyTo, text: [...change.text].slice(0, 100).join('') } });
+    if (change.kind === 'deleted') replaceMessage(conversation, { ...reply, replyTo: { ...reply.replyTo, text: '', attachments: false, deleted: true } });
+  }
   const message = conversation.messages.get(change.seq);
-  if (!message || message.deleted || message.erased) return;
+  if (!message || message.deleted || message.erased || change.kind === 'pinned' || change.kind === 'unpinned') return;
   let next = { ...message };
   if (change.kind === 'edited') {
     next.text = change.text;
@@ -895,7 +987,12 @@ $('composer').addEventListener('submit', async (event) => {
   $('text').value = '';
   $('photo').value = '';
   stopTyping(conversation.id);
-  const entry = await state.outbox.add({ clientMessageId: crypto.randomUUID(), conversationId: conversation.id, text, photo });
+  const replyTo = state.replying?.conversationId === conversation.id ? state.replying.seq : null;
+  stopReplying();
+  const mentions = mentionsIn(conversation, text);
+  const entry = await state.outbox.add({
+    clientMessageId: crypto.randomUUID(), conversationId: conversation.id, text, photo,
+    ...(replyTo ? { replyTo } : {}), ...(mentions.length ? { mentions } : {}) });
   conversation.pending.push(entry);
   renderConversation({ toBottom: true });
   flush();
@@ -919,6 +1016,8 @@ async function flush() {
           }
           const body = { clientMessageId: entry.clientMessageId, text: entry.text };
           if (entry.mediaId) body.attachments = [{ mediaId: entry.mediaId }];
+          if (entry.replyTo) body.replyTo = entry.replyTo;
+          if (entry.mentions) body.mentions = entry.mentions;
           const { message } = await api.post(`/v1/conversations/${entry.conversationId}/messages`, body);
           await state.outbox.remove(entry.clientMessageId);
           settle(entry, message);
@@ -1006,6 +1105,11 @@ async function onEvent({ type, data }) {
       if (!conversation) return;
       if (conversation.messages.has(tombstone.seq)) conversation.messages.set(tombstone.seq, tombstone);
       if (conversation.lastMessage?.seq === tombstone.seq) conversation.lastMessage = tombstone;
+      // Replies quote it as erased, and it is no longer pinned.
+      for (const [seq, reply] of conversation.messages) {
+        if (reply.replyTo?.seq === tombstone.seq) conversation.messages.set(seq, { ...reply, replyTo: quoteOf(tombstone) });
+      }
+      conversation.pinned = (conversation.pinned ?? []).filter((seq) => seq !== tombstone.seq);
       if (state.current === conversation.id) renderConversation();
       renderList();
       break;
@@ -1014,6 +1118,8 @@ async function onEvent({ type, data }) {
     case 'message_deleted':
     case 'reaction_added':
     case 'reaction_removed':
+    case 'message_pinned':
+    case 'message_unpinned':
       applyChange(data.change);
       break;
     case 'receipt': {
