@@ -1208,7 +1208,6 @@ public final class SQLiteChatStore: ChatStore {
                     sql: "UPDATE message_log SET \(ThreadRows.tombstoneAssignments), erased_at = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [at.millisecondsSince1970, message.clientMessageId, id.rawValue])
                 try Self.deleteWhatAMessageCarries(id, seq: message.seq, db: db)
-                try Self.emptied(message.tombstone, db: db)
                 try db.execute(
                     sql: """
                         INSERT INTO erasures (conversation_id, seq, sender_id, client_message_id, sent_at, erased_at) VALUES (?, ?, ?, ?, ?, ?)
@@ -1218,19 +1217,21 @@ public final class SQLiteChatStore: ChatStore {
                                 at.millisecondsSince1970])
                 erased.append(message)
             }
+            try Self.emptied(erased.map(\.tombstone), in: id, db: db)
             return erased
         }
     }
 
-    /// Message `tombstone` is one now: replies quote it so, and it is no longer pinned.
-    private static func emptied(_ tombstone: Message, db: Database) throws {
-        try requote(tombstone, db: db)
-        let pinned = try ThreadRows.pinned(
-            try String.fetchOne(db, sql: "SELECT pinned FROM conversations WHERE id = ?", arguments: [tombstone.conversationId.rawValue]))
-        guard pinned.contains(tombstone.seq) else { return }
+    /// Messages `tombstones` of conversation `id` are tombstones now: replies quote them so, and
+    /// they are no longer pinned.
+    private static func emptied(_ tombstones: [Message], in id: ConversationID, db: Database) throws {
+        guard !tombstones.isEmpty else { return }
+        for tombstone in tombstones { try requote(tombstone, db: db) }
+        let pinned = try ThreadRows.pinned(try String.fetchOne(db, sql: "SELECT pinned FROM conversations WHERE id = ?", arguments: [id.rawValue]))
+        let seqs = Set(tombstones.map(\.seq))
+        guard pinned.contains(where: seqs.contains) else { return }
         try db.execute(
-            sql: "UPDATE conversations SET pinned = ? WHERE id = ?",
-            arguments: [ThreadRows.pinnedColumn(pinned.filter { $0 != tombstone.seq }), tombstone.conversationId.rawValue])
+            sql: "UPDATE conversations SET pinned = ? WHERE id = ?", arguments: [ThreadRows.pinnedColumn(pinned.filter { !seqs.contains($0) }), id.rawValue])
     }
 
     /// Every reply to `message` quotes it as it is now.
@@ -1273,7 +1274,7 @@ public final class SQLiteChatStore: ChatStore {
                     sql: "UPDATE message_log SET \(ThreadRows.tombstoneAssignments), erased_at = ?, deleted_by = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [change.at.millisecondsSince1970, change.userId.rawValue, original.clientMessageId, id.rawValue])
                 try Self.deleteWhatAMessageCarries(id, seq: change.seq, db: db)
-                try Self.emptied(change.applied(to: original), db: db)
+                try Self.emptied([change.applied(to: original)], in: id, db: db)
             case .pinned, .unpinned:
                 let pinned = try ThreadRows.pinned(try String.fetchOne(db, sql: "SELECT pinned FROM conversations WHERE id = ?", arguments: [id.rawValue]))
                 let after = change.applied(toPinned: pinned)
