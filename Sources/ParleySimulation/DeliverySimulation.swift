@@ -1,16 +1,18 @@
 import ParleyChat
 import ParleyModel
 
-/// A seeded, deterministic simulation of how committed messages reach their readers' streams:
-/// workers owning conversations (``DeliveryStateMachine``), gateways holding event streams
-/// (``EventStreamStateMachine``), a store, clients that send and resume by cursor, and a network
-/// that delays, drops, duplicates and reorders — under node kills, restarts, cut links and broken
-/// streams, on a manual timeline.
+/// A seeded, deterministic simulation of how committed messages, and changes to them, reach their
+/// readers' streams: workers owning conversations (``DeliveryStateMachine``), gateways holding
+/// event streams (``EventStreamStateMachine``, and each stream's lane of changes, as
+/// ``StreamSessionStateMachine`` keeps it), a store, clients that send, change messages and resume
+/// by cursor, and a network that delays, drops, duplicates and reorders — under node kills,
+/// restarts, cut links and broken streams, on a manual timeline.
 ///
 /// After a stretch with faults comes a quiet one (every node back, no new sends). The run fails
-/// if any stream ever wrote a message out of order, twice, or past a gap, or if at the end a
-/// connected client lacks a message committed to one of its conversations: a stream open and
-/// silent while it owes events. The same seed gives the same run.
+/// if any stream ever wrote a message out of order, twice, or past a gap, or a change out of its
+/// conversation's order or before the message it follows, or if at the end a connected client
+/// lacks a message or change committed to one of its conversations: a stream open and silent
+/// while it owes events. The same seed gives the same run.
 public struct DeliverySimulation {
     public struct Options: Sendable {
         public var workers = 3
@@ -23,6 +25,9 @@ public struct DeliverySimulation {
         public var activeTime: Duration = .seconds(30)
         public var quietTime: Duration = .seconds(20)
         public var sendsPerSecond = 40.0
+        /// Changes to messages (edits, deletions, reactions: to delivery all alike), each after
+        /// the conversation's last committed message.
+        public var changesPerSecond = 10.0
         /// Chances per packet (a batch or an acknowledgement between a worker and a gateway).
         public var dropRate = 0.02
         public var duplicateRate = 0.01
@@ -42,7 +47,7 @@ public struct DeliverySimulation {
         /// A worker that loses a conversation to a ring change keeps handing on what it released
         /// until every gateway acknowledged it.
         public var drainOnHandOver = true
-        public var delivery = DeliveryStateMachine<Int, Int64>.Policy()
+        public var delivery = DeliveryStateMachine<Int, Item>.Policy()
         public var streamGapMax: Duration = .seconds(5)
         public var tick: Duration = .milliseconds(20)
 
@@ -76,7 +81,14 @@ public struct DeliverySimulation {
         }
     }
 
-    typealias Delivery = DeliveryStateMachine<Int, Int64>
+    /// What an owner hands the gateways: a message (its seq), or a change (its number in the
+    /// conversation's order, and the seq it follows).
+    public enum Item: Sendable, Hashable {
+        case message(Int64)
+        case change(Int64, afterSeq: Int64)
+    }
+
+    typealias Delivery = DeliveryStateMachine<Int, Item>
     typealias Stream = EventStreamStateMachine<Int, Int64>
 
     struct Worker {
@@ -109,10 +121,17 @@ public struct DeliverySimulation {
         var received: [Int: Int64] = [:]
         var stream: (gateway: Int, incarnation: Int, machine: Stream)?
         var reconnectAt: ContinuousClock.Instant?
+        /// The last change applied of each conversation, over every stream.
+        var changesReceived: [Int: Int64] = [:]
+        /// The open stream's changes: per conversation the last it wrote, and those waiting (by
+        /// number, with the seq each follows) since when.
+        var changesWritten: [Int: Int64] = [:]
+        var changesWaiting: [Int: [Int64: Int64]] = [:]
+        var changesWaitingSince: ContinuousClock.Instant?
     }
 
     enum Packet {
-        case batch(owner: Int, worker: Int, gateway: Int, gatewayIncarnation: Int, conversation: Int, from: Int64, events: [Int64])
+        case batch(owner: Int, worker: Int, gateway: Int, gatewayIncarnation: Int, conversation: Int, from: Int64, events: [Item])
         case ack(owner: Int, worker: Int, gateway: Int, through: Int64)
     }
 
@@ -137,6 +156,9 @@ public struct DeliverySimulation {
     var clients: [Client]
     var members: [[Int]] = []
     var store: [[Int64]] = []
+    /// Per conversation, the seq each change follows (change n at n - 1) and when it committed.
+    var changes: [[Int64]] = []
+    var changeTimes: [[ContinuousClock.Instant]] = []
     var lastCommitAt: [ContinuousClock.Instant?] = []
     var inFlight: [InFlight] = []
     var sentPackets = 0
@@ -147,7 +169,9 @@ public struct DeliverySimulation {
     public private(set) var trace: [String] = []
     public private(set) var failures: [String] = []
     public private(set) var committed = 0
+    public private(set) var changesCommitted = 0
     public private(set) var written = 0
+    public private(set) var changesWritten = 0
     public private(set) var streamsEnded = 0
     public private(set) var storeReads = 0
 
@@ -188,6 +212,8 @@ public struct DeliverySimulation {
         let id = members.count
         members.append(users)
         store.append([])
+        changes.append([])
+        changeTimes.append([])
         lastCommitAt.append(nil)
         for user in users { clients[user].conversations.append(id) }
         note("conversation \(id) (\(name)): users \(users)")
@@ -238,7 +264,10 @@ public struct DeliverySimulation {
             deliverPackets()
             tickMachines()
             reconnectClients()
-            if active { sendMessages() }
+            if active {
+                sendMessages()
+                changeMessages()
+            }
             retrySends()
         }
         checkEnd()
@@ -374,8 +403,14 @@ public struct DeliverySimulation {
         updateGateways(conversation)
         var seq = from + 1
         while seq <= count {
-            update(id) { $0.committed(seq, seq, now: $1) }
+            update(id) { $0.committed(seq, .message(seq), now: $1) }
             seq += 1
+        }
+        // Then the changes committed within the window, each after its message.
+        let cutoff = time.now.advanced(by: .zero - options.recoveryWindow)
+        for (index, at) in changeTimes[conversation].enumerated() where at > cutoff {
+            let afterSeq = changes[conversation][index]
+            update(id) { $0.published(.change(Int64(index + 1), afterSeq: afterSeq), afterSeq: afterSeq, now: $1) }
         }
         return true
     }
@@ -433,7 +468,27 @@ public struct DeliverySimulation {
                 if let id = ownerID(conversation, on: owner) { owners[id]!.machine.commitUncertain(now: time.now) }
                 continue
             }
-            if let id = ownerID(conversation, on: owner) { update(id) { $0.committed(seq, seq, now: $1) } }
+            if let id = ownerID(conversation, on: owner) { update(id) { $0.committed(seq, .message(seq), now: $1) } }
+        }
+    }
+
+    /// Members change messages: each change is committed by the conversation's owner, numbered
+    /// next, after the last message the store has, and handed to the owner's delivery.
+    mutating func changeMessages() {
+        let perTick = options.changesPerSecond * Double(options.tick.components.attoseconds) / 1e18
+        var count = Int(perTick)
+        if Double.random(in: 0..<1, using: &random) < perTick - Double(count) { count += 1 }
+        for _ in 0..<count {
+            let conversation = Int.random(in: 0..<members.count, using: &random)
+            guard !store[conversation].isEmpty, let owner = owner(of: conversation), workers[owner].alive, activate(conversation, on: owner),
+                  let id = ownerID(conversation, on: owner)
+            else { continue }
+            let afterSeq = Int64(store[conversation].count)
+            changes[conversation].append(afterSeq)
+            changeTimes[conversation].append(time.now)
+            changesCommitted += 1
+            let number = Int64(changes[conversation].count)
+            update(id) { $0.published(.change(number, afterSeq: afterSeq), afterSeq: afterSeq, now: $1) }
         }
     }
 
@@ -448,7 +503,7 @@ public struct DeliverySimulation {
                 retries.append((time.now.advanced(by: .milliseconds(500)), retry.conversation, retry.seq))
                 continue
             }
-            if let id = ownerID(retry.conversation, on: owner) { update(id) { $0.republished(retry.seq, retry.seq, now: $1) } }
+            if let id = ownerID(retry.conversation, on: owner) { update(id) { $0.republished(retry.seq, .message(retry.seq), now: $1) } }
         }
     }
 
@@ -464,7 +519,7 @@ public struct DeliverySimulation {
             case .readStore(let after, let before):
                 storeReads += 1
                 note("worker-\(owner.worker) reads conversation \(owner.conversation) seqs \(after + 1)..<\(before) from the store")
-                let found = store[owner.conversation].filter { $0 > after && $0 < before }.map { (seq: $0, event: $0) }
+                let found = store[owner.conversation].filter { $0 > after && $0 < before }.map { (seq: $0, event: Item.message($0)) }
                 update(id) { $0.storeRead(found, now: $1) }
             }
         }
@@ -491,9 +546,12 @@ public struct DeliverySimulation {
             switch item.packet {
             case .batch(let owner, let worker, let gateway, let gatewayIncarnation, let conversation, let from, let events):
                 guard gateways[gateway].alive, gateways[gateway].incarnation == gatewayIncarnation, !isCut(worker: worker, gateway: gateway) else { continue }
-                for seq in events {
+                for event in events {
                     for user in members[conversation] where clients[user].stream?.gateway == gateway {
-                        streamReceived(user, conversation: conversation, seq: seq)
+                        switch event {
+                        case .message(let seq): streamReceived(user, conversation: conversation, seq: seq)
+                        case .change(let number, let afterSeq): changeReceived(user, conversation: conversation, number: number, afterSeq: afterSeq)
+                        }
                     }
                 }
                 transmit(.ack(owner: owner, worker: worker, gateway: gateway, through: from + Int64(events.count) - 1))
@@ -517,6 +575,13 @@ public struct DeliverySimulation {
         for user in clients.indices where clients[user].stream?.machine.isWaiting == true {
             let directives = clients[user].stream!.machine.tick(now: now)
             applyStream(directives, user: user)
+        }
+        // A change waiting as long as a gap may ends its stream too: the client resumes.
+        for user in clients.indices where clients[user].stream != nil {
+            if let since = clients[user].changesWaitingSince, since.advanced(by: options.streamGapMax) <= now {
+                streamsEnded += 1
+                closeStream(user, reason: "a change waited \(options.streamGapMax) for the one before it or its message")
+            }
         }
     }
 
@@ -543,6 +608,16 @@ public struct DeliverySimulation {
         }
         let machine = Stream(written: written, gapMax: options.streamGapMax)
         clients[user].stream?.machine = machine
+        // The replay's changes come after its messages, each conversation's in order.
+        clients[user].changesWaiting = [:]
+        clients[user].changesWaitingSince = nil
+        for conversation in clients[user].conversations.sorted() {
+            let from = clients[user].changesReceived[conversation, default: 0]
+            for (index, afterSeq) in changes[conversation].enumerated() where Int64(index + 1) > from {
+                clientWroteChange(user, conversation: conversation, number: Int64(index + 1), afterSeq: afterSeq, replay: true)
+            }
+            clients[user].changesWritten[conversation] = Int64(changes[conversation].count)
+        }
         note("user \(user) streams on gateway-\(gateway) (replayed through \(written.sorted { $0.key < $1.key }.map { "c\($0.key):\($0.value)" }.joined(separator: " ")))")
     }
 
@@ -567,11 +642,47 @@ public struct DeliverySimulation {
         applyStream(directives, user: user)
     }
 
+    /// A change reaches a stream: written in its conversation's order, each once, once the stream
+    /// wrote the message it follows; until then it waits.
+    mutating func changeReceived(_ user: Int, conversation: Int, number: Int64, afterSeq: Int64) {
+        guard clients[user].stream != nil, number > clients[user].changesWritten[conversation, default: 0] else { return }
+        clients[user].changesWaiting[conversation, default: [:]][number] = afterSeq
+        releaseChanges(user, conversation: conversation)
+    }
+
+    mutating func releaseChanges(_ user: Int, conversation: Int) {
+        while true {
+            let next = clients[user].changesWritten[conversation, default: 0] + 1
+            guard let afterSeq = clients[user].changesWaiting[conversation]?[next], clients[user].received[conversation, default: 0] >= afterSeq else { break }
+            clients[user].changesWaiting[conversation]?[next] = nil
+            clients[user].changesWritten[conversation] = next
+            clientWroteChange(user, conversation: conversation, number: next, afterSeq: afterSeq, replay: false)
+        }
+        if clients[user].changesWaiting[conversation]?.isEmpty == true { clients[user].changesWaiting[conversation] = nil }
+        let waiting = !clients[user].changesWaiting.isEmpty
+        clients[user].changesWaitingSince = waiting ? clients[user].changesWaitingSince ?? time.now : nil
+    }
+
+    mutating func clientWroteChange(_ user: Int, conversation: Int, number: Int64, afterSeq: Int64, replay: Bool) {
+        let last = clients[user].changesReceived[conversation, default: 0]
+        changesWritten += 1
+        if number != last + 1 {
+            fail("user \(user) was written conversation \(conversation) change \(number) after change \(last)\(replay ? " (replay)" : "")")
+        }
+        if clients[user].received[conversation, default: 0] < afterSeq {
+            fail("user \(user) was written conversation \(conversation) change \(number) (after seq \(afterSeq)) holding seqs up to \(clients[user].received[conversation, default: 0])")
+        }
+        clients[user].changesReceived[conversation] = max(last, number)
+    }
+
     mutating func applyStream(_ directives: [Stream.Directive], user: Int) {
         for directive in directives {
             switch directive {
             case .write(let events):
                 for event in events { clientWrote(user, conversation: event.conversation, seq: event.seq, replay: false) }
+                for conversation in Set(events.map(\.conversation)).sorted() where clients[user].changesWaiting[conversation] != nil {
+                    releaseChanges(user, conversation: conversation)
+                }
             case .end(let conversation):
                 streamsEnded += 1
                 closeStream(user, reason: "a gap in conversation \(conversation) was not filled in time")
@@ -602,12 +713,17 @@ public struct DeliverySimulation {
                 if have < committed {
                     fail("user \(user)'s stream on gateway-\(stream.gateway) is open and silent: conversation \(conversation) seqs \(have + 1)...\(committed) never arrived")
                 }
+                let applied = clients[user].changesReceived[conversation, default: 0]
+                if applied < Int64(changes[conversation].count) {
+                    fail("user \(user)'s stream on gateway-\(stream.gateway) is open and silent: conversation \(conversation) changes \(applied + 1)...\(changes[conversation].count) never arrived")
+                }
             }
         }
     }
 
     public var summary: String {
         "\(failures.isEmpty ? "passed" : "FAILED (\(failures.count))"): \(committed) committed, \(written) written to streams, "
+            + "\(changesCommitted) changes committed, \(changesWritten) written, "
             + "\(streamsEnded) streams ended on a gap, \(storeReads) store reads"
     }
 

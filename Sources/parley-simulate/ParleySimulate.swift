@@ -67,12 +67,14 @@ struct ParleySimulate: AsyncParsableCommand {
             throw ExitCode(1)
         }
         var failed: [UInt64] = []
-        var totals = (committed: 0, written: 0, ended: 0, reads: 0)
+        var totals = (committed: 0, written: 0, changes: 0, changesWritten: 0, ended: 0, reads: 0)
         for seed in first..<(first + seeds) {
             var simulation = DeliverySimulation(seed: seed, options: options)
             simulation.run()
             totals.committed += simulation.committed
             totals.written += simulation.written
+            totals.changes += simulation.changesCommitted
+            totals.changesWritten += simulation.changesWritten
             totals.ended += simulation.streamsEnded
             totals.reads += simulation.storeReads
             if !simulation.failures.isEmpty {
@@ -81,7 +83,8 @@ struct ParleySimulate: AsyncParsableCommand {
             }
         }
         print("\(seeds) seeds from \(first)\(without.map { " without \($0)" } ?? ""): \(failed.count) failed; "
-            + "\(totals.committed) messages committed, \(totals.written) written to streams, \(totals.ended) streams ended on a gap, "
+            + "\(totals.committed) messages committed, \(totals.written) written to streams, "
+            + "\(totals.changes) changes to messages committed, \(totals.changesWritten) written, \(totals.ended) streams ended on a gap, "
             + "\(totals.reads) store reads of held-back seqs")
         if !failed.isEmpty {
             print("reproduce one: parley-simulate --seed \(failed[0])\(without.map { " --without \($0)" } ?? "")")
