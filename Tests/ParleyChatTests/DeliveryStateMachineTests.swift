@@ -225,6 +225,7 @@ import Testing
             simulation.run()
             #expect(simulation.failures.isEmpty, "seed \(seed): \(simulation.failures.first ?? "")\n\(simulation.failureTrace.suffix(30).joined(separator: "\n"))")
             #expect(simulation.committed > 500 && simulation.written > simulation.committed, "seed \(seed) did work: \(simulation.summary)")
+            #expect(simulation.changesCommitted > 100 && simulation.changesWritten > simulation.changesCommitted, "seed \(seed) changed messages: \(simulation.summary)")
         }
     }
 
@@ -238,7 +239,7 @@ import Testing
     }
 
     @Test(arguments: [
-        (DeliverySimulation.Guard.storeRead, UInt64(1)), (.resend, 1), (.streamEnd, 12), (.recovery, 5), (.drain, 21),
+        (DeliverySimulation.Guard.storeRead, UInt64(1)), (.resend, 1), (.streamEnd, 12), (.recovery, 5), (.drain, 26),
     ])
     func aGuardRemovedIsCaught(_ removed: DeliverySimulation.Guard, seed: UInt64) {
         var options = DeliverySimulation.Options()
