@@ -131,15 +131,7 @@ extension ConversationActor {
         let reacted = messages.filter { $0.reactions != nil }
         guard let first = reacted.first?.seq, let last = reacted.last?.seq else { return messages }
         let held = Set(try await services.withStore { try await $0.reactions(of: user, in: conversation, seqs: first...last) })
-        return messages.map { message in
-            var message = message
-            message.reactions = message.reactions?.map { reaction in
-                var reaction = reaction
-                reaction.me = held.contains(HeldReaction(seq: message.seq, emoji: reaction.emoji))
-                return reaction
-            }
-            return message
-        }
+        return messages.map { HeldReaction.marking($0, held: held) }
     }
 
     private func reactions(of message: Message, as user: UserID) async throws -> [Reaction] {

@@ -163,7 +163,14 @@ public distributed actor UserActor {
         }
         let me = UserID(rawValue: id.key)
         do {
-            let messages = try await services.store.mentions(of: me, before: position, limit: limit)
+            var messages = try await services.store.mentions(of: me, before: position, limit: limit)
+            // `me` in their reactions, with one read per conversation that has any.
+            for conversation in Set(messages.filter { $0.reactions != nil }.map(\.conversationId)).sorted() {
+                let seqs = messages.filter { $0.conversationId == conversation && $0.reactions != nil }.map(\.seq)
+                guard let first = seqs.min(), let last = seqs.max() else { continue }
+                let held = Set(try await services.store.reactions(of: me, in: conversation, seqs: first...last))
+                messages = messages.map { $0.conversationId == conversation ? HeldReaction.marking($0, held: held) : $0 }
+            }
             return API.Mentions(mentions: messages, next: messages.count == limit ? messages.last.map(ThreadRows.mentionCursor(after:)) : nil)
         } catch let error as ChatStoreError {
             throw ChatError(.unavailable, "the store is unavailable: \(error.message)")

@@ -455,6 +455,18 @@ public struct HeldReaction: Hashable, Sendable {
         self.seq = seq
         self.emoji = emoji
     }
+
+    /// A message, its reactions' `me` set where `held` (the reader's reactions in its
+    /// conversation) says so.
+    public static func marking(_ message: Message, held: Set<HeldReaction>) -> Message {
+        var message = message
+        message.reactions = message.reactions?.map { reaction in
+            var reaction = reaction
+            reaction.me = held.contains(HeldReaction(seq: message.seq, emoji: reaction.emoji))
+            return reaction
+        }
+        return message
+    }
 }
 
 /// One message to append, from the conversation's owner.

@@ -61,6 +61,16 @@ import Testing
             _ = try await send("many", by: Self.ann, mentions: (0...SendMessage.mentionsMax).map { UserID(rawValue: "u_\($0)") }, to: actor)
         }?.hasPrefix("invalid_request: mentions: at most 50") == true)
         #expect(try await store.mentions(of: Self.cat, before: nil, limit: 10) == [message])
+        _ = try await actor.react(seq: message.seq, emoji: "👍", adding: true, by: Self.cat)
+        let later = try await send("@cat again", by: Self.bob, mentions: [Self.cat], to: actor)
+        let cat = try UserActor.resolve(Self.cat, using: cluster["node-a"])
+        let first = try await cat.mentions(before: nil, limit: 1)
+        #expect(first.mentions.map(\.seq) == [later.seq] && first.next != nil, "newest first, a page at a time")
+        let second = try await cat.mentions(before: first.next, limit: 1)
+        #expect(second.mentions.map(\.seq) == [message.seq])
+        #expect(second.mentions.first?.reactions == [Reaction(emoji: "👍", count: 1, me: true)], "her own reaction is hers")
+        #expect(try await cat.mentions(before: second.next, limit: 1).mentions.isEmpty)
+        #expect(await refusal { _ = try await cat.mentions(before: "not a cursor", limit: 1) }?.hasPrefix("invalid_request") == true)
     }
 
     @Test func theGroupsOwnerPinsUpToTheLimitAndWebhooksHearOfEachPin() async throws {
