@@ -13,8 +13,7 @@ again. Then, for every member:
 - each connection wrote each change once, in `changeSeq` order; together they miss none;
 - what the stream said, folded, equals history (text, edits, tombstones, reactions and `me`,
   replies' quotes), and the pins folded equal the conversation's;
-- no change to an acknowledged message is answered 404 (an owner fenced off does not know the
-  messages its successor committed);
+- no change to an acknowledged message is answered 404: every message stays found by its seq;
 - every acknowledged change holds in history; every acknowledged reply is listed under its
   message, every acknowledged mention in the mentioned member's mentions;
 - a stream resumed from its first cursor replays to the same state;
@@ -252,7 +251,7 @@ def run(context, env):
             with lock:
                 if status != 200:
                     # A deletion that raced ours (409), or an outcome not known: not checked. A
-                    # message acknowledged is never not found, on any owner, however stale.
+                    # message acknowledged is never not found.
                     counts["failed"] += 1
                     counts["not found"] += status == 404
                     uncertain.add(key)

@@ -447,11 +447,16 @@ public struct DeliverySimulation {
         }
     }
 
-    mutating func sendMessages() {
-        let perTick = options.sendsPerSecond * Double(options.tick.components.attoseconds) / 1e18
+    /// How many of something that happens `perSecond` on average happen in this tick.
+    mutating func draws(perSecond: Double) -> Int {
+        let perTick = perSecond * Double(options.tick.components.attoseconds) / 1e18
         var count = Int(perTick)
         if Double.random(in: 0..<1, using: &random) < perTick - Double(count) { count += 1 }
-        for _ in 0..<count {
+        return count
+    }
+
+    mutating func sendMessages() {
+        for _ in 0..<draws(perSecond: options.sendsPerSecond) {
             let conversation = Int.random(in: 0..<members.count, using: &random)
             guard let owner = owner(of: conversation), workers[owner].alive else { continue }  // the client retries later; it does not matter which send
             activate(conversation, on: owner)
@@ -475,10 +480,7 @@ public struct DeliverySimulation {
     /// Members change messages: each change is committed by the conversation's owner, numbered
     /// next, after the last message the store has, and handed to the owner's delivery.
     mutating func changeMessages() {
-        let perTick = options.changesPerSecond * Double(options.tick.components.attoseconds) / 1e18
-        var count = Int(perTick)
-        if Double.random(in: 0..<1, using: &random) < perTick - Double(count) { count += 1 }
-        for _ in 0..<count {
+        for _ in 0..<draws(perSecond: options.changesPerSecond) {
             let conversation = Int.random(in: 0..<members.count, using: &random)
             guard !store[conversation].isEmpty, let owner = owner(of: conversation), workers[owner].alive, activate(conversation, on: owner),
                   let id = ownerID(conversation, on: owner)

@@ -1020,15 +1020,17 @@ public final class SQLiteChatStore: ChatStore {
                 outcomes.append(.duplicate(try Self.message(from: original)))
                 continue
             }
-            heads[conversation] = (current.epoch, seq, sentAt, db.lastInsertedRowID)
-            for user in append.mentions ?? [] {
-                try mention.execute(arguments: [user.rawValue, sentAt, seq, conversation, append.clientMessageId])
-            }
+            // The message's row ID, before any other insert takes the connection's last one.
+            let row = db.lastInsertedRowID
+            heads[conversation] = (current.epoch, seq, sentAt, row)
             if let completed = MessageBlocks.completedBlock(bySeq: seq) {
                 block.bind(conversation, at: 1)
                 block.bind(completed, at: 2)
-                block.bind(db.lastInsertedRowID, at: 3)
+                block.bind(row, at: 3)
                 try block.run(in: db)
+            }
+            for user in append.mentions ?? [] {
+                try mention.execute(arguments: [user.rawValue, sentAt, seq, conversation, append.clientMessageId])
             }
             ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
             outcomes.append(.appended(append.message(seq: seq, sentAt: sentAt)))

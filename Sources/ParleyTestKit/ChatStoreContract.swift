@@ -653,6 +653,22 @@ public enum ChatStoreContract {
             try check(try await store.mentions(of: third, before: nil, limit: 10).isEmpty, "and its mentions are gone")
             try await store.removeMember(me, from: id, epoch: epoch, at: t0.addingTimeInterval(50))
             try check(try await store.mentions(of: me, before: nil, limit: 10).isEmpty, "a former member's mentions there are not listed")
+
+            // Mentions in every message of a batch that fills more than one block of 64: each
+            // message is still found by its seq, its mentions with it.
+            let (busy, busyEpoch) = try await owned(store, members: [me, other])
+            let batch = (1...130).map { number in
+                var mentioning = append(busy, epoch: busyEpoch, "m\(number)", from: me, at: Int64(number))
+                mentioning.mentions = [other]
+                return mentioning
+            }
+            _ = try await store.commit(batch)
+            for seq in [Int64(1), 63, 64, 65, 100, 128, 129, 130] {
+                let found = try await store.messages(in: busy, after: seq - 1, limit: 1).first
+                try check(found?.seq == seq && found?.text == "m\(seq)" && found?.mentions == [other], "message \(seq) of a mentioning batch: \(String(describing: found))")
+            }
+            try check(try await store.messages(in: busy, before: 131, limit: 200).map(\.seq) == Array(1...130), "the whole batch, paged back")
+            try check(try await store.mentions(of: other, before: nil, limit: 200).count == 130, "every mention listed")
         },
         Case(name: "a member's changes across conversations page by conversation, then number") { store in
             let member = UserID.make()

@@ -41,18 +41,11 @@ extension Gateway {
             let replies = try await ConversationActor.resolve(id, using: self.system).replies(to: seq, after: after, limit: limit, for: context.caller.id)
             return try Self.json(API.Messages(messages: replies))
         }
-        for pinning in [true, false] {
-            let pin: @Sendable (Request, AuthenticatedContext) async throws -> Response = { _, context in
-                let id = try Self.conversationID(context)
-                let seq = try Self.seqParameter(context)
-                let pinned = try await ConversationActor.resolve(id, using: self.system).pin(seq: seq, pinning: pinning, by: context.caller.id)
-                return try Self.json(API.Pinned(pinned: pinned))
-            }
-            if pinning {
-                messages.put("conversations/:id/messages/:seq/pin", use: pin)
-            } else {
-                messages.delete("conversations/:id/messages/:seq/pin", use: pin)
-            }
+        Self.putAndDelete("conversations/:id/messages/:seq/pin", on: messages) { pinning, _, context in
+            let id = try Self.conversationID(context)
+            let seq = try Self.seqParameter(context)
+            let pinned = try await ConversationActor.resolve(id, using: self.system).pin(seq: seq, pinning: pinning, by: context.caller.id)
+            return try Self.json(API.Pinned(pinned: pinned))
         }
         messages.get("mentions") { request, context in
             let limit = try Self.intParameter(request, "limit", default: 50, range: 1...100)
@@ -65,19 +58,12 @@ extension Gateway {
             let versions = try await ConversationActor.resolve(id, using: self.system).versions(of: seq, for: context.caller.id)
             return try Self.json(API.MessageVersions(versions: versions))
         }
-        for adding in [true, false] {
-            let react: @Sendable (Request, AuthenticatedContext) async throws -> Response = { _, context in
-                let id = try Self.conversationID(context)
-                let seq = try Self.seqParameter(context)
-                let emoji = try Self.decodedParameter(context, "emoji")
-                let reactions = try await ConversationActor.resolve(id, using: self.system).react(seq: seq, emoji: emoji, adding: adding, by: context.caller.id)
-                return try Self.json(API.Reactions(reactions: reactions))
-            }
-            if adding {
-                messages.put("conversations/:id/messages/:seq/reactions/:emoji", use: react)
-            } else {
-                messages.delete("conversations/:id/messages/:seq/reactions/:emoji", use: react)
-            }
+        Self.putAndDelete("conversations/:id/messages/:seq/reactions/:emoji", on: messages) { adding, _, context in
+            let id = try Self.conversationID(context)
+            let seq = try Self.seqParameter(context)
+            let emoji = try Self.decodedParameter(context, "emoji")
+            let reactions = try await ConversationActor.resolve(id, using: self.system).react(seq: seq, emoji: emoji, adding: adding, by: context.caller.id)
+            return try Self.json(API.Reactions(reactions: reactions))
         }
         messages.post("conversations/:id/receipts") { request, context in
             let id = try Self.conversationID(context)
@@ -91,6 +77,15 @@ extension Gateway {
             _ = try await ConversationActor.resolve(id, using: self.system).setTyping(for: context.caller.id, body.typing)
             return Response(status: .noContent)
         }
+    }
+
+    /// `PUT path` (handled with `true`: add, pin) and `DELETE path` (with `false`: take back).
+    private static func putAndDelete(
+        _ path: RouterPath, on group: RouterGroup<AuthenticatedContext>,
+        _ handler: @escaping @Sendable (Bool, Request, AuthenticatedContext) async throws -> Response
+    ) {
+        group.put(path) { request, context in try await handler(true, request, context) }
+        group.delete(path) { request, context in try await handler(false, request, context) }
     }
 
     private func send(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
