@@ -2,7 +2,8 @@
 """The gateway end to end, through real parley-node processes (2 workers, 2 gateways, SQLite, TLS).
 
 Two users register, open event streams on different gateways, talk in a direct conversation;
-receipts, typing and presence arrive; devices register per login (through the API and the `parley`
+receipts, typing and presence arrive; the unread count follows the receipts, and the members are
+looked up in one request; devices register per login (through the API and the `parley`
 CLI) and go with its logout; a stream resumes by cursor; a gateway is SIGKILLed and its
 client resumes on the other; a gateway paused past failure detection ends its streams when it runs
 again; a worker owning the conversation is SIGKILLed while a client sends continuously; curl, nghttp and openssl speak h2 to it; a
@@ -431,8 +432,16 @@ def main():
     check(bob_stream.wait_for(10, lambda ev: len(bob_stream.messages(conv)) >= 5), "messages arrive live on the other gateway's stream")
     check(seqs(bob_stream.messages(conv)) == [1, 2, 3, 4, 5], "in seq order, each once", seqs(bob_stream.messages(conv)))
     check(alice_stream.wait_for(10, lambda ev: seqs(alice_stream.messages(conv)) == [1, 2, 3, 4, 5]), "and on the sender's own stream")
+    status, unread, _ = b1.call("GET", "/v1/users/me/unread")
+    check(status == 200 and unread == {"messages": 5, "conversations": 1}, "bob's unread count: 5 messages in 1 conversation", (status, unread))
+    status, looked, _ = b2.call("GET", f"/v1/users?ids={bob_id},nobody,{alice_id}")
+    check(status == 200 and [u["id"] for u in looked["users"]] == [bob_id, alice_id] and looked["users"][1]["displayName"] == "Alice",
+          "the members looked up in one request, in the order asked, an unknown ID left out", (status, looked))
+    check(b2.call("GET", f"/v1/users?ids={alice_id}&prefix=al")[0] == 400, "ids and prefix together are 400")
+    check(b2.call("GET", "/v1/users?ids=" + ",".join(f"u{i}" for i in range(101)))[0] == 400, "more than 100 ids are 400")
     check(b2.call("POST", f"/v1/conversations/{conv}/receipts", {"readSeq": 4})[0] == 204, "receipts answer 204")
     check(alice_stream.wait_for(10, lambda ev: any(e == "receipt" and d["userId"] == bob_id and d["readSeq"] == 4 for e, _, d in ev)), "the receipt reaches the other member")
+    check(b1.call("GET", "/v1/users/me/unread")[1] == {"messages": 1, "conversations": 1}, "read through 4 of 5: 1 unread")
     cmid = str(uuid.uuid4())
     s_first, first, _ = b2.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": cmid, "text": "once"})
     s_again, repeat, _ = b1.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": cmid, "text": "once"})

@@ -38,11 +38,18 @@ public distributed actor AccountDirectory {
         return stored.map { Login(user: $0.user, passwordHash: $0.passwordHash) }
     }
 
-    /// Users whose handle starts with `prefix`, by handle.
+    /// The users with these IDs (1–100), in the order asked; IDs that name nobody left out.
+    public distributed func users(_ ids: [UserID]) async throws -> [User] {
+        guard (1...100).contains(ids.count) else { throw ChatError(.invalidRequest, "ids: 1–100 user IDs, not \(ids.count)") }
+        return try await services.withStore { try await $0.users(ids) }
+    }
+
+    /// Users whose handle starts with `prefix`, by handle, then those whose display name (or a
+    /// later word of it) starts with it, case and accents aside (``ChatStore/searchUsers(prefix:limit:)``).
     public distributed func search(prefix: String, limit: Int) async throws -> [User] {
         guard (1...100).contains(limit) else { throw ChatError(.invalidRequest, "limit must be 1–100") }
-        guard prefix.count <= 32 else { throw ChatError(.invalidRequest, "prefix must be at most 32 characters") }
-        return try await services.withStore { try await $0.searchUsers(handlePrefix: prefix, limit: limit) }
+        guard prefix.count <= 64 else { throw ChatError(.invalidRequest, "prefix must be at most 64 characters") }
+        return try await services.withStore { try await $0.searchUsers(prefix: prefix, limit: limit) }
     }
 
 }

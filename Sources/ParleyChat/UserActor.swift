@@ -151,6 +151,14 @@ public distributed actor UserActor {
         }
     }
 
+    /// `GET /v1/users/me/unread`: this user's unread messages over every conversation, and in how
+    /// many, as a push notification's badge counts them.
+    public distributed func unread() async throws -> UnreadCount {
+        try requireProfile()
+        let me = UserID(rawValue: id.key)
+        return try await services.withStore { try await $0.unread(of: me) }
+    }
+
     /// `GET /v1/mentions`: a page of the messages that mention this user, newest first, from
     /// before `cursor` (a `next` this answered before).
     public distributed func mentions(before cursor: String?, limit: Int) async throws -> API.Mentions {

@@ -234,6 +234,19 @@ public final class ParleyClient: Sendable {
         try await call(.GET, "/v1/users/\(Self.query(id.rawValue))")
     }
 
+    /// Up to 100 users in one request (a chat's members, to show their names and photos), in the
+    /// order asked; IDs that name nobody are left out.
+    public func users(_ ids: [UserID]) async throws -> [User] {
+        guard !ids.isEmpty else { return [] }
+        let users: API.Users = try await call(.GET, "/v1/users?ids=" + ids.map { Self.query($0.rawValue) }.joined(separator: ","))
+        return users.users
+    }
+
+    /// The caller's unread messages over every conversation, and in how many: an app icon's badge.
+    public func unread() async throws -> UnreadCount {
+        try await call(.GET, "/v1/users/me/unread")
+    }
+
     // MARK: Conversations
 
     /// A direct conversation with one other user and no name (the existing one if any), else a group.

@@ -26,12 +26,12 @@ public enum ClientInput {
         (1...128).contains(text.utf8.count) && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") }
     }
 
-    /// A comma-separated list of user IDs (`?userIds=`), 1…`max` of them; an ID that cannot be
-    /// one is left out (it names nobody), as an unknown one would be.
-    public static func userIDs(_ text: Substring?, max: Int) throws(Invalid) -> [UserID] {
+    /// A comma-separated list of user IDs (`?userIds=`, or another `name`), 1…`max` of them; an ID
+    /// that cannot be one is left out (it names nobody), as an unknown one would be.
+    public static func userIDs(_ text: Substring?, max: Int, name: String = "userIds") throws(Invalid) -> [UserID] {
         let parts = (text ?? "").split(separator: ",", omittingEmptySubsequences: true)
-        guard !parts.isEmpty else { throw Invalid("userIds is required (comma-separated)") }
-        guard parts.count <= max else { throw Invalid("userIds: at most \(max)") }
+        guard !parts.isEmpty else { throw Invalid("\(name) is required (comma-separated)") }
+        guard parts.count <= max else { throw Invalid("\(name): at most \(max)") }
         return parts.filter(isPlausibleID).map { UserID(rawValue: String($0)) }
     }
 

@@ -93,3 +93,15 @@ public enum ConversationChangeKind: String, Codable, Sendable, Hashable {
     case memberAdded = "member_added"
     case memberRemoved = "member_removed"
 }
+
+/// A user's unread messages over every conversation they are in (`GET /v1/users/me/unread`, and
+/// the badge of a push notification): how many, and in how many conversations.
+public struct UnreadCount: Codable, Sendable, Hashable {
+    public var messages: Int64
+    public var conversations: Int64
+
+    public init(messages: Int64, conversations: Int64) {
+        self.messages = messages
+        self.conversations = conversations
+    }
+}

@@ -39,6 +39,28 @@ public struct User: Hashable, Sendable, Codable {
         case id, handle, displayName, avatarURL, createdAt, bot, deleted
     }
 
+    /// How a name, or what is typed to find one, is compared: lowercased, accents and other
+    /// combining marks dropped (`Élodie` as `elodie`), runs of white space as one space, none at
+    /// the ends. Scripts without case (CJK, Arabic) compare as written.
+    public static func nameKey(_ text: String) -> String {
+        let scalars = text.lowercased().decomposedStringWithCanonicalMapping.unicodeScalars.filter {
+            $0.properties.generalCategory != .nonspacingMark
+        }
+        return String(String.UnicodeScalarView(scalars)).split(whereSeparator: \.isWhitespace).joined(separator: " ")
+    }
+
+    /// The most words of a name a search finds it by.
+    public static let nameWordsMax = 8
+
+    /// What a search by prefix finds a display name by: its key from each of its first
+    /// ``nameWordsMax`` words on (`ann marie smith`, `marie smith`, `smith`), so that a first or
+    /// a last name finds it.
+    public static func nameKeys(_ displayName: String) -> [String] {
+        let words = nameKey(displayName).split(separator: " ")
+        var seen: Set<String> = []
+        return words.indices.prefix(nameWordsMax).map { words[$0...].joined(separator: " ") }.filter { seen.insert($0).inserted }
+    }
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.id = try container.decode(UserID.self, forKey: .id)
@@ -72,6 +94,13 @@ public struct StoredUser: Hashable, Sendable {
         self.passwordChangedAt = passwordChangedAt
         self.suspendedAt = suspendedAt
         self.deletion = deletion
+    }
+
+    /// `found` in the order of `asked`, each once: what a lookup of several users answers.
+    public static func inOrder(_ found: [User], asked: [UserID]) -> [User] {
+        let byID = Dictionary(found.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        var seen: Set<UserID> = []
+        return asked.filter { seen.insert($0).inserted }.compactMap { byID[$0] }
     }
 }
 

@@ -180,8 +180,8 @@ public protocol ChatStore: Sendable {
 
     /// The user's unread messages in all their conversations (what an app's badge shows): each
     /// conversation's `lastSeq - readSeq`, less the tombstones (deleted or erased) past
-    /// `readSeq`, summed.
-    func unreadCount(of user: UserID) async throws -> Int64
+    /// `readSeq`, summed; and how many conversations have any.
+    func unread(of user: UserID) async throws -> UnreadCount
 
     /// Mutes the conversation for one of its members, or unmutes it. Fenced by `epoch`. Not a
     /// change the other members hear of: the conversation's last change stays as it was. False
@@ -200,12 +200,17 @@ public protocol ChatStore: Sendable {
     /// The user signing in with `handle`; nil for a deleted account.
     func user(handle: String) async throws -> StoredUser?
 
+    /// The users with these IDs (deleted accounts too, as ``user(id:)`` reads them), in the order
+    /// asked, each once; an ID that names nobody is left out.
+    func users(_ ids: [UserID]) async throws -> [User]
+
     /// Changes what is given; returns the user after, nil if unknown.
     func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User?
 
-    /// Users whose handle starts with `prefix`, by handle, at most `limit`; deleted accounts are
-    /// never found.
-    func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User]
+    /// Users whose handle starts with `prefix` (lowercased), by handle, then those with a name
+    /// word from which the name starts with it (``User/nameKey(_:)`` of both: `smi` finds
+    /// `Ann Smith`), by that key; each once, at most `limit`; deleted accounts are never found.
+    func searchUsers(prefix: String, limit: Int) async throws -> [User]
 
     /// Which of these IDs are users whose account is not deleted (to refuse unknown member IDs).
     func existingUsers(_ ids: [UserID]) async throws -> Set<UserID>
@@ -311,7 +316,7 @@ public protocol ChatStore: Sendable {
     func devices(of user: UserID) async throws -> [StoredDevice]
 
     /// What a push notification to `user` needs, read together: their devices (oldest first), their
-    /// unread count (``unreadCount(of:)``), and the display name of `sender` (nil when not asked
+    /// unread count (``unread(of:)``), and the display name of `sender` (nil when not asked
     /// for or unknown). Nothing but the devices is read when there are none.
     func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient
 
@@ -563,7 +568,7 @@ extension ChatStore {
     public func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient {
         let devices = try await devices(of: user)
         guard !devices.isEmpty else { return PushRecipient(devices: [], unread: 0, senderName: nil) }
-        let unread = try await unreadCount(of: user)
+        let unread = try await self.unread(of: user).messages
         let senderName = try await sender.asyncMap { try await self.user(id: $0)?.user.displayName } ?? nil
         return PushRecipient(devices: devices, unread: unread, senderName: senderName)
     }

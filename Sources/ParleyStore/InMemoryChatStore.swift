@@ -413,14 +413,15 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
-    public func unreadCount(of user: UserID) async throws -> Int64 {
+    public func unread(of user: UserID) async throws -> UnreadCount {
         state.withLock { state in
-            state.values.reduce(0) { sum, stored in
-                sum + (stored.record.member(user).map { member in
+            let each = state.values.compactMap { stored in
+                stored.record.member(user).map { member in
                     let tombstones = stored.messages.dropFirst(Int(member.readSeq)).filter(\.isTombstone).count
                     return max(0, stored.record.lastSeq - member.readSeq - Int64(tombstones))
-                } ?? 0)
+                }
             }
+            return UnreadCount(messages: each.reduce(0, +), conversations: Int64(each.filter { $0 > 0 }.count))
         }
     }
 
@@ -507,6 +508,11 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.byID[id] }
     }
 
+    public func users(_ ids: [UserID]) async throws -> [User] {
+        let found = users.withLock { users in ids.compactMap { users.byID[$0]?.user } }
+        return StoredUser.inOrder(found, asked: ids)
+    }
+
     public func user(handle: String) async throws -> StoredUser? {
         users.withLock { users in users.idByHandle[handle].flatMap { users.byID[$0] }.flatMap { $0.deletion == nil ? $0 : nil } }
     }
@@ -521,9 +527,18 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
-    public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
-        users.withLock { users in
-            Array(users.byID.values.filter { $0.deletion == nil }.map(\.user).filter { $0.handle.hasPrefix(prefix) }.sorted { $0.handle < $1.handle }.prefix(max(0, limit)))
+    public func searchUsers(prefix: String, limit: Int) async throws -> [User] {
+        let key = User.nameKey(prefix)
+        return users.withLock { users in
+            let live = users.byID.values.filter { $0.deletion == nil }.map(\.user)
+            let handles = live.filter { $0.handle.hasPrefix(prefix.lowercased()) }.sorted { $0.handle < $1.handle }
+            let names = key.isEmpty ? [] : live.flatMap { user in User.nameKeys(user.displayName).filter { $0.hasPrefix(key) }.map { ($0, user) } }
+                .sorted { a, b in
+                    // As the SQL stores' index orders them: by key, then user ID, bytewise.
+                    a.0 != b.0 ? a.0.utf8.lexicographicallyPrecedes(b.0.utf8) : a.1.id.rawValue.utf8.lexicographicallyPrecedes(b.1.id.rawValue.utf8)
+                }
+                .map(\.1)
+            return UserNameRows.merged(handles: handles, names: names, limit: limit)
         }
     }
 

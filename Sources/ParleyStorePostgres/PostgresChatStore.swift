@@ -242,7 +242,12 @@ public final class PostgresChatStore: ChatStore {
         (19, "account deletions, and erased messages", DeletionRows.migration(messagesTable: "messages")),
         (20, "changes to messages: edits, deletions for everyone, reactions", ChangeRows.migration(messagesTable: "messages")),
         (21, "replies, mentions and pins", ThreadRows.migration(messagesTable: "messages") + [CommitStatements.function(threads: true)]),
+        // The names already stored get their keys when it is applied (``migrate()``).
+        (22, "display names found by prefix", UserNameRows.migration(keyType: "TEXT COLLATE \"C\"")),
     ]
+
+    /// The migration whose table ``nameUser(_:_:connection:)`` fills from the names stored.
+    private static let nameKeysMigration = 22
 
     public func migrate() async throws {
         while !runnerStarted.isSet { await Task.yield() }
@@ -263,8 +268,25 @@ public final class PostgresChatStore: ChatStore {
                     "INSERT INTO parley_migrations (version, name, applied_at) VALUES (\(migration.version), \(migration.name), (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT)",
                     logger: logger)
                 logger.info("applied migration", metadata: ["migration.version": "\(migration.version)", "migration.name": "\(migration.name)"])
+                if migration.version == Self.nameKeysMigration {
+                    var named: [(UserID, String)] = []
+                    for try await (id, name) in try await connection.query(
+                        "SELECT id, display_name FROM users WHERE deleted_at IS NULL", logger: logger
+                    ).decode((String, String).self) { named.append((UserID(rawValue: id), name)) }
+                    for (id, name) in named { try await nameUser(id, name, connection: connection) }
+                }
             }
         }
+    }
+
+    /// `user`'s name keys become those of `displayName` (none for an empty one).
+    private func nameUser(_ user: UserID, _ displayName: String, connection: PostgresConnection) async throws {
+        try await connection.query("DELETE FROM user_names WHERE user_id = \(user.rawValue)", logger: logger)
+        try await connection.query(
+            """
+            INSERT INTO user_names (name_key, user_id) SELECT k, \(user.rawValue) FROM UNNEST(\(User.nameKeys(displayName))::TEXT[]) AS k
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
     }
 
     // MARK: Conversations
@@ -423,10 +445,10 @@ public final class PostgresChatStore: ChatStore {
     // MARK: Users
 
     public func createUser(_ user: StoredUser, reclaimingHandlesDeletedBefore quarantineEnded: Date) async throws {
-        try await run {
-            _ = try await client.query(
+        try await transaction { connection in
+            _ = try await connection.query(
                 "UPDATE users SET handle = '~' || id WHERE handle = \(user.user.handle) AND deleted_at < \(quarantineEnded.millisecondsSince1970)", logger: logger)
-            let rows = try await client.query(
+            let rows = try await connection.query(
                 """
                 INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at, bot)
                 VALUES (\(user.user.id.rawValue), \(user.user.handle), \(user.passwordHash), \(user.user.displayName), \(user.user.avatarURL),
@@ -436,6 +458,7 @@ public final class PostgresChatStore: ChatStore {
             var inserted = false
             for try await _ in rows { inserted = true }
             guard inserted else { throw ChatStoreError(.conflict, "handle \(user.user.handle) is taken") }
+            if user.deletion == nil { try await nameUser(user.user.id, user.user.displayName, connection: connection) }
         }
     }
 
@@ -443,27 +466,49 @@ public final class PostgresChatStore: ChatStore {
         try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE id = \(id.rawValue)").first
     }
 
+    public func users(_ ids: [UserID]) async throws -> [User] {
+        guard !ids.isEmpty else { return [] }
+        let found = try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE id = ANY(\(ids.map(\.rawValue)))").map(\.user)
+        return StoredUser.inOrder(found, asked: ids)
+    }
+
     public func user(handle: String) async throws -> StoredUser? {
         try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE handle = \(handle) AND deleted_at IS NULL").first
     }
 
     public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
-        try await fetchUsers(
-            """
-            UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
-            WHERE id = \(id.rawValue) RETURNING \(unescaped: Self.userColumns)
-            """
-        ).first?.user
+        try await transaction { connection in
+            let stored = try await fetchUsers(
+                """
+                UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
+                WHERE id = \(id.rawValue) RETURNING \(unescaped: Self.userColumns)
+                """, on: connection
+            ).first
+            if let displayName, let stored, stored.deletion == nil { try await nameUser(id, displayName, connection: connection) }
+            return stored?.user
+        }
     }
 
-    public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
+    public func searchUsers(prefix: String, limit: Int) async throws -> [User] {
+        let handle = prefix.lowercased(), key = User.nameKey(prefix)
         // Handles are ASCII below 0x7F and compared bytewise (COLLATE "C").
-        try await fetchUsers(
+        let handles = try await fetchUsers(
             """
             SELECT \(unescaped: Self.userColumns) FROM users
-            WHERE handle >= \(prefix) AND handle < \(prefix + "\u{7F}") AND deleted_at IS NULL ORDER BY handle LIMIT \(max(0, limit))
+            WHERE handle >= \(handle) AND handle < \(handle + "\u{7F}") AND deleted_at IS NULL ORDER BY handle LIMIT \(max(0, limit))
             """
         ).map(\.user)
+        guard !key.isEmpty, handles.count < limit else { return handles }
+        let range = UserNameRows.range(startingWith: key)
+        // A name matches by at most its first few words: room for a user found twice.
+        let names = try await fetchUsers(
+            """
+            SELECT \(unescaped: Self.userColumns(of: "u")) FROM user_names n JOIN users u ON u.id = n.user_id
+            WHERE n.name_key >= \(range.lower) AND n.name_key < \(range.upper) AND u.deleted_at IS NULL
+            ORDER BY n.name_key, n.user_id COLLATE "C" LIMIT \(max(0, limit) * 2)
+            """
+        ).map(\.user)
+        return UserNameRows.merged(handles: handles, names: names, limit: limit)
     }
 
     public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
@@ -776,7 +821,7 @@ public final class PostgresChatStore: ChatStore {
             for try await (id, tokenId, platform, token, topic, environment, created, unread, senderName) in try await client.query(
                 """
                 SELECT id, token_id, platform, token, topic, environment, created_at,
-                    (SELECT \(unescaped: Self.unreadSum) WHERE m.user_id = \(user.rawValue)),
+                    (SELECT coalesce(sum(x.u), 0)::BIGINT FROM (\(unescaped: Self.unreadPerConversation) WHERE m.user_id = \(user.rawValue)) x),
                     (SELECT display_name FROM users WHERE id = \(sender?.rawValue))
                 FROM devices WHERE user_id = \(user.rawValue) ORDER BY created_at, id COLLATE "C"
                 """, logger: logger
@@ -926,14 +971,21 @@ public final class PostgresChatStore: ChatStore {
         return Dictionary(messages.map { ($0.conversationId, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
-    /// What ``fetchUsers(_:)`` reads, in its order.
-    private static let userColumns =
-        "id, handle, password_hash, display_name, avatar_url, created_at, bot, password_changed_at, suspended_at, deleted_at, deletion_erase, deletion_finished_at"
+    /// What ``fetchUsers(_:on:)`` reads, in its order; each after `table.` when a query joins another table.
+    private static func userColumns(of table: String? = nil) -> String {
+        [
+            "id", "handle", "password_hash", "display_name", "avatar_url", "created_at", "bot", "password_changed_at", "suspended_at", "deleted_at",
+            "deletion_erase", "deletion_finished_at",
+        ].map { (table.map { "\($0)." } ?? "") + $0 }.joined(separator: ", ")
+    }
 
-    private func fetchUsers(_ query: PostgresQuery) async throws -> [StoredUser] {
+    private static let userColumns = userColumns()
+
+    private func fetchUsers(_ query: PostgresQuery, on connection: PostgresConnection? = nil) async throws -> [StoredUser] {
         try await run {
             var users: [StoredUser] = []
-            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged, suspended, deleted, erase, finished) in try await client.query(query, logger: logger)
+            let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
+            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged, suspended, deleted, erase, finished) in rows
                 .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?, Int64?, Bool, Int64?).self)
             {
                 users.append(StoredUser(
@@ -967,6 +1019,7 @@ public final class PostgresChatStore: ChatStore {
                 deletion = DeletionRows.deletion(of: id, deletedAt: deleted, erase: erase, finishedAt: finished)
             }
             guard let deletion else { return nil }
+            try await connection.query("DELETE FROM user_names WHERE user_id = \(user.rawValue)", logger: logger)
             try await connection.query("DELETE FROM sessions WHERE user_id = \(user.rawValue)", logger: logger)
             try await connection.query("DELETE FROM devices WHERE user_id = \(user.rawValue)", logger: logger)
             try await connection.query("DELETE FROM blocks WHERE blocker_id = \(user.rawValue) OR blocked_id = \(user.rawValue)", logger: logger)
@@ -1468,22 +1521,23 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
-    /// A member's unread messages, summed over their conversations (``ChatStore/unreadCount(of:)``):
-    /// the select list and tables, for a `WHERE m.user_id = …` to follow.
-    private static let unreadSum = """
-        coalesce(sum(greatest(0, c.last_seq - m.read_seq
-            - (SELECT count(*) FROM messages t WHERE t.conversation_id = m.conversation_id AND t.seq > m.read_seq AND t.erased_at IS NOT NULL))), 0)::BIGINT
+    /// A member's unread messages in each of their conversations (``ChatStore/unread(of:)``), as
+    /// `u`: a query for a `WHERE m.user_id = …` to follow.
+    private static let unreadPerConversation = """
+        SELECT greatest(0, c.last_seq - m.read_seq
+            - (SELECT count(*) FROM messages t WHERE t.conversation_id = m.conversation_id AND t.seq > m.read_seq AND t.erased_at IS NOT NULL)) AS u
         FROM members m JOIN conversations c ON c.id = m.conversation_id
         """
 
-    public func unreadCount(of user: UserID) async throws -> Int64 {
+    public func unread(of user: UserID) async throws -> UnreadCount {
         try await run {
             let rows = try await client.query(
                 """
-                SELECT \(unescaped: Self.unreadSum) WHERE m.user_id = \(user.rawValue)
+                SELECT coalesce(sum(x.u), 0)::BIGINT, count(*) FILTER (WHERE x.u > 0)
+                FROM (\(unescaped: Self.unreadPerConversation) WHERE m.user_id = \(user.rawValue)) x
                 """, logger: logger)
-            for try await count in rows.decode(Int64.self) { return count }
-            return 0
+            for try await (messages, conversations) in rows.decode((Int64, Int64).self) { return UnreadCount(messages: messages, conversations: conversations) }
+            return UnreadCount(messages: 0, conversations: 0)
         }
     }
 

@@ -154,6 +154,7 @@ public final class SQLiteChatStore: ChatStore {
         "v19: account deletions, and erased messages",
         "v20: changes to messages: edits, deletions for everyone, reactions",
         "v21: replies, mentions and pins",
+        "v22: display names found by prefix",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -396,6 +397,12 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[20]) { db in
             for statement in ThreadRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[21]) { db in
+            for statement in UserNameRows.migration(keyType: "TEXT") { try db.execute(sql: statement) }
+            for row in try Row.fetchAll(db, sql: "SELECT id, display_name FROM users WHERE deleted_at IS NULL") {
+                try Self.nameUser(UserID(rawValue: try row.decode(atIndex: 0)), try row.decode(atIndex: 1), db: db)
+            }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -465,11 +472,30 @@ public final class SQLiteChatStore: ChatStore {
                 sql: "INSERT INTO users (id, handle, password_hash, display_name, avatar_url, created_at, bot) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 arguments: [user.user.id.rawValue, user.user.handle, user.passwordHash, user.user.displayName, user.user.avatarURL,
                             user.user.createdAt.millisecondsSince1970, user.user.bot])
+            if user.deletion == nil { try Self.nameUser(user.user.id, user.user.displayName, db: db) }
+        }
+    }
+
+    /// `user`'s name keys become those of `displayName` (none for an empty one).
+    private static func nameUser(_ user: UserID, _ displayName: String, db: Database) throws {
+        try db.execute(sql: "DELETE FROM user_names WHERE user_id = ?", arguments: [user.rawValue])
+        for key in User.nameKeys(displayName) {
+            try db.execute(sql: "INSERT OR IGNORE INTO user_names (name_key, user_id) VALUES (?, ?)", arguments: [key, user.rawValue])
         }
     }
 
     public func user(id: UserID) async throws -> StoredUser? {
         try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ?", arguments: [id.rawValue]).map { try Self.storedUser(from: $0) } }
+    }
+
+    public func users(_ ids: [UserID]) async throws -> [User] {
+        guard !ids.isEmpty else { return [] }
+        let found = try await read { db in
+            let placeholders = Array(repeating: "?", count: ids.count).joined(separator: ",")
+            return try Row.fetchAll(db, sql: "SELECT * FROM users WHERE id IN (\(placeholders))", arguments: StatementArguments(ids.map(\.rawValue)))
+                .map { try Self.storedUser(from: $0).user }
+        }
+        return StoredUser.inOrder(found, asked: ids)
     }
 
     public func user(handle: String) async throws -> StoredUser? {
@@ -485,17 +511,33 @@ public final class SQLiteChatStore: ChatStore {
                     WHERE id = ? RETURNING *
                     """,
                 arguments: [displayName, avatarURL, id.rawValue]
-            ).map { try Self.storedUser(from: $0) }?.user
+            ).map { try Self.storedUser(from: $0) }.map { stored in
+                if let displayName, stored.deletion == nil { try Self.nameUser(id, displayName, db: db) }
+                return stored.user
+            }
         }
     }
 
-    public func searchUsers(handlePrefix prefix: String, limit: Int) async throws -> [User] {
-        // Handles are ASCII below 0x7F: [prefix, prefix + DEL) is exactly the handles with the prefix.
-        try await read { db in
-            try Row.fetchAll(
+    public func searchUsers(prefix: String, limit: Int) async throws -> [User] {
+        let handle = prefix.lowercased(), key = User.nameKey(prefix)
+        return try await read { db in
+            // Handles are ASCII below 0x7F: [prefix, prefix + DEL) is exactly the handles with the prefix.
+            let handles = try Row.fetchAll(
                 db, sql: "SELECT * FROM users WHERE handle >= ? AND handle < ? AND deleted_at IS NULL ORDER BY handle LIMIT ?",
-                arguments: [prefix, prefix + "\u{7F}", max(0, limit)]
+                arguments: [handle, handle + "\u{7F}", max(0, limit)]
             ).map { try Self.storedUser(from: $0).user }
+            guard !key.isEmpty, handles.count < limit else { return handles }
+            let range = UserNameRows.range(startingWith: key)
+            // A name matches by at most its first few words: room for a user found twice.
+            let names = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT u.* FROM user_names n JOIN users u ON u.id = n.user_id
+                    WHERE n.name_key >= ? AND n.name_key < ? AND u.deleted_at IS NULL ORDER BY n.name_key, n.user_id LIMIT ?
+                    """,
+                arguments: [range.lower, range.upper, max(0, limit) * 2]
+            ).map { try Self.storedUser(from: $0).user }
+            return UserNameRows.merged(handles: handles, names: names, limit: limit)
         }
     }
 
@@ -653,6 +695,7 @@ public final class SQLiteChatStore: ChatStore {
                     """,
                 arguments: [erase, at.millisecondsSince1970, user.rawValue])
             guard let row else { return nil }
+            try db.execute(sql: "DELETE FROM user_names WHERE user_id = ?", arguments: [user.rawValue])
             try db.execute(sql: "DELETE FROM sessions WHERE user_id = ?", arguments: [user.rawValue])
             try db.execute(sql: "DELETE FROM devices WHERE user_id = ?", arguments: [user.rawValue])
             try db.execute(sql: "DELETE FROM blocks WHERE blocker_id = ?1 OR blocked_id = ?1", arguments: [user.rawValue])
@@ -808,7 +851,7 @@ public final class SQLiteChatStore: ChatStore {
                 db.cachedStatement(sql: "SELECT * FROM devices WHERE user_id = ? ORDER BY created_at, id"), arguments: [user.rawValue]
             ).map(Self.storedDevice)
             guard !devices.isEmpty else { return PushRecipient(devices: [], unread: 0, senderName: nil) }
-            let unread = try Int64.fetchOne(db.cachedStatement(sql: Self.unreadCountSQL), arguments: [user.rawValue]) ?? 0
+            let unread = try Int64.fetchOne(db.cachedStatement(sql: Self.unreadSQL), arguments: [user.rawValue]) ?? 0
             let senderName = try sender.flatMap {
                 try String.fetchOne(db.cachedStatement(sql: "SELECT display_name FROM users WHERE id = ?"), arguments: [$0.rawValue])
             }
@@ -1515,15 +1558,21 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
-    public func unreadCount(of user: UserID) async throws -> Int64 {
-        try await read { db in try Int64.fetchOne(db, sql: Self.unreadCountSQL, arguments: [user.rawValue]) ?? 0 }
+    public func unread(of user: UserID) async throws -> UnreadCount {
+        try await read { db in
+            let row = try Row.fetchOne(db.cachedStatement(sql: Self.unreadSQL), arguments: [user.rawValue])
+            return UnreadCount(messages: try row?.decode(atIndex: 0) ?? 0, conversations: try row?.decode(atIndex: 1) ?? 0)
+        }
     }
 
-    private static let unreadCountSQL = """
-        SELECT coalesce(sum(max(0, c.last_seq - m.read_seq
-            - (SELECT count(*) FROM message_log t WHERE t.conversation_id = m.conversation_id AND t.seq > m.read_seq AND t.erased_at IS NOT NULL))), 0)
-        FROM members m JOIN conversations c ON c.id = m.conversation_id
-        WHERE m.user_id = ?
+    /// A member's unread messages, and the conversations with any: each conversation's
+    /// `last_seq - read_seq` less the tombstones past `read_seq` (a partial index finds them).
+    private static let unreadSQL = """
+        SELECT coalesce(sum(u), 0), coalesce(sum(u > 0), 0) FROM (
+            SELECT max(0, c.last_seq - m.read_seq
+                - (SELECT count(*) FROM message_log t WHERE t.conversation_id = m.conversation_id AND t.seq > m.read_seq AND t.erased_at IS NOT NULL)) AS u
+            FROM members m JOIN conversations c ON c.id = m.conversation_id
+            WHERE m.user_id = ?)
         """
 
     public func setMuted(_ muted: Bool, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {

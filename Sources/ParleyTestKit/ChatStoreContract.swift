@@ -328,7 +328,7 @@ public enum ChatStoreContract {
             let byID = try await store.user(id: bot.id)?.user, byHandle = try await store.user(handle: bot.handle)?.user
             try check(byID == bot && byHandle?.bot == true, "the bot read back")
             try check(try await store.user(id: person.id)?.user.bot == false, "a person read back as a bot")
-            try check(try await store.searchUsers(handlePrefix: "bot\(run)", limit: 5) == [bot], "found as a bot")
+            try check(try await store.searchUsers(prefix: "bot\(run)", limit: 5) == [bot], "found as a bot")
         },
         Case(name: "annotations: stored per message and key, replaced, fenced, and found by seqs and for a member's resume") { store in
             let (me, other) = (UserID.make(), UserID.make())
@@ -360,10 +360,35 @@ public enum ChatStoreContract {
             for handle in ["q\(suffix)_a", "q\(suffix)_b", "q\(suffix)xa", "q\(suffix).c"] {
                 try await store.createUser(StoredUser(user: User(id: .make(), handle: handle, displayName: handle, createdAt: t0), passwordHash: "x"))
             }
-            let underscore = try await store.searchUsers(handlePrefix: "q\(suffix)_", limit: 10).map(\.handle)
+            let underscore = try await store.searchUsers(prefix: "q\(suffix)_", limit: 10).map(\.handle)
             try check(underscore == ["q\(suffix)_a", "q\(suffix)_b"], "\(underscore)")
-            let all = try await store.searchUsers(handlePrefix: "q\(suffix)", limit: 3).map(\.handle)
+            let all = try await store.searchUsers(prefix: "q\(suffix)", limit: 3).map(\.handle)
             try check(all == ["q\(suffix).c", "q\(suffix)_a", "q\(suffix)_b"], "sorted by handle, limited: \(all)")
+        },
+        Case(name: "users: display names are found by the prefix of any of their words, case and accents aside") { store in
+            let run = UUID().uuidString.prefix(6).lowercased()
+            func user(_ handle: String, _ name: String) async throws -> User {
+                let user = User(id: .make(), handle: "\(handle)\(run)", displayName: name, createdAt: t0)
+                try await store.createUser(StoredUser(user: user, passwordHash: "x"))
+                return user
+            }
+            let elodie = try await user("el", "Élodie Zq\(run)Martin")
+            let ann = try await user("an", "ANN-MARIE  Zq\(run)Smith Zq\(run)Smith")
+            let li = try await user("li", "李小龙 Zq\(run)")
+            let named = try await user("zq\(run)", "Nobody")
+            try check(try await store.searchUsers(prefix: "zq\(run)MAR", limit: 10) == [elodie], "a later word, another case")
+            try check(try await store.searchUsers(prefix: "élodie zq\(run)", limit: 10) == [elodie], "accents aside, from the first word")
+            try check(try await store.searchUsers(prefix: "ann-marie zq\(run)s", limit: 10) == [ann], "white space runs count as one")
+            let all = try await store.searchUsers(prefix: "Zq\(run)", limit: 10)
+            try check(all.first == named && Set(all) == [named, elodie, ann, li] && all.count == 4,
+                      "a handle first, then names by key, each once: \(all.map(\.handle))")
+            try check(try await store.searchUsers(prefix: "李小", limit: 10) == [li], "a script without case, as written")
+            try check(try await store.searchUsers(prefix: "Zq\(run)", limit: 2).count == 2, "limited")
+            let renamed = try require2(try await store.updateProfile(of: elodie.id, displayName: "Lodie", avatarURL: nil))
+            try check(try await store.searchUsers(prefix: "zq\(run)mar", limit: 10).isEmpty, "a name changed is no longer found by the old one")
+            try check(try await store.searchUsers(prefix: "lodie", limit: 10).contains(renamed), "but by the new")
+            _ = try await store.beginDeletion(of: ann.id, erase: false, at: t0)
+            try check(try await store.searchUsers(prefix: "zq\(run)smith", limit: 10).isEmpty, "a deleted account is never found")
         },
         Case(name: "revoked tokens stay revoked") { store in
             let token = UUID().uuidString
@@ -709,6 +734,20 @@ public enum ChatStoreContract {
             let removed = try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000)
             try check(removed.contains { $0.media.id == media.media.id }, "the next sweep removes it, however young it was")
         },
+        Case(name: "users are looked up by ID in one read, in the order asked, each once, deleted accounts as deleted") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let (ann, ben, gone) = (UserID.make(), UserID.make(), UserID.make())
+            for (id, handle) in [(ann, "lookann-\(run)"), (ben, "lookben-\(run)"), (gone, "lookgone-\(run)")] {
+                try await store.createUser(StoredUser(user: User(id: id, handle: handle, displayName: handle.uppercased(), createdAt: t0), passwordHash: "h"))
+            }
+            _ = try await store.beginDeletion(of: gone, erase: false, at: t0.addingTimeInterval(1))
+            let found = try await store.users([ben, .make(), ann, gone, ben])
+            try check(found.map(\.id) == [ben, ann, gone], "in the order asked, each once, an unknown ID left out: \(found.map(\.id))")
+            try check(found[0].handle == "lookben-\(run)" && found[1].displayName == "LOOKANN-\(run.uppercased())", "as stored: \(found)")
+            try check(found[2] == (try await store.user(id: gone))?.user && found[2].deleted == true, "a deleted account as it reads alone: \(found[2])")
+            try check(try await store.users([]).isEmpty, "none asked")
+            try check(try await store.users([.make()]).isEmpty, "none found")
+        },
         Case(name: "an account deletion empties the profile and removes sessions, devices and blocks at once; begun and finished once; found until then") { store in
             let run = UUID().uuidString.prefix(8).lowercased()
             let (me, friend) = (UserID.make(), UserID.make())
@@ -730,7 +769,7 @@ public enum ChatStoreContract {
             let stored = try await store.user(id: me)
             try check(stored?.deletion == begun && stored?.user == User.deletedAccount(me, createdAt: t0, bot: false), "reads as deleted: \(String(describing: stored))")
             try check(try await store.user(handle: "del-\(run)") == nil, "cannot sign in")
-            try check(try await store.searchUsers(handlePrefix: "del-\(run)", limit: 10).isEmpty, "never found")
+            try check(try await store.searchUsers(prefix: "del-\(run)", limit: 10).isEmpty, "never found")
             try check(try await store.existingUsers([me, friend]) == [friend], "not a user one may add")
             try check(try await store.session(session.tokenId) == nil, "its session is gone")
             try check(try await store.devices(of: me).isEmpty, "its devices are gone")
@@ -1150,27 +1189,27 @@ public enum ChatStoreContract {
             try check(changed == [renamed, read, added], "changed: \(changed), quiet is \(quiet)")
             try check(try await store.recentlyChangedConversations(since: later.addingTimeInterval(2), limit: 10_000).filter { mine.contains($0) }.isEmpty, "since later still")
         },
-        Case(name: "a user's unread count is what they have not read in all their conversations") { store in
+        Case(name: "a user's unread count is what they have not read in all their conversations, and in how many") { store in
             let (me, other) = (UserID.make(), UserID.make())
-            try check(try await store.unreadCount(of: me) == 0, "a user without conversations")
+            try check(try await store.unread(of: me) == UnreadCount(messages: 0, conversations: 0), "a user without conversations")
             let (first, firstEpoch) = try await owned(store, members: [me, other])
             let (second, secondEpoch) = try await owned(store, members: [other, me])
             _ = try await store.commit([append(first, epoch: firstEpoch, "1", from: other), append(first, epoch: firstEpoch, "2", from: other)])
             _ = try await store.commit([append(second, epoch: secondEpoch, "3", from: other), append(second, epoch: secondEpoch, "4", from: me)])
-            let before = try await store.unreadCount(of: me)
+            let before = try await store.unread(of: me)
             // A sender has read up to their own message.
-            try check(before == 2, "before reading: \(before)")
+            try check(before == UnreadCount(messages: 2, conversations: 1), "before reading: \(before)")
             _ = try await store.advanceReceipts(in: first, user: me, deliveredSeq: 2, readSeq: 1, at: t0)
             _ = try await store.advanceReceipts(in: second, user: me, deliveredSeq: 2, readSeq: 2, at: t0)
-            let after = try await store.unreadCount(of: me), others = try await store.unreadCount(of: other)
-            try check(after == 1, "after reading: \(after)")
-            try check(others == 1, "the other member's count: \(others)")
+            let after = try await store.unread(of: me), others = try await store.unread(of: other)
+            try check(after == UnreadCount(messages: 1, conversations: 1), "after reading: \(after)")
+            try check(others == UnreadCount(messages: 1, conversations: 1), "the other member's count: \(others)")
             // A tombstone past the read seq is not unread; one before it changes nothing.
             _ = try await store.commitChange(
                 MessageChange(conversationId: first, changeSeq: 1, afterSeq: 2, seq: 2, kind: .deleted, userId: other, at: t0), epoch: firstEpoch)
-            try check(try await store.unreadCount(of: me) == 0, "a deleted message is not unread")
+            try check(try await store.unread(of: me) == UnreadCount(messages: 0, conversations: 0), "a deleted message is not unread")
             _ = try await store.eraseMessages(in: first, seqs: [1], epoch: firstEpoch, at: t0)
-            let (mine, theirs) = (try await store.unreadCount(of: me), try await store.unreadCount(of: other))
+            let (mine, theirs) = (try await store.unread(of: me).messages, try await store.unread(of: other).messages)
             try check(mine == 0 && theirs == 1, "an erasure before the read seq changes nothing: \(mine), \(theirs)")
             _ = try await store.commit([append(first, epoch: firstEpoch, "5", from: other)])
             // What a push to a user reads: nothing more without a device; with one, the same count.
@@ -1182,6 +1221,7 @@ public enum ChatStoreContract {
             _ = try await store.registerDevice(phone, keepingAtMost: 3)
             let recipient = try await store.pushRecipient(me, sender: other)
             try check(recipient == PushRecipient(devices: [phone], unread: 1, senderName: "Olive"), "a push's reads: \(recipient)")
+            try check(try await store.unread(of: me) == UnreadCount(messages: recipient.unread, conversations: 1), "the badge is the unread count")
             try check(try await store.pushRecipient(me, sender: nil).senderName == nil, "no sender asked for")
             try check(try await store.pushRecipient(me, sender: .make()).senderName == nil, "an unknown sender")
         },

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Conversations.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Unread.self, Conversations.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -449,16 +449,37 @@ struct Admin: AsyncParsableCommand {
 }
 
 struct Users: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Find users by handle prefix.")
+    static let configuration = CommandConfiguration(abstract: "Find users by handle prefix, or look up users by ID (--ids).")
     @Argument var prefix: String = ""
+    @Option(help: "User IDs to look up, comma-separated (up to 100), instead of a prefix.") var ids: String?
+    @OptionGroup var connection: Connection
+
+    func validate() throws {
+        if ids != nil, !prefix.isEmpty { throw ValidationError("give a prefix or --ids, not both") }
+    }
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let users = if let ids {
+                try await client.users(ids.split(separator: ",").map { UserID(rawValue: String($0)) })
+            } else {
+                try await client.searchUsers(prefix: prefix, limit: 100)
+            }
+            connection.print(API.Users(users: users)) {
+                users.isEmpty ? "no users" : users.map { "\($0.handle)\t\($0.displayName)\t\($0.id)" }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+struct Unread: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "How many messages you have not read, and in how many conversations.")
     @OptionGroup var connection: Connection
 
     func run() async throws {
         try await withClient(connection) { client, _ in
-            let users = try await client.searchUsers(prefix: prefix, limit: 100)
-            connection.print(API.Users(users: users)) {
-                users.isEmpty ? "no users" : users.map { "\($0.handle)\t\($0.displayName)\t\($0.id)" }.joined(separator: "\n")
-            }
+            let unread = try await client.unread()
+            connection.print(unread) { "\(unread.messages) unread in \(unread.conversations) conversation\(unread.conversations == 1 ? "" : "s")" }
         }
     }
 }

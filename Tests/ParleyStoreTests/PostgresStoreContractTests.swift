@@ -48,10 +48,13 @@ struct PostgresStoreContractTests {
         let gone = UserID.make()
         try await store.createUser(StoredUser(user: User(id: gone, handle: "gone-\(gone.rawValue.suffix(8))", displayName: "G", createdAt: Date()), passwordHash: "h1"))
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
+        let named = User(id: .make(), handle: "named-\(gone.rawValue.suffix(8).lowercased())", displayName: "Zed Quux\(gone.rawValue.suffix(6))", createdAt: Date())
+        try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
         var commits = 0
         for try await count in try await store.client.query("SELECT count(*) FROM pg_proc WHERE proname = 'parley_commit'").decode(Int.self) { commits = count }
         #expect(commits == 2, "the commit without quotes and mentions stays beside the one with them, for a release from before")
         for statement in [
+            "DROP TABLE user_names", "DELETE FROM parley_migrations WHERE version = 22",
             "DROP TABLE mentions", "DROP INDEX messages_replies", "ALTER TABLE messages DROP COLUMN reply_to", "ALTER TABLE messages DROP COLUMN reply_quote",
             "ALTER TABLE messages DROP COLUMN mentions", "ALTER TABLE conversations DROP COLUMN pinned",
             "DROP FUNCTION parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], TEXT[], TEXT[])",
@@ -72,6 +75,7 @@ struct PostgresStoreContractTests {
         }
         try await store.migrate()
         #expect(try await store.isTokenRevoked(session.tokenId), "a revocation outlived the undo")
+        #expect(try await store.searchUsers(prefix: "quux\(gone.rawValue.suffix(6))", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
         let again = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: "x")
         try await store.openSession(again)
         #expect(try await store.session(again.tokenId)?.userAgent == "x")

@@ -136,8 +136,11 @@ import Testing
         let gone = UserID.make()
         try await store.createUser(StoredUser(user: User(id: gone, handle: "gone", displayName: "G", createdAt: Date()), passwordHash: "h1"))
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
+        let named = User(id: .make(), handle: "named", displayName: "Zed Quux", createdAt: Date())
+        try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
+            try db.execute(sql: "DROP TABLE user_names; DELETE FROM grdb_migrations WHERE identifier LIKE 'v22:%';")
             try db.execute(sql: """
                 DROP TABLE mentions; DROP INDEX message_log_replies; ALTER TABLE message_log DROP COLUMN reply_to; ALTER TABLE message_log DROP COLUMN reply_quote;
                 ALTER TABLE message_log DROP COLUMN mentions; ALTER TABLE conversations DROP COLUMN pinned;
@@ -166,6 +169,7 @@ import Testing
         try database.close()
         try await store.migrate()
         #expect(try await store.isTokenRevoked("t1"), "a revocation outlived the undo")
+        #expect(try await store.searchUsers(prefix: "quu", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
         let now = Date().millisecondPrecision
         let again = StoredSession(tokenId: "t2", userId: user, createdAt: now, lastUsedAt: now, expiresAt: now.addingTimeInterval(60), userAgent: nil)
         try await store.openSession(again)

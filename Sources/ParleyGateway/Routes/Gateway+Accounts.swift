@@ -61,10 +61,24 @@ extension Gateway {
             return try Self.json(user)
         }
         users.get("users") { request, context in
-            let prefix = String(request.uri.queryParameters["prefix"] ?? "")
+            let query = request.uri.queryParameters
+            let directory = try AccountDirectory.resolve(handle: "search", using: self.system)
+            if let ids = query["ids"] {
+                guard query["prefix"] == nil else { throw APIError.invalid("give ids or prefix, not both") }
+                let asked: [UserID]
+                do {
+                    asked = try ClientInput.userIDs(ids, max: 100, name: "ids")
+                } catch let error as ClientInput.Invalid {
+                    throw APIError.invalid(error.message)
+                }
+                return try Self.json(API.Users(users: asked.isEmpty ? [] : try await directory.users(asked)))
+            }
+            let prefix = String(query["prefix"] ?? "")
             let limit = try Self.intParameter(request, "limit", default: 20, range: 1...100)
-            let users = try await AccountDirectory.resolve(handle: "search", using: self.system).search(prefix: prefix, limit: limit)
-            return try Self.json(API.Users(users: users))
+            return try Self.json(API.Users(users: try await directory.search(prefix: prefix, limit: limit)))
+        }
+        users.get("users/me/unread") { _, context in
+            try Self.json(try await UserActor.resolve(context.caller.id, using: self.system).unread())
         }
         users.get("users/:userId") { request, context in
             let id = try Self.userID(context.parameters.require("userId"))
