@@ -269,11 +269,24 @@ public final class PostgresChatStore: ChatStore {
                     logger: logger)
                 logger.info("applied migration", metadata: ["migration.version": "\(migration.version)", "migration.name": "\(migration.name)"])
                 if migration.version == Self.nameKeysMigration {
-                    var named: [(UserID, String)] = []
+                    // The keys of every name stored, written 10,000 at a time.
+                    var keys: [String] = [], users: [String] = []
                     for try await (id, name) in try await connection.query(
                         "SELECT id, display_name FROM users WHERE deleted_at IS NULL", logger: logger
-                    ).decode((String, String).self) { named.append((UserID(rawValue: id), name)) }
-                    for (id, name) in named { try await nameUser(id, name, connection: connection) }
+                    ).decode((String, String).self) {
+                        for key in User.nameKeys(name) {
+                            keys.append(key)
+                            users.append(id)
+                        }
+                    }
+                    for start in stride(from: 0, to: keys.count, by: 10_000) {
+                        let end = min(start + 10_000, keys.count)
+                        try await connection.query(
+                            """
+                            INSERT INTO user_names (name_key, user_id) SELECT * FROM UNNEST(\(Array(keys[start..<end]))::TEXT[], \(Array(users[start..<end]))::TEXT[])
+                            ON CONFLICT DO NOTHING
+                            """, logger: logger)
+                    }
                 }
             }
         }
