@@ -163,10 +163,10 @@ public struct MessageQuote: Hashable, Sendable, Codable {
 
     /// The quote of `message` as it is.
     public init(of message: Message) {
+        // A tombstone's text is empty and it carries nothing (``Message/tombstone``).
         self.init(
             seq: message.seq, senderId: message.senderId, text: String(message.text.prefix(Self.textCharactersMax)),
             attachments: !(message.attachments ?? []).isEmpty, deleted: message.isTombstone ? true : nil)
-        if message.isTombstone { text = "" }
     }
 
     /// The quote once `change` to the quoted message is applied (`change.seq == seq`).
