@@ -19,6 +19,9 @@ public enum ChatEvent: Codable, Sendable, Hashable {
     case erasure(Erasure)
     /// A message was edited, deleted for everyone or reacted to (durable).
     case change(MessageChange)
+    /// A user the recipients share a conversation with (or the recipient) changed their display
+    /// name or photo (live only).
+    case user(User)
 
     /// When a durable event was committed (what a resume cursor counts in); nil for live-only.
     public var durableAt: Date? {
@@ -29,7 +32,7 @@ public enum ChatEvent: Codable, Sendable, Hashable {
         case .annotation(let annotation): annotation.at
         case .erasure(let erasure): erasure.at
         case .change(let change): change.at
-        case .typing, .presence: nil
+        case .typing, .presence, .user: nil
         }
     }
 }

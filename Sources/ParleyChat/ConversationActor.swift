@@ -796,7 +796,35 @@ public distributed actor ConversationActor {
         try update { $0.renamed(name) }
         fanOut?.pushes?.renamed(name)
         let record = try state.record
-        webhooks?.record(.renamed(record, at: at), record: record)
+        webhooks?.record(.updated(record, at: at), record: record)
+        fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
+        return record
+    }
+
+    /// `PUT /v1/conversations/{id}/photo` (or `DELETE`, nil): the group's owner makes an image
+    /// upload of theirs its photo; members hear of it as they hear of a rename.
+    public distributed func setPhoto(_ media: MediaID?, by user: UserID) async throws -> ConversationRecord {
+        try state.validatePhotoChange(by: user)
+        guard try state.record.photo?.id != media else { return try state.record }
+        let notYours = ChatError(.invalidRequest, "mediaId: \(media?.rawValue ?? "") is not an image upload of yours")
+        if let media {
+            guard let stored = try await services.withStore({ try await $0.media(media) }), stored.uploaderId == user, stored.media.isImage else {
+                throw notYours
+            }
+        }
+        let conversation = try state.id
+        let at = actorSystem.clock.wallNow.millisecondPrecision
+        var photo: Media?
+        try await fencedWrite { store in
+            do {
+                photo = try await store.setConversationPhoto(conversation, to: media, epoch: epoch, at: at)
+            } catch let error as ChatStoreError where error.kind == .notFound {
+                throw notYours  // the sweeper removed it meanwhile (a day old, never attached)
+            }
+        }
+        try update { $0.photoChanged(photo) }
+        let record = try state.record
+        webhooks?.record(.updated(record, at: at), record: record)
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
         return record
     }

@@ -151,6 +151,17 @@ public struct ConversationState: Sendable {
         record.name = name
     }
 
+    /// Who may change a group's photo: its owner (a direct conversation has none).
+    public func validatePhotoChange(by actor: UserID) throws(ChatError) {
+        let acting = try requireMember(actor)
+        guard record.kind == .group else { throw ChatError(.forbidden, "a direct conversation has no photo") }
+        guard acting.role == .owner else { throw ChatError(.forbidden, "only the group's owner may change its photo") }
+    }
+
+    public mutating func photoChanged(_ photo: Media?) {
+        record.photo = photo
+    }
+
     public mutating func membersAdded(_ members: [ConversationMember]) {
         for member in members where record.member(member.userId) == nil { record.members.append(member) }
     }

@@ -232,18 +232,23 @@ public distributed actor PresenceShard {
         Task {
             do {
                 let contacts = try await UserActor.resolve(change.userId, using: system).contacts()
-                let gateways = await Self.gateways(of: contacts, using: system)
-                var shares: [String: [UserID]] = [:]
-                for (user, userGateways) in gateways {
-                    for gateway in userGateways { shares[gateway, default: []].append(user) }
-                }
-                for (gateway, users) in shares {
-                    try? await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system)
-                        .deliver([EventDelivery(event: .presence(change), recipients: users.sorted())])
-                }
+                await Self.tell(contacts, .presence(change), using: system)
             } catch {
                 system.logger.debug("presence change not announced", metadata: ["user.id": "\(change.userId)", "error": "\(error)"])
             }
+        }
+    }
+
+    /// Hands a live event to the streams of `users`, wherever their presence shards say they
+    /// are: one delivery per gateway (best effort; a stream that misses it is not told again).
+    static func tell(_ users: [UserID], _ event: ChatEvent, using system: ClusterSystem) async {
+        var shares: [String: [UserID]] = [:]
+        for (user, userGateways) in await gateways(of: users, using: system) {
+            for gateway in userGateways { shares[gateway, default: []].append(user) }
+        }
+        for (gateway, users) in shares {
+            try? await GatewayInbox.resolve(id: GatewayInbox.id(gateway: gateway), using: system)
+                .deliver([EventDelivery(event: event, recipients: users.sorted())])
         }
     }
 

@@ -134,6 +134,7 @@ public distributed actor SafetyDesk {
         if subscribed.contains(.userDeleted) {
             for deletion in try await services.withStore({ try await $0.deletionsOwingWebhooks(limit: 10_000) }) { deliverWebhooks(of: deletion) }
         }
+        try await profilesChanged()
         let unfinished = try await services.withStore { try await $0.unfinishedDeletions(limit: 1_000) }
         guard !unfinished.isEmpty, !finishing else { return }
         finishing = true
@@ -163,6 +164,12 @@ public distributed actor SafetyDesk {
         deliverWebhooks(of: deletion)
     }
 
+    /// Users' profiles changed (``UserActor``): webhooks get `user.updated` for each not told yet.
+    public distributed func profilesChanged() async throws {
+        guard services.webhooks?.endpoints.contains(where: { $0.types.contains(.userUpdated) }) == true else { return }
+        for profile in try await services.withStore({ try await $0.untoldProfiles(limit: 1_000) }) { deliverWebhooks(of: profile) }
+    }
+
     // MARK: Webhooks
 
     private func deliverWebhooks(of report: Report) {
@@ -184,9 +191,24 @@ public distributed actor SafetyDesk {
         ) { store in try await store.deletionWebhooksDone(deletion.userId) }
     }
 
+    /// One delivery per change of a profile, told one at a time: the next change is looked for
+    /// once this one is taken (its body is the user as they are when read, so an endpoint ends
+    /// with the latest).
+    private func deliverWebhooks(of profile: UntoldProfile) {
+        let user = profile.user.id, version = profile.version
+        deliver(
+            WebhookDelivery(
+                id: Self.deliveryID(.userUpdated, of: "\(user.rawValue) \(version)"), type: .userUpdated, conversationId: nil,
+                body: Self.body(WebhookDeliveryEnvelope(type: .userUpdated, timestamp: profile.changedAt, data: API.UserEvent(user: profile.user)))),
+            key: "profile \(user)", since: profile.changedAt, lookAgain: true
+        ) { store in try await store.profileTold(user, through: version) }
+    }
+
     /// Delivers to every endpoint subscribed to its type, each on its own; then `done` marks it
-    /// delivered in the store.
-    private func deliver(_ delivery: WebhookDelivery, key: String, since: Date, done: @escaping @Sendable (any ChatStore) async throws -> Void) {
+    /// delivered in the store, and with `lookAgain` what changed meanwhile is looked for.
+    private func deliver(
+        _ delivery: WebhookDelivery, key: String, since: Date, lookAgain: Bool = false, done: @escaping @Sendable (any ChatStore) async throws -> Void
+    ) {
         guard let settings = services.webhooks, !delivering.contains(key) else { return }
         let endpoints = settings.endpoints.filter { $0.types.contains(delivery.type) }
         guard !endpoints.isEmpty else { return }
@@ -204,19 +226,28 @@ public distributed actor SafetyDesk {
             }
             // Done (or given up on): a desk that takes over does not deliver it again. A failure
             // here only means it may be delivered again, under the same ID.
+            var marked = false
             do {
                 try await done(store)
+                marked = true
             } catch {
                 logger.info("webhooks were delivered but not marked so; a desk that takes over sends them again", metadata: [
                     "webhook.id": "\(delivery.id)", "error": "\(error)",
                 ])
             }
-            await self.delivered(key)
+            // Not when marking failed: what was just told would be found again at once.
+            await self.delivered(key, lookAgain: lookAgain && marked)
         }
     }
 
-    private func delivered(_ key: String) {
+    private func delivered(_ key: String, lookAgain: Bool) async {
         delivering.remove(key)
+        guard lookAgain else { return }
+        do {
+            try await profilesChanged()
+        } catch {
+            actorSystem.logger.info("profile changes not looked for; the next sweep does", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Posts one delivery until the endpoint takes it, or until it is older than the policy's

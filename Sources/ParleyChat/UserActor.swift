@@ -121,15 +121,57 @@ public distributed actor UserActor {
             else { throw ChatError(.invalidRequest, "avatarURL must be an https URL of at most 2,048 bytes") }
             try StoredText.require(avatarURL, field: "avatarURL")
         }
+        let (me, at) = (UserID(rawValue: id.key), actorSystem.clock.wallNow)
+        let updated = try await services.withStore { try await $0.updateProfile(of: me, displayName: displayName, avatarURL: avatarURL, at: at) }
+        guard let updated else { throw ChatError(.notFound, "user not found") }
+        profileChanged(to: updated)
+        return updated
+    }
+
+    /// `PUT /v1/users/me/avatar` (or `DELETE`, nil): an image upload of this user's becomes their
+    /// profile photo, which every signed-in user may download while it is; `avatarURL` goes.
+    public distributed func setAvatar(_ media: MediaID?) async throws -> User {
+        let before = try requireProfile()
+        guard before.avatar?.id != media || before.avatarURL != nil else { return before }
+        let me = UserID(rawValue: id.key)
+        let notYours = ChatError(.invalidRequest, "mediaId: \(media?.rawValue ?? "") is not an image upload of yours")
+        if let media {
+            guard let stored = try await services.withStore({ try await $0.media(media) }), stored.uploaderId == me, stored.media.isImage else {
+                throw notYours
+            }
+        }
+        let at = actorSystem.clock.wallNow
         let updated: User?
         do {
-            updated = try await services.store.updateProfile(of: UserID(rawValue: id.key), displayName: displayName, avatarURL: avatarURL)
+            updated = try await services.store.setAvatar(of: me, to: media, at: at)
+        } catch let error as ChatStoreError where error.kind == .notFound {
+            throw notYours  // the sweeper removed it meanwhile (a day old, never attached)
         } catch let error as ChatStoreError {
             throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
         }
         guard let updated else { throw ChatError(.notFound, "user not found") }
-        profile = updated
+        profileChanged(to: updated)
         return updated
+    }
+
+    /// The profile changed: this user's streams and those of everyone who shares a conversation
+    /// with them hear of it (live), and webhooks get `user.updated`. Nothing waits for either.
+    private func profileChanged(to updated: User) {
+        profile = updated
+        let system = actorSystem
+        let me = updated.id
+        let tellWebhooks = services.webhooks?.endpoints.contains { $0.types.contains(.userUpdated) } == true
+        Task { [weak self] in
+            if tellWebhooks {
+                do {
+                    try await SafetyDesk.resolve(using: system).profilesChanged()
+                } catch {
+                    system.logger.info("user.updated not handed to the desk now; its next sweep delivers it", metadata: ["user.id": "\(me)", "error": "\(error)"])
+                }
+            }
+            guard let contacts = try? await self?.contacts() else { return }
+            await PresenceShard.tell(contacts + [me], .user(updated), using: system)
+        }
     }
 
     /// One page of this user's conversations, newest activity first, each with the user's unread
@@ -394,6 +436,10 @@ extension UserActor {
             if let record = try await services.withStore({ try await $0.conversation(conversation) }), record.member(me) != nil {
                 return stored.media
             }
+        }
+        // A profile photo is everyone's to see, while it is one.
+        if stored.media.isImage, try await services.withStore({ try await $0.user(id: stored.uploaderId) })?.user.avatar?.id == media {
+            return stored.media
         }
         throw ChatError(.notFound, "media not found")
     }

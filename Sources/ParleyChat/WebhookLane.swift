@@ -10,7 +10,8 @@ public enum WebhookEvent: Sendable, Hashable {
     case membersAdded([UserID], ConversationRecord, at: Date)
     /// `user` left or was removed; `record` is the conversation after.
     case memberRemoved(UserID, ConversationRecord, at: Date)
-    case renamed(ConversationRecord, at: Date)
+    /// A group was renamed or its photo changed.
+    case updated(ConversationRecord, at: Date)
     /// A member's watermarks moved: `receipt.read` when `readSeq` did, else `receipt.delivered`.
     case receipt(ReceiptEvent, read: Bool)
     /// A message was erased; carries its tombstone.
@@ -24,7 +25,7 @@ public enum WebhookEvent: Sendable, Hashable {
         case .message: .messageCreated
         case .membersAdded: .memberAdded
         case .memberRemoved: .memberRemoved
-        case .renamed: .conversationUpdated
+        case .updated: .conversationUpdated
         case .receipt(_, let read): read ? .receiptRead : .receiptDelivered
         case .erased: .messageErased
         case .changed(let change): WebhookEventType(change.kind)
@@ -43,7 +44,7 @@ public enum WebhookEvent: Sendable, Hashable {
         case .message(let message): fact = "\(message.seq)"
         case .membersAdded(let users, let record, _): fact = "\(users.map(\.rawValue).sorted())\(Self.memberList(record)) #\(change)"
         case .memberRemoved(let user, let record, _): fact = "\(user.rawValue)\(Self.memberList(record)) #\(change)"
-        case .renamed(let record, _): fact = "\(record.name ?? "")\(Self.memberList(record)) #\(change)"
+        case .updated(let record, _): fact = "\(record.name ?? "")\(record.photo.map { " photo \($0.id.rawValue)" } ?? "")\(Self.memberList(record)) #\(change)"
         case .receipt(let receipt, _): fact = "\(receipt.userId.rawValue) \(receipt.deliveredSeq) \(receipt.readSeq)"
         case .erased(let erasure): fact = "\(erasure.message.seq)"
         case .changed(let change): fact = "\(change.changeSeq)"
@@ -70,7 +71,7 @@ public enum WebhookEvent: Sendable, Hashable {
             data = try? encoder.encode(Envelope(type: type, timestamp: at, data: ConversationData(conversation: WebhookConversation(record), userIds: users)))
         case .memberRemoved(let user, let record, let at):
             data = try? encoder.encode(Envelope(type: type, timestamp: at, data: ConversationData(conversation: WebhookConversation(record), userIds: [user])))
-        case .renamed(let record, let at):
+        case .updated(let record, let at):
             data = try? encoder.encode(Envelope(type: type, timestamp: at, data: ConversationData(conversation: WebhookConversation(record))))
         case .receipt(let receipt, _):
             let body = API.ReceiptEvent(conversationId: receipt.conversationId, userId: receipt.userId, deliveredSeq: receipt.deliveredSeq, readSeq: receipt.readSeq)
@@ -113,10 +114,12 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     /// The last change to a message told (``MessageChange/changeSeq``).
     public var changeSeq: Int64 = 0
     public var name: String?
+    /// The group's photo told of.
+    public var photo: MediaID?
     /// The members told of, with the watermarks told.
     public var members: [Member]
 
-    /// How many changes of members or name were told (what a delivery ID counts them by).
+    /// How many changes of members, name or photo were told (what a delivery ID counts them by).
     public var changes = 0
 
     public struct Member: Codable, Sendable, Hashable {
@@ -130,6 +133,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         self.seq = record.lastSeq
         self.changeSeq = record.lastChangeSeq
         self.name = record.name
+        self.photo = record.photo?.id
         self.members = record.members.map { Member(userId: $0.userId, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq) }
     }
 
@@ -143,7 +147,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case seq, changeSeq, name, members, changes
+        case seq, changeSeq, name, photo, members, changes
     }
 
     public init(from decoder: any Decoder) throws {
@@ -152,16 +156,17 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         // Cursors stored before messages could change told none.
         changeSeq = try container.decodeIfPresent(Int64.self, forKey: .changeSeq) ?? 0
         name = try container.decodeIfPresent(String.self, forKey: .name)
+        photo = try container.decodeIfPresent(MediaID.self, forKey: .photo)
         members = try container.decode([Member].self, forKey: .members)
         // Cursors stored before changes were counted count from 0.
         changes = try container.decodeIfPresent(Int.self, forKey: .changes) ?? 0
     }
 
-    /// Moves what was told by `event`; a change of members or name that changed them counts.
+    /// Moves what was told by `event`; a change of members, name or photo that changed them counts.
     mutating func apply(_ event: WebhookEvent) {
-        let before = (name, members.map(\.userId))
+        let before = (name, photo, members.map(\.userId))
         defer {
-            if name != before.0 || members.map(\.userId) != before.1 { changes += 1 }
+            if name != before.0 || photo != before.1 || members.map(\.userId) != before.2 { changes += 1 }
         }
         switch event {
         case .created(let record):
@@ -180,8 +185,9 @@ public struct WebhookTold: Codable, Sendable, Hashable {
             }
         case .memberRemoved(let user, _, _):
             members.removeAll { $0.userId == user }
-        case .renamed(let record, _):
+        case .updated(let record, _):
             name = record.name
+            photo = record.photo?.id
         case .receipt(let receipt, _):
             guard let index = members.firstIndex(where: { $0.userId == receipt.userId }) else { return }
             members[index].deliveredSeq = max(members[index].deliveredSeq, receipt.deliveredSeq)
@@ -197,7 +203,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
 
     /// What an endpoint told `told` (nil: nothing, not even that the conversation exists) has
     /// not been told of `record`: messages and changes to them one by one, and what else changed
-    /// as the state it changed to. In order: the conversation's creation, its new name, members
+    /// as the state it changed to. In order: the conversation's creation, its new name and photo, members
     /// who joined, the messages, the changes to messages, members who left, then watermarks that
     /// moved.
     static func catchUp(from told: WebhookTold?, to record: ConversationRecord, now: Date) -> [WebhookLane.Item] {
@@ -207,9 +213,10 @@ public struct WebhookTold: Codable, Sendable, Hashable {
             return WebhookTold(created: record)
         }()
         let at = now.millisecondPrecision
-        if told.name != record.name {
-            items.append(.event(.renamed(record, at: at)))
+        if told.name != record.name || told.photo != record.photo?.id {
+            items.append(.event(.updated(record, at: at)))
             told.name = record.name
+            told.photo = record.photo?.id
         }
         let joined = record.members.map(\.userId).filter { user in !told.members.contains { $0.userId == user } }
         if !joined.isEmpty { items.append(.event(.membersAdded(joined, record, at: at))) }
@@ -245,7 +252,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         case .message(let message): message.seq <= seq
         case .membersAdded(let users, _, _): users.allSatisfy { user in members.contains { $0.userId == user } }
         case .memberRemoved(let user, _, _): !members.contains { $0.userId == user }
-        case .renamed(let record, _): record.name == name
+        case .updated(let record, _): record.name == name && record.photo?.id == photo
         case .receipt(let receipt, _):
             members.first { $0.userId == receipt.userId }.map { receipt.deliveredSeq <= $0.deliveredSeq && receipt.readSeq <= $0.readSeq } ?? true
         case .erased: false

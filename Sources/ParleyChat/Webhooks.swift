@@ -12,7 +12,7 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
     case conversationCreated = "conversation.created"
     case memberAdded = "conversation.member_added"
     case memberRemoved = "conversation.member_removed"
-    /// A group was renamed.
+    /// A group was renamed or its photo changed.
     case conversationUpdated = "conversation.updated"
     /// A member's devices received messages (`deliveredSeq` moved).
     case receiptDelivered = "receipt.delivered"
@@ -22,6 +22,8 @@ public enum WebhookEventType: String, CaseIterable, Codable, Sendable, Hashable 
     case reportCreated = "report.created"
     /// A user's account was deleted, every conversation left (and their messages erased, if asked).
     case userDeleted = "user.deleted"
+    /// A user's display name, `avatarURL` or `avatar` changed (``UserActor``).
+    case userUpdated = "user.updated"
     /// A message was edited, deleted for everyone, reacted to, pinned (``MessageChange``).
     case messageEdited = "message.edited"
     case messageDeleted = "message.deleted"
@@ -176,6 +178,7 @@ public struct WebhookConversation: Codable, Sendable, Hashable {
     public var id: ConversationID
     public var kind: ConversationKind
     public var name: String?
+    public var photo: Media?
     public var ownerId: UserID
     public var members: [ConversationMember]
     public var lastSeq: Int64
@@ -185,6 +188,7 @@ public struct WebhookConversation: Codable, Sendable, Hashable {
         self.id = record.id
         self.kind = record.kind
         self.name = record.name
+        self.photo = record.photo
         self.ownerId = record.ownerId
         self.members = record.members
         self.lastSeq = record.lastSeq

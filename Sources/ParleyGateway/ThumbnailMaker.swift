@@ -61,7 +61,7 @@ actor ThumbnailMaker {
         // The size the upload's header gave, when it gave one, spares reading a bomb at all;
         // libvips checks the header itself before it decodes anything.
         let pixels = (media.width ?? 0).multipliedReportingOverflow(by: media.height ?? 0)
-        if Thumbnails.imageTypes.contains(media.contentType), !pixels.overflow, pixels.partialValue <= Thumbnails.pixelsMax {
+        if media.isImage, !pixels.overflow, pixels.partialValue <= Thumbnails.pixelsMax {
             var image: [UInt8] = []
             image.reserveCapacity(Int(media.size))
             try await blobs.read(media.sha256, range: 0..<media.size, chunkSize: 1 << 20) { piece in image += piece.readableBytesView }

@@ -10,9 +10,6 @@ public enum Thumbnails {
     /// The size asked for when none is.
     public static let defaultSize = 320
 
-    /// The image types a thumbnail is made of; other uploads (videos, documents) have none.
-    public static let imageTypes: Set<String> = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic"]
-
     /// The most pixels an image may have to be made a thumbnail of (a decompression bomb — a
     /// small file of a huge image — is refused by the size its header gives, read before
     /// anything is decoded, whatever the format). A 48-megapixel phone photo passes.

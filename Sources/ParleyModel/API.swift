@@ -8,6 +8,8 @@ public enum API {
         public var id: ConversationID
         public var kind: ConversationKind
         public var name: String?
+        /// A group's photo.
+        public var photo: Media?
         public var members: [ConversationMember]
         public var lastSeq: Int64
         public var lastMessage: Message?
@@ -22,6 +24,7 @@ public enum API {
             self.id = record.id
             self.kind = record.kind
             self.name = record.name
+            self.photo = record.photo
             self.members = record.members
             self.lastSeq = record.lastSeq
             self.lastMessage = lastMessage
@@ -96,6 +99,12 @@ public enum API {
             self.displayName = displayName
             self.avatarURL = avatarURL
         }
+    }
+
+    /// `PUT /v1/users/me/avatar` and `PUT /v1/conversations/{id}/photo`: an image upload of the caller's.
+    public struct PhotoChange: Codable, Sendable {
+        public var mediaId: MediaID
+        public init(mediaId: MediaID) { self.mediaId = mediaId }
     }
 
     public struct NewConversation: Codable, Sendable {
@@ -445,6 +454,12 @@ public enum API {
     public struct PresenceEvent: Codable, Sendable, Hashable {
         public var presence: Presence
         public init(presence: Presence) { self.presence = presence }
+    }
+
+    /// `event: user`: a user whose display name or photo changed (live only).
+    public struct UserEvent: Codable, Sendable, Hashable {
+        public var user: User
+        public init(user: User) { self.user = user }
     }
 
     public struct ReadyEvent: Codable, Sendable, Hashable {

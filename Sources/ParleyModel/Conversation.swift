@@ -49,6 +49,8 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
     /// The seqs of its pinned messages, the most recently pinned first, at most
     /// ``ConversationRecord/pinnedMax``.
     public var pinned: [Int64]
+    /// A group's photo: an image upload of its owner's, which its members may download while it is.
+    public var photo: Media?
 
     /// The most messages a conversation pins.
     public static let pinnedMax = 50
@@ -56,8 +58,9 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
     public init(
         id: ConversationID, kind: ConversationKind, name: String?, ownerId: UserID, lastSeq: Int64 = 0,
         createdAt: Date, lastActivityAt: Date? = nil, members: [ConversationMember], mutedBy: [UserID] = [], lastChangeSeq: Int64 = 0,
-        pinned: [Int64] = []
+        pinned: [Int64] = [], photo: Media? = nil
     ) {
+        self.photo = photo
         self.lastChangeSeq = lastChangeSeq
         self.pinned = pinned
         self.id = id

@@ -33,6 +33,12 @@ public struct Media: Hashable, Sendable, Codable {
         self.createdAt = createdAt
     }
 
+    /// The image types: what a thumbnail is made of (other uploads, videos and documents, have
+    /// none), and what a profile or group photo may be.
+    public static let imageTypes: Set<String> = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/heic"]
+
+    public var isImage: Bool { Self.imageTypes.contains(contentType) }
+
     /// Whether `text` is a SHA-256 as ``sha256`` holds it: 64 lowercase hex digits.
     public static func isSHA256(_ text: String) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }

@@ -6,7 +6,12 @@ public struct User: Hashable, Sendable, Codable {
     /// Unique, 3–32 characters of `a-z 0-9 _ . -`.
     public var handle: String
     public var displayName: String
+    /// A picture kept elsewhere (https). A user has this or ``avatar``, never both: the one set
+    /// last wins.
     public var avatarURL: String?
+    /// The user's profile photo: an image upload of theirs, which every signed-in user may
+    /// download while it is.
+    public var avatar: Media?
     public var createdAt: Date
     /// A bot: made by an operator (`POST /v1/bots`), signs in with a token only, and may annotate
     /// the messages of the conversations it is a member of.
@@ -36,7 +41,7 @@ public struct User: Hashable, Sendable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case id, handle, displayName, avatarURL, createdAt, bot, deleted
+        case id, handle, displayName, avatarURL, avatar, createdAt, bot, deleted
     }
 
     /// How a name, or what is typed to find one, is compared: lowercased, accents and other
@@ -67,6 +72,7 @@ public struct User: Hashable, Sendable, Codable {
         self.handle = try container.decode(String.self, forKey: .handle)
         self.displayName = try container.decode(String.self, forKey: .displayName)
         self.avatarURL = try container.decodeIfPresent(String.self, forKey: .avatarURL)
+        self.avatar = try container.decodeIfPresent(Media.self, forKey: .avatar)
         self.createdAt = try container.decode(Date.self, forKey: .createdAt)
         // Absent from what a node of an earlier version sends.
         self.bot = try container.decodeIfPresent(Bool.self, forKey: .bot) ?? false

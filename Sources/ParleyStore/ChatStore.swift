@@ -78,6 +78,13 @@ public protocol ChatStore: Sendable {
     /// Renames a group. Fenced by `epoch`. The conversation's last change becomes `updated` at `at`.
     func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws
 
+    /// Makes upload `media` the group's photo, or removes it (nil), under the owner's `epoch`:
+    /// its members may download it from now on (``conversationsReferencing(_:)``), and the photo
+    /// before goes back to the sweeper unless a message, a profile or another group uses it.
+    /// Returns the photo as it is after. Throws `notFound` when the upload was removed meanwhile
+    /// (by the sweeper).
+    func setConversationPhoto(_ id: ConversationID, to media: MediaID?, epoch: Int64, at: Date) async throws -> Media?
+
     /// Records that the conversation's owner owes push notifications of its messages from `seq`
     /// on; nil: it owes none. Fenced by `epoch`. An owner that takes the conversation over after
     /// its owner died finds it (``conversationsOwingPushes(limit:)``) and owes them in its place.
@@ -109,7 +116,7 @@ public protocol ChatStore: Sendable {
     func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure]
 
     /// The uploads are attached to no message any more: no conversation's members may download
-    /// them, and the sweeper's next pass removes them.
+    /// them, and the sweeper's next pass removes them (unless one is a profile or group photo).
     func releaseMedia(_ ids: [MediaID]) async throws
 
     // MARK: Changes to messages
@@ -204,8 +211,24 @@ public protocol ChatStore: Sendable {
     /// asked, each once; an ID that names nobody is left out.
     func users(_ ids: [UserID]) async throws -> [User]
 
-    /// Changes what is given; returns the user after, nil if unknown.
-    func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User?
+    /// Changes what is given; returns the user after, nil if unknown or deleted. An `avatarURL`
+    /// removes the ``User/avatar`` (handed back to the sweeper as ``setAvatar(of:to:at:)`` does).
+    /// A change counts as one for `user.updated` (``untoldProfiles(limit:)``).
+    func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User?
+
+    /// Makes upload `media` the user's profile photo, or removes it (nil), and their `avatarURL`
+    /// with it: every signed-in user may download it from now on, and the photo before goes back
+    /// to the sweeper unless a message or a group uses it. Returns the user after, nil if unknown
+    /// or deleted; throws `notFound` when the upload was removed meanwhile (by the sweeper). A
+    /// change counts for `user.updated`; removing none is no change.
+    func setAvatar(of id: UserID, to media: MediaID?, at: Date) async throws -> User?
+
+    /// Users whose profile changed since webhooks were last told, the longest waiting first, at
+    /// most `limit`.
+    func untoldProfiles(limit: Int) async throws -> [UntoldProfile]
+
+    /// Webhooks were told of `user`'s profile changes through `version`.
+    func profileTold(_ user: UserID, through version: Int64) async throws
 
     /// Users whose handle starts with `prefix` (lowercased), by handle, then those with a name
     /// word from which the name starts with it (``User/nameKey(_:)`` of both: `smi` finds
@@ -351,7 +374,8 @@ public protocol ChatStore: Sendable {
     /// Whether any upload's bytes have this SHA-256.
     func hasMedia(withSHA256 sha256: String) async throws -> Bool
 
-    /// The conversations an upload was attached to a message of.
+    /// The conversations whose members may download an upload: those it was attached to a
+    /// message of, and the group it is the photo of.
     func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID]
 
     /// The conversations `user` is a member of, newest activity first, after `cursor`.

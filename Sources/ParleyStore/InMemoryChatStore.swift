@@ -71,6 +71,43 @@ public final class InMemoryChatStore: ChatStore {
         var media: [MediaID: StoredMedia] = [:]
         var mediaReferences: [MediaID: Set<ConversationID>] = [:]
         var deletionWebhooksOwed: Set<UserID> = []
+        /// Uploads that are profile photos (of their uploader) or groups' photos.
+        var avatars: Set<MediaID> = []
+        var groupPhotos: [MediaID: Set<ConversationID>] = [:]
+        /// Each user's profile changes counted, and through which webhooks were told.
+        var profiles: [UserID: (version: Int64, told: Int64, changedAt: Date)] = [:]
+
+        /// Whether anything keeps the upload from the sweeper.
+        func isReferenced(_ id: MediaID) -> Bool {
+            mediaReferences[id] != nil || avatars.contains(id) || groupPhotos[id] != nil
+        }
+
+        /// Hands the upload back to the sweeper (its next pass removes it), unless anything uses it.
+        mutating func releaseUnused(_ id: MediaID?) {
+            guard let id, !isReferenced(id) else { return }
+            media[id]?.media.createdAt = Date(timeIntervalSince1970: 0)
+        }
+
+        mutating func profileChanged(_ user: UserID, at: Date) {
+            let before = profiles[user] ?? (0, 0, at)
+            profiles[user] = (before.version + 1, before.told, at.millisecondPrecision)
+        }
+
+        /// The user's avatar becomes the upload `id` (nil: none), the one before released.
+        mutating func setAvatar(of user: UserID, to id: MediaID?) throws(ChatStoreError) {
+            let before = byID[user]?.user.avatar?.id
+            if let id {
+                guard let stored = media[id] else { throw ChatStoreError(.notFound, "no upload \(id)") }
+                byID[user]?.user.avatar = stored.media
+                avatars.insert(id)
+            } else {
+                byID[user]?.user.avatar = nil
+            }
+            if let before, before != id {
+                avatars.remove(before)
+                releaseUnused(before)
+            }
+        }
     }
 
     private let users = Mutex(Users())
@@ -236,6 +273,29 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
+    public func setConversationPhoto(_ id: ConversationID, to media: MediaID?, epoch: Int64, at: Date) async throws -> Media? {
+        // The one place both locks are held: conversations, then users.
+        try fencedChange(of: id, epoch: epoch) { stored throws(ChatStoreError) in
+            try users.withLock { users throws(ChatStoreError) in
+                let before = stored.record.photo?.id
+                if let media {
+                    guard let upload = users.media[media] else { throw ChatStoreError(.notFound, "no upload \(media)") }
+                    stored.record.photo = upload.media
+                    users.groupPhotos[media, default: []].insert(id)
+                } else {
+                    stored.record.photo = nil
+                }
+                if let before, before != media {
+                    users.groupPhotos[before]?.remove(id)
+                    if users.groupPhotos[before]?.isEmpty == true { users.groupPhotos[before] = nil }
+                    users.releaseUnused(before)
+                }
+                stored.changed(.updated, at: at)
+                return stored.record.photo
+            }
+        }
+    }
+
     public func setPushesOwed(from seq: Int64?, in id: ConversationID, epoch: Int64) async throws {
         try fencedChange(of: id, epoch: epoch) { $0.pushesOwedFrom = seq }
     }
@@ -362,7 +422,7 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { users in
             for id in ids {
                 users.mediaReferences[id] = nil
-                users.media[id]?.media.createdAt = Date(timeIntervalSince1970: 0)
+                users.releaseUnused(id)
             }
         }
     }
@@ -517,13 +577,43 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { users in users.idByHandle[handle].flatMap { users.byID[$0] }.flatMap { $0.deletion == nil ? $0 : nil } }
     }
 
-    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
+    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User? {
+        try users.withLock { users throws(ChatStoreError) in
+            guard let stored = users.byID[id], stored.deletion == nil else { return nil }
+            if let displayName { users.byID[id]?.user.displayName = displayName }
+            if let avatarURL {
+                users.byID[id]?.user.avatarURL = avatarURL
+                try users.setAvatar(of: id, to: nil)
+            }
+            users.profileChanged(id, at: at)
+            return users.byID[id]?.user
+        }
+    }
+
+    public func setAvatar(of id: UserID, to media: MediaID?, at: Date) async throws -> User? {
+        try users.withLock { users throws(ChatStoreError) in
+            guard let stored = users.byID[id], stored.deletion == nil else { return nil }
+            guard stored.user.avatar?.id != media || stored.user.avatarURL != nil else { return stored.user }
+            try users.setAvatar(of: id, to: media)
+            users.byID[id]?.user.avatarURL = nil
+            users.profileChanged(id, at: at)
+            return users.byID[id]?.user
+        }
+    }
+
+    public func untoldProfiles(limit: Int) async throws -> [UntoldProfile] {
         users.withLock { users in
-            guard var stored = users.byID[id] else { return nil }
-            if let displayName { stored.user.displayName = displayName }
-            if let avatarURL { stored.user.avatarURL = avatarURL }
-            users.byID[id] = stored
-            return stored.user
+            let untold = users.profiles.filter { $0.value.version > $0.value.told }.sorted { ($0.value.changedAt, $0.key) < ($1.value.changedAt, $1.key) }
+            return untold.prefix(max(0, limit)).compactMap { id, profile in
+                users.byID[id].map { UntoldProfile(user: $0.user, version: profile.version, changedAt: profile.changedAt) }
+            }
+        }
+    }
+
+    public func profileTold(_ user: UserID, through version: Int64) async throws {
+        users.withLock { users in
+            guard let profile = users.profiles[user] else { return }
+            users.profiles[user]?.told = max(profile.told, version)
         }
     }
 
@@ -652,7 +742,10 @@ public final class InMemoryChatStore: ChatStore {
             users.sessions = users.sessions.filter { $0.value.userId != user }
             users.devices.removeAll { $0.userId == user }
             users.blocks = users.blocks.filter { $0.key.blocker != user && $0.key.blocked != user }
-            for (id, media) in users.media where media.uploaderId == user && users.mediaReferences[id] == nil {
+            if let avatar = stored.user.avatar?.id {
+                users.avatars.remove(avatar)
+            }
+            for (id, media) in users.media where media.uploaderId == user && !users.isReferenced(id) {
                 users.media[id]?.media.createdAt = Date(timeIntervalSince1970: 0)
             }
             return deletion
@@ -803,7 +896,7 @@ public final class InMemoryChatStore: ChatStore {
     public func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia] {
         users.withLock { users in
             let unattached = users.media.values
-                .filter { $0.media.createdAt < cutoff && users.mediaReferences[$0.media.id] == nil }
+                .filter { $0.media.createdAt < cutoff && !users.isReferenced($0.media.id) }
                 .sorted { ($0.media.createdAt, $0.media.id) < ($1.media.createdAt, $1.media.id) }
                 .prefix(max(0, limit))
             for stored in unattached { users.media[stored.media.id] = nil }
@@ -816,7 +909,7 @@ public final class InMemoryChatStore: ChatStore {
     }
 
     public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
-        users.withLock { ($0.mediaReferences[id] ?? []).sorted() }
+        users.withLock { ($0.mediaReferences[id] ?? []).union($0.groupPhotos[id] ?? []).sorted() }
     }
 
     public func mediaBytes(of user: UserID) async throws -> Int64 {

@@ -244,6 +244,7 @@ public final class PostgresChatStore: ChatStore {
         (21, "replies, mentions and pins", ThreadRows.migration(messagesTable: "messages") + [CommitStatements.function(threads: true)]),
         // The names already stored get their keys when it is applied (``migrate()``).
         (22, "display names found by prefix", UserNameRows.migration(keyType: "TEXT COLLATE \"C\"")),
+        (23, "profile and group photos, and profile changes told to webhooks", PhotoRows.migration),
     ]
 
     /// The migration whose table ``nameUser(_:_:connection:)`` fills from the names stored.
@@ -331,12 +332,15 @@ public final class PostgresChatStore: ChatStore {
     private func records(_ ids: [String]) async throws -> [ConversationRecord] {
         guard !ids.isEmpty else { return [] }
         return try await run {
-            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64, String?)] = [:]
-            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange, pinned) in try await client.query(
-                "SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq, pinned FROM conversations WHERE id = ANY(\(ids))",
+            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64, String?, String?)] = [:]
+            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo) in try await client.query(
+                """
+                SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq, pinned, photo
+                FROM conversations WHERE id = ANY(\(ids))
+                """,
                 logger: logger
-            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64, String?).self) {
-                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange, pinned)
+            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64, String?, String?).self) {
+                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo)
             }
             var members: [String: [ConversationMember]] = [:]
             var mutedBy: [String: [UserID]] = [:]
@@ -351,11 +355,12 @@ public final class PostgresChatStore: ChatStore {
                 if muted { mutedBy[conversation, default: []].append(UserID(rawValue: user)) }
             }
             return try ids.compactMap { id in
-                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange, pinned) = heads[id] else { return nil }
+                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange, pinned, photo) = heads[id] else { return nil }
                 return ConversationRecord(
                     id: ConversationID(rawValue: id), kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner),
                     lastSeq: lastSeq, createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity),
-                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted(), lastChangeSeq: lastChange, pinned: try ThreadRows.pinned(pinned))
+                    members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted(), lastChangeSeq: lastChange, pinned: try ThreadRows.pinned(pinned),
+                    photo: try PhotoRows.photo(photo))
             }
         }
     }
@@ -489,16 +494,110 @@ public final class PostgresChatStore: ChatStore {
         try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE handle = \(handle) AND deleted_at IS NULL").first
     }
 
-    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
+    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User? {
         try await transaction { connection in
+            if avatarURL != nil {
+                guard try await setAvatar(of: id, to: nil, connection: connection) else { return nil }
+            }
             let stored = try await fetchUsers(
                 """
-                UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url)
-                WHERE id = \(id.rawValue) RETURNING \(unescaped: Self.userColumns)
+                UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url),
+                    profile_version = profile_version + 1, profile_changed_at = \(at.millisecondsSince1970)
+                WHERE id = \(id.rawValue) AND deleted_at IS NULL RETURNING \(unescaped: Self.userColumns)
                 """, on: connection
             ).first
-            if let displayName, let stored, stored.deletion == nil { try await nameUser(id, displayName, connection: connection) }
+            if let displayName, stored != nil { try await nameUser(id, displayName, connection: connection) }
             return stored?.user
+        }
+    }
+
+    public func setAvatar(of id: UserID, to media: MediaID?, at: Date) async throws -> User? {
+        try await transaction { connection in
+            // The row locked first: two changes of one profile at once take turns.
+            guard let user = try await fetchUsers(
+                "SELECT \(unescaped: Self.userColumns) FROM users WHERE id = \(id.rawValue) AND deleted_at IS NULL FOR UPDATE", on: connection
+            ).first?.user else { return nil }
+            guard user.avatar?.id != media || user.avatarURL != nil else { return user }
+            _ = try await setAvatar(of: id, to: media, connection: connection)
+            return try await fetchUsers(
+                """
+                UPDATE users SET avatar_url = NULL, profile_version = profile_version + 1, profile_changed_at = \(at.millisecondsSince1970)
+                WHERE id = \(id.rawValue) RETURNING \(unescaped: Self.userColumns)
+                """, on: connection
+            ).first?.user
+        }
+    }
+
+    /// The user's avatar becomes upload `media` (nil: none), the one before handed back to the
+    /// sweeper unless something else uses it. False if there is no such user (or it is deleted);
+    /// throws `notFound` for an upload the sweeper removed.
+    private func setAvatar(of id: UserID, to media: MediaID?, connection: PostgresConnection) async throws -> Bool {
+        var found = false, previous: String?
+        for try await before in try await connection.query(
+            "SELECT avatar_media_id FROM users WHERE id = \(id.rawValue) AND deleted_at IS NULL FOR UPDATE", logger: logger
+        ).decode(String?.self) {
+            found = true
+            previous = before
+        }
+        guard found else { return false }
+        let photo = try await referencePhoto(media, connection: connection)
+        try await connection.query(
+            "UPDATE users SET avatar = \(PhotoRows.column(photo)), avatar_media_id = \(media?.rawValue) WHERE id = \(id.rawValue)", logger: logger)
+        if let previous, previous != media?.rawValue { try await releaseUnused(previous, connection: connection) }
+        return true
+    }
+
+    /// Marks upload `media` used (the sweeper leaves it) and answers it; nil for nil. The UPDATE
+    /// locks the upload's row, as an attach does (``referenceMedia(_:in:)``): a sweeper's DELETE
+    /// either came first (`notFound`) or waits and then sees `referenced`.
+    private func referencePhoto(_ media: MediaID?, connection: PostgresConnection) async throws -> Media? {
+        guard let media else { return nil }
+        for try await (id, uploader, contentType, size, sha256, width, height, created) in try await connection.query(
+            """
+            UPDATE media SET referenced = TRUE WHERE id = \(media.rawValue)
+            RETURNING id, uploader_id, content_type, size, sha256, width, height, created_at
+            """, logger: logger
+        ).decode((String, String, String, Int64, String, Int?, Int?, Int64).self) {
+            return MediaRows.media(
+                id: id, uploaderId: uploader, contentType: contentType, size: size, sha256: sha256, width: width, height: height, createdAt: created
+            ).media
+        }
+        throw ChatStoreError(.notFound, "no upload \(media)")
+    }
+
+    /// Hands upload `id` back to the sweeper unless a message, a profile or a group uses it.
+    private func releaseUnused(_ id: String, connection: PostgresConnection) async throws {
+        // The upload's row locked by a statement of its own: one that made it a photo meanwhile
+        // holds it until it commits, and the UPDATE's snapshot, taken after, then sees that photo.
+        try await connection.query("SELECT 1 FROM media WHERE id = \(id) FOR UPDATE", logger: logger)
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(id)
+        try await connection.query(PostgresQuery(unsafeSQL: PhotoRows.releaseUnused("$1"), binds: bindings), logger: logger)
+    }
+
+    public func untoldProfiles(limit: Int) async throws -> [UntoldProfile] {
+        var untold: [(id: String, version: Int64, changedAt: Int64?)] = []
+        try await run {
+            for try await row in try await client.query(
+                """
+                SELECT id, profile_version, profile_changed_at FROM users WHERE profile_version > profile_told
+                ORDER BY profile_changed_at, id COLLATE "C" LIMIT \(max(0, limit))
+                """, logger: logger
+            ).decode((String, Int64, Int64?).self) { untold.append(row) }
+        }
+        guard !untold.isEmpty else { return [] }
+        let users = Dictionary(
+            try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE id = ANY(\(untold.map(\.id)))").map { ($0.user.id, $0.user) },
+            uniquingKeysWith: { first, _ in first })
+        return untold.compactMap { row in
+            users[UserID(rawValue: row.id)].map { UntoldProfile(user: $0, version: row.version, changedAt: Date(millisecondsSince1970: row.changedAt ?? 0)) }
+        }
+    }
+
+    public func profileTold(_ user: UserID, through version: Int64) async throws {
+        try await run {
+            _ = try await client.query(
+                "UPDATE users SET profile_told = GREATEST(profile_told, \(version)) WHERE id = \(user.rawValue)", logger: logger)
         }
     }
 
@@ -940,7 +1039,12 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             var ids: [ConversationID] = []
             for try await conversation in try await client.query(
-                "SELECT conversation_id FROM media_references WHERE media_id = \(id.rawValue) ORDER BY conversation_id COLLATE \"C\"", logger: logger
+                """
+                SELECT c FROM (
+                    SELECT conversation_id FROM media_references WHERE media_id = \(id.rawValue)
+                    UNION SELECT id FROM conversations WHERE photo_media_id = \(id.rawValue)) AS found(c)
+                ORDER BY c COLLATE "C"
+                """, logger: logger
             ).decode(String.self) { ids.append(ConversationID(rawValue: conversation)) }
             return ids
         }
@@ -988,7 +1092,7 @@ public final class PostgresChatStore: ChatStore {
     private static func userColumns(of table: String? = nil) -> String {
         [
             "id", "handle", "password_hash", "display_name", "avatar_url", "created_at", "bot", "password_changed_at", "suspended_at", "deleted_at",
-            "deletion_erase", "deletion_finished_at",
+            "deletion_erase", "deletion_finished_at", "avatar",
         ].map { (table.map { "\($0)." } ?? "") + $0 }.joined(separator: ", ")
     }
 
@@ -998,13 +1102,14 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             var users: [StoredUser] = []
             let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
-            for try await (id, handle, hash, name, avatar, created, bot, passwordChanged, suspended, deleted, erase, finished) in rows
-                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?, Int64?, Bool, Int64?).self)
+            for try await (id, handle, hash, name, avatarURL, created, bot, passwordChanged, suspended, deleted, erase, finished, avatar) in rows
+                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?, Int64?, Bool, Int64?, String?).self)
             {
+                var user = User(
+                    id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatarURL, createdAt: Date(millisecondsSince1970: created), bot: bot)
+                user.avatar = try PhotoRows.photo(avatar)
                 users.append(StoredUser(
-                    user: User(
-                        id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatar, createdAt: Date(millisecondsSince1970: created),
-                        bot: bot),
+                    user: user,
                     passwordHash: hash, passwordChangedAt: passwordChanged.map(Date.init(millisecondsSince1970:)),
                     suspendedAt: suspended.map(Date.init(millisecondsSince1970:)),
                     deletion: DeletionRows.deletion(of: id, deletedAt: deleted, erase: erase, finishedAt: finished)))
@@ -1017,6 +1122,8 @@ public final class PostgresChatStore: ChatStore {
 
     public func beginDeletion(of user: UserID, erase: Bool, at: Date) async throws -> AccountDeletion? {
         try await transaction { connection in
+            // A deleted account shows no photo: its own goes to the sweeper, unless a group uses it.
+            _ = try await setAvatar(of: user, to: nil, connection: connection)
             // An erasure asked after a deletion finished without one makes it unfinished again.
             var deletion: AccountDeletion?
             for try await (id, deleted, erase, finished) in try await connection.query(
@@ -1124,6 +1231,22 @@ public final class PostgresChatStore: ChatStore {
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
             try await connection.query("UPDATE conversations SET name = \(name) WHERE id = \(id.rawValue)", logger: logger)
             try await changed(id, .updated, at: at, connection: connection)
+        }
+    }
+
+    public func setConversationPhoto(_ id: ConversationID, to media: MediaID?, epoch: Int64, at: Date) async throws -> Media? {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            var previous: String?
+            for try await before in try await connection.query(
+                "SELECT photo_media_id FROM conversations WHERE id = \(id.rawValue)", logger: logger
+            ).decode(String?.self) { previous = before }
+            let photo = try await referencePhoto(media, connection: connection)
+            try await connection.query(
+                "UPDATE conversations SET photo = \(PhotoRows.column(photo)), photo_media_id = \(media?.rawValue) WHERE id = \(id.rawValue)", logger: logger)
+            if let previous, previous != media?.rawValue { try await releaseUnused(previous, connection: connection) }
+            try await changed(id, .updated, at: at, connection: connection)
+            return photo
         }
     }
 
@@ -1425,9 +1548,8 @@ public final class PostgresChatStore: ChatStore {
     public func releaseMedia(_ ids: [MediaID]) async throws {
         guard !ids.isEmpty else { return }
         try await transaction { connection in
-            let raw = ids.map(\.rawValue)
-            try await connection.query("UPDATE media SET referenced = false, created_at = 0 WHERE id = ANY(\(raw))", logger: logger)
-            try await connection.query("DELETE FROM media_references WHERE media_id = ANY(\(raw))", logger: logger)
+            try await connection.query("DELETE FROM media_references WHERE media_id = ANY(\(ids.map(\.rawValue)))", logger: logger)
+            for id in ids { try await releaseUnused(id.rawValue, connection: connection) }
         }
     }
 

@@ -155,6 +155,7 @@ public final class SQLiteChatStore: ChatStore {
         "v20: changes to messages: edits, deletions for everyone, reactions",
         "v21: replies, mentions and pins",
         "v22: display names found by prefix",
+        "v23: profile and group photos, and profile changes told to webhooks",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -403,6 +404,9 @@ public final class SQLiteChatStore: ChatStore {
                 try Self.nameUser(UserID(rawValue: try row.decode(atIndex: 0)), try row.decode(atIndex: 1), db: db)
             }
         }
+        migrator.registerMigration(Self.migrationNames[22]) { db in
+            for statement in PhotoRows.migration { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -454,7 +458,8 @@ public final class SQLiteChatStore: ChatStore {
                 id: id, kind: ConversationKind(rawValue: try row.decode(forColumn: "kind")) ?? .group, name: try row.decode(forColumn: "name"), ownerId: UserID(rawValue: try row.decode(forColumn: "owner_id")),
                 lastSeq: try row.decode(forColumn: "last_seq"), createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")),
                 lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members, mutedBy: mutedBy.sorted(),
-                lastChangeSeq: try row.decode(forColumn: "last_change_seq"), pinned: try ThreadRows.pinned(try row.decode(forColumn: "pinned")))
+                lastChangeSeq: try row.decode(forColumn: "last_change_seq"), pinned: try ThreadRows.pinned(try row.decode(forColumn: "pinned")),
+                photo: try PhotoRows.photo(try row.decode(forColumn: "photo")))
         }
     }
 
@@ -502,19 +507,77 @@ public final class SQLiteChatStore: ChatStore {
         try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ? AND deleted_at IS NULL", arguments: [handle]).map { try Self.storedUser(from: $0) } }
     }
 
-    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?) async throws -> User? {
+    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User? {
         try await write { db in
-            try Row.fetchOne(
+            if avatarURL != nil {
+                guard try Self.setAvatar(of: id, to: nil, db: db) else { return nil }
+            }
+            guard let row = try Row.fetchOne(
                 db,
                 sql: """
-                    UPDATE users SET display_name = coalesce(?, display_name), avatar_url = coalesce(?, avatar_url)
-                    WHERE id = ? RETURNING *
+                    UPDATE users SET display_name = coalesce(?, display_name), avatar_url = coalesce(?, avatar_url),
+                        profile_version = profile_version + 1, profile_changed_at = ?
+                    WHERE id = ? AND deleted_at IS NULL RETURNING *
                     """,
-                arguments: [displayName, avatarURL, id.rawValue]
-            ).map { try Self.storedUser(from: $0) }.map { stored in
-                if let displayName, stored.deletion == nil { try Self.nameUser(id, displayName, db: db) }
-                return stored.user
+                arguments: [displayName, avatarURL, at.millisecondsSince1970, id.rawValue])
+            else { return nil }
+            if let displayName { try Self.nameUser(id, displayName, db: db) }
+            return try Self.storedUser(from: row).user
+        }
+    }
+
+    public func setAvatar(of id: UserID, to media: MediaID?, at: Date) async throws -> User? {
+        try await write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM users WHERE id = ? AND deleted_at IS NULL", arguments: [id.rawValue]) else { return nil }
+            let user = try Self.storedUser(from: row).user
+            guard user.avatar?.id != media || user.avatarURL != nil else { return user }
+            _ = try Self.setAvatar(of: id, to: media, db: db)
+            guard let changed = try Row.fetchOne(
+                db,
+                sql: "UPDATE users SET avatar_url = NULL, profile_version = profile_version + 1, profile_changed_at = ? WHERE id = ? RETURNING *",
+                arguments: [at.millisecondsSince1970, id.rawValue])
+            else { return nil }
+            return try Self.storedUser(from: changed).user
+        }
+    }
+
+    /// The user's avatar becomes upload `media` (nil: none), the one before handed back to the
+    /// sweeper unless something else uses it. False if there is no such user (or it is deleted);
+    /// throws `notFound` for an upload the sweeper removed.
+    private static func setAvatar(of id: UserID, to media: MediaID?, db: Database) throws -> Bool {
+        guard let before = try Row.fetchOne(db, sql: "SELECT avatar_media_id FROM users WHERE id = ? AND deleted_at IS NULL", arguments: [id.rawValue]) else {
+            return false
+        }
+        let previous: String? = try before.decode(atIndex: 0)
+        var photo: Media?
+        if let media {
+            guard let row = try Row.fetchOne(db, sql: "UPDATE media SET referenced = TRUE WHERE id = ? RETURNING *", arguments: [media.rawValue]) else {
+                throw ChatStoreError(.notFound, "no upload \(media)")
             }
+            photo = try storedMedia(from: row).media
+        }
+        try db.execute(
+            sql: "UPDATE users SET avatar = ?, avatar_media_id = ? WHERE id = ?",
+            arguments: [PhotoRows.column(photo), media?.rawValue, id.rawValue])
+        if let previous, previous != media?.rawValue { try db.execute(sql: PhotoRows.releaseUnused("?1"), arguments: [previous]) }
+        return true
+    }
+
+    public func untoldProfiles(limit: Int) async throws -> [UntoldProfile] {
+        try await read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM users WHERE profile_version > profile_told ORDER BY profile_changed_at, id LIMIT ?", arguments: [max(0, limit)]
+            ).map { row in
+                UntoldProfile(
+                    user: try Self.storedUser(from: row).user, version: try row.decode(forColumn: "profile_version"),
+                    changedAt: Date(millisecondsSince1970: (try row.decode(forColumn: "profile_changed_at") as Int64?) ?? 0))
+            }
+        }
+    }
+
+    public func profileTold(_ user: UserID, through version: Int64) async throws {
+        try await write { db in
+            try db.execute(sql: "UPDATE users SET profile_told = max(profile_told, ?) WHERE id = ?", arguments: [version, user.rawValue])
         }
     }
 
@@ -683,6 +746,8 @@ public final class SQLiteChatStore: ChatStore {
 
     public func beginDeletion(of user: UserID, erase: Bool, at: Date) async throws -> AccountDeletion? {
         try await write { db in
+            // A deleted account shows no photo: its own goes to the sweeper, unless a group uses it.
+            _ = try Self.setAvatar(of: user, to: nil, db: db)
             // An erasure asked after a deletion finished without one makes it unfinished again.
             let row = try Row.fetchOne(
                 db,
@@ -931,7 +996,13 @@ public final class SQLiteChatStore: ChatStore {
 
     public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
         try await read { db in
-            try String.fetchAll(db, sql: "SELECT conversation_id FROM media_references WHERE media_id = ? ORDER BY conversation_id", arguments: [id.rawValue])
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT conversation_id FROM media_references WHERE media_id = ?1
+                    UNION SELECT id FROM conversations WHERE photo_media_id = ?1 ORDER BY 1
+                    """,
+                arguments: [id.rawValue])
                 .map { ConversationID(rawValue: $0) }
         }
     }
@@ -962,11 +1033,13 @@ public final class SQLiteChatStore: ChatStore {
     }
 
     static func storedUser(from row: Row) throws -> StoredUser {
-        StoredUser(
-            user: User(
-                id: UserID(rawValue: try row.decode(forColumn: "id")), handle: try row.decode(forColumn: "handle"),
-                displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
-                createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot")),
+        var user = User(
+            id: UserID(rawValue: try row.decode(forColumn: "id")), handle: try row.decode(forColumn: "handle"),
+            displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
+            createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot"))
+        user.avatar = try PhotoRows.photo(try row.decode(forColumn: "avatar"))
+        return StoredUser(
+            user: user,
             passwordHash: try row.decode(forColumn: "password_hash"),
             passwordChangedAt: (try row.decode(forColumn: "password_changed_at") as Int64?).map(Date.init(millisecondsSince1970:)),
             suspendedAt: (try row.decode(forColumn: "suspended_at") as Int64?).map(Date.init(millisecondsSince1970:)),
@@ -1200,6 +1273,26 @@ public final class SQLiteChatStore: ChatStore {
             try Self.checkEpoch(epoch, of: id, db: db)
             try db.execute(sql: "UPDATE conversations SET name = ? WHERE id = ?", arguments: [name, id.rawValue])
             try Self.changed(id, .updated, at: at, db: db)
+        }
+    }
+
+    public func setConversationPhoto(_ id: ConversationID, to media: MediaID?, epoch: Int64, at: Date) async throws -> Media? {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            let previous = try String.fetchOne(db, sql: "SELECT photo_media_id FROM conversations WHERE id = ?", arguments: [id.rawValue])
+            var photo: Media?
+            if let media {
+                guard let row = try Row.fetchOne(db, sql: "UPDATE media SET referenced = TRUE WHERE id = ? RETURNING *", arguments: [media.rawValue]) else {
+                    throw ChatStoreError(.notFound, "no upload \(media)")
+                }
+                photo = try Self.storedMedia(from: row).media
+            }
+            try db.execute(
+                sql: "UPDATE conversations SET photo = ?, photo_media_id = ? WHERE id = ?",
+                arguments: [PhotoRows.column(photo), media?.rawValue, id.rawValue])
+            if let previous, previous != media?.rawValue { try db.execute(sql: PhotoRows.releaseUnused("?1"), arguments: [previous]) }
+            try Self.changed(id, .updated, at: at, db: db)
+            return photo
         }
     }
 
@@ -1469,8 +1562,8 @@ public final class SQLiteChatStore: ChatStore {
         guard !ids.isEmpty else { return }
         try await write { db in
             for id in ids {
-                try db.execute(sql: "UPDATE media SET referenced = FALSE, created_at = 0 WHERE id = ?", arguments: [id.rawValue])
                 try db.execute(sql: "DELETE FROM media_references WHERE media_id = ?", arguments: [id.rawValue])
+                try db.execute(sql: PhotoRows.releaseUnused("?1"), arguments: [id.rawValue])
             }
         }
     }

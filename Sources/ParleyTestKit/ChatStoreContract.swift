@@ -33,6 +33,15 @@ public enum ChatStoreContract {
         return (record.id, try await store.acquireOwnership(of: record.id))
     }
 
+    /// An image upload of `user`'s, young enough that only a release hands it to a sweep before `t0`.
+    static func photoUpload(by user: UserID) -> StoredMedia {
+        StoredMedia(
+            media: Media(
+                id: .make(), contentType: "image/jpeg", size: 2_000, sha256: (0..<32).map { _ in String(format: "%02x", Int.random(in: 0...255)) }.joined(),
+                width: 64, height: 48, createdAt: t0.addingTimeInterval(1_000_000)),
+            uploaderId: user)
+    }
+
     /// One of every class of character the API accepts in a text: what a store gives back must be
     /// these bytes exactly.
     public static let acceptedTexts: [String] = [
@@ -312,11 +321,11 @@ public enum ChatStoreContract {
             } catch let error as ChatStoreError {
                 try check(error.kind == .conflict, "threw \(error)")
             }
-            let renamed = try await store.updateProfile(of: ann.user.id, displayName: "Ann B.", avatarURL: nil)
+            let renamed = try await store.updateProfile(of: ann.user.id, displayName: "Ann B.", avatarURL: nil, at: t0)
             try check(renamed?.displayName == "Ann B." && renamed?.avatarURL == nil && renamed?.handle == ann.user.handle, "\(String(describing: renamed))")
-            let pictured = try await store.updateProfile(of: ann.user.id, displayName: nil, avatarURL: "https://example.com/a.png")
+            let pictured = try await store.updateProfile(of: ann.user.id, displayName: nil, avatarURL: "https://example.com/a.png", at: t0)
             try check(pictured?.displayName == "Ann B." && pictured?.avatarURL == "https://example.com/a.png", "\(String(describing: pictured))")
-            try check(try await store.updateProfile(of: .make(), displayName: "x", avatarURL: nil) == nil, "unknown user")
+            try check(try await store.updateProfile(of: .make(), displayName: "x", avatarURL: nil, at: t0) == nil, "unknown user")
             try check(try await store.existingUsers([ann.user.id, .make()]) == [ann.user.id], "existing users")
         },
         Case(name: "users: a bot is kept as a bot") { store in
@@ -384,7 +393,7 @@ public enum ChatStoreContract {
                       "a handle first, then names by key, each once: \(all.map(\.handle))")
             try check(try await store.searchUsers(prefix: "李小", limit: 10) == [li], "a script without case, as written")
             try check(try await store.searchUsers(prefix: "Zq\(run)", limit: 2).count == 2, "limited")
-            let renamed = try require2(try await store.updateProfile(of: elodie.id, displayName: "Lodie", avatarURL: nil))
+            let renamed = try require2(try await store.updateProfile(of: elodie.id, displayName: "Lodie", avatarURL: nil, at: t0))
             try check(try await store.searchUsers(prefix: "zq\(run)mar", limit: 10).isEmpty, "a name changed is no longer found by the old one")
             try check(try await store.searchUsers(prefix: "lodie", limit: 10).contains(renamed), "but by the new")
             _ = try await store.beginDeletion(of: ann.id, erase: false, at: t0)
@@ -733,6 +742,103 @@ public enum ChatStoreContract {
             try check(try await store.conversationsReferencing(media.media.id).isEmpty, "referenced nowhere")
             let removed = try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000)
             try check(removed.contains { $0.media.id == media.media.id }, "the next sweep removes it, however young it was")
+        },
+        Case(name: "profile photos: set, replaced, removed, one of avatar and avatarURL; the photo before goes to the sweeper unless something uses it") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let me = UserID.make()
+            try await store.createUser(StoredUser(user: User(id: me, handle: "pic-\(run)", displayName: "Pic", createdAt: t0), passwordHash: "h"))
+            let (a, b, c, d) = (photoUpload(by: me), photoUpload(by: me), photoUpload(by: me), photoUpload(by: me))
+            for upload in [a, b, c, d] { try await store.recordMedia(upload) }
+            func swept() async throws -> Set<MediaID> { Set(try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000).map(\.media.id)) }
+
+            let first = try await store.setAvatar(of: me, to: a.media.id, at: t0)
+            try check(first?.avatar == a.media && first?.avatarURL == nil, "the avatar set: \(String(describing: first))")
+            try check(try await store.user(id: me)?.user.avatar == a.media, "and read back")
+            try check(try await store.users([me]).first?.avatar == a.media, "by a lookup too")
+            try check(!(try await swept().contains(a.media.id)), "a profile photo is kept from the sweeper")
+
+            _ = try await store.setAvatar(of: me, to: b.media.id, at: t0)
+            try check(try await swept().contains(a.media.id), "the photo replaced goes to the sweeper's next pass")
+            try await store.referenceMedia([c.media.id], in: try await owned(store, members: [me, .make()]).0)
+            _ = try await store.setAvatar(of: me, to: c.media.id, at: t0)
+            try check(try await swept().contains(b.media.id), "and the next one replaced")
+            let urlOnly = try await store.updateProfile(of: me, displayName: nil, avatarURL: "https://example.com/p.png", at: t0)
+            try check(urlOnly?.avatar == nil && urlOnly?.avatarURL == "https://example.com/p.png", "an avatarURL removes the avatar: \(String(describing: urlOnly))")
+            try check(!(try await swept().contains(c.media.id)), "a photo also attached to a message stays")
+            let photoAgain = try await store.setAvatar(of: me, to: d.media.id, at: t0)
+            try check(photoAgain?.avatar == d.media && photoAgain?.avatarURL == nil, "an avatar removes the avatarURL: \(String(describing: photoAgain))")
+            let none = try await store.setAvatar(of: me, to: nil, at: t0)
+            try check(none?.avatar == nil && none?.avatarURL == nil, "removed")
+            try check(try await swept().contains(d.media.id), "and swept")
+            try check(try await store.setAvatar(of: .make(), to: nil, at: t0) == nil, "an unknown user")
+            do {
+                _ = try await store.setAvatar(of: me, to: a.media.id, at: t0)
+                try check(false, "an upload the sweeper removed cannot be an avatar")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .notFound, "threw \(error)")
+            }
+            try check(try await store.user(id: me)?.user.avatar == nil, "nothing changed by the refusal")
+        },
+        Case(name: "profile changes are counted until webhooks are told of them, and a deleted account's photo goes unless a group uses it") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let me = UserID.make()
+            try await store.createUser(StoredUser(user: User(id: me, handle: "told-\(run)", displayName: "Told", createdAt: t0), passwordHash: "h"))
+            func untold() async throws -> UntoldProfile? { try await store.untoldProfiles(limit: 10_000).first { $0.user.id == me } }
+            try check(try await untold() == nil, "a new user has told nothing")
+            _ = try await store.updateProfile(of: me, displayName: "Told 2", avatarURL: nil, at: t0.addingTimeInterval(1))
+            let photo = photoUpload(by: me)
+            try await store.recordMedia(photo)
+            _ = try await store.setAvatar(of: me, to: photo.media.id, at: t0.addingTimeInterval(2))
+            _ = try await store.setAvatar(of: me, to: photo.media.id, at: t0.addingTimeInterval(3))
+            let owed = try require2(try await untold())
+            try check(owed.version == 2 && owed.user.displayName == "Told 2" && owed.user.avatar == photo.media, "two changes (setting the same photo again is none): \(owed)")
+            try check(owed.changedAt == t0.addingTimeInterval(2), "when the last was made: \(owed.changedAt)")
+            try await store.profileTold(me, through: 1)
+            try check(try await untold()?.version == 2, "told through the first: the second still owed")
+            try await store.profileTold(me, through: 2)
+            try check(try await untold() == nil, "told through both")
+            try await store.profileTold(me, through: 1)
+            try check(try await untold() == nil, "telling an older one moves nothing back")
+
+            let (group, epoch) = try await owned(store, members: [me, .make(), .make()])
+            _ = try await store.setConversationPhoto(group, to: photo.media.id, epoch: epoch, at: t0)
+            _ = try await store.beginDeletion(of: me, erase: false, at: t0)
+            try check(try await store.user(id: me)?.user.avatar == nil, "a deleted account shows no photo")
+            try check(try await store.setAvatar(of: me, to: nil, at: t0) == nil, "nor can it be given one")
+            try check(!(try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000).contains { $0.media.id == photo.media.id }),
+                      "the group's photo it also was stays")
+        },
+        Case(name: "group photos: set under the owner's epoch, downloadable by the group, replaced and removed to the sweeper") { store in
+            let owner = UserID.make()
+            let (group, epoch) = try await owned(store, members: [owner, .make(), .make()])
+            let (p, q) = (photoUpload(by: owner), photoUpload(by: owner))
+            for upload in [p, q] { try await store.recordMedia(upload) }
+            func swept() async throws -> Set<MediaID> { Set(try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000).map(\.media.id)) }
+
+            try check(try await store.setConversationPhoto(group, to: p.media.id, epoch: epoch, at: t0) == p.media, "set")
+            try check(try await store.conversation(group)?.photo == p.media, "read back")
+            try check(try await store.conversationsReferencing(p.media.id) == [group], "its members may download it")
+            try check(!(try await swept().contains(p.media.id)), "kept from the sweeper")
+            do {
+                _ = try await store.setConversationPhoto(group, to: q.media.id, epoch: epoch - 1, at: t0)
+                try check(false, "a stale epoch must be refused")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "threw \(error)")
+            }
+            try check(try await store.conversation(group)?.photo == p.media, "unchanged by a stale owner")
+            _ = try await store.setConversationPhoto(group, to: q.media.id, epoch: epoch, at: t0)
+            try check(try await store.conversationsReferencing(p.media.id).isEmpty, "the photo replaced is no longer the group's to download")
+            try check(try await swept().contains(p.media.id), "and goes to the sweeper")
+            do {
+                _ = try await store.setConversationPhoto(group, to: p.media.id, epoch: epoch, at: t0)
+                try check(false, "a removed upload cannot be a photo")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .notFound, "threw \(error)")
+            }
+            try check(try await store.conversation(group)?.photo == q.media, "nothing changed by the refusal")
+            try check(try await store.setConversationPhoto(group, to: nil, epoch: epoch, at: t0) == nil, "removed")
+            try check(try await store.conversation(group)?.photo == nil, "read back removed")
+            try check(try await swept().contains(q.media.id), "and swept")
         },
         Case(name: "users are looked up by ID in one read, in the order asked, each once, deleted accounts as deleted") { store in
             let run = UUID().uuidString.prefix(8).lowercased()

@@ -18,7 +18,7 @@ public enum Frame: Equatable, Sendable {
     /// and deliveries in their hand-written forms (``ClusterWireCodable``); 4: gossip carries each
     /// member's heartbeat counter; 5: a message, and a send, carry their attachments; 6: changes
     /// to messages (a conversation's last change number, change events, a changed message's form).
-    public static let protocolVersion: UInt16 = 7
+    public static let protocolVersion: UInt16 = 8
 }
 
 /// What a node says about itself when a connection opens.

@@ -50,10 +50,17 @@ struct PostgresStoreContractTests {
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         let named = User(id: .make(), handle: "named-\(gone.rawValue.suffix(8).lowercased())", displayName: "Zed Quux\(gone.rawValue.suffix(6))", createdAt: Date())
         try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
+        let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: named.id)
+        try await store.recordMedia(photo)
+        _ = try await store.setAvatar(of: named.id, to: photo.media.id, at: Date())
         var commits = 0
         for try await count in try await store.client.query("SELECT count(*) FROM pg_proc WHERE proname = 'parley_commit'").decode(Int.self) { commits = count }
         #expect(commits == 2, "the commit without quotes and mentions stays beside the one with them, for a release from before")
         for statement in [
+            "UPDATE media SET referenced = FALSE, created_at = 0 WHERE id IN (SELECT avatar_media_id FROM users UNION SELECT photo_media_id FROM conversations) AND id NOT IN (SELECT media_id FROM media_references)",
+            "DROP INDEX users_by_avatar", "DROP INDEX conversations_by_photo", "DROP INDEX users_profile_untold", "ALTER TABLE users DROP COLUMN avatar", "ALTER TABLE users DROP COLUMN avatar_media_id",
+            "ALTER TABLE users DROP COLUMN profile_version", "ALTER TABLE users DROP COLUMN profile_told", "ALTER TABLE users DROP COLUMN profile_changed_at", "ALTER TABLE conversations DROP COLUMN photo", "ALTER TABLE conversations DROP COLUMN photo_media_id",
+            "DELETE FROM parley_migrations WHERE version = 23",
             "DROP TABLE user_names", "DELETE FROM parley_migrations WHERE version = 22",
             "DROP TABLE mentions", "DROP INDEX messages_replies", "ALTER TABLE messages DROP COLUMN reply_to", "ALTER TABLE messages DROP COLUMN reply_quote",
             "ALTER TABLE messages DROP COLUMN mentions", "ALTER TABLE conversations DROP COLUMN pinned",
@@ -76,6 +83,8 @@ struct PostgresStoreContractTests {
         try await store.migrate()
         #expect(try await store.isTokenRevoked(session.tokenId), "a revocation outlived the undo")
         #expect(try await store.searchUsers(prefix: "quux\(gone.rawValue.suffix(6))", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
+        #expect(try await store.user(id: named.id)?.user.avatar == nil, "the undo took the profile photo")
+        #expect(try await store.removeUnattachedMedia(uploadedBefore: Date(), limit: 10_000).contains { $0.media.id == photo.media.id }, "and handed its upload to the sweeper")
         let again = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: "x")
         try await store.openSession(again)
         #expect(try await store.session(again.tokenId)?.userAgent == "x")

@@ -138,8 +138,17 @@ import Testing
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         let named = User(id: .make(), handle: "named", displayName: "Zed Quux", createdAt: Date())
         try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
+        let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: named.id)
+        try await store.recordMedia(photo)
+        _ = try await store.setAvatar(of: named.id, to: photo.media.id, at: Date())
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
+            try db.execute(sql: """
+                UPDATE media SET referenced = FALSE, created_at = 0 WHERE id IN (SELECT avatar_media_id FROM users UNION SELECT photo_media_id FROM conversations) AND id NOT IN (SELECT media_id FROM media_references);
+                DROP INDEX users_by_avatar; DROP INDEX conversations_by_photo; DROP INDEX users_profile_untold; ALTER TABLE users DROP COLUMN avatar; ALTER TABLE users DROP COLUMN avatar_media_id; ALTER TABLE users DROP COLUMN profile_version;
+                ALTER TABLE users DROP COLUMN profile_told; ALTER TABLE users DROP COLUMN profile_changed_at; ALTER TABLE conversations DROP COLUMN photo; ALTER TABLE conversations DROP COLUMN photo_media_id;
+                DELETE FROM grdb_migrations WHERE identifier LIKE 'v23:%';
+                """)
             try db.execute(sql: "DROP TABLE user_names; DELETE FROM grdb_migrations WHERE identifier LIKE 'v22:%';")
             try db.execute(sql: """
                 DROP TABLE mentions; DROP INDEX message_log_replies; ALTER TABLE message_log DROP COLUMN reply_to; ALTER TABLE message_log DROP COLUMN reply_quote;
@@ -170,6 +179,8 @@ import Testing
         try await store.migrate()
         #expect(try await store.isTokenRevoked("t1"), "a revocation outlived the undo")
         #expect(try await store.searchUsers(prefix: "quu", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
+        #expect(try await store.user(id: named.id)?.user.avatar == nil, "the undo took the profile photo")
+        #expect(try await store.removeUnattachedMedia(uploadedBefore: Date(), limit: 10).map(\.media.id) == [photo.media.id], "and handed its upload to the sweeper")
         let now = Date().millisecondPrecision
         let again = StoredSession(tokenId: "t2", userId: user, createdAt: now, lastUsedAt: now, expiresAt: now.addingTimeInterval(60), userAgent: nil)
         try await store.openSession(again)

@@ -60,6 +60,10 @@ extension Gateway {
             let user = try await UserActor.resolve(context.caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL)
             return try Self.json(user)
         }
+        Self.putAndDelete("users/me/avatar", on: users) { setting, request, context in
+            let media = setting ? try await self.decode(API.PhotoChange.self, from: request).mediaId : nil
+            return try Self.json(try await UserActor.resolve(context.caller.id, using: self.system).setAvatar(media))
+        }
         users.get("users") { request, context in
             let query = request.uri.queryParameters
             let directory = try AccountDirectory.resolve(handle: "search", using: self.system)

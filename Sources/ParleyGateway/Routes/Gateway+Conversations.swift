@@ -3,7 +3,7 @@ import ParleyChat
 import ParleyModel
 
 extension Gateway {
-    /// Conversations: made, listed, read, renamed, muted, and their members.
+    /// Conversations: made, listed, read, renamed, given a photo, muted, and their members.
     func addConversationRoutes(to v1: RouterGroup<GatewayContext>) {
         let conversations = v1.authenticated(by: self)
         conversations.post("conversations") { request, context in try await self.createConversation(request, context) }
@@ -15,6 +15,12 @@ extension Gateway {
             let id = try Self.conversationID(context)
             let rename = try await self.decode(API.Rename.self, from: request)
             let record = try await ConversationActor.resolve(id, using: self.system).rename(rename.name, by: context.caller.id)
+            return try Self.json(API.Conversation(record, for: context.caller.id))
+        }
+        Self.putAndDelete("conversations/:id/photo", on: conversations) { setting, request, context in
+            let id = try Self.conversationID(context)
+            let media = setting ? try await self.decode(API.PhotoChange.self, from: request).mediaId : nil
+            let record = try await ConversationActor.resolve(id, using: self.system).setPhoto(media, by: context.caller.id)
             return try Self.json(API.Conversation(record, for: context.caller.id))
         }
         conversations.put("conversations/:id/settings") { request, context in

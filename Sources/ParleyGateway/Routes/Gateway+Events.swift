@@ -79,6 +79,8 @@ enum ServerSentEvent {
             return frame(event: "typing", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
         case .presence:
             return frame(event: "presence", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
+        case .user:
+            return frame(event: "user", id: nil, json: sharedData ?? Self.sharedData(for: event) ?? [])
         case .annotation:
             return frame(event: "message_annotated", id: cursor.token, json: sharedData ?? Self.sharedData(for: event) ?? [])
         case .erasure:
@@ -100,6 +102,8 @@ enum ServerSentEvent {
             encoded(typing)
         case .presence(let presence):
             encoded(API.PresenceEvent(presence: presence))
+        case .user(let user):
+            encoded(API.UserEvent(user: user))
         case .annotation(let annotation):
             encoded(API.AnnotationEvent(annotation: annotation))
         case .erasure(let erasure):

@@ -260,7 +260,7 @@ extension Gateway {
             size = asked
         }
         let (media, _) = try await downloadable(request, context)
-        guard Thumbnails.imageTypes.contains(media.contentType) else {
+        guard media.isImage else {
             throw APIError.notFound("no thumbnail: \(media.contentType) is not an image")
         }
         let etag = "\"\(media.sha256).\(size)\""

@@ -80,7 +80,7 @@ extension Gateway {
     }
 
     /// `PUT path` (handled with `true`: add, pin) and `DELETE path` (with `false`: take back).
-    private static func putAndDelete(
+    static func putAndDelete(
         _ path: RouterPath, on group: RouterGroup<AuthenticatedContext>,
         _ handler: @escaping @Sendable (Bool, Request, AuthenticatedContext) async throws -> Response
     ) {
