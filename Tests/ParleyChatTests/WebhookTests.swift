@@ -18,6 +18,7 @@ final class RecordingWebhookEndpoint: Sendable {
         /// `data.message.seq` of a message.
         var seq: Int64?
         var node: String
+        var body: [UInt8] = []
     }
 
     let received = Mutex<[Received]>([])
@@ -39,7 +40,7 @@ final class RecordingWebhookEndpoint: Sendable {
             let json = try? JSONSerialization.jsonObject(with: Data(delivery.body)) as? [String: Any]
             let seq = ((json?["data"] as? [String: Any])?["message"] as? [String: Any])?["seq"] as? Int
             endpoint.received.withLock {
-                $0.append(Received(id: delivery.id, type: delivery.type, conversation: delivery.conversationId, seq: seq.map(Int64.init), node: node))
+                $0.append(Received(id: delivery.id, type: delivery.type, conversation: delivery.conversationId, seq: seq.map(Int64.init), node: node, body: delivery.body))
             }
             return .delivered
         }
