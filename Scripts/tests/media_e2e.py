@@ -16,6 +16,10 @@ the uploader's worker is SIGKILLed. `parley send --attach` uploads a file and se
 restarted to keep unattached uploads for 2 s removes those (and their bytes, unless an attached
 upload shares them); attached ones stay, and the quota counts only what stays.
 
+A profile photo (an image upload of the user's) is anyone's to download, its thumbnails too; a
+group's photo its members'; neither a PDF nor another's upload may be one; only a group's owner
+sets its photo. A photo replaced is its uploader's again, and the sweeper removes it.
+
 With a PostgreSQL URL as the second argument, the nodes use it as their store, and the
 gateways keep uploads' bytes in it (what is kept is then read with psql).
 
@@ -372,6 +376,52 @@ def main():
     status, _, body = curl("gateway-1", f"/v1/media/{later_id}", token=stranger)
     check(status == 200 and body == later, "a member does", status)
 
+    print("photos")
+    _, dan = call("POST", g1, "/v1/users", {"handle": "dan", "password": "correct horse", "displayName": "Dan"}, context=context)
+    avatar_bytes, second_bytes, group_bytes = png(300, 300, seed=21), png(300, 300, seed=22), png(400, 300, seed=23)
+    _, avatar = upload("gateway-1", write("avatar.png", avatar_bytes), "image/png", token)
+    _, second_avatar = upload("gateway-2", write("avatar2.png", second_bytes), "image/png", token)
+    _, group_photo = upload("gateway-1", write("group.png", group_bytes), "image/png", token)
+    _, dans_image = upload("gateway-1", write("dans.png", png(50, 50, seed=24)), "image/png", dan["token"])
+    avatar_id, second_id, group_photo_id = avatar["media"]["id"], second_avatar["media"]["id"], group_photo["media"]["id"]
+    status, _, _ = curl("gateway-2", f"/v1/media/{avatar_id}", token=dan["token"])
+    check(status == 404, "an upload is its uploader's alone before it is a photo", status)
+    status, reply = call("PUT", g1, "/v1/users/me/avatar", {"mediaId": doc["media"]["id"]}, token=token, context=context)
+    check(status == 400 and doc["media"]["id"] in reply["error"]["message"], "a PDF cannot be a profile photo: 400 naming it", f"{status} {reply}")
+    status, reply = call("PUT", g1, "/v1/users/me/avatar", {"mediaId": dans_image["media"]["id"]}, token=token, context=context)
+    check(status == 400, "nor someone else's image: 400", f"{status} {reply}")
+    call("PATCH", g1, "/v1/users/me", {"avatarURL": "https://example.com/alice.png"}, token=token, context=context)
+    status, me = call("PUT", g2, "/v1/users/me/avatar", {"mediaId": avatar_id}, token=token, context=context)
+    check(status == 200 and me.get("avatar", {}).get("id") == avatar_id and "avatarURL" not in me,
+          "PUT /v1/users/me/avatar: the user with the upload as avatar, and no avatarURL", f"{status} {me}")
+    status, found = call("GET", g2, f"/v1/users?ids={alice['user']['id']}", token=dan["token"], context=context)
+    check(status == 200 and found["users"][0].get("avatar", {}).get("id") == avatar_id, "a lookup shows it", f"{status} {found}")
+    status, _, body = curl("gateway-2", f"/v1/media/{avatar_id}", token=dan["token"])
+    check(status == 200 and body == avatar_bytes, "a stranger downloads a profile photo", status)
+    status, _, body = curl("gateway-1", f"/v1/media/{avatar_id}/thumbnail?size=160", token=dan["token"], http="--http1.1")
+    check(status == 200 and jpeg_size(body) == (160, 160), "and its small thumbnail, over HTTP/1.1 too", f"{status} {jpeg_size(body)}")
+    status, reply = call("PUT", g1, f"/v1/conversations/{group_id}/photo", {"mediaId": group_photo_id}, token=stranger, context=context)
+    check(status == 403, "a member who does not own the group cannot set its photo: 403", f"{status} {reply}")
+    status, reply = call("PUT", g1, f"/v1/conversations/{group_id}/photo", {"mediaId": group_photo_id}, token=dan["token"], context=context)
+    check(status == 404, "a stranger to the group: 404", f"{status} {reply}")
+    status, changed = call("PUT", g2, f"/v1/conversations/{group_id}/photo", {"mediaId": group_photo_id}, token=token, context=context)
+    check(status == 200 and changed.get("photo", {}).get("id") == group_photo_id, "the owner sets the group's photo", f"{status} {changed}")
+    status, seen = call("GET", g1, f"/v1/conversations/{group_id}", token=stranger, context=context)
+    check(status == 200 and seen.get("photo", {}).get("id") == group_photo_id, "a member sees it on the conversation", f"{status} {seen}")
+    status, _, body = curl("gateway-1", f"/v1/media/{group_photo_id}/thumbnail?size=320", token=stranger)
+    check(status == 200 and jpeg_size(body) == (320, 240), "and downloads its thumbnail", f"{status} {jpeg_size(body)}")
+    for path in [f"/v1/media/{group_photo_id}", f"/v1/media/{group_photo_id}/thumbnail?size=160"]:
+        status, _, _ = curl("gateway-2", path, token=dan["token"])
+        check(status == 404, f"a non-member gets 404 for {path.split('?')[0].replace(group_photo_id, 'ID')}", status)
+    status, _, _ = curl("gateway-1", f"/v1/media/{group_photo_id}", token=carol["token"])
+    check(status == 404, "so does a member removed before", status)
+    status, me = call("PUT", g1, "/v1/users/me/avatar", {"mediaId": second_id}, token=token, context=context)
+    check(status == 200 and me.get("avatar", {}).get("id") == second_id, "another photo replaces the avatar", f"{status} {me}")
+    status, _, _ = curl("gateway-2", f"/v1/media/{avatar_id}", token=dan["token"])
+    check(status == 404, "the photo replaced is no longer the stranger's to download", status)
+    status, _, body = curl("gateway-2", f"/v1/media/{second_id}", token=dan["token"])
+    check(status == 200 and body == second_bytes, "the new one is", status)
+
     print("location")
     located = exif_jpeg()
     status, reply_located = upload("gateway-1", write("located.jpg", located), "image/jpeg", token)
@@ -405,7 +455,8 @@ def main():
                              f"https://localhost:{g1}/v1/media"], capture_output=True, text=True)
     code, sent = (result.stdout.split() + ["0", "0"])[:2]
     check(code == "413" and int(float(sent)) < len(huge) // 2, f"over the limit ({LIMIT} bytes): 413 before the body is sent", result.stdout)
-    kept = sorted([digest, broken_digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"], *located_kept])
+    photos = [hashlib.sha256(data).hexdigest() for data in [avatar_bytes, second_bytes, group_bytes]] + [dans_image["media"]["sha256"]]
+    kept = sorted([digest, broken_digest, hashlib.sha256(pdf).hexdigest(), reply_located["media"]["sha256"], after["media"]["sha256"], *located_kept, *photos])
     check(leftovers() == [] and blobs() == kept, "nothing refused was kept", (leftovers(), blobs()))
 
     print("cut off")
@@ -532,6 +583,13 @@ def main():
     status, reply = upload("gateway-2", big_path, "image/png", token)
     check(status == 201, "the removed uploads no longer count against the quota", f"{status} {reply}")
     check(nodes.logged("gateway-2", b"removed uploads never attached to a message"), "the sweep is logged")
+    check(wait_until(30, lambda: curl("gateway-2", f"/v1/media/{avatar_id}", token=token)[0] == 404)
+          and wait_until(10, lambda: hashlib.sha256(avatar_bytes).hexdigest() not in blobs()),
+          "a replaced profile photo is swept with its bytes, however young", blobs())
+    status, _, body = curl("gateway-2", f"/v1/media/{second_id}", token=dan["token"])
+    check(status == 200 and body == second_bytes, "the profile photo now stays", status)
+    status, _, body = curl("gateway-2", f"/v1/media/{group_photo_id}", token=stranger)
+    check(status == 200 and body == group_bytes, "and so does the group's", status)
 
 
 if __name__ == "__main__":

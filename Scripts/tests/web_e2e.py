@@ -28,6 +28,7 @@ the work directory).
 Every process it starts is recorded and stopped by its PID (WebDriver ends its browsers).
 """
 import http.client
+import json
 import os
 import shutil
 import ssl
@@ -297,6 +298,23 @@ def main():
           "Bob attaches a photo; Alice's page shows its thumbnail, fetched with her token")
     shot(alice, "photo")
 
+    print("profile photos")
+    face = os.path.join(WORK, "face.png")
+    with open(face, "wb") as f:
+        f.write(png(96, 96, seed=3))
+    el(bob, "open-settings").click()
+    el(bob, "avatar-file").send_keys(face)
+    check(wait_until(15, lambda: "profile photo was changed" in el(bob, "settings-result").text), "Bob chooses a profile photo in his settings",
+          el(bob, "settings-result").text + el(bob, "settings-error").text)
+    el(bob, "close-settings").click()
+
+    def pictured(title, width):
+        return ("return (() => { const li = [...document.querySelectorAll('#conversations li')].find(li => li.querySelector('.name').textContent === "
+                f"{json.dumps(title)}); const img = li?.querySelector('.avatar img'); "
+                f"return !!img && img.src.startsWith('blob:') && img.complete && img.naturalWidth === {width} }})()")
+    check(wait_until(15, lambda: alice.execute_script(pictured("Bob", 96))), "Alice's page shows it beside his chat, live (a user event)")
+    check(wait_until(5, lambda: bob.execute_script("return !!document.querySelector('#me-avatar img')")), "and his own page beside his name")
+
     print("a group")
     el(alice, "new-group-name").send_keys("trip")
     el(alice, "new-group-handles").send_keys("bob")
@@ -315,6 +333,12 @@ def main():
     name.send_keys("summer trip")
     name.send_keys(Keys.ENTER)
     check(wait_until(15, lambda: el(bob, "conversation-name").text == "summer trip"), "she renames it; Bob's page shows the new name")
+    group_picture = os.path.join(WORK, "group.png")
+    with open(group_picture, "wb") as f:
+        f.write(png(80, 60, seed=9))
+    el(alice, "group-photo").send_keys(group_picture)
+    check(wait_until(15, lambda: bob.execute_script(pictured("summer trip", 80))), "she gives the group a photo; Bob's list shows it, live")
+    check(not bob.execute_script("return document.getElementById('group-photo-row').offsetParent !== null"), "only the owner is offered to change it")
     call("POST", nodes.client["gateway-1"], "/v1/users", {"handle": "carol", "password": "correct horse battery", "displayName": "Carol"}, context=context)
     el(alice, "add-member-handle").send_keys("carol")
     el(alice, "add-member-handle").send_keys(Keys.ENTER)

@@ -204,6 +204,13 @@ public final class ParleyClient: Sendable {
         try await call(.PATCH, "/v1/users/me", body: API.ProfileChange(displayName: displayName, avatarURL: avatarURL))
     }
 
+    /// Makes an image upload of this user's their profile photo (nil: removes it, and any
+    /// `avatarURL`). Everyone signed in may download it while it is.
+    public func setAvatar(_ media: MediaID?) async throws -> User {
+        if let media { return try await call(.PUT, "/v1/users/me/avatar", body: API.PhotoChange(mediaId: media)) }
+        return try await call(.DELETE, "/v1/users/me/avatar")
+    }
+
     // MARK: Devices
 
     /// Registers this device for push notifications as this login's (`topic`: the app's bundle
@@ -266,6 +273,13 @@ public final class ParleyClient: Sendable {
 
     public func rename(_ id: ConversationID, to name: String) async throws -> API.Conversation {
         try await call(.PATCH, "/v1/conversations/\(Self.query(id.rawValue))", body: API.Rename(name: name))
+    }
+
+    /// Makes an image upload of this user's the group's photo (nil: removes it); its owner only.
+    public func setPhoto(_ media: MediaID?, of id: ConversationID) async throws -> API.Conversation {
+        let path = "/v1/conversations/\(Self.query(id.rawValue))/photo"
+        if let media { return try await call(.PUT, path, body: API.PhotoChange(mediaId: media)) }
+        return try await call(.DELETE, path)
     }
 
     /// Mutes a conversation (no push notifications for its messages on this user's devices) or unmutes it.

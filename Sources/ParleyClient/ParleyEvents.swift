@@ -13,6 +13,9 @@ public enum ParleyEvent: Sendable, Hashable {
     case conversation(API.ConversationEvent)
     case typing(API.TypingEvent)
     case presence(Presence)
+    /// A user whose name or photo changed: this one, or one who shares a conversation with them
+    /// (live only: after a reconnect, read again the users shown).
+    case user(User)
     /// A bot annotated a message (`message_annotated`).
     case annotation(Annotation)
     /// A message was erased (`message_erased`): its tombstone, which replaces it.
@@ -189,6 +192,7 @@ extension ParleyClient {
         case "conversation": return (try? decoder.decode(API.ConversationEvent.self, from: data)).map { .conversation($0) }
         case "typing": return (try? decoder.decode(API.TypingEvent.self, from: data)).map { .typing($0) }
         case "presence": return (try? decoder.decode(API.PresenceEvent.self, from: data)).map { .presence($0.presence) }
+        case "user": return (try? decoder.decode(API.UserEvent.self, from: data)).map { .user($0.user) }
         case "message_annotated": return (try? decoder.decode(API.AnnotationEvent.self, from: data)).map { .annotation($0.annotation) }
         case "message_erased": return (try? decoder.decode(API.MessageEvent.self, from: data)).map { .erased($0.message) }
         case let name? where MessageChange.Kind(eventName: name) != nil:

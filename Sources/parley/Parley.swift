@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Unread.self, Conversations.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Unread.self, Avatar.self, Conversations.self, GroupPhoto.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -612,20 +612,74 @@ struct Send: AsyncParsableCommand {
         try await withClient(connection) { client, _ in
             var attachments: [API.NewAttachment] = []
             for file in files {
-                let url = URL(fileURLWithPath: file)
-                let head = try FileHandle(forReadingFrom: url).read(upToCount: MediaSniffing.headLength) ?? Data()
-                guard let type = MediaSniffing.contentType(of: Array(head)) else {
-                    throw ValidationError("\(file) is none of the types an upload may have (\(MediaSniffing.contentTypes.sorted().joined(separator: ", ")))")
-                }
-                let media = try await client.upload(file: url, contentType: type)
-                if !connection.json { print("uploaded \(file): \(media.id) (\(type), \(media.size) bytes)") }
-                attachments.append(API.NewAttachment(mediaId: media.id))
+                attachments.append(API.NewAttachment(mediaId: try await upload(file, with: client, connection: connection).id))
             }
             let message = try await client.send(
                 text.joined(separator: " "), attachments: attachments.isEmpty ? nil : attachments, replyTo: replyTo,
                 mentions: mentions.isEmpty ? nil : mentions.map(UserID.init(rawValue:)), to: ConversationID(rawValue: conversation),
                 clientMessageId: clientMessageId ?? ClientMessageID.make())
             connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
+        }
+    }
+}
+
+/// Uploads a file, its type read from its first bytes.
+func upload(_ file: String, with client: ParleyClient, connection: Connection) async throws -> Media {
+    let url = URL(fileURLWithPath: file)
+    let head = try FileHandle(forReadingFrom: url).read(upToCount: MediaSniffing.headLength) ?? Data()
+    guard let type = MediaSniffing.contentType(of: Array(head)) else {
+        throw ValidationError("\(file) is none of the types an upload may have (\(MediaSniffing.contentTypes.sorted().joined(separator: ", ")))")
+    }
+    let media = try await client.upload(file: url, contentType: type)
+    if !connection.json { print("uploaded \(file): \(media.id) (\(type), \(media.size) bytes)") }
+    return media
+}
+
+/// The image file a photo is set from, or `--remove`: one of the two.
+struct PhotoSource: ParsableArguments {
+    @Argument(help: "An image file (JPEG, PNG, GIF, WebP or HEIC); its location is removed when it is uploaded.") var file: String?
+    @Flag(help: "Remove the photo instead.") var remove = false
+
+    func validate() throws {
+        if (file == nil) == !remove { throw ValidationError("give an image file, or --remove") }
+    }
+
+    /// The upload to set (uploaded now), or nil to remove.
+    func media(with client: ParleyClient, connection: Connection) async throws -> MediaID? {
+        guard let file else { return nil }
+        let media = try await upload(file, with: client, connection: connection)
+        guard media.isImage else { throw ValidationError("\(file) is \(media.contentType), not an image") }
+        return media.id
+    }
+}
+
+struct Avatar: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Set your profile photo from an image file, or remove it with --remove.",
+        discussion: "Everyone signed in may see it, as a thumbnail (GET /v1/media/ID/thumbnail?size=160) or whole. It replaces an avatarURL; --remove removes either.")
+    @OptionGroup var source: PhotoSource
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let user = try await client.setAvatar(try await source.media(with: client, connection: connection))
+            connection.print(user) { user.avatar.map { "your profile photo is \($0.id)" } ?? "you have no profile photo" }
+        }
+    }
+}
+
+struct GroupPhoto: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "photo", abstract: "Set a group's photo from an image file (its owner only), or remove it with --remove.",
+        discussion: "The group's members may see it; they hear of the change as of a rename.")
+    @Argument(help: "The group's ID (c_…).") var conversation: String
+    @OptionGroup var source: PhotoSource
+    @OptionGroup var connection: Connection
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let record = try await client.setPhoto(try await source.media(with: client, connection: connection), of: ConversationID(rawValue: conversation))
+            connection.print(record) { record.photo.map { "the group's photo is \($0.id)" } ?? "the group has no photo" }
         }
     }
 }
@@ -852,6 +906,10 @@ struct Tail: AsyncParsableCommand {
         case .typing(let typing):
             connection.print(["event": "typing", "conversationId": typing.conversationId.rawValue, "userId": typing.userId.rawValue, "typing": "\(typing.typing)"]) {
                 "[\(typing.conversationId)] \(typing.userId) \(typing.typing ? "is typing…" : "stopped typing")"
+            }
+        case .user(let user):
+            connection.print(["event": "user", "userId": user.id.rawValue, "displayName": user.displayName, "avatar": user.avatar?.id.rawValue ?? ""]) {
+                "\(user.id) is now \(user.displayName)" + (user.avatar.map { " (photo \($0.id))" } ?? "")
             }
         case .presence(let presence):
             connection.print(["event": "presence", "userId": presence.userId.rawValue, "status": presence.status.rawValue]) {

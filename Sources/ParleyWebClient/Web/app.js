@@ -18,6 +18,7 @@ const state = {
   blocked: new Set(), // IDs of the users this user blocked
   stream: null,
   outbox: null,
+  wasLive: false, // whether the stream was live before: a reconnect reads the users shown again
 };
 
 // ---- signing in and out ----
@@ -84,6 +85,63 @@ $('open-settings').addEventListener('click', async () => {
   $('settings').showModal();
   await renderSessions();
 });
+
+// ---- the profile photo ----
+
+function renderMe() {
+  localStorage.setItem('parley.me', JSON.stringify(state.me));
+  state.users.set(state.me.id, state.me);
+  $('me-avatar').replaceWith(Object.assign(avatar(state.me.avatar, state.me.avatarURL, state.me.displayName), { id: 'me-avatar' }));
+  $('me').textContent = state.me.displayName;
+  $('avatar-preview').replaceWith(Object.assign(avatar(state.me.avatar, state.me.avatarURL, state.me.displayName, { size: 320, large: true }), { id: 'avatar-preview' }));
+  $('avatar-remove').hidden = !state.me.avatar && !state.me.avatarURL;
+}
+
+// An image file uploaded, then made a photo by `use` (the upload's ID); what went wrong is shown
+// in `errorId`.
+async function setPhoto(input, errorId, use) {
+  const [file] = input.files;
+  input.value = '';
+  if (!file) return;
+  $(errorId).textContent = '';
+  try {
+    const { media } = await api.request('POST', '/v1/media', file);
+    await use(media.id);
+  } catch (error) {
+    $(errorId).textContent = error.message;
+  }
+}
+
+$('avatar-file').addEventListener('change', () => setPhoto($('avatar-file'), 'settings-error', async (mediaId) => {
+  state.me = await api.put('/v1/users/me/avatar', { mediaId });
+  renderMe();
+  $('settings-result').textContent = 'Your profile photo was changed.';
+}));
+$('avatar-remove').addEventListener('click', async () => {
+  try {
+    state.me = await api.delete('/v1/users/me/avatar');
+    renderMe();
+  } catch (error) {
+    $('settings-error').textContent = error.message;
+  }
+});
+$('group-photo').addEventListener('change', () => setPhoto($('group-photo'), 'conversation-error', (mediaId) =>
+  act(() => api.put(`/v1/conversations/${state.current}/photo`, { mediaId }))));
+$('group-photo-remove').addEventListener('click', () => act(() => api.delete(`/v1/conversations/${state.current}/photo`)));
+
+// Names and photos change while a stream is away, and are not replayed: the users shown are read
+// again, 100 to a request.
+async function refreshUsers() {
+  const ids = [...state.users.keys()].filter((id) => !(state.users.get(id) instanceof Promise));
+  for (let i = 0; i < ids.length; i += 100) {
+    const reply = await api.get(`/v1/users?ids=${ids.slice(i, i + 100).join(',')}`).catch(() => null);
+    for (const found of reply?.users ?? []) state.users.set(found.id, found);
+  }
+  const me = state.users.get(state.me.id);
+  if (me) { state.me = me; renderMe(); }
+  renderList();
+  if (state.current) renderConversation();
+}
 
 async function renderSessions() {
   const list = $('sessions');
@@ -185,9 +243,7 @@ $('delete-account-form').addEventListener('submit', async (event) => {
 });
 
 async function start() {
-  localStorage.setItem('parley.me', JSON.stringify(state.me));
-  state.users.set(state.me.id, state.me);
-  $('me').textContent = state.me.displayName;
+  renderMe();
   $('app').hidden = false;
   state.outbox = await Outbox.open(state.me.id);
   for (const entry of await state.outbox.all()) pendingIn(entry.conversationId).push(entry);
@@ -247,6 +303,31 @@ function user(id) {
 }
 
 const nameOf = (id) => { const found = user(id); return found?.deleted ? 'Deleted account' : found?.displayName ?? '…'; };
+
+// A round picture: the photo's small thumbnail, else a picture kept elsewhere, else an initial.
+function avatar(photo, url, label, { size = 160, large = false } = {}) {
+  const holder = document.createElement('span');
+  holder.className = large ? 'avatar large' : 'avatar';
+  holder.setAttribute('aria-hidden', 'true');
+  holder.textContent = (label ?? '').trim().charAt(0).toUpperCase();
+  const img = document.createElement('img');
+  img.alt = '';
+  if (photo) {
+    thumbnail(photo.id, size).then((src) => { if (src) { img.src = src; holder.replaceChildren(img); } });
+  } else if (url) {
+    img.src = url;
+    img.referrerPolicy = 'no-referrer';
+    img.addEventListener('load', () => holder.replaceChildren(img));
+  }
+  holder.dataset.photo = photo?.id ?? '';
+  return holder;
+}
+
+function avatarOf(conversation) {
+  if (conversation.kind === 'group') return avatar(conversation.photo, null, titleOf(conversation));
+  const other = user(others(conversation)[0]?.userId);
+  return avatar(other?.deleted ? null : other?.avatar, other?.deleted ? null : other?.avatarURL, titleOf(conversation));
+}
 const others = (conversation) => conversation.members.filter((member) => member.userId !== state.me.id);
 
 function titleOf(conversation) {
@@ -299,7 +380,7 @@ function renderList() {
     last.className = 'last';
     last.textContent = summaryOf(conversation.lastMessage);
     summary.append(name, last);
-    item.append(dot, summary);
+    item.append(avatarOf(conversation), dot, summary);
     if (conversation.unreadCount > 0) {
       const unread = document.createElement('span');
       unread.className = 'unread';
@@ -475,6 +556,7 @@ function renderConversation({ toBottom = false } = {}) {
   if (!conversation) return;
   const stick = toBottom || atBottom();
   $('conversation-name').textContent = titleOf(conversation);
+  $('conversation-avatar').replaceWith(Object.assign(avatarOf(conversation), { id: 'conversation-avatar' }));
   $('conversation-status').textContent = statusText(conversation);
   $('info').hidden = conversation.kind !== 'group';
   const other = conversation.kind === 'direct' ? others(conversation)[0]?.userId : null;
@@ -800,16 +882,21 @@ function renderAdded(conversation, message) {
 
 // Photos need the token, which an <img src> cannot send: each is fetched and shown from a blob.
 const thumbnails = new Map();
+function thumbnail(mediaId, size) {
+  const key = `${mediaId}.${size}`;
+  if (!thumbnails.has(key)) {
+    thumbnails.set(key, api.request('GET', `/v1/media/${mediaId}/thumbnail?size=${size}`, undefined, { raw: true })
+      .then((response) => response.blob()).then((blob) => URL.createObjectURL(blob))
+      .catch(() => { thumbnails.delete(key); return null; }));
+  }
+  return thumbnails.get(key);
+}
+
 function image(mediaId, label) {
   const img = document.createElement('img');
   img.alt = label;
   img.tabIndex = 0;
-  if (!thumbnails.has(mediaId)) {
-    thumbnails.set(mediaId, api.request('GET', `/v1/media/${mediaId}/thumbnail?size=320`, undefined, { raw: true })
-      .then((response) => response.blob()).then((blob) => URL.createObjectURL(blob))
-      .catch(() => { thumbnails.delete(mediaId); return null; }));
-  }
-  thumbnails.get(mediaId).then((url) => { if (url) img.src = url; });
+  thumbnail(mediaId, 320).then((url) => { if (url) img.src = url; });
   // A photo that loads at the bottom of the list keeps the list at its bottom.
   img.addEventListener('load', () => {
     const list = $('messages');
@@ -891,10 +978,14 @@ $('info').addEventListener('click', () => {
 
 function renderMembers(conversation) {
   if (conversation.kind !== 'group') return;
+  const owner = conversation.members.some((m) => m.userId === state.me.id && m.role === 'owner');
+  $('group-photo-row').hidden = !owner;
+  $('group-photo-remove').hidden = !conversation.photo;
   if (document.activeElement !== $('rename-name')) $('rename-name').value = conversation.name ?? '';
   $('members').replaceChildren(...conversation.members.map((member) => {
     const item = document.createElement('li');
-    item.append(`${nameOf(member.userId)}${member.role === 'owner' ? ' (owner)' : ''} `);
+    const known = user(member.userId);
+    item.append(avatar(known?.avatar, known?.avatarURL, nameOf(member.userId)), ` ${nameOf(member.userId)}${member.role === 'owner' ? ' (owner)' : ''} `);
     const remove = document.createElement('button');
     remove.type = 'button';
     remove.textContent = member.userId === state.me.id ? 'Leave' : 'Remove';
@@ -1076,7 +1167,7 @@ function addMessage(conversation, message) {
 function onState(status) {
   const text = { connecting: 'connecting…', reconnecting: 'reconnecting…', offline: 'offline', live: '', unauthorized: 'signed out' }[status];
   $('connection').textContent = text ?? '';
-  if (status === 'live') flush();
+  if (status === 'live') { flush(); if (state.wasLive) refreshUsers(); state.wasLive = true; }
   if (status === 'unauthorized') {
     localStorage.removeItem('parley.token');
     location.reload();
@@ -1156,6 +1247,13 @@ async function onEvent({ type, data }) {
       renderStatus();
       break;
     }
+    case 'user':
+      // Someone's name or photo changed: live only, so a reconnect reads the users again.
+      state.users.set(data.user.id, data.user);
+      if (data.user.id === state.me.id) { state.me = data.user; renderMe(); }
+      renderList();
+      if (state.current) renderConversation();
+      break;
     case 'presence':
       state.presence.set(data.presence.userId, data.presence);
       renderStatus();
