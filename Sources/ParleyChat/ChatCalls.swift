@@ -14,10 +14,14 @@ public struct SendMessage: Codable, Sendable, Hashable {
     public var replyTo: Int64?
     /// The members it mentions, as the sender named them.
     public var mentions: [UserID]
+    /// The app's own fields, kept with the message as they are.
+    public var metadata: Metadata?
 
     public init(
-        senderId: UserID, clientMessageId: String, text: String, attachments: [Attachment] = [], replyTo: Int64? = nil, mentions: [UserID] = []
+        senderId: UserID, clientMessageId: String, text: String, attachments: [Attachment] = [], replyTo: Int64? = nil, mentions: [UserID] = [],
+        metadata: Metadata? = nil
     ) {
+        self.metadata = metadata?.orNilWhenEmpty
         self.senderId = senderId
         self.clientMessageId = clientMessageId
         self.text = text
@@ -139,6 +143,7 @@ extension SendMessage {
     func validate(limits: ChatLimits) throws(ChatError) {
         try Self.validate(clientMessageId: clientMessageId, text: text, captions: attachments.map(\.caption), limits: limits)
         try Self.validate(replyTo: replyTo, mentions: mentions, by: senderId)
+        try metadata?.validate(field: "metadata")
     }
 
     /// A send's reply and mentions, before the conversation is asked: a gateway checks them too.

@@ -399,7 +399,7 @@ public distributed actor ConversationActor {
         let append = AppendRequest(
             conversationId: current.id, epoch: epoch, senderId: request.senderId,
             clientMessageId: request.clientMessageId.lowercased(), text: request.text, sentAt: sentAt,
-            attachments: request.attachments.isEmpty ? nil : request.attachments, replyTo: quote, mentions: mentions)
+            attachments: request.attachments.isEmpty ? nil : request.attachments, replyTo: quote, mentions: mentions, metadata: request.metadata)
         let outcome: AppendOutcome
         do {
             outcome = try await services.committer.append(append)
@@ -787,14 +787,20 @@ public distributed actor ConversationActor {
         fanOut?.publish(.conversation(ConversationChange(conversation: try state.record, change: .memberRemoved, at: at)), members: memberIDs + [member])
     }
 
-    /// Renames a group (any member may).
-    public distributed func rename(_ name: String, by user: UserID) async throws -> ConversationRecord {
-        try state.validateRename(name, by: user)
+    /// `PATCH /v1/conversations/{id}`: renames a group (any member may), changes the app's
+    /// fields (the group's owner, either member of a direct conversation); what is given.
+    public distributed func change(name: String?, metadata: Metadata?, by user: UserID) async throws -> ConversationRecord {
+        guard name != nil || metadata != nil else { throw ChatError(.invalidRequest, "give a name, metadata or both") }
+        if let name { try state.validateRename(name, by: user) }
+        if let metadata { try state.validateMetadataChange(metadata, by: user) }
         let conversation = try state.id
         let at = actorSystem.clock.wallNow.millisecondPrecision
-        try await fencedWrite { try await $0.renameConversation(conversation, name: name, epoch: epoch, at: at) }
-        try update { $0.renamed(name) }
-        fanOut?.pushes?.renamed(name)
+        try await fencedWrite { try await $0.updateConversation(conversation, name: name, metadata: metadata, epoch: epoch, at: at) }
+        try update { state in
+            if let name { state.renamed(name) }
+            if let metadata { state.metadataChanged(metadata.orNilWhenEmpty) }
+        }
+        if let name { fanOut?.pushes?.renamed(name) }
         let record = try state.record
         webhooks?.record(.updated(record, at: at), record: record)
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
@@ -826,6 +832,24 @@ public distributed actor ConversationActor {
         let record = try state.record
         webhooks?.record(.updated(record, at: at), record: record)
         fanOut?.publish(.conversation(ConversationChange(conversation: record, change: .updated, at: at)), members: memberIDs)
+        return record
+    }
+
+    /// `PUT /v1/conversations/{id}/settings` with `metadata`: the member's own fields for this
+    /// conversation. Their streams hear nothing (no one else sees them); webhooks, which bots
+    /// read, are told the conversation changed.
+    public distributed func setMemberMetadata(_ metadata: Metadata, by user: UserID) async throws -> ConversationRecord {
+        _ = try state.requireMember(user)
+        try metadata.validate(field: "metadata")
+        let conversation = try state.id
+        let stored = metadata.orNilWhenEmpty
+        guard try state.record.member(user)?.metadata != stored else { return try state.record }
+        var member = true
+        try await fencedWrite { member = try await $0.setMemberMetadata(stored, for: user, in: conversation, epoch: epoch) }
+        guard member else { throw ChatError(.notFound, "conversation not found") }
+        try update { $0.memberMetadataChanged(stored, for: user) }
+        let record = try state.record
+        webhooks?.record(.updated(record, at: actorSystem.clock.wallNow.millisecondPrecision), record: record)
         return record
     }
 

@@ -151,11 +151,27 @@ public struct ConversationState: Sendable {
         record.name = name
     }
 
+    /// Who may change the app's fields of a conversation: a group's owner, either member of a
+    /// direct conversation; and what they may be.
+    public func validateMetadataChange(_ metadata: Metadata, by actor: UserID) throws(ChatError) {
+        let acting = try requireMember(actor)
+        guard record.kind == .direct || acting.role == .owner else { throw ChatError(.forbidden, "only the group's owner may change its metadata") }
+        try metadata.validate(field: "metadata")
+    }
+
     /// Who may change a group's photo: its owner (a direct conversation has none).
     public func validatePhotoChange(by actor: UserID) throws(ChatError) {
         let acting = try requireMember(actor)
         guard record.kind == .group else { throw ChatError(.forbidden, "a direct conversation has no photo") }
         guard acting.role == .owner else { throw ChatError(.forbidden, "only the group's owner may change its photo") }
+    }
+
+    public mutating func metadataChanged(_ metadata: Metadata?) {
+        record.metadata = metadata
+    }
+
+    public mutating func memberMetadataChanged(_ metadata: Metadata?, for user: UserID) {
+        if let index = record.members.firstIndex(where: { $0.userId == user }) { record.members[index].metadata = metadata }
     }
 
     public mutating func photoChanged(_ photo: Media?) {

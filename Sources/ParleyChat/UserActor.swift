@@ -107,9 +107,21 @@ public distributed actor UserActor {
         return profile
     }
 
-    /// `PATCH /v1/users/me`: changes what is given.
-    public distributed func updateProfile(displayName: String?, avatarURL: String?) async throws -> User {
+    /// `GET /v1/users/me`: this user as only they see it, with their private fields.
+    public distributed func me() async throws -> User {
+        var me = try requireProfile()
+        let id = me.id
+        me.privateMetadata = try await services.withStore { try await $0.privateMetadata(of: id) }
+        return me
+    }
+
+    /// `PATCH /v1/users/me`: changes what is given; answers the user as ``me()`` does.
+    public distributed func updateProfile(
+        displayName: String?, avatarURL: String?, metadata: Metadata? = nil, privateMetadata: Metadata? = nil
+    ) async throws -> User {
         try requireProfile()
+        try metadata?.validate(field: "metadata")
+        try privateMetadata?.validate(field: "privateMetadata")
         if let displayName {
             guard (1...64).contains(displayName.count) else { throw ChatError(.invalidRequest, "displayName must be 1–64 characters") }
             try StoredText.require(displayName, field: "displayName")
@@ -122,10 +134,16 @@ public distributed actor UserActor {
             try StoredText.require(avatarURL, field: "avatarURL")
         }
         let (me, at) = (UserID(rawValue: id.key), actorSystem.clock.wallNow)
-        let updated = try await services.withStore { try await $0.updateProfile(of: me, displayName: displayName, avatarURL: avatarURL, at: at) }
+        let updated = try await services.withStore {
+            try await $0.updateProfile(of: me, displayName: displayName, avatarURL: avatarURL, metadata: metadata, privateMetadata: privateMetadata, at: at)
+        }
         guard let updated else { throw ChatError(.notFound, "user not found") }
-        profileChanged(to: updated)
-        return updated
+        if displayName != nil || avatarURL != nil || metadata != nil {
+            profileChanged(to: updated)
+        } else {
+            profile = updated
+        }
+        return try await self.me()
     }
 
     /// `PUT /v1/users/me/avatar` (or `DELETE`, nil): an image upload of this user's becomes their

@@ -44,7 +44,9 @@ public enum WebhookEvent: Sendable, Hashable {
         case .message(let message): fact = "\(message.seq)"
         case .membersAdded(let users, let record, _): fact = "\(users.map(\.rawValue).sorted())\(Self.memberList(record)) #\(change)"
         case .memberRemoved(let user, let record, _): fact = "\(user.rawValue)\(Self.memberList(record)) #\(change)"
-        case .updated(let record, _): fact = "\(record.name ?? "")\(record.photo.map { " photo \($0.id.rawValue)" } ?? "")\(Self.memberList(record)) #\(change)"
+        case .updated(let record, _):
+            fact = "\(record.name ?? "")\(record.photo.map { " photo \($0.id.rawValue)" } ?? "")\(WebhookTold.fieldsDigest(of: record).map { " fields \($0)" } ?? "")"
+                + "\(Self.memberList(record)) #\(change)"
         case .receipt(let receipt, _): fact = "\(receipt.userId.rawValue) \(receipt.deliveredSeq) \(receipt.readSeq)"
         case .erased(let erasure): fact = "\(erasure.message.seq)"
         case .changed(let change): fact = "\(change.changeSeq)"
@@ -116,6 +118,9 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     public var name: String?
     /// The group's photo told of.
     public var photo: MediaID?
+    /// A digest of the apps' fields told of, the conversation's and its members' (``fieldsDigest(of:)``);
+    /// nil for none.
+    public var fields: String?
     /// The members told of, with the watermarks told.
     public var members: [Member]
 
@@ -134,6 +139,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         self.changeSeq = record.lastChangeSeq
         self.name = record.name
         self.photo = record.photo?.id
+        self.fields = Self.fieldsDigest(of: record)
         self.members = record.members.map { Member(userId: $0.userId, deliveredSeq: $0.deliveredSeq, readSeq: $0.readSeq) }
     }
 
@@ -147,7 +153,17 @@ public struct WebhookTold: Codable, Sendable, Hashable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case seq, changeSeq, name, photo, members, changes
+        case seq, changeSeq, name, photo, fields, members, changes
+    }
+
+    /// What the apps' fields of a conversation and its members are, in 32 hex digits: a cursor
+    /// holds this, not fields of up to 4 KiB per member. Nil when there are none.
+    static func fieldsDigest(of record: ConversationRecord) -> String? {
+        let members = record.members.filter { $0.metadata != nil }.sorted { $0.userId < $1.userId }
+        guard record.metadata != nil || !members.isEmpty else { return nil }
+        var text = record.metadata?.json ?? ""
+        for member in members { text += "\n\(member.userId.rawValue)=\(member.metadata?.json ?? "")" }
+        return SHA256.hash(data: Array(text.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
     }
 
     public init(from decoder: any Decoder) throws {
@@ -157,6 +173,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         changeSeq = try container.decodeIfPresent(Int64.self, forKey: .changeSeq) ?? 0
         name = try container.decodeIfPresent(String.self, forKey: .name)
         photo = try container.decodeIfPresent(MediaID.self, forKey: .photo)
+        fields = try container.decodeIfPresent(String.self, forKey: .fields)
         members = try container.decode([Member].self, forKey: .members)
         // Cursors stored before changes were counted count from 0.
         changes = try container.decodeIfPresent(Int.self, forKey: .changes) ?? 0
@@ -164,9 +181,9 @@ public struct WebhookTold: Codable, Sendable, Hashable {
 
     /// Moves what was told by `event`; a change of members, name or photo that changed them counts.
     mutating func apply(_ event: WebhookEvent) {
-        let before = (name, photo, members.map(\.userId))
+        let before = (name, photo, fields, members.map(\.userId))
         defer {
-            if name != before.0 || photo != before.1 || members.map(\.userId) != before.2 { changes += 1 }
+            if name != before.0 || photo != before.1 || fields != before.2 || members.map(\.userId) != before.3 { changes += 1 }
         }
         switch event {
         case .created(let record):
@@ -183,11 +200,14 @@ public struct WebhookTold: Codable, Sendable, Hashable {
                 let member = record.member(user)
                 members.append(Member(userId: user, deliveredSeq: member?.deliveredSeq ?? 0, readSeq: member?.readSeq ?? 0))
             }
-        case .memberRemoved(let user, _, _):
+            fields = Self.fieldsDigest(of: record)
+        case .memberRemoved(let user, let record, _):
             members.removeAll { $0.userId == user }
+            fields = Self.fieldsDigest(of: record)
         case .updated(let record, _):
             name = record.name
             photo = record.photo?.id
+            fields = Self.fieldsDigest(of: record)
         case .receipt(let receipt, _):
             guard let index = members.firstIndex(where: { $0.userId == receipt.userId }) else { return }
             members[index].deliveredSeq = max(members[index].deliveredSeq, receipt.deliveredSeq)
@@ -213,10 +233,11 @@ public struct WebhookTold: Codable, Sendable, Hashable {
             return WebhookTold(created: record)
         }()
         let at = now.millisecondPrecision
-        if told.name != record.name || told.photo != record.photo?.id {
+        if told.name != record.name || told.photo != record.photo?.id || told.fields != fieldsDigest(of: record) {
             items.append(.event(.updated(record, at: at)))
             told.name = record.name
             told.photo = record.photo?.id
+            told.fields = fieldsDigest(of: record)
         }
         let joined = record.members.map(\.userId).filter { user in !told.members.contains { $0.userId == user } }
         if !joined.isEmpty { items.append(.event(.membersAdded(joined, record, at: at))) }
@@ -252,7 +273,7 @@ public struct WebhookTold: Codable, Sendable, Hashable {
         case .message(let message): message.seq <= seq
         case .membersAdded(let users, _, _): users.allSatisfy { user in members.contains { $0.userId == user } }
         case .memberRemoved(let user, _, _): !members.contains { $0.userId == user }
-        case .updated(let record, _): record.name == name && record.photo?.id == photo
+        case .updated(let record, _): record.name == name && record.photo?.id == photo && Self.fieldsDigest(of: record) == fields
         case .receipt(let receipt, _):
             members.first { $0.userId == receipt.userId }.map { receipt.deliveredSeq <= $0.deliveredSeq && receipt.readSeq <= $0.readSeq } ?? true
         case .erased: false

@@ -15,6 +15,7 @@ extension SendMessage: ClusterWireCodable {
         wire.write(replyTo != nil)
         if let replyTo { wire.write(replyTo) }
         wire.write(mentions) { $0.write($1.rawValue) }
+        wire.write(metadata?.json ?? "")
     }
 
     public init(from wire: inout WireReader) throws {
@@ -23,6 +24,11 @@ extension SendMessage: ClusterWireCodable {
             attachments: try wire.readAttachments() ?? [])
         replyTo = try wire.read(Bool.self) ? try wire.read(Int64.self) : nil
         mentions = try wire.readList { UserID(rawValue: try $0.read(String.self)) }
+        let metadata = try wire.read(String.self)
+        if !metadata.isEmpty {
+            guard let read = Metadata(json: metadata) else { throw wire.corrupt("metadata that is no JSON object") }
+            self.metadata = read
+        }
     }
 }
 
@@ -80,8 +86,8 @@ extension WireWriter {
         write(message.text)
         write(message.sentAt.timeIntervalSinceReferenceDate.bitPattern)
         // What follows: 0, nothing; 1, the attachments (as ``write(attachments:)`` writes them);
-        // 2, the rest of a message that changed since it was sent, or that replies or mentions,
-        // in its Codable form (rare: a message read back from the store, a reply).
+        // 2, the rest of a message that changed since it was sent, or that replies, mentions or
+        // carries metadata, in its Codable form (rare: a message read back from the store, a reply).
         let rest = MessageRest(message)
         if rest.isChanged {
             write(UInt8(2))
@@ -145,6 +151,7 @@ private struct MessageRest: Codable {
     var reactions: [Reaction]?
     var replyTo: MessageQuote?
     var mentions: [UserID]?
+    var metadata: Metadata?
 
     init(_ message: Message) {
         attachments = message.attachments
@@ -155,11 +162,13 @@ private struct MessageRest: Codable {
         reactions = message.reactions
         replyTo = message.replyTo
         mentions = message.mentions
+        metadata = message.metadata
     }
 
     /// Whether the message differs from a plain one as sent (which the short form describes).
     var isChanged: Bool {
         editedAt != nil || erased != nil || deleted != nil || deletedBy != nil || reactions != nil || replyTo != nil || mentions != nil
+            || metadata != nil
     }
 
     func apply(to message: inout Message) {
@@ -171,5 +180,6 @@ private struct MessageRest: Codable {
         message.reactions = reactions
         message.replyTo = replyTo
         message.mentions = mentions
+        message.metadata = metadata
     }
 }

@@ -200,8 +200,14 @@ public final class ParleyClient: Sendable {
         return user
     }
 
-    public func updateProfile(displayName: String? = nil, avatarURL: String? = nil) async throws -> User {
-        try await call(.PATCH, "/v1/users/me", body: API.ProfileChange(displayName: displayName, avatarURL: avatarURL))
+    /// Changes what is given: `metadata` replaces the public fields every signed-in user reads,
+    /// `privateMetadata` those only this user reads (`Metadata([:])` removes them). Answers the
+    /// user as ``me()`` does, private fields included.
+    public func updateProfile(
+        displayName: String? = nil, avatarURL: String? = nil, metadata: Metadata? = nil, privateMetadata: Metadata? = nil
+    ) async throws -> User {
+        try await call(
+            .PATCH, "/v1/users/me", body: API.ProfileChange(displayName: displayName, avatarURL: avatarURL, metadata: metadata, privateMetadata: privateMetadata))
     }
 
     /// Makes an image upload of this user's their profile photo (nil: removes it, and any
@@ -275,6 +281,18 @@ public final class ParleyClient: Sendable {
         try await call(.PATCH, "/v1/conversations/\(Self.query(id.rawValue))", body: API.Rename(name: name))
     }
 
+    /// Replaces the conversation's app fields (`Metadata([:])` removes them): a group's owner,
+    /// either member of a direct conversation.
+    public func setMetadata(_ metadata: Metadata, of id: ConversationID) async throws -> API.Conversation {
+        try await call(.PATCH, "/v1/conversations/\(Self.query(id.rawValue))", body: API.Rename(metadata: metadata))
+    }
+
+    /// Replaces this member's own fields for the conversation (a translation language), which
+    /// only they and the conversation's bots read.
+    public func setMemberMetadata(_ metadata: Metadata, in id: ConversationID) async throws -> API.ConversationSettings {
+        try await call(.PUT, "/v1/conversations/\(Self.query(id.rawValue))/settings", body: API.ConversationSettings(metadata: metadata))
+    }
+
     /// Makes an image upload of this user's the group's photo (nil: removes it); its owner only.
     public func setPhoto(_ media: MediaID?, of id: ConversationID) async throws -> API.Conversation {
         let path = "/v1/conversations/\(Self.query(id.rawValue))/photo"
@@ -309,15 +327,17 @@ public final class ParleyClient: Sendable {
     /// stored once however many attempts it takes; it returns once the server acknowledged it
     /// (durable), or throws a non-retryable error, or after `sendRetryWindow`. `replyTo` is the
     /// seq of the message it replies to; `mentions` the members it mentions (they are notified
-    /// even when they muted the conversation).
+    /// even when they muted the conversation); `metadata` the app's own fields, kept with the
+    /// message as they are (a voice note's duration).
     public func send(
-        _ text: String, attachments: [API.NewAttachment]? = nil, replyTo: Int64? = nil, mentions: [UserID]? = nil, to conversation: ConversationID,
-        clientMessageId: String = ClientMessageID.make()
+        _ text: String, attachments: [API.NewAttachment]? = nil, replyTo: Int64? = nil, mentions: [UserID]? = nil, metadata: Metadata? = nil,
+        to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()
     ) async throws -> Message {
         try await retrying("send", key: clientMessageId) {
             let sent: API.SentMessage = try await call(
                 .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
-                body: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments, replyTo: replyTo, mentions: mentions))
+                body: API.NewMessage(
+                    clientMessageId: clientMessageId, text: text, attachments: attachments, replyTo: replyTo, mentions: mentions, metadata: metadata))
             return sent.message
         }
     }

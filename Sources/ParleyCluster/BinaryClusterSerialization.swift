@@ -112,7 +112,7 @@ struct BinaryValueEncoder: Encoder {
     /// How many regions enclose this value.
     let depth: Int
     let codingPath: [any CodingKey]
-    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var userInfo: [CodingUserInfoKey: Any] { [Metadata.binaryWireKey: true] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
         KeyedEncodingContainer(BinaryKeyedEncoder<Key>(writer: writer, depth: depth, codingPath: codingPath))
@@ -300,7 +300,7 @@ struct BinaryValueDecoder: Decoder {
     /// The whole value, tag byte included.
     let range: Range<Int>
     let codingPath: [any CodingKey]
-    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var userInfo: [CodingUserInfoKey: Any] { [Metadata.binaryWireKey: true] }
 
     var isNil: Bool { range.isEmpty || bytes[range.lowerBound] == 0 }
     /// The payload, after the tag byte.

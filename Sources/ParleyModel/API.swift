@@ -10,6 +10,9 @@ public enum API {
         public var name: String?
         /// A group's photo.
         public var photo: Media?
+        /// The app's own fields.
+        public var metadata: Metadata?
+        /// Each with their own `metadata` only for themselves (all of them for a bot).
         public var members: [ConversationMember]
         public var lastSeq: Int64
         public var lastMessage: Message?
@@ -20,12 +23,17 @@ public enum API {
         public var pinned: [Int64]
         public var createdAt: Date
 
-        public init(_ record: ConversationRecord, for user: UserID, lastMessage: Message? = nil) {
+        public init(_ record: ConversationRecord, for user: UserID, lastMessage: Message? = nil, bot: Bool = false) {
             self.id = record.id
             self.kind = record.kind
             self.name = record.name
             self.photo = record.photo
-            self.members = record.members
+            self.metadata = record.metadata
+            self.members = bot ? record.members : record.members.map { member in
+                var shown = member
+                if member.userId != user { shown.metadata = nil }
+                return shown
+            }
             self.lastSeq = record.lastSeq
             self.lastMessage = lastMessage
             self.unreadCount = max(0, record.lastSeq - (record.member(user)?.readSeq ?? record.lastSeq))
@@ -95,9 +103,15 @@ public enum API {
     public struct ProfileChange: Codable, Sendable {
         public var displayName: String?
         public var avatarURL: String?
-        public init(displayName: String? = nil, avatarURL: String? = nil) {
+        /// Replaces the public fields (`{}`: none).
+        public var metadata: Metadata?
+        /// Replaces the private fields (`{}`: none).
+        public var privateMetadata: Metadata?
+        public init(displayName: String? = nil, avatarURL: String? = nil, metadata: Metadata? = nil, privateMetadata: Metadata? = nil) {
             self.displayName = displayName
             self.avatarURL = avatarURL
+            self.metadata = metadata
+            self.privateMetadata = privateMetadata
         }
     }
 
@@ -116,16 +130,28 @@ public enum API {
         }
     }
 
+    /// `PATCH /v1/conversations/{id}`: what is given changes.
     public struct Rename: Codable, Sendable {
-        public var name: String
-        public init(name: String) { self.name = name }
+        public var name: String?
+        /// Replaces the conversation's fields (`{}`: none).
+        public var metadata: Metadata?
+        public init(name: String? = nil, metadata: Metadata? = nil) {
+            self.name = name
+            self.metadata = metadata
+        }
     }
 
-    /// `PUT /v1/conversations/{id}/settings`: the caller's own settings of a conversation.
+    /// `PUT /v1/conversations/{id}/settings`: the caller's own settings of a conversation; what is
+    /// given changes. The answer has both.
     public struct ConversationSettings: Codable, Sendable, Hashable {
         /// No push notifications for its messages.
-        public var muted: Bool
-        public init(muted: Bool) { self.muted = muted }
+        public var muted: Bool?
+        /// The member's own fields (`{}`: none).
+        public var metadata: Metadata?
+        public init(muted: Bool? = nil, metadata: Metadata? = nil) {
+            self.muted = muted
+            self.metadata = metadata
+        }
     }
 
     public struct NewMembers: Codable, Sendable {
@@ -142,13 +168,18 @@ public enum API {
         public var replyTo: Int64?
         /// Members it mentions.
         public var mentions: [UserID]?
+        /// The app's own fields, kept with the message as they are.
+        public var metadata: Metadata?
 
-        public init(clientMessageId: String, text: String, attachments: [NewAttachment]? = nil, replyTo: Int64? = nil, mentions: [UserID]? = nil) {
+        public init(
+            clientMessageId: String, text: String, attachments: [NewAttachment]? = nil, replyTo: Int64? = nil, mentions: [UserID]? = nil, metadata: Metadata? = nil
+        ) {
             self.clientMessageId = clientMessageId
             self.text = text
             self.attachments = attachments
             self.replyTo = replyTo
             self.mentions = mentions
+            self.metadata = metadata
         }
 
         public init(from decoder: any Decoder) throws {
@@ -158,6 +189,7 @@ public enum API {
             attachments = try container.decodeIfPresent([NewAttachment].self, forKey: .attachments)
             replyTo = try container.decodeIfPresent(Int64.self, forKey: .replyTo)
             mentions = try container.decodeIfPresent([UserID].self, forKey: .mentions)
+            metadata = try container.decodeIfPresent(Metadata.self, forKey: .metadata)
         }
     }
 

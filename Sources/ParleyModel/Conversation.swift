@@ -20,6 +20,9 @@ public struct ConversationMember: Hashable, Sendable, Codable {
     public var deliveredSeq: Int64
     /// Highest seq this member has read; only moves forward, implies delivered.
     public var readSeq: Int64
+    /// The member's own fields for this conversation (a translation language): the member reads
+    /// them, and bots that are members; nobody else.
+    public var metadata: Metadata?
 
     public init(userId: UserID, role: MemberRole, deliveredSeq: Int64 = 0, readSeq: Int64 = 0) {
         self.userId = userId
@@ -51,6 +54,9 @@ public struct ConversationRecord: Hashable, Sendable, Codable {
     public var pinned: [Int64]
     /// A group's photo: an image upload of its owner's, which its members may download while it is.
     public var photo: Media?
+    /// The app's own fields: members read them, the group's owner (either member of a direct
+    /// conversation) writes them.
+    public var metadata: Metadata?
 
     /// The most messages a conversation pins.
     public static let pinnedMax = 50

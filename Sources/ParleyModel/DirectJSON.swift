@@ -108,6 +108,7 @@ extension Message {
         if let mentions, let encoded = try? API.makeEncoder().encode(mentions) {
             json.key("mentions"); json.append(json: encoded); json.raw(",")
         }
+        if let metadata { json.key("metadata"); json.append(json: metadata.json.utf8); json.raw(",") }
         if let reactions, let encoded = try? API.makeEncoder().encode(reactions) {
             json.key("reactions"); json.append(json: encoded); json.raw(",")
         }
@@ -136,7 +137,7 @@ extension API.NewMessage {
     /// A send's body, as ``API/makeEncoder()`` writes it (the load generator makes thousands a
     /// second).
     public var json: [UInt8] {
-        if attachments != nil || replyTo != nil || mentions != nil, let encoded = try? API.makeEncoder().encode(self) { return Array(encoded) }
+        if attachments != nil || replyTo != nil || mentions != nil || metadata != nil, let encoded = try? API.makeEncoder().encode(self) { return Array(encoded) }
         var json = DirectJSON(capacity: 64 + clientMessageId.utf8.count + text.utf8.count)
         json.raw("{")
         json.key("clientMessageId"); json.string(clientMessageId); json.raw(",")

@@ -38,6 +38,8 @@ public struct Message: Hashable, Sendable, Codable {
     public var replyTo: MessageQuote?
     /// The members it mentions, in the sender's order without repeats; nil when none.
     public var mentions: [UserID]?
+    /// The app's own fields, set at send and never changed (a voice note's duration); nil when none.
+    public var metadata: Metadata?
 
     public init(
         conversationId: ConversationID, seq: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date, attachments: [Attachment]? = nil

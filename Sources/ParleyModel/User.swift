@@ -12,6 +12,11 @@ public struct User: Hashable, Sendable, Codable {
     /// The user's profile photo: an image upload of theirs, which every signed-in user may
     /// download while it is.
     public var avatar: Media?
+    /// The app's own public fields: every signed-in user reads them.
+    public var metadata: Metadata?
+    /// The app's own private fields: only in the user's own view (`GET /v1/users/me`), never in
+    /// what anyone else is given — the stores read them apart (``ChatStore/privateMetadata(of:)``).
+    public var privateMetadata: Metadata?
     public var createdAt: Date
     /// A bot: made by an operator (`POST /v1/bots`), signs in with a token only, and may annotate
     /// the messages of the conversations it is a member of.
@@ -41,7 +46,7 @@ public struct User: Hashable, Sendable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case id, handle, displayName, avatarURL, avatar, createdAt, bot, deleted
+        case id, handle, displayName, avatarURL, avatar, metadata, privateMetadata, createdAt, bot, deleted
     }
 
     /// How a name, or what is typed to find one, is compared: lowercased, accents and other
@@ -73,6 +78,8 @@ public struct User: Hashable, Sendable, Codable {
         self.displayName = try container.decode(String.self, forKey: .displayName)
         self.avatarURL = try container.decodeIfPresent(String.self, forKey: .avatarURL)
         self.avatar = try container.decodeIfPresent(Media.self, forKey: .avatar)
+        self.metadata = try container.decodeIfPresent(Metadata.self, forKey: .metadata)
+        self.privateMetadata = try container.decodeIfPresent(Metadata.self, forKey: .privateMetadata)
         self.createdAt = try container.decode(Date.self, forKey: .createdAt)
         // Absent from what a node of an earlier version sends.
         self.bot = try container.decodeIfPresent(Bool.self, forKey: .bot) ?? false

@@ -769,7 +769,7 @@ public final class ClusterSimulation: Sendable {
             let by = state.withLock { $0.clients[members[random.int(in: 0..<members.count)]].id }
             let name = "named \(random.int(in: 0..<1_000_000))"
             note("\(conversation) renamed \(name) by \(by)")
-            Task { _ = try? await ConversationActor.resolve(conversation, using: system).rename(name, by: by) }
+            Task { _ = try? await ConversationActor.resolve(conversation, using: system).change(name: name, metadata: nil, by: by) }
         }
     }
 

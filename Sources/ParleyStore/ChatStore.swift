@@ -76,7 +76,13 @@ public protocol ChatStore: Sendable {
     func removeMember(_ user: UserID, from id: ConversationID, epoch: Int64, at: Date) async throws
 
     /// Renames a group. Fenced by `epoch`. The conversation's last change becomes `updated` at `at`.
-    func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws
+    /// Changes what is given of a conversation, under the owner's `epoch`: its name, its app
+    /// fields (an empty ``Metadata`` removes them).
+    func updateConversation(_ id: ConversationID, name: String?, metadata: Metadata?, epoch: Int64, at: Date) async throws
+
+    /// A member's own app fields for the conversation (nil or empty: none), under the owner's
+    /// `epoch`. False if `user` is no member.
+    func setMemberMetadata(_ metadata: Metadata?, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool
 
     /// Makes upload `media` the group's photo, or removes it (nil), under the owner's `epoch`:
     /// its members may download it from now on (``conversationsReferencing(_:)``), and the photo
@@ -211,10 +217,15 @@ public protocol ChatStore: Sendable {
     /// asked, each once; an ID that names nobody is left out.
     func users(_ ids: [UserID]) async throws -> [User]
 
-    /// Changes what is given; returns the user after, nil if unknown or deleted. An `avatarURL`
-    /// removes the ``User/avatar`` (handed back to the sweeper as ``setAvatar(of:to:at:)`` does).
-    /// A change counts as one for `user.updated` (``untoldProfiles(limit:)``).
-    func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User?
+    /// Changes what is given (an empty ``Metadata`` removes those fields); returns the user after
+    /// (without its private fields), nil if unknown or deleted. An `avatarURL` removes the
+    /// ``User/avatar`` (handed back to the sweeper as ``setAvatar(of:to:at:)`` does). A change of
+    /// name, picture or public fields counts as one for `user.updated`
+    /// (``untoldProfiles(limit:)``); of private fields alone, not.
+    func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, metadata: Metadata?, privateMetadata: Metadata?, at: Date) async throws -> User?
+
+    /// The user's private app fields, read apart from the user so that no other view holds them.
+    func privateMetadata(of id: UserID) async throws -> Metadata?
 
     /// Makes upload `media` the user's profile photo, or removes it (nil), and their `avatarURL`
     /// with it: every signed-in user may download it from now on, and the photo before goes back
@@ -513,11 +524,14 @@ public struct AppendRequest: Hashable, Sendable {
     public var replyTo: MessageQuote?
     /// The members it mentions, nil when none.
     public var mentions: [UserID]?
+    /// The app's own fields, nil when none.
+    public var metadata: Metadata?
 
     public init(
         conversationId: ConversationID, epoch: Int64, senderId: UserID, clientMessageId: String, text: String, sentAt: Date,
-        attachments: [Attachment]? = nil, replyTo: MessageQuote? = nil, mentions: [UserID]? = nil
+        attachments: [Attachment]? = nil, replyTo: MessageQuote? = nil, mentions: [UserID]? = nil, metadata: Metadata? = nil
     ) {
+        self.metadata = metadata?.orNilWhenEmpty
         self.replyTo = replyTo
         self.mentions = mentions?.isEmpty == true ? nil : mentions
         self.conversationId = conversationId
@@ -536,6 +550,7 @@ public struct AppendRequest: Hashable, Sendable {
             sentAt: Date(millisecondsSince1970: sentAt), attachments: attachments)
         message.replyTo = replyTo
         message.mentions = mentions
+        message.metadata = metadata
         return message
     }
 }

@@ -76,6 +76,8 @@ public final class InMemoryChatStore: ChatStore {
         var groupPhotos: [MediaID: Set<ConversationID>] = [:]
         /// Each user's profile changes counted, and through which webhooks were told.
         var profiles: [UserID: (version: Int64, told: Int64, changedAt: Date)] = [:]
+        /// Kept apart from the users, as the SQL stores read them apart.
+        var privateMetadata: [UserID: Metadata] = [:]
 
         /// Whether anything keeps the upload from the sweeper.
         func isReferenced(_ id: MediaID) -> Bool {
@@ -266,10 +268,19 @@ public final class InMemoryChatStore: ChatStore {
         }
     }
 
-    public func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws {
+    public func updateConversation(_ id: ConversationID, name: String?, metadata: Metadata?, epoch: Int64, at: Date) async throws {
         try fencedChange(of: id, epoch: epoch) { stored in
-            stored.record.name = name
+            if let name { stored.record.name = name }
+            if let metadata { stored.record.metadata = metadata.orNilWhenEmpty }
             stored.changed(.updated, at: at)
+        }
+    }
+
+    public func setMemberMetadata(_ metadata: Metadata?, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
+        try fencedChange(of: id, epoch: epoch) { stored in
+            guard let index = stored.record.members.firstIndex(where: { $0.userId == user }) else { return false }
+            stored.record.members[index].metadata = metadata?.orNilWhenEmpty
+            return true
         }
     }
 
@@ -577,7 +588,9 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { users in users.idByHandle[handle].flatMap { users.byID[$0] }.flatMap { $0.deletion == nil ? $0 : nil } }
     }
 
-    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User? {
+    public func updateProfile(
+        of id: UserID, displayName: String?, avatarURL: String?, metadata: Metadata?, privateMetadata: Metadata?, at: Date
+    ) async throws -> User? {
         try users.withLock { users throws(ChatStoreError) in
             guard let stored = users.byID[id], stored.deletion == nil else { return nil }
             if let displayName { users.byID[id]?.user.displayName = displayName }
@@ -585,9 +598,15 @@ public final class InMemoryChatStore: ChatStore {
                 users.byID[id]?.user.avatarURL = avatarURL
                 try users.setAvatar(of: id, to: nil)
             }
-            users.profileChanged(id, at: at)
+            if let metadata { users.byID[id]?.user.metadata = metadata.orNilWhenEmpty }
+            if let privateMetadata { users.privateMetadata[id] = privateMetadata.orNilWhenEmpty }
+            if displayName != nil || avatarURL != nil || metadata != nil { users.profileChanged(id, at: at) }
             return users.byID[id]?.user
         }
+    }
+
+    public func privateMetadata(of id: UserID) async throws -> Metadata? {
+        users.withLock { $0.byID[id]?.deletion == nil ? $0.privateMetadata[id] : nil }
     }
 
     public func setAvatar(of id: UserID, to media: MediaID?, at: Date) async throws -> User? {
@@ -740,6 +759,7 @@ public final class InMemoryChatStore: ChatStore {
                 user: stored.user, passwordHash: stored.passwordHash, passwordChangedAt: stored.passwordChangedAt, suspendedAt: stored.suspendedAt,
                 deletion: deletion)
             users.sessions = users.sessions.filter { $0.value.userId != user }
+            users.privateMetadata[user] = nil
             users.devices.removeAll { $0.userId == user }
             users.blocks = users.blocks.filter { $0.key.blocker != user && $0.key.blocked != user }
             if let avatar = stored.user.avatar?.id {

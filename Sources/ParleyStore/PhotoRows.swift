@@ -64,3 +64,23 @@ public struct UntoldProfile: Hashable, Sendable {
         self.changedAt = changedAt
     }
 }
+
+/// Apps' own fields as the SQL stores keep them: each level's ``Metadata`` as its JSON text in a
+/// column of its row, NULL for none.
+public enum MetadataRows {
+    /// The same in SQLite and PostgreSQL but for the messages' table's name.
+    public static func migration(messagesTable: String) -> [String] { [
+        "ALTER TABLE users ADD COLUMN metadata TEXT",
+        "ALTER TABLE users ADD COLUMN private_metadata TEXT",
+        "ALTER TABLE conversations ADD COLUMN metadata TEXT",
+        "ALTER TABLE members ADD COLUMN metadata TEXT",
+        "ALTER TABLE \(messagesTable) ADD COLUMN metadata TEXT",
+    ] }
+
+    /// The fields of a column; one that does not read is the store's fault, not the caller's.
+    public static func metadata(_ column: String?) throws(ChatStoreError) -> Metadata? {
+        guard let column, !column.isEmpty else { return nil }
+        guard let metadata = Metadata(json: column) else { throw ChatStoreError(.unavailable, "stored metadata does not read: \(column.prefix(64))") }
+        return metadata
+    }
+}

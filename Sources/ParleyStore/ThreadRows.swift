@@ -31,7 +31,7 @@ public enum ThreadRows {
     /// What a tombstone's row holds of a message's text and what it carried: nothing. The
     /// assignments of an `UPDATE` that makes one, beside `erased_at` (and `deleted_by`).
     public static let tombstoneAssignments =
-        "text = '', attachments = NULL, reactions = NULL, edited_at = NULL, reply_to = NULL, reply_quote = NULL, mentions = NULL"
+        "text = '', attachments = NULL, reactions = NULL, edited_at = NULL, reply_to = NULL, reply_quote = NULL, mentions = NULL, metadata = NULL"
 
     public static func encode<Value: Encodable>(_ value: Value?) -> String? {
         guard let value, let data = try? JSONEncoder().encode(value) else { return nil }

@@ -2,8 +2,9 @@ import PostgresNIO
 
 /// A group commit as one round trip: ``Commit`` calls `parley_commit` (migration 5; since
 /// migration 14 with the messages' attachments as one more array, since migration 21 with their
-/// quotes and mentions as three more), which takes the batch's conversation locks and then
-/// decides and writes every append in one statement.
+/// quotes and mentions as three more, since migration 24 with their apps' fields as one more),
+/// which takes the batch's conversation locks and then decides and writes every append in one
+/// statement.
 enum CommitStatements {
     /// What `parley_commit` answers for each append (the `outcome` column).
     enum Outcome: Int32 {
@@ -32,42 +33,54 @@ enum CommitStatements {
     /// sender's own watermarks (and, with `threads`, each new message's mentions, a row per member
     /// mentioned). One row per append comes back, in batch order (`ord`, from 1).
     ///
-    /// Migration 21 adds the version with `threads` beside the one without, which stays: a
-    /// release from before it still commits through that one after the migration is undone.
-    static func function(threads: Bool) -> String {
-        // The columns, arrays and values only the version with `threads` has, each after a comma.
-        func extra(_ text: String) -> String { threads ? ", " + text : "" }
+    /// Each migration that adds a version leaves the one before beside it: a release from before
+    /// it still commits through that one after the migration is undone.
+    enum Version: Int {
+        /// Migration 14: attachments.
+        case attachments = 1
+        /// Migration 21: quotes and mentions (`threads`).
+        case threads
+        /// Migration 24: apps' fields.
+        case metadata
+    }
+
+    static func function(_ version: Version) -> String {
+        // The columns, arrays and values a version has from `since` on, each after a comma.
+        func extra(_ text: String, since: Version = .threads) -> String { version.rawValue >= since.rawValue ? ", " + text : "" }
+        let threads = version.rawValue >= Version.threads.rawValue
         return """
         CREATE OR REPLACE FUNCTION parley_commit(
             p_conversations TEXT[], p_epochs BIGINT[], p_senders TEXT[], p_client_ids TEXT[], p_texts TEXT[], p_sent_at BIGINT[],
-            p_attachments TEXT[]\(extra("p_reply_to BIGINT[], p_reply_quotes TEXT[], p_mentions TEXT[]")))
+            p_attachments TEXT[]\(extra("p_reply_to BIGINT[], p_reply_quotes TEXT[], p_mentions TEXT[]"))\(extra("p_metadata TEXT[]", since: .metadata)))
         RETURNS TABLE (o_ord BIGINT, o_outcome INT, o_seq BIGINT, o_sender TEXT, o_text TEXT, o_sent_at BIGINT, o_epoch BIGINT, o_attachments TEXT\(
-            extra("o_reply_quote TEXT, o_mentions TEXT")))
+            extra("o_reply_quote TEXT, o_mentions TEXT"))\(extra("o_metadata TEXT", since: .metadata)))
         LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off AS $fn$
         BEGIN
             PERFORM 1 FROM conversations c WHERE c.id = ANY(p_conversations) ORDER BY c.id FOR UPDATE;
             RETURN QUERY
             WITH input AS (
                 SELECT i.ord, i.conv, i.epoch, i.sender, i.cmid, i.body, i.sent, NULLIF(i.att, '') AS att\(
-                    extra("NULLIF(i.rto, 0) AS rto, NULLIF(i.rq, '') AS rq, NULLIF(i.men, '') AS men"))
-                FROM UNNEST(p_conversations, p_epochs, p_senders, p_client_ids, p_texts, p_sent_at, p_attachments\(extra("p_reply_to, p_reply_quotes, p_mentions")))
-                    WITH ORDINALITY AS i(conv, epoch, sender, cmid, body, sent, att\(extra("rto, rq, men")), ord)
+                    extra("NULLIF(i.rto, 0) AS rto, NULLIF(i.rq, '') AS rq, NULLIF(i.men, '') AS men"))\(extra("NULLIF(i.meta, '') AS meta", since: .metadata))
+                FROM UNNEST(p_conversations, p_epochs, p_senders, p_client_ids, p_texts, p_sent_at, p_attachments\(
+                    extra("p_reply_to, p_reply_quotes, p_mentions"))\(extra("p_metadata", since: .metadata)))
+                    WITH ORDINALITY AS i(conv, epoch, sender, cmid, body, sent, att\(extra("rto, rq, men"))\(extra("meta", since: .metadata)), ord)
             ), decided AS (
                 SELECT i.*, h.epoch AS head_epoch, h.last_seq,
                        e.seq AS e_seq, e.sender_id AS e_sender, e.text AS e_body, e.sent_at AS e_sent, e.attachments AS e_att\(
-                           extra("e.reply_quote AS e_rq, e.mentions AS e_men")),
+                           extra("e.reply_quote AS e_rq, e.mentions AS e_men"))\(extra("e.metadata AS e_meta", since: .metadata)),
                        min(i.ord) FILTER (WHERE h.epoch = i.epoch) OVER (PARTITION BY i.conv, i.cmid) AS first_ord
                 FROM input i
                 LEFT JOIN conversations h ON h.id = i.conv
                 LEFT JOIN messages e ON e.conversation_id = i.conv AND e.client_message_id = i.cmid
             ), fresh AS (
-                SELECT d.ord, d.conv, d.sender, d.cmid, d.body, d.sent, d.att\(extra("d.rto, d.rq, d.men")),
+                SELECT d.ord, d.conv, d.sender, d.cmid, d.body, d.sent, d.att\(extra("d.rto, d.rq, d.men"))\(extra("d.meta", since: .metadata)),
                        d.last_seq + row_number() OVER (PARTITION BY d.conv ORDER BY d.ord) AS seq
                 FROM decided d
                 WHERE d.head_epoch = d.epoch AND d.e_seq IS NULL AND d.ord = d.first_ord
             ), inserted AS (
-                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments\(extra("reply_to, reply_quote, mentions")))
-                SELECT f.conv, f.seq, f.sender, f.cmid, f.body, f.sent, f.att\(extra("f.rto, f.rq, f.men")) FROM fresh f
+                INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments\(
+                    extra("reply_to, reply_quote, mentions"))\(extra("metadata", since: .metadata)))
+                SELECT f.conv, f.seq, f.sender, f.cmid, f.body, f.sent, f.att\(extra("f.rto, f.rq, f.men"))\(extra("f.meta", since: .metadata)) FROM fresh f
             ),\(threads ? """
              mentioned AS (
                 INSERT INTO mentions (user_id, sent_at, seq, conversation_id, client_message_id)
@@ -94,7 +107,9 @@ enum CommitStatements {
                    CASE WHEN own.ord IS NOT NULL THEN d.att WHEN d.e_seq IS NOT NULL THEN d.e_att ELSE earlier.att END\(extra("""
                    CASE WHEN own.ord IS NOT NULL THEN d.rq WHEN d.e_seq IS NOT NULL THEN d.e_rq ELSE earlier.rq END,
                    CASE WHEN own.ord IS NOT NULL THEN d.men WHEN d.e_seq IS NOT NULL THEN d.e_men ELSE earlier.men END
-            """))
+            """))\(extra("""
+                   CASE WHEN own.ord IS NOT NULL THEN d.meta WHEN d.e_seq IS NOT NULL THEN d.e_meta ELSE earlier.meta END
+            """, since: .metadata))
             FROM decided d
             LEFT JOIN fresh own ON own.ord = d.ord
             LEFT JOIN fresh earlier ON earlier.ord = d.first_ord AND d.e_seq IS NULL
@@ -108,10 +123,10 @@ enum CommitStatements {
     struct Commit: PostgresPreparedStatement {
         static let name = "parley_commit_call"
         static let sql = """
-            SELECT o_ord, o_outcome, o_seq, o_sender, o_text, o_sent_at, o_epoch, o_attachments, o_reply_quote, o_mentions
-            FROM parley_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            SELECT o_ord, o_outcome, o_seq, o_sender, o_text, o_sent_at, o_epoch, o_attachments, o_reply_quote, o_mentions, o_metadata
+            FROM parley_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
             """
-        typealias Row = (Int64, Int32, Int64, String, String, Int64, Int64, String?, String?, String?)
+        typealias Row = (Int64, Int32, Int64, String, String, Int64, Int64, String?, String?, String?, String?)
 
         var conversations: [String] = []
         var epochs: [Int64] = []
@@ -126,9 +141,11 @@ enum CommitStatements {
         /// Each append's quote and mentions as JSON; empty for none.
         var replyQuotes: [String] = []
         var mentions: [String] = []
+        /// Each append's apps' fields as JSON; empty for none.
+        var metadata: [String] = []
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 10)
+            var bindings = PostgresBindings(capacity: 11)
             bindings.append(conversations)
             bindings.append(epochs)
             bindings.append(senders)
@@ -139,6 +156,7 @@ enum CommitStatements {
             bindings.append(replyTo)
             bindings.append(replyQuotes)
             bindings.append(mentions)
+            bindings.append(metadata)
             return bindings
         }
 

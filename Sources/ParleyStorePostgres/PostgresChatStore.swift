@@ -58,7 +58,7 @@ public final class PostgresChatStore: ChatStore {
         // plan: one made while the tables were small (seq scans) stays cached on the connection as
         // the tables grow (measured: a fresh database's first 100,000 appends at 10,000/s had a p50
         // of 43–61 ms with generic plans, against 3–12 ms). The commit is the exception: its
-        // function plans once, with seq scans ruled out (``CommitStatements/function(threads:)``).
+        // function plans once, with seq scans ruled out (``CommitStatements/function(_:)``).
         // random_page_cost 1.1 (PostgreSQL's default 4 is for spinning disks): with 4, a commit's
         // update of ~20 conversation heads joined them by hashing a sequential scan of the whole
         // table (a plan costed at 108 against 160 for 20 index lookups); every batch scanned all
@@ -185,7 +185,7 @@ public final class PostgresChatStore: ChatStore {
             "DROP INDEX conversations_by_activity",
             "ALTER TABLE conversations SET (fillfactor = 50)",
         ]),
-        (5, "the group commit as one server-side call", [CommitStatements.function(threads: false)]),
+        (5, "the group commit as one server-side call", [CommitStatements.function(.attachments)]),
         (6, "devices for push notifications", DeviceRows.migration),
         (7, "members may mute a conversation", ["ALTER TABLE members ADD COLUMN muted BOOLEAN NOT NULL DEFAULT false"]),
         (8, "push notifications owed, for the owner after a failover", [
@@ -231,7 +231,7 @@ public final class PostgresChatStore: ChatStore {
             "ALTER TABLE messages ADD COLUMN attachments TEXT",
             // The commit before took no attachments; its replacement takes them as one more array.
             "DROP FUNCTION IF EXISTS parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[])",
-            CommitStatements.function(threads: false),
+            CommitStatements.function(.attachments),
         ] + MediaRows.referencesMigration),
         (15, "uploads never attached, for the sweeper; thumbnails", MediaRows.sweepMigration + [
             "CREATE TABLE media_thumbnails (sha256 TEXT NOT NULL, size INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (sha256, size))",
@@ -241,10 +241,12 @@ public final class PostgresChatStore: ChatStore {
         (18, "reports, and suspended users", ReportRows.migration),
         (19, "account deletions, and erased messages", DeletionRows.migration(messagesTable: "messages")),
         (20, "changes to messages: edits, deletions for everyone, reactions", ChangeRows.migration(messagesTable: "messages")),
-        (21, "replies, mentions and pins", ThreadRows.migration(messagesTable: "messages") + [CommitStatements.function(threads: true)]),
+        (21, "replies, mentions and pins", ThreadRows.migration(messagesTable: "messages") + [CommitStatements.function(.threads)]),
         // The names already stored get their keys when it is applied (``migrate()``).
         (22, "display names found by prefix", UserNameRows.migration(keyType: "TEXT COLLATE \"C\"")),
         (23, "profile and group photos, and profile changes told to webhooks", PhotoRows.migration),
+        (24, "apps' own fields on users, conversations, members and messages",
+         MetadataRows.migration(messagesTable: "messages") + [CommitStatements.function(.metadata)]),
     ]
 
     /// The migration whose table ``nameUser(_:_:connection:)`` fills from the names stored.
@@ -332,35 +334,38 @@ public final class PostgresChatStore: ChatStore {
     private func records(_ ids: [String]) async throws -> [ConversationRecord] {
         guard !ids.isEmpty else { return [] }
         return try await run {
-            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64, String?, String?)] = [:]
-            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo) in try await client.query(
+            var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64, String?, String?, String?)] = [:]
+            for try await (id, kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo, metadata) in try await client.query(
                 """
-                SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq, pinned, photo
+                SELECT id, kind, name, owner_id, last_seq, created_at, last_activity_at, last_change_seq, pinned, photo, metadata
                 FROM conversations WHERE id = ANY(\(ids))
                 """,
                 logger: logger
-            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64, String?, String?).self) {
-                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo)
+            ).decode((String, String, String?, String, Int64, Int64, Int64, Int64, String?, String?, String?).self) {
+                heads[id] = (kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo, metadata)
             }
             var members: [String: [ConversationMember]] = [:]
             var mutedBy: [String: [UserID]] = [:]
-            for try await (conversation, user, role, delivered, read, muted) in try await client.query(
+            for try await (conversation, user, role, delivered, read, muted, metadata) in try await client.query(
                 """
-                SELECT conversation_id, user_id, role, delivered_seq, read_seq, muted FROM members
+                SELECT conversation_id, user_id, role, delivered_seq, read_seq, muted, metadata FROM members
                 WHERE conversation_id = ANY(\(ids)) ORDER BY conversation_id, position
                 """, logger: logger
-            ).decode((String, String, String, Int64, Int64, Bool).self) {
-                members[conversation, default: []].append(
-                    ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read))
+            ).decode((String, String, String, Int64, Int64, Bool, String?).self) {
+                var member = ConversationMember(userId: UserID(rawValue: user), role: MemberRole(rawValue: role) ?? .member, deliveredSeq: delivered, readSeq: read)
+                member.metadata = try MetadataRows.metadata(metadata)
+                members[conversation, default: []].append(member)
                 if muted { mutedBy[conversation, default: []].append(UserID(rawValue: user)) }
             }
             return try ids.compactMap { id in
-                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange, pinned, photo) = heads[id] else { return nil }
-                return ConversationRecord(
+                guard let (kind, name, owner, lastSeq, createdAt, lastActivity, lastChange, pinned, photo, metadata) = heads[id] else { return nil }
+                var record = ConversationRecord(
                     id: ConversationID(rawValue: id), kind: ConversationKind(rawValue: kind) ?? .group, name: name, ownerId: UserID(rawValue: owner),
                     lastSeq: lastSeq, createdAt: Date(millisecondsSince1970: createdAt), lastActivityAt: Date(millisecondsSince1970: lastActivity),
                     members: members[id] ?? [], mutedBy: (mutedBy[id] ?? []).sorted(), lastChangeSeq: lastChange, pinned: try ThreadRows.pinned(pinned),
                     photo: try PhotoRows.photo(photo))
+                record.metadata = try MetadataRows.metadata(metadata)
+                return record
             }
         }
     }
@@ -389,10 +394,11 @@ public final class PostgresChatStore: ChatStore {
             call.replyTo.append(append.replyTo?.seq ?? 0)
             call.replyQuotes.append(ThreadRows.encode(append.replyTo) ?? "")
             call.mentions.append(ThreadRows.mentionsColumn(append.mentions) ?? "")
+            call.metadata.append(Metadata.column(append.metadata) ?? "")
         }
         return try await run {
             var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)
-            for try await (ord, outcome, seq, sender, text, sentAt, epoch, attachments, quote, mentions) in try await client.execute(call, logger: logger) {
+            for try await (ord, outcome, seq, sender, text, sentAt, epoch, attachments, quote, mentions, metadata) in try await client.execute(call, logger: logger) {
                 let index = Int(ord) - 1
                 guard outcomes.indices.contains(index), let kind = CommitStatements.Outcome(rawValue: outcome) else {
                     throw ChatStoreError(.unavailable, "parley_commit answered row \(ord) with outcome \(outcome) for a batch of \(appends.count)")
@@ -407,6 +413,7 @@ public final class PostgresChatStore: ChatStore {
                         clientMessageId: append.clientMessageId, text: text, sentAt: Date(millisecondsSince1970: sentAt),
                         attachments: try MediaRows.attachments(attachments))
                     try ThreadRows.apply(replyQuote: quote, mentions: mentions, to: &original)
+                    original.metadata = try MetadataRows.metadata(metadata)
                     outcomes[index] = .duplicate(original)
                 case .staleEpoch:
                     outcomes[index] = .staleEpoch(current: epoch)
@@ -494,20 +501,36 @@ public final class PostgresChatStore: ChatStore {
         try await fetchUsers("SELECT \(unescaped: Self.userColumns) FROM users WHERE handle = \(handle) AND deleted_at IS NULL").first
     }
 
-    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User? {
+    public func updateProfile(
+        of id: UserID, displayName: String?, avatarURL: String?, metadata: Metadata?, privateMetadata: Metadata?, at: Date
+    ) async throws -> User? {
         try await transaction { connection in
             if avatarURL != nil {
                 guard try await setAvatar(of: id, to: nil, connection: connection) else { return nil }
             }
+            // Private fields alone are no change anyone else hears of.
+            let counts = displayName != nil || avatarURL != nil || metadata != nil
             let stored = try await fetchUsers(
                 """
                 UPDATE users SET display_name = COALESCE(\(displayName), display_name), avatar_url = COALESCE(\(avatarURL), avatar_url),
-                    profile_version = profile_version + 1, profile_changed_at = \(at.millisecondsSince1970)
+                    metadata = CASE WHEN \(metadata != nil) THEN \(Metadata.column(metadata)) ELSE metadata END,
+                    private_metadata = CASE WHEN \(privateMetadata != nil) THEN \(Metadata.column(privateMetadata)) ELSE private_metadata END,
+                    profile_version = profile_version + \(counts ? 1 : 0),
+                    profile_changed_at = CASE WHEN \(counts) THEN \(at.millisecondsSince1970) ELSE profile_changed_at END
                 WHERE id = \(id.rawValue) AND deleted_at IS NULL RETURNING \(unescaped: Self.userColumns)
                 """, on: connection
             ).first
             if let displayName, stored != nil { try await nameUser(id, displayName, connection: connection) }
             return stored?.user
+        }
+    }
+
+    public func privateMetadata(of id: UserID) async throws -> Metadata? {
+        try await run {
+            for try await column in try await client.query(
+                "SELECT private_metadata FROM users WHERE id = \(id.rawValue) AND deleted_at IS NULL", logger: logger
+            ).decode(String?.self) { return try MetadataRows.metadata(column) }
+            return nil
         }
     }
 
@@ -1092,7 +1115,7 @@ public final class PostgresChatStore: ChatStore {
     private static func userColumns(of table: String? = nil) -> String {
         [
             "id", "handle", "password_hash", "display_name", "avatar_url", "created_at", "bot", "password_changed_at", "suspended_at", "deleted_at",
-            "deletion_erase", "deletion_finished_at", "avatar",
+            "deletion_erase", "deletion_finished_at", "avatar", "metadata",
         ].map { (table.map { "\($0)." } ?? "") + $0 }.joined(separator: ", ")
     }
 
@@ -1102,12 +1125,13 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             var users: [StoredUser] = []
             let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
-            for try await (id, handle, hash, name, avatarURL, created, bot, passwordChanged, suspended, deleted, erase, finished, avatar) in rows
-                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?, Int64?, Bool, Int64?, String?).self)
+            for try await (id, handle, hash, name, avatarURL, created, bot, passwordChanged, suspended, deleted, erase, finished, avatar, metadata) in rows
+                .decode((String, String, String, String, String?, Int64, Bool, Int64?, Int64?, Int64?, Bool, Int64?, String?, String?).self)
             {
                 var user = User(
                     id: UserID(rawValue: id), handle: handle, displayName: name, avatarURL: avatarURL, createdAt: Date(millisecondsSince1970: created), bot: bot)
                 user.avatar = try PhotoRows.photo(avatar)
+                user.metadata = try MetadataRows.metadata(metadata)
                 users.append(StoredUser(
                     user: user,
                     passwordHash: hash, passwordChangedAt: passwordChanged.map(Date.init(millisecondsSince1970:)),
@@ -1132,7 +1156,7 @@ public final class PostgresChatStore: ChatStore {
                     deletion_finished_at = CASE WHEN \(erase) AND NOT deletion_erase THEN NULL ELSE deletion_finished_at END,
                     deletion_webhooks_owed = deletion_webhooks_owed OR deleted_at IS NULL,
                     deleted_at = COALESCE(deleted_at, \(at.millisecondsSince1970)), deletion_erase = deletion_erase OR \(erase),
-                    display_name = '', avatar_url = NULL
+                    display_name = '', avatar_url = NULL, metadata = NULL, private_metadata = NULL
                 WHERE id = \(user.rawValue) RETURNING id, deleted_at, deletion_erase, deletion_finished_at
                 """, logger: logger
             ).decode((String, Int64?, Bool, Int64?).self) {
@@ -1226,11 +1250,27 @@ public final class PostgresChatStore: ChatStore {
         }
     }
 
-    public func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws {
+    public func updateConversation(_ id: ConversationID, name: String?, metadata: Metadata?, epoch: Int64, at: Date) async throws {
         try await transaction { connection in
             try await lockAndCheckEpoch(epoch, of: id, connection: connection)
-            try await connection.query("UPDATE conversations SET name = \(name) WHERE id = \(id.rawValue)", logger: logger)
+            try await connection.query(
+                """
+                UPDATE conversations SET name = COALESCE(\(name), name),
+                    metadata = CASE WHEN \(metadata != nil) THEN \(Metadata.column(metadata)) ELSE metadata END
+                WHERE id = \(id.rawValue)
+                """, logger: logger)
             try await changed(id, .updated, at: at, connection: connection)
+        }
+    }
+
+    public func setMemberMetadata(_ metadata: Metadata?, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
+        try await transaction { connection in
+            try await lockAndCheckEpoch(epoch, of: id, connection: connection)
+            let rows = try await connection.query(
+                "UPDATE members SET metadata = \(Metadata.column(metadata)) WHERE conversation_id = \(id.rawValue) AND user_id = \(user.rawValue) RETURNING 1",
+                logger: logger)
+            for try await _ in rows.decode(Int.self) { return true }
+            return false
         }
     }
 
@@ -1796,7 +1836,7 @@ public final class PostgresChatStore: ChatStore {
         let prefix = table.map { "\($0)." } ?? ""
         return [
             "conversation_id", "seq", "sender_id", "client_message_id", "text", "sent_at", "attachments", "erased_at IS NOT NULL", "edited_at", "deleted_by",
-            "reactions", "reply_quote", "mentions",
+            "reactions", "reply_quote", "mentions", "metadata",
         ]
             .map { prefix + $0 }.joined(separator: ", ")
     }
@@ -1805,11 +1845,12 @@ public final class PostgresChatStore: ChatStore {
         try await run {
             var messages: [Message] = []
             let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
-            for try await row in rows.decode((String, Int64, String, String, String, Int64, String?, Bool, Int64?, String?, String?, String?, String?).self) {
+            for try await row in rows.decode((String, Int64, String, String, String, Int64, String?, Bool, Int64?, String?, String?, String?, String?, String?).self) {
                 var message = try Self.message((row.0, row.1, row.2, row.3, row.4, row.5, row.6))
                 if row.7 { message.erased = true }
                 try ChangeRows.apply(editedAt: row.8, deletedBy: row.9, reactions: row.10, to: &message)
                 try ThreadRows.apply(replyQuote: row.11, mentions: row.12, to: &message)
+                message.metadata = try MetadataRows.metadata(row.13)
                 messages.append(message)
             }
             return messages

@@ -36,7 +36,8 @@ enum MessageBlocks {
         block.bind((highest - 1) / size, at: 2)
         var next = try block.runForOneRow(in: db) { row in SQLiteColumn.int64(row, 0) } ?? lastMessage
         let byID = try db.cachedStatement(sql: """
-            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at, edited_at, deleted_by, reactions, reply_quote, mentions
+            SELECT seq, previous, sender_id, client_message_id, text, sent_at, attachments, erased_at, edited_at, deleted_by, reactions, reply_quote, mentions,
+                metadata
             FROM message_log WHERE id = ?
             """)
         let conversationID = ConversationID(rawValue: conversation)
@@ -44,10 +45,11 @@ enum MessageBlocks {
         messages.reserveCapacity(Int(min(highest - lowest + 1, 1_000)))
         while let id = next {
             byID.bind(id, at: 1)
-            let found = try byID.runForOneRow(in: db) { row -> (seq: Int64, previous: Int64?, message: Message?, attachments: String?, changed: ChangedColumns?) in
+            let found = try byID.runForOneRow(in: db) {
+                row -> (seq: Int64, previous: Int64?, message: Message?, attachments: String?, changed: ChangedColumns?, metadata: String?) in
                 let seq = SQLiteColumn.int64(row, 0)
                 // Above the range only the link is needed.
-                guard seq <= highest else { return (seq, SQLiteColumn.optionalInt64(row, 1), nil, nil, nil) }
+                guard seq <= highest else { return (seq, SQLiteColumn.optionalInt64(row, 1), nil, nil, nil, nil) }
                 var message = Message(
                     conversationId: conversationID, seq: seq, senderId: UserID(rawValue: SQLiteColumn.string(row, 2)),
                     clientMessageId: SQLiteColumn.string(row, 3), text: SQLiteColumn.string(row, 4),
@@ -57,7 +59,7 @@ enum MessageBlocks {
                 let quote = SQLiteColumn.optionalString(row, 11), mentions = SQLiteColumn.optionalString(row, 12)
                 let changed = edited != nil || deletedBy != nil || reactions != nil || message.erased == true || quote != nil || mentions != nil
                     ? ChangedColumns(editedAt: edited, deletedBy: deletedBy, reactions: reactions, replyQuote: quote, mentions: mentions) : nil
-                return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6), changed)
+                return (seq, SQLiteColumn.optionalInt64(row, 1), message, SQLiteColumn.optionalString(row, 6), changed, SQLiteColumn.optionalString(row, 13))
             }
             guard let found, found.seq >= lowest else { break }
             if var message = found.message {
@@ -66,6 +68,7 @@ enum MessageBlocks {
                     try ThreadRows.apply(replyQuote: changed.replyQuote, mentions: changed.mentions, to: &message)
                 }
                 message.attachments = try MediaRows.attachments(found.attachments)
+                message.metadata = try MetadataRows.metadata(found.metadata)
                 messages.append(message)
             }
             next = found.previous

@@ -156,6 +156,7 @@ public final class SQLiteChatStore: ChatStore {
         "v21: replies, mentions and pins",
         "v22: display names found by prefix",
         "v23: profile and group photos, and profile changes told to webhooks",
+        "v24: apps' own fields on users, conversations, members and messages",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -407,6 +408,9 @@ public final class SQLiteChatStore: ChatStore {
         migrator.registerMigration(Self.migrationNames[22]) { db in
             for statement in PhotoRows.migration { try db.execute(sql: statement) }
         }
+        migrator.registerMigration(Self.migrationNames[23]) { db in
+            for statement in MetadataRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
+        }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
         var attempt = 0
@@ -454,12 +458,14 @@ public final class SQLiteChatStore: ChatStore {
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM members WHERE conversation_id = ? ORDER BY position", arguments: [id.rawValue])
             let members = try rows.map { try Self.member(from: $0) }
             let mutedBy = try rows.filter { try $0.decode(Bool.self, forColumn: "muted") }.map { UserID(rawValue: try $0.decode(forColumn: "user_id")) }
-            return ConversationRecord(
+            var record = ConversationRecord(
                 id: id, kind: ConversationKind(rawValue: try row.decode(forColumn: "kind")) ?? .group, name: try row.decode(forColumn: "name"), ownerId: UserID(rawValue: try row.decode(forColumn: "owner_id")),
                 lastSeq: try row.decode(forColumn: "last_seq"), createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")),
                 lastActivityAt: Date(millisecondsSince1970: try row.decode(forColumn: "last_activity_at")), members: members, mutedBy: mutedBy.sorted(),
                 lastChangeSeq: try row.decode(forColumn: "last_change_seq"), pinned: try ThreadRows.pinned(try row.decode(forColumn: "pinned")),
                 photo: try PhotoRows.photo(try row.decode(forColumn: "photo")))
+            record.metadata = try MetadataRows.metadata(try row.decode(forColumn: "metadata"))
+            return record
         }
     }
 
@@ -507,22 +513,36 @@ public final class SQLiteChatStore: ChatStore {
         try await read { db in try Row.fetchOne(db, sql: "SELECT * FROM users WHERE handle = ? AND deleted_at IS NULL", arguments: [handle]).map { try Self.storedUser(from: $0) } }
     }
 
-    public func updateProfile(of id: UserID, displayName: String?, avatarURL: String?, at: Date) async throws -> User? {
+    public func updateProfile(
+        of id: UserID, displayName: String?, avatarURL: String?, metadata: Metadata?, privateMetadata: Metadata?, at: Date
+    ) async throws -> User? {
         try await write { db in
             if avatarURL != nil {
                 guard try Self.setAvatar(of: id, to: nil, db: db) else { return nil }
             }
+            // Private fields alone are no change anyone else hears of.
+            let counts = displayName != nil || avatarURL != nil || metadata != nil
             guard let row = try Row.fetchOne(
                 db,
                 sql: """
-                    UPDATE users SET display_name = coalesce(?, display_name), avatar_url = coalesce(?, avatar_url),
-                        profile_version = profile_version + 1, profile_changed_at = ?
-                    WHERE id = ? AND deleted_at IS NULL RETURNING *
+                    UPDATE users SET display_name = coalesce(?1, display_name), avatar_url = coalesce(?2, avatar_url),
+                        metadata = CASE WHEN ?3 THEN ?4 ELSE metadata END, private_metadata = CASE WHEN ?5 THEN ?6 ELSE private_metadata END,
+                        profile_version = profile_version + ?7, profile_changed_at = CASE WHEN ?7 > 0 THEN ?8 ELSE profile_changed_at END
+                    WHERE id = ?9 AND deleted_at IS NULL RETURNING *
                     """,
-                arguments: [displayName, avatarURL, at.millisecondsSince1970, id.rawValue])
+                arguments: [
+                    displayName, avatarURL, metadata != nil, Metadata.column(metadata), privateMetadata != nil, Metadata.column(privateMetadata),
+                    counts ? 1 : 0, at.millisecondsSince1970, id.rawValue,
+                ])
             else { return nil }
             if let displayName { try Self.nameUser(id, displayName, db: db) }
             return try Self.storedUser(from: row).user
+        }
+    }
+
+    public func privateMetadata(of id: UserID) async throws -> Metadata? {
+        try await read { db in
+            try MetadataRows.metadata(try String.fetchOne(db, sql: "SELECT private_metadata FROM users WHERE id = ? AND deleted_at IS NULL", arguments: [id.rawValue]))
         }
     }
 
@@ -755,7 +775,8 @@ public final class SQLiteChatStore: ChatStore {
                     UPDATE users SET
                         deletion_finished_at = CASE WHEN ?1 AND NOT deletion_erase THEN NULL ELSE deletion_finished_at END,
                         deletion_webhooks_owed = deletion_webhooks_owed OR deleted_at IS NULL,
-                        deleted_at = coalesce(deleted_at, ?2), deletion_erase = deletion_erase OR ?1, display_name = '', avatar_url = NULL
+                        deleted_at = coalesce(deleted_at, ?2), deletion_erase = deletion_erase OR ?1, display_name = '', avatar_url = NULL,
+                        metadata = NULL, private_metadata = NULL
                     WHERE id = ?3 RETURNING id, deleted_at, deletion_erase, deletion_finished_at
                     """,
                 arguments: [erase, at.millisecondsSince1970, user.rawValue])
@@ -1038,6 +1059,7 @@ public final class SQLiteChatStore: ChatStore {
             displayName: try row.decode(forColumn: "display_name"), avatarURL: try row.decode(forColumn: "avatar_url"),
             createdAt: Date(millisecondsSince1970: try row.decode(forColumn: "created_at")), bot: try row.decode(forColumn: "bot"))
         user.avatar = try PhotoRows.photo(try row.decode(forColumn: "avatar"))
+        user.metadata = try MetadataRows.metadata(try row.decode(forColumn: "metadata"))
         return StoredUser(
             user: user,
             passwordHash: try row.decode(forColumn: "password_hash"),
@@ -1084,8 +1106,9 @@ public final class SQLiteChatStore: ChatStore {
     private static func commit(_ appends: [AppendRequest], db: Database) throws -> [AppendOutcome] {
         let head = try db.cachedStatement(sql: "SELECT epoch, last_seq, last_message FROM conversations WHERE id = ?")
         let insert = try db.cachedStatement(sql: """
-            INSERT INTO message_log (conversation_id, seq, sender_id, client_message_id, text, sent_at, previous, attachments, reply_to, reply_quote, mentions)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO message_log (
+                conversation_id, seq, sender_id, client_message_id, text, sent_at, previous, attachments, reply_to, reply_quote, mentions, metadata)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (client_message_id, conversation_id) DO NOTHING
             """)
         let mention = try db.cachedStatement(sql: """
@@ -1127,6 +1150,7 @@ public final class SQLiteChatStore: ChatStore {
             insert.bind(append.replyTo?.seq, at: 9)
             insert.bind(ThreadRows.encode(append.replyTo), at: 10)
             insert.bind(ThreadRows.mentionsColumn(append.mentions), at: 11)
+            insert.bind(Metadata.column(append.metadata), at: 12)
             try insert.run(in: db)
             guard db.changesCount == 1 else {
                 // This clientMessageId was stored before: the original, untouched.
@@ -1268,11 +1292,23 @@ public final class SQLiteChatStore: ChatStore {
         }
     }
 
-    public func renameConversation(_ id: ConversationID, name: String, epoch: Int64, at: Date) async throws {
+    public func updateConversation(_ id: ConversationID, name: String?, metadata: Metadata?, epoch: Int64, at: Date) async throws {
         try await write { db in
             try Self.checkEpoch(epoch, of: id, db: db)
-            try db.execute(sql: "UPDATE conversations SET name = ? WHERE id = ?", arguments: [name, id.rawValue])
+            try db.execute(
+                sql: "UPDATE conversations SET name = coalesce(?, name), metadata = CASE WHEN ? THEN ? ELSE metadata END WHERE id = ?",
+                arguments: [name, metadata != nil, Metadata.column(metadata), id.rawValue])
             try Self.changed(id, .updated, at: at, db: db)
+        }
+    }
+
+    public func setMemberMetadata(_ metadata: Metadata?, for user: UserID, in id: ConversationID, epoch: Int64) async throws -> Bool {
+        try await write { db in
+            try Self.checkEpoch(epoch, of: id, db: db)
+            try db.execute(
+                sql: "UPDATE members SET metadata = ? WHERE conversation_id = ? AND user_id = ?",
+                arguments: [Metadata.column(metadata), id.rawValue, user.rawValue])
+            return db.changesCount > 0
         }
     }
 
@@ -1778,9 +1814,11 @@ public final class SQLiteChatStore: ChatStore {
     // Rows are read with GRDB's throwing `decode`: a value of the wrong type (a row written by
     // another tool, a damaged file) is an error, where its subscripts would trap.
     static func member(from row: Row) throws -> ConversationMember {
-        ConversationMember(
+        var member = ConversationMember(
             userId: UserID(rawValue: try row.decode(forColumn: "user_id")), role: MemberRole(rawValue: try row.decode(forColumn: "role")) ?? .member,
             deliveredSeq: try row.decode(forColumn: "delivered_seq"), readSeq: try row.decode(forColumn: "read_seq"))
+        member.metadata = try MetadataRows.metadata(try row.decode(forColumn: "metadata"))
+        return member
     }
 
     static func message(from row: Row) throws -> Message {
@@ -1794,6 +1832,7 @@ public final class SQLiteChatStore: ChatStore {
             editedAt: try row.decode(forColumn: "edited_at"), deletedBy: try row.decode(forColumn: "deleted_by"), reactions: try row.decode(forColumn: "reactions"),
             to: &message)
         try ThreadRows.apply(replyQuote: try row.decode(forColumn: "reply_quote"), mentions: try row.decode(forColumn: "mentions"), to: &message)
+        message.metadata = try MetadataRows.metadata(try row.decode(forColumn: "metadata"))
         return message
     }
 

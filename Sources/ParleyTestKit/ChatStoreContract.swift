@@ -321,11 +321,11 @@ public enum ChatStoreContract {
             } catch let error as ChatStoreError {
                 try check(error.kind == .conflict, "threw \(error)")
             }
-            let renamed = try await store.updateProfile(of: ann.user.id, displayName: "Ann B.", avatarURL: nil, at: t0)
+            let renamed = try await store.updateProfile(of: ann.user.id, displayName: "Ann B.", avatarURL: nil, metadata: nil, privateMetadata: nil, at: t0)
             try check(renamed?.displayName == "Ann B." && renamed?.avatarURL == nil && renamed?.handle == ann.user.handle, "\(String(describing: renamed))")
-            let pictured = try await store.updateProfile(of: ann.user.id, displayName: nil, avatarURL: "https://example.com/a.png", at: t0)
+            let pictured = try await store.updateProfile(of: ann.user.id, displayName: nil, avatarURL: "https://example.com/a.png", metadata: nil, privateMetadata: nil, at: t0)
             try check(pictured?.displayName == "Ann B." && pictured?.avatarURL == "https://example.com/a.png", "\(String(describing: pictured))")
-            try check(try await store.updateProfile(of: .make(), displayName: "x", avatarURL: nil, at: t0) == nil, "unknown user")
+            try check(try await store.updateProfile(of: .make(), displayName: "x", avatarURL: nil, metadata: nil, privateMetadata: nil, at: t0) == nil, "unknown user")
             try check(try await store.existingUsers([ann.user.id, .make()]) == [ann.user.id], "existing users")
         },
         Case(name: "users: a bot is kept as a bot") { store in
@@ -393,7 +393,7 @@ public enum ChatStoreContract {
                       "a handle first, then names by key, each once: \(all.map(\.handle))")
             try check(try await store.searchUsers(prefix: "李小", limit: 10) == [li], "a script without case, as written")
             try check(try await store.searchUsers(prefix: "Zq\(run)", limit: 2).count == 2, "limited")
-            let renamed = try require2(try await store.updateProfile(of: elodie.id, displayName: "Lodie", avatarURL: nil, at: t0))
+            let renamed = try require2(try await store.updateProfile(of: elodie.id, displayName: "Lodie", avatarURL: nil, metadata: nil, privateMetadata: nil, at: t0))
             try check(try await store.searchUsers(prefix: "zq\(run)mar", limit: 10).isEmpty, "a name changed is no longer found by the old one")
             try check(try await store.searchUsers(prefix: "lodie", limit: 10).contains(renamed), "but by the new")
             _ = try await store.beginDeletion(of: ann.id, erase: false, at: t0)
@@ -743,6 +743,68 @@ public enum ChatStoreContract {
             let removed = try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000)
             try check(removed.contains { $0.media.id == media.media.id }, "the next sweep removes it, however young it was")
         },
+        Case(name: "apps' fields on users (public and private apart), conversations, members and messages are kept as given, replaced and removed") { store in
+            let run = UUID().uuidString.prefix(8).lowercased()
+            let me = UserID.make()
+            try await store.createUser(StoredUser(user: User(id: me, handle: "meta-\(run)", displayName: "Meta", createdAt: t0), passwordHash: "h"))
+            let public1 = Metadata(["bio": .string("hi 👋"), "tier": .string("pro"), "aiUsage": .integer(9_007_199_254_740_993), "ratio": .number(0.25)])
+            let private1 = Metadata(["learning": .array([.string("fr"), .null]), "nested": .object(["deep": .bool(true)])])
+            let changed = try await store.updateProfile(of: me, displayName: nil, avatarURL: nil, metadata: public1, privateMetadata: private1, at: t0)
+            try check(changed?.metadata == public1 && changed?.privateMetadata == nil, "public fields on the user, private ones apart: \(String(describing: changed))")
+            try check(try await store.user(id: me)?.user.metadata == public1, "read back, an integer past 2^53 exactly")
+            let looked = try await store.users([me]).first
+            try check(looked?.metadata == public1 && looked?.privateMetadata == nil, "a lookup has no private fields")
+            try check(try await store.privateMetadata(of: me) == private1, "the private ones read apart")
+            let before = try await store.untoldProfiles(limit: 10_000).first { $0.user.id == me }?.version
+            _ = try await store.updateProfile(of: me, displayName: nil, avatarURL: nil, metadata: nil, privateMetadata: Metadata([:]), at: t0)
+            let (privateNow, publicNow) = (try await store.privateMetadata(of: me), try await store.user(id: me)?.user.metadata)
+            try check(privateNow == nil && publicNow == public1, "an empty object removes them; the rest stays")
+            try check(try await store.untoldProfiles(limit: 10_000).first { $0.user.id == me }?.version == before, "a change of private fields alone is told to nobody")
+            _ = try await store.updateProfile(of: me, displayName: nil, avatarURL: nil, metadata: Metadata([:]), privateMetadata: nil, at: t0)
+            try check(try await store.user(id: me)?.user.metadata == nil, "public ones removed")
+
+            let other = UserID.make()
+            let (group, epoch) = try await owned(store, members: [me, other, .make()])
+            let fields = Metadata(["theme": .string("dark"), "pinnedTopic": .object(["id": .integer(7)])])
+            try await store.updateConversation(group, name: nil, metadata: fields, epoch: epoch, at: t0)
+            var record = try require2(try await store.conversation(group))
+            try check(record.metadata == fields && record.name == "team", "a conversation's fields, its name untouched: \(record)")
+            try await store.updateConversation(group, name: "renamed", metadata: nil, epoch: epoch, at: t0)
+            record = try require2(try await store.conversation(group))
+            try check(record.metadata == fields && record.name == "renamed", "a rename leaves the fields")
+            let language = Metadata(["translateTo": .string("ja")])
+            try check(try await store.setMemberMetadata(language, for: other, in: group, epoch: epoch), "a member's own fields")
+            try check(!(try await store.setMemberMetadata(language, for: .make(), in: group, epoch: epoch)), "a stranger has none to set")
+            record = try require2(try await store.conversation(group))
+            try check(record.member(other)?.metadata == language && record.member(me)?.metadata == nil, "each member's own: \(record.members)")
+            do {
+                _ = try await store.setMemberMetadata(language, for: me, in: group, epoch: epoch - 1)
+                try check(false, "a stale epoch must be refused")
+            } catch let error as ChatStoreError {
+                try check(error.kind == .staleEpoch, "threw \(error)")
+            }
+            _ = try await store.setMemberMetadata(nil, for: other, in: group, epoch: epoch)
+            try await store.updateConversation(group, name: nil, metadata: Metadata([:]), epoch: epoch, at: t0)
+            record = try require2(try await store.conversation(group))
+            try check(record.metadata == nil && record.member(other)?.metadata == nil, "both removed")
+
+            let voice = Metadata(["durationMs": .integer(3_250), "kind": .string("voice")])
+            var append = append(group, epoch: epoch, "a voice note", from: me)
+            append.metadata = voice
+            guard case .appended(let sent) = try await store.commit([append]).first else { throw ContractViolation(description: "not appended") }
+            try check(sent.metadata == voice, "a message carries its fields")
+            try check(try await store.messages(in: group, after: sent.seq - 1, limit: 1).first?.metadata == voice, "read back")
+            guard case .duplicate(let again) = try await store.commit([append]).first else { throw ContractViolation(description: "not a duplicate") }
+            try check(again.metadata == voice, "a retry's answer carries them too")
+            _ = try await store.commitChange(
+                MessageChange(conversationId: group, changeSeq: record.lastChangeSeq + 1, afterSeq: sent.seq, seq: sent.seq, kind: .deleted, userId: me, at: t0), epoch: epoch)
+            try check(try await store.messages(in: group, after: sent.seq - 1, limit: 1).first?.metadata == nil, "a tombstone carries none")
+
+            _ = try await store.updateProfile(of: me, displayName: nil, avatarURL: nil, metadata: public1, privateMetadata: private1, at: t0)
+            _ = try await store.beginDeletion(of: me, erase: false, at: t0)
+            let (publicLeft, privateLeft) = (try await store.user(id: me)?.user.metadata, try await store.privateMetadata(of: me))
+            try check(publicLeft == nil && privateLeft == nil, "a deleted account keeps none")
+        },
         Case(name: "profile photos: set, replaced, removed, one of avatar and avatarURL; the photo before goes to the sweeper unless something uses it") { store in
             let run = UUID().uuidString.prefix(8).lowercased()
             let me = UserID.make()
@@ -762,7 +824,7 @@ public enum ChatStoreContract {
             try await store.referenceMedia([c.media.id], in: try await owned(store, members: [me, .make()]).0)
             _ = try await store.setAvatar(of: me, to: c.media.id, at: t0)
             try check(try await swept().contains(b.media.id), "and the next one replaced")
-            let urlOnly = try await store.updateProfile(of: me, displayName: nil, avatarURL: "https://example.com/p.png", at: t0)
+            let urlOnly = try await store.updateProfile(of: me, displayName: nil, avatarURL: "https://example.com/p.png", metadata: nil, privateMetadata: nil, at: t0)
             try check(urlOnly?.avatar == nil && urlOnly?.avatarURL == "https://example.com/p.png", "an avatarURL removes the avatar: \(String(describing: urlOnly))")
             try check(!(try await swept().contains(c.media.id)), "a photo also attached to a message stays")
             let photoAgain = try await store.setAvatar(of: me, to: d.media.id, at: t0)
@@ -785,7 +847,7 @@ public enum ChatStoreContract {
             try await store.createUser(StoredUser(user: User(id: me, handle: "told-\(run)", displayName: "Told", createdAt: t0), passwordHash: "h"))
             func untold() async throws -> UntoldProfile? { try await store.untoldProfiles(limit: 10_000).first { $0.user.id == me } }
             try check(try await untold() == nil, "a new user has told nothing")
-            _ = try await store.updateProfile(of: me, displayName: "Told 2", avatarURL: nil, at: t0.addingTimeInterval(1))
+            _ = try await store.updateProfile(of: me, displayName: "Told 2", avatarURL: nil, metadata: nil, privateMetadata: nil, at: t0.addingTimeInterval(1))
             let photo = photoUpload(by: me)
             try await store.recordMedia(photo)
             _ = try await store.setAvatar(of: me, to: photo.media.id, at: t0.addingTimeInterval(2))
@@ -1016,7 +1078,7 @@ public enum ChatStoreContract {
             try check(try await store.durableChanges(for: me, since: at(-1)).conversations.count == 3, "three conversations created at t0")
             try check(try await store.durableChanges(for: me, since: at(0)) == DurableChanges(), "nothing after t0")
 
-            try await store.renameConversation(group, name: "renamed", epoch: epoch, at: at(10))
+            try await store.updateConversation(group, name: "renamed", metadata: nil, epoch: epoch, at: at(10))
             _ = try await store.advanceReceipts(in: group, user: other, deliveredSeq: 2, readSeq: 1, at: at(20))
             _ = try await store.advanceReceipts(in: group, user: me, deliveredSeq: 1, readSeq: 0, at: at(30))
             _ = try await store.advanceReceipts(in: group, user: me, deliveredSeq: 1, readSeq: 0, at: at(35))  // moves nothing
@@ -1286,7 +1348,7 @@ public enum ChatStoreContract {
             let (quiet, _) = try await owned(store, members: [me, other])
             let (added, addedEpoch) = try await owned(store, members: [me, other])
             let later = Date().addingTimeInterval(3600)
-            try await store.renameConversation(renamed, name: "renamed", epoch: renamedEpoch, at: later.addingTimeInterval(1))
+            try await store.updateConversation(renamed, name: "renamed", metadata: nil, epoch: renamedEpoch, at: later.addingTimeInterval(1))
             _ = try await store.commit([append(read, epoch: readEpoch, "1", from: other)])
             _ = try await store.advanceReceipts(in: read, user: me, deliveredSeq: 1, readSeq: 1, at: later.addingTimeInterval(1))
             try await store.addMembers([ConversationMember(userId: third, role: .member)], to: added, epoch: addedEpoch, at: later.addingTimeInterval(1))
@@ -1335,14 +1397,14 @@ public enum ChatStoreContract {
             let (me, other, third) = (UserID.make(), UserID.make(), UserID.make())
             let (id, epoch) = try await owned(store, members: [me, other, third])
             try await store.removeMember(third, from: id, epoch: epoch, at: t0.addingTimeInterval(10))
-            try await store.renameConversation(id, name: "renamed", epoch: epoch, at: t0.addingTimeInterval(11))
+            try await store.updateConversation(id, name: "renamed", metadata: nil, epoch: epoch, at: t0.addingTimeInterval(11))
             try await store.removeMember(other, from: id, epoch: epoch, at: t0.addingTimeInterval(12))
             let changes = try await store.recentChanges(in: id, since: t0.addingTimeInterval(5))
             try check(changes == [
                 RecentChange(change: .memberRemoved, at: t0.addingTimeInterval(10), removed: third),
                 RecentChange(change: .memberRemoved, at: t0.addingTimeInterval(12), removed: other),
             ], "each removal; the last change is one of them: \(changes)")
-            try await store.renameConversation(id, name: "again", epoch: epoch, at: t0.addingTimeInterval(13))
+            try await store.updateConversation(id, name: "again", metadata: nil, epoch: epoch, at: t0.addingTimeInterval(13))
             let later = try await store.recentChanges(in: id, since: t0.addingTimeInterval(11))
             try check(later == [
                 RecentChange(change: .memberRemoved, at: t0.addingTimeInterval(12), removed: other), RecentChange(change: .updated, at: t0.addingTimeInterval(13)),

@@ -600,10 +600,13 @@ struct Send: AsyncParsableCommand {
     @Option(help: "The seq of the message this one replies to (it is quoted).") var replyTo: Int64?
     @Option(name: .customLong("mention"), help: "A member's user ID to mention (notified even if they muted the conversation); repeat for more, up to 50.")
     var mentions: [String] = []
+    @Option(help: "The app's own fields for the message, a JSON object of at most 4 KiB (e.g. '{\"duration\": 3.5}'); kept as they are.")
+    var metadata: String?
     @OptionGroup var connection: Connection
 
     func validate() throws {
         if text.isEmpty && files.isEmpty { throw ValidationError("give a text, or --attach FILE, or both") }
+        if let metadata, Metadata(json: metadata) == nil { throw ValidationError("--metadata must be a JSON object") }
         if mentions.count > 50 { throw ValidationError("at most 50 mentions, not \(mentions.count)") }
         if files.count > 10 { throw ValidationError("at most 10 files, not \(files.count)") }
     }
@@ -616,7 +619,8 @@ struct Send: AsyncParsableCommand {
             }
             let message = try await client.send(
                 text.joined(separator: " "), attachments: attachments.isEmpty ? nil : attachments, replyTo: replyTo,
-                mentions: mentions.isEmpty ? nil : mentions.map(UserID.init(rawValue:)), to: ConversationID(rawValue: conversation),
+                mentions: mentions.isEmpty ? nil : mentions.map(UserID.init(rawValue:)), metadata: metadata.flatMap(Metadata.init(json:)),
+                to: ConversationID(rawValue: conversation),
                 clientMessageId: clientMessageId ?? ClientMessageID.make())
             connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
         }

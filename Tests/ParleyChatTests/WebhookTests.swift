@@ -111,7 +111,7 @@ final class RecordingWebhookEndpoint: Sendable {
         _ = try await conversation.addMembers([Self.dave], by: Self.alice)
         _ = try await conversation.markReceipts(for: Self.bob, deliveredSeq: 4, readSeq: 3)
         _ = try await conversation.markReceipts(for: Self.carol, deliveredSeq: 4, readSeq: nil)
-        _ = try await conversation.rename("quartet", by: Self.dave)
+        _ = try await conversation.change(name: "quartet", metadata: nil, by: Self.dave)
         try await conversation.removeMember(Self.carol, by: Self.alice)
         sent.append(try await send("after", from: Self.dave, to: group, on: system))
 

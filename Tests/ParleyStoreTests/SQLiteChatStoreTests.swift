@@ -144,6 +144,10 @@ import Testing
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
             try db.execute(sql: """
+                ALTER TABLE users DROP COLUMN metadata; ALTER TABLE users DROP COLUMN private_metadata; ALTER TABLE conversations DROP COLUMN metadata; ALTER TABLE members DROP COLUMN metadata;
+                ALTER TABLE message_log DROP COLUMN metadata; DELETE FROM grdb_migrations WHERE identifier LIKE 'v24:%';
+                """)
+            try db.execute(sql: """
                 UPDATE media SET referenced = FALSE, created_at = 0 WHERE id IN (SELECT avatar_media_id FROM users UNION SELECT photo_media_id FROM conversations) AND id NOT IN (SELECT media_id FROM media_references);
                 DROP INDEX users_by_avatar; DROP INDEX conversations_by_photo; DROP INDEX users_profile_untold; ALTER TABLE users DROP COLUMN avatar; ALTER TABLE users DROP COLUMN avatar_media_id; ALTER TABLE users DROP COLUMN profile_version;
                 ALTER TABLE users DROP COLUMN profile_told; ALTER TABLE users DROP COLUMN profile_changed_at; ALTER TABLE conversations DROP COLUMN photo; ALTER TABLE conversations DROP COLUMN photo_media_id;

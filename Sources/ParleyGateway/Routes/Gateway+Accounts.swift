@@ -12,7 +12,9 @@ extension Gateway {
         v1.post("users") { request, context in try await self.register(request, context) }
         v1.post("sessions") { request, context in try await self.login(request, context) }
         // The user as the actor has it now, not as the token's lease remembers it.
-        v1.authenticated(by: self, fresh: true).get("users/me") { request, context in try Self.json(context.caller.user) }
+        v1.authenticated(by: self, fresh: true).get("users/me") { request, context in
+            try Self.json(try await UserActor.resolve(context.caller.id, using: self.system).me())
+        }
 
         let users = v1.authenticated(by: self)
         users.delete("sessions/current") { request, context in
@@ -57,7 +59,8 @@ extension Gateway {
         }
         users.patch("users/me") { request, context in
             let change = try await self.decode(API.ProfileChange.self, from: request)
-            let user = try await UserActor.resolve(context.caller.id, using: self.system).updateProfile(displayName: change.displayName, avatarURL: change.avatarURL)
+            let user = try await UserActor.resolve(context.caller.id, using: self.system).updateProfile(
+                displayName: change.displayName, avatarURL: change.avatarURL, metadata: change.metadata, privateMetadata: change.privateMetadata)
             return try Self.json(user)
         }
         Self.putAndDelete("users/me/avatar", on: users) { setting, request, context in
