@@ -92,6 +92,31 @@ private struct Shapes: Codable, Equatable {
                 conversationId: "c_1", changeSeq: 3, afterSeq: 7, seq: 7, kind: .reactionAdded, userId: ben, at: at, emoji: "❤️", count: 2)), recipients: [ann]),
         ]
         #expect(try roundTrip(deliveries) == deliveries, "an erased message keeps its mark, a changed one its changes")
+
+        // Apps' fields, whose values' kinds the binary Codable form could not tell apart, cross as
+        // their JSON text wherever they are.
+        let fields = Metadata([
+            "durationMs": .integer(9_007_199_254_740_993), "ratio": .number(-0.5), "tags": .array([.string("a\"b"), .null, .bool(false)]),
+            "nested": .object(["deep": .object(["x": .integer(1)])]),
+        ])
+        var voice = message
+        voice.metadata = fields
+        var pictured = User(id: ann, handle: "ann", displayName: "Ann", createdAt: at)
+        pictured.metadata = fields
+        pictured.avatar = Media(id: "m_9", contentType: "image/png", size: 10, sha256: String(repeating: "cd", count: 32), createdAt: at)
+        var described = record
+        described.metadata = fields
+        described.members[1].metadata = Metadata(["translateTo": .string("ja")])
+        described.photo = pictured.avatar
+        let withFields = [
+            EventDelivery(event: .message(voice), recipients: [ben]),
+            EventDelivery(event: .user(pictured), recipients: [ann, ben]),
+            EventDelivery(event: .conversation(ConversationChange(conversation: described, change: .updated, at: at)), recipients: [ann]),
+        ]
+        #expect(try roundTrip(withFields) == withFields, "a message's, a user's, a conversation's and a member's fields")
+        let sendWithFields = SendMessage(senderId: ann, clientMessageId: UUID().uuidString, text: "voice", metadata: fields)
+        #expect(try roundTrip(sendWithFields) == sendWithFields)
+        #expect(try roundTrip(SendResult(message: voice, created: true)) == SendResult(message: voice, created: true))
         let directory: [String: [UserID]] = ["gateway-1": [ann, ben], "gateway-2": []]
         #expect(try roundTrip(directory) == directory)
     }
