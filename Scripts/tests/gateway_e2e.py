@@ -439,6 +439,7 @@ def main():
           "the members looked up in one request, in the order asked, an unknown ID left out", (status, looked))
     check(b2.call("GET", f"/v1/users?ids={alice_id}&prefix=al")[0] == 400, "ids and prefix together are 400")
     check(b2.call("GET", "/v1/users?ids=" + ",".join(f"u{i}" for i in range(101)))[0] == 400, "more than 100 ids are 400")
+
     check(b2.call("POST", f"/v1/conversations/{conv}/receipts", {"readSeq": 4})[0] == 204, "receipts answer 204")
     check(alice_stream.wait_for(10, lambda ev: any(e == "receipt" and d["userId"] == bob_id and d["readSeq"] == 4 for e, _, d in ev)), "the receipt reaches the other member")
     check(b1.call("GET", "/v1/users/me/unread")[1] == {"messages": 1, "conversations": 1}, "read through 4 of 5: 1 unread")
@@ -453,6 +454,31 @@ def main():
     status, listing, _ = a2.call("GET", "/v1/conversations")
     check(status == 200 and listing["conversations"][0]["unreadCount"] == 1 and listing["conversations"][0]["lastMessage"]["seq"] == 6,
           "the conversation list has the unread count and last message", f"{listing}")
+
+    # Apps' fields: public ones anyone reads, private ones never in anyone else's view.
+    secret = "private-" + uuid.uuid4().hex
+    status, me, _ = a2.call("PATCH", "/v1/users/me", {"metadata": {"bio": "hi", "tier": "pro"}, "privateMetadata": {"aiUsage": 3, "note": secret}})
+    check(status == 200 and me.get("metadata") == {"bio": "hi", "tier": "pro"} and me.get("privateMetadata", {}).get("note") == secret,
+          "PATCH /v1/users/me answers the caller with public and private fields", (status, me))
+    check(a1.call("GET", "/v1/users/me")[1].get("privateMetadata", {}).get("aiUsage") == 3, "GET /v1/users/me has the private ones, on the other gateway")
+    check(bob_stream.wait_for(10, lambda ev: any(e == "user" and d["user"]["id"] == alice_id and d["user"].get("metadata", {}).get("tier") == "pro" for e, _, d in ev)),
+          "a contact's stream gets a user event with the public fields")
+    seen_by_bob = [b2.call("GET", f"/v1/users/{alice_id}")[1], b1.call("GET", f"/v1/users?ids={alice_id}")[1], b1.call("GET", "/v1/users?prefix=alic")[1]]
+    streamed = [d for e, _, d in bob_stream.events if e == "user"]
+    check(seen_by_bob[0].get("metadata", {}).get("bio") == "hi" and all(secret not in json.dumps(x) for x in seen_by_bob + streamed),
+          "the private fields are in nothing Bob is given: the user, a lookup, a search, his stream", seen_by_bob)
+    status, settings, _ = b2.call("PUT", f"/v1/conversations/{conv}/settings", {"metadata": {"translateTo": "ja"}})
+    check(status == 200 and settings == {"muted": False, "metadata": {"translateTo": "ja"}}, "a member sets their own fields for a conversation", (status, settings))
+    mine = {m["userId"]: m.get("metadata") for m in b1.call("GET", f"/v1/conversations/{conv}")[1]["members"]}
+    theirs = {m["userId"]: m.get("metadata") for m in a1.call("GET", f"/v1/conversations/{conv}")[1]["members"]}
+    check(mine[bob_id] == {"translateTo": "ja"} and theirs[bob_id] is None, "Bob reads them; Alice, no bot, does not", (mine, theirs))
+    group = a1.call("POST", "/v1/conversations", {"memberIds": [bob_id], "name": "voice notes"})[1]["conversation"]["id"]
+    status, voice, _ = a1.call("POST", f"/v1/conversations/{group}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "🎤", "metadata": {"durationMs": 3250}})
+    check(status == 201 and voice["message"].get("metadata") == {"durationMs": 3250}, "a message sent with fields carries them", (status, voice))
+    check(bob_stream.wait_for(10, lambda ev: any(e == "message" and d["message"].get("metadata") == {"durationMs": 3250} for e, _, d in ev)),
+          "and so does its event on the other gateway")
+    status, refused, _ = a1.call("PATCH", "/v1/users/me", {"metadata": {"bell": "\u0007"}})
+    check(status == 400 and "metadata.bell" in refused["error"]["message"], "a control character in a field is 400 naming where", (status, refused))
 
     # Presence: online, then offline with lastSeen after the stream closes; contacts are told.
     status, pres, _ = a1.call("GET", f"/v1/presence?userIds={bob_id}")
