@@ -30,7 +30,7 @@ extension Gateway {
         }
         let user = try UserActor.resolve(caller, using: system)
         // What fits in memory is asked before the answer starts: a failure is then a clean error.
-        let profile = try await user.user()
+        let profile = try await user.me()  // with the private fields: the export is the user's own
         let devices = try await user.devices()
         let blocks = try await user.blocked()
         let system = self.system
