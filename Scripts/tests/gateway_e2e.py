@@ -699,13 +699,13 @@ def main():
     group_id = group["conversation"]["id"]
     # Muting is each member's own setting: only they see it, and nobody else hears of it.
     status, muted, _ = b1.call("PUT", f"/v1/conversations/{group_id}/settings", {"muted": True})
-    check(status == 200 and muted == {"muted": True}, "a member mutes a group (200 {muted})", f"{status} {muted}")
+    check(status == 200 and muted == {"muted": True, "metadata": {}}, "a member mutes a group (200 {muted, metadata})", f"{status} {muted}")
     mine, theirs = b1.call("GET", f"/v1/conversations/{group_id}")[1], a1.call("GET", f"/v1/conversations/{group_id}")[1]
     check(mine.get("muted") is True and theirs.get("muted") is False, "each member sees only their own setting",
           f"{mine.get('muted')} {theirs.get('muted')}")
     listed = b1.call("GET", "/v1/conversations")[1]["conversations"]
     check([c.get("muted") for c in listed if c["id"] == group_id] == [True], "the conversation list shows the setting", f"{listed}")
-    check(b1.call("PUT", f"/v1/conversations/{group_id}/settings", {"muted": False})[1] == {"muted": False}
+    check(b1.call("PUT", f"/v1/conversations/{group_id}/settings", {"muted": False})[1] == {"muted": False, "metadata": {}}
           and b1.call("GET", f"/v1/conversations/{group_id}")[1].get("muted") is False, "and unmutes it")
     cases += [
         ("muting a conversation one is not in", ("PUT", f"/v1/conversations/{conv}/settings", {"muted": True}, None, carol["token"]), (404, "not_found")),

@@ -98,12 +98,13 @@ extension Gateway {
             // A send the owner would refuse records nothing.
             try SendMessage.validate(clientMessageId: body.clientMessageId, text: body.text, captions: asked.map(\.caption), limits: ChatLimits())
             try SendMessage.validate(replyTo: body.replyTo, mentions: body.mentions ?? [], by: caller.id)
+            try body.metadata?.validate(field: "metadata")
             attachments = try await UserActor.resolve(caller.id, using: system).attach(asked, to: id)
         }
         let result = try await sendRetrying(
             SendMessage(
                 senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text, attachments: attachments, replyTo: body.replyTo,
-                mentions: body.mentions ?? []),
+                mentions: body.mentions ?? [], metadata: body.metadata),
             to: id)
         // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable) —
         // the same bytes as a `message` event's data, so encoded once for both.
