@@ -385,6 +385,12 @@ public protocol ChatStore: Sendable {
     /// Whether any upload's bytes have this SHA-256.
     func hasMedia(withSHA256 sha256: String) async throws -> Bool
 
+    /// The messages of the conversations `user` is a member of now (or of `conversation` only, if
+    /// they are a member of it) that hold every term, the best matches first (then the newest),
+    /// skipping `offset`, at most `limit`. Tombstones are never found; an edited message by its
+    /// text now.
+    func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message]
+
     /// The conversations whose members may download an upload: those it was attached to a
     /// message of, and the group it is the photo of.
     func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID]

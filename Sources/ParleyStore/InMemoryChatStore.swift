@@ -928,6 +928,24 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.media.values.contains { $0.media.sha256 == sha256 } }
     }
 
+    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message] {
+        guard !terms.isEmpty else { return [] }
+        let found = state.withLock { state in
+            state.values.filter { $0.record.member(user) != nil && (conversation == nil || $0.record.id == conversation) }.flatMap { stored in
+                stored.messages.compactMap { message -> (Message, Int)? in
+                    guard !message.isTombstone else { return nil }
+                    let texts = [message.text] + (message.attachments?.compactMap(\.caption) ?? [])
+                    let counts = terms.map { term in texts.reduce(0) { $0 + SearchText.matches(of: [term], in: $1).count } }
+                    guard counts.allSatisfy({ $0 > 0 }) else { return nil }
+                    return (message, counts.reduce(0, +))
+                }
+            }
+        }
+        // The most matches first, then the newest: a stand-in for the SQL stores' ranking.
+        let ranked = found.sorted { ($0.1, $0.0.sentAt, $0.0.id) > ($1.1, $1.0.sentAt, $1.0.id) }.map(\.0)
+        return Array(ranked.dropFirst(max(0, offset)).prefix(max(0, limit)))
+    }
+
     public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
         users.withLock { ($0.mediaReferences[id] ?? []).union($0.groupPhotos[id] ?? []).sorted() }
     }

@@ -84,3 +84,18 @@ public enum MetadataRows {
         return metadata
     }
 }
+
+/// Messages as the SQL stores find them by their words (``SearchText``).
+public enum SearchRows {
+    /// The word that stands for a conversation in SQLite's index: its ID's letters and digits
+    /// (`c_1f…` → `c1f…`), so that a search within some conversations is one more term.
+    public static func scopeToken(_ id: ConversationID) -> String {
+        String(id.rawValue.unicodeScalars.filter { ("a"..."z").contains($0) || ("0"..."9").contains($0) }.map(Character.init))
+    }
+
+    /// What the index keeps of a message: its text and captions (``SearchText/indexable(text:captions:)``);
+    /// nil for a tombstone, which is never found.
+    public static func indexable(_ message: Message) -> String? {
+        message.isTombstone ? nil : SearchText.indexable(text: message.text, captions: message.attachments?.compactMap(\.caption) ?? [])
+    }
+}

@@ -2,7 +2,8 @@ import PostgresNIO
 
 /// A group commit as one round trip: ``Commit`` calls `parley_commit` (migration 5; since
 /// migration 14 with the messages' attachments as one more array, since migration 21 with their
-/// quotes and mentions as three more, since migration 24 with their apps' fields as one more),
+/// quotes and mentions as three more, since migration 24 with their apps' fields and since 25 with
+/// what the search index keeps of them as one more each),
 /// which takes the batch's conversation locks and then decides and writes every append in one
 /// statement.
 enum CommitStatements {
@@ -42,6 +43,8 @@ enum CommitStatements {
         case threads
         /// Migration 24: apps' fields.
         case metadata
+        /// Migration 25: what the search index keeps of each message (``SearchText``).
+        case search
     }
 
     static func function(_ version: Version) -> String {
@@ -51,7 +54,8 @@ enum CommitStatements {
         return """
         CREATE OR REPLACE FUNCTION parley_commit(
             p_conversations TEXT[], p_epochs BIGINT[], p_senders TEXT[], p_client_ids TEXT[], p_texts TEXT[], p_sent_at BIGINT[],
-            p_attachments TEXT[]\(extra("p_reply_to BIGINT[], p_reply_quotes TEXT[], p_mentions TEXT[]"))\(extra("p_metadata TEXT[]", since: .metadata)))
+            p_attachments TEXT[]\(extra("p_reply_to BIGINT[], p_reply_quotes TEXT[], p_mentions TEXT[]"))\(extra("p_metadata TEXT[]", since: .metadata))\(
+                extra("p_search TEXT[]", since: .search)))
         RETURNS TABLE (o_ord BIGINT, o_outcome INT, o_seq BIGINT, o_sender TEXT, o_text TEXT, o_sent_at BIGINT, o_epoch BIGINT, o_attachments TEXT\(
             extra("o_reply_quote TEXT, o_mentions TEXT"))\(extra("o_metadata TEXT", since: .metadata)))
         LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_hashjoin = off AS $fn$
@@ -60,10 +64,12 @@ enum CommitStatements {
             RETURN QUERY
             WITH input AS (
                 SELECT i.ord, i.conv, i.epoch, i.sender, i.cmid, i.body, i.sent, NULLIF(i.att, '') AS att\(
-                    extra("NULLIF(i.rto, 0) AS rto, NULLIF(i.rq, '') AS rq, NULLIF(i.men, '') AS men"))\(extra("NULLIF(i.meta, '') AS meta", since: .metadata))
+                    extra("NULLIF(i.rto, 0) AS rto, NULLIF(i.rq, '') AS rq, NULLIF(i.men, '') AS men"))\(extra("NULLIF(i.meta, '') AS meta", since: .metadata))\(
+                    extra("i.srch", since: .search))
                 FROM UNNEST(p_conversations, p_epochs, p_senders, p_client_ids, p_texts, p_sent_at, p_attachments\(
-                    extra("p_reply_to, p_reply_quotes, p_mentions"))\(extra("p_metadata", since: .metadata)))
-                    WITH ORDINALITY AS i(conv, epoch, sender, cmid, body, sent, att\(extra("rto, rq, men"))\(extra("meta", since: .metadata)), ord)
+                    extra("p_reply_to, p_reply_quotes, p_mentions"))\(extra("p_metadata", since: .metadata))\(extra("p_search", since: .search)))
+                    WITH ORDINALITY AS i(conv, epoch, sender, cmid, body, sent, att\(extra("rto, rq, men"))\(extra("meta", since: .metadata))\(
+                        extra("srch", since: .search)), ord)
             ), decided AS (
                 SELECT i.*, h.epoch AS head_epoch, h.last_seq,
                        e.seq AS e_seq, e.sender_id AS e_sender, e.text AS e_body, e.sent_at AS e_sent, e.attachments AS e_att\(
@@ -73,14 +79,16 @@ enum CommitStatements {
                 LEFT JOIN conversations h ON h.id = i.conv
                 LEFT JOIN messages e ON e.conversation_id = i.conv AND e.client_message_id = i.cmid
             ), fresh AS (
-                SELECT d.ord, d.conv, d.sender, d.cmid, d.body, d.sent, d.att\(extra("d.rto, d.rq, d.men"))\(extra("d.meta", since: .metadata)),
+                SELECT d.ord, d.conv, d.sender, d.cmid, d.body, d.sent, d.att\(extra("d.rto, d.rq, d.men"))\(extra("d.meta", since: .metadata))\(
+                    extra("d.srch", since: .search)),
                        d.last_seq + row_number() OVER (PARTITION BY d.conv ORDER BY d.ord) AS seq
                 FROM decided d
                 WHERE d.head_epoch = d.epoch AND d.e_seq IS NULL AND d.ord = d.first_ord
             ), inserted AS (
                 INSERT INTO messages (conversation_id, seq, sender_id, client_message_id, text, sent_at, attachments\(
-                    extra("reply_to, reply_quote, mentions"))\(extra("metadata", since: .metadata)))
-                SELECT f.conv, f.seq, f.sender, f.cmid, f.body, f.sent, f.att\(extra("f.rto, f.rq, f.men"))\(extra("f.meta", since: .metadata)) FROM fresh f
+                    extra("reply_to, reply_quote, mentions"))\(extra("metadata", since: .metadata))\(extra("search_text", since: .search)))
+                SELECT f.conv, f.seq, f.sender, f.cmid, f.body, f.sent, f.att\(extra("f.rto, f.rq, f.men"))\(extra("f.meta", since: .metadata))\(
+                    extra("f.srch", since: .search)) FROM fresh f
             ),\(threads ? """
              mentioned AS (
                 INSERT INTO mentions (user_id, sent_at, seq, conversation_id, client_message_id)
@@ -124,7 +132,7 @@ enum CommitStatements {
         static let name = "parley_commit_call"
         static let sql = """
             SELECT o_ord, o_outcome, o_seq, o_sender, o_text, o_sent_at, o_epoch, o_attachments, o_reply_quote, o_mentions, o_metadata
-            FROM parley_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            FROM parley_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
             """
         typealias Row = (Int64, Int32, Int64, String, String, Int64, Int64, String?, String?, String?, String?)
 
@@ -143,9 +151,11 @@ enum CommitStatements {
         var mentions: [String] = []
         /// Each append's apps' fields as JSON; empty for none.
         var metadata: [String] = []
+        /// What the search index keeps of each append (``SearchText/indexable(text:captions:)``).
+        var search: [String] = []
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 11)
+            var bindings = PostgresBindings(capacity: 12)
             bindings.append(conversations)
             bindings.append(epochs)
             bindings.append(senders)
@@ -157,6 +167,7 @@ enum CommitStatements {
             bindings.append(replyQuotes)
             bindings.append(mentions)
             bindings.append(metadata)
+            bindings.append(search)
             return bindings
         }
 

@@ -247,7 +247,16 @@ public final class PostgresChatStore: ChatStore {
         (23, "profile and group photos, and profile changes told to webhooks", PhotoRows.migration),
         (24, "apps' own fields on users, conversations, members and messages",
          MetadataRows.migration(messagesTable: "messages") + [CommitStatements.function(.metadata)]),
+        // The messages stored before get theirs when it is applied (``migrate()``).
+        (25, "messages found by their words", [
+            "ALTER TABLE messages ADD COLUMN search_text TEXT",
+            "CREATE INDEX messages_search ON messages USING GIN (to_tsvector('simple', search_text))",
+            CommitStatements.function(.search),
+        ]),
     ]
+
+    /// The migration whose column ``migrate()`` fills from the messages stored.
+    private static let searchMigration = 25
 
     /// The migration whose table ``nameUser(_:_:connection:)`` fills from the names stored.
     private static let nameKeysMigration = 22
@@ -271,6 +280,9 @@ public final class PostgresChatStore: ChatStore {
                     "INSERT INTO parley_migrations (version, name, applied_at) VALUES (\(migration.version), \(migration.name), (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT)",
                     logger: logger)
                 logger.info("applied migration", metadata: ["migration.version": "\(migration.version)", "migration.name": "\(migration.name)"])
+                if migration.version == Self.searchMigration {
+                    try await indexStoredMessages(connection: connection)
+                }
                 if migration.version == Self.nameKeysMigration {
                     // The keys of every name stored, written 10,000 at a time.
                     var keys: [String] = [], users: [String] = []
@@ -292,6 +304,33 @@ public final class PostgresChatStore: ChatStore {
                     }
                 }
             }
+        }
+    }
+
+    /// Every live message's `search_text`, read and written 10,000 at a time in key order (a
+    /// store of millions is never held whole).
+    private func indexStoredMessages(connection: PostgresConnection) async throws {
+        var after: (conversation: String, seq: Int64) = ("", 0)
+        while true {
+            var conversations: [String] = [], seqs: [Int64] = [], texts: [String] = []
+            for try await (conversation, seq, text, attachments) in try await connection.query(
+                """
+                SELECT conversation_id, seq, text, attachments FROM messages
+                WHERE (conversation_id, seq) > (\(after.conversation), \(after.seq)) AND erased_at IS NULL
+                ORDER BY conversation_id, seq LIMIT 10000
+                """, logger: logger
+            ).decode((String, Int64, String, String?).self) {
+                conversations.append(conversation)
+                seqs.append(seq)
+                texts.append(SearchText.indexable(text: text, captions: (try MediaRows.attachments(attachments) ?? []).compactMap(\.caption)))
+            }
+            guard let lastConversation = conversations.last, let lastSeq = seqs.last else { return }
+            try await connection.query(
+                """
+                UPDATE messages m SET search_text = u.t FROM UNNEST(\(conversations)::TEXT[], \(seqs)::BIGINT[], \(texts)::TEXT[]) AS u(c, s, t)
+                WHERE m.conversation_id = u.c AND m.seq = u.s
+                """, logger: logger)
+            after = (lastConversation, lastSeq)
         }
     }
 
@@ -395,6 +434,7 @@ public final class PostgresChatStore: ChatStore {
             call.replyQuotes.append(ThreadRows.encode(append.replyTo) ?? "")
             call.mentions.append(ThreadRows.mentionsColumn(append.mentions) ?? "")
             call.metadata.append(Metadata.column(append.metadata) ?? "")
+            call.search.append(SearchText.indexable(text: append.text, captions: append.attachments?.compactMap(\.caption) ?? []))
         }
         return try await run {
             var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)
@@ -1336,7 +1376,7 @@ public final class PostgresChatStore: ChatStore {
             let erasedSeqs = erased.map(\.seq)
             try await connection.query(
                 """
-                UPDATE messages SET \(unescaped: ThreadRows.tombstoneAssignments), erased_at = \(at.millisecondsSince1970)
+                UPDATE messages SET \(unescaped: ThreadRows.tombstoneAssignments), search_text = NULL, erased_at = \(at.millisecondsSince1970)
                 WHERE conversation_id = \(id.rawValue) AND seq = ANY(\(erasedSeqs))
                 """, logger: logger)
             try await deleteWhatMessagesCarry(id, seqs: erasedSeqs, connection: connection)
@@ -1400,14 +1440,17 @@ public final class PostgresChatStore: ChatStore {
                     SELECT \(id.rawValue), \(change.seq), coalesce(max(version), 0) + 1, \(original.text), \((original.editedAt ?? original.sentAt).millisecondsSince1970)
                     FROM message_versions WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
                     """, logger: logger)
+                let edited = change.applied(to: original)
                 try await connection.query(
-                    "UPDATE messages SET text = \(change.text ?? original.text), edited_at = \(change.at.millisecondsSince1970) WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)",
-                    logger: logger)
-                try await requote(change.applied(to: original), connection: connection)
+                    """
+                    UPDATE messages SET text = \(edited.text), edited_at = \(change.at.millisecondsSince1970), search_text = \(SearchRows.indexable(edited))
+                    WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
+                    """, logger: logger)
+                try await requote(edited, connection: connection)
             case .deleted:
                 try await connection.query(
                     """
-                    UPDATE messages SET \(unescaped: ThreadRows.tombstoneAssignments), erased_at = \(change.at.millisecondsSince1970), deleted_by = \(change.userId.rawValue)
+                    UPDATE messages SET \(unescaped: ThreadRows.tombstoneAssignments), search_text = NULL, erased_at = \(change.at.millisecondsSince1970), deleted_by = \(change.userId.rawValue)
                     WHERE conversation_id = \(id.rawValue) AND seq = \(change.seq)
                     """, logger: logger)
                 try await deleteWhatMessagesCarry(id, seqs: [change.seq], connection: connection)
@@ -1474,6 +1517,32 @@ public final class PostgresChatStore: ChatStore {
             SELECT \(unescaped: Self.messageColumns()) FROM messages
             WHERE conversation_id = \(id.rawValue) AND reply_to = \(seq) AND seq > \(after) ORDER BY seq LIMIT \(max(0, limit))
             """)
+    }
+
+    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message] {
+        guard !terms.isEmpty, limit > 0 else { return [] }
+        let query = Self.tsquery(terms)
+        return try await fetchMessages(
+            """
+            SELECT \(unescaped: Self.messageColumns()) FROM messages
+            WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = \(user.rawValue))
+              AND (\(conversation?.rawValue)::TEXT IS NULL OR conversation_id = \(conversation?.rawValue))
+              AND to_tsvector('simple', search_text) @@ to_tsquery('simple', \(query))
+            ORDER BY ts_rank(to_tsvector('simple', search_text), to_tsquery('simple', \(query))) DESC, sent_at DESC, conversation_id DESC, seq DESC
+            LIMIT \(limit) OFFSET \(max(0, offset))
+            """)
+    }
+
+    /// The terms as a `tsquery` over what ``SearchText/indexable(text:captions:)`` keeps: every
+    /// term, a word as a prefix, a run as characters one after the other.
+    static func tsquery(_ terms: [SearchText.Term]) -> String {
+        func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "''") + "'" }
+        return terms.map { term in
+            switch term {
+            case .word(let word): quoted(word) + ":*"
+            case .run(let characters): "(" + characters.map(quoted).joined(separator: " <-> ") + ")"
+            }
+        }.joined(separator: " & ")
     }
 
     public func mentions(of user: UserID, before position: MentionPosition?, limit: Int) async throws -> [Message] {

@@ -157,6 +157,7 @@ public final class SQLiteChatStore: ChatStore {
         "v22: display names found by prefix",
         "v23: profile and group photos, and profile changes told to webhooks",
         "v24: apps' own fields on users, conversations, members and messages",
+        "v25: messages found by their words",
     ]
 
     /// Applies the migrations not yet applied, up to and including `last` (a name from
@@ -410,6 +411,15 @@ public final class SQLiteChatStore: ChatStore {
         }
         migrator.registerMigration(Self.migrationNames[23]) { db in
             for statement in MetadataRows.migration(messagesTable: "message_log") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration(Self.migrationNames[24]) { db in
+            // Each live message's words under its row's ID, its conversation's as one more word
+            // (``SearchRows/scopeToken(_:)``) in a column ranking ignores.
+            try db.execute(sql: "CREATE VIRTUAL TABLE message_search USING fts5(body, scope, tokenize = 'unicode61 remove_diacritics 2')")
+            let rows = try Row.fetchCursor(db, sql: "SELECT * FROM message_log WHERE erased_at IS NULL")
+            while let row = try rows.next() {
+                try Self.index(try Self.message(from: row), row: try row.decode(forColumn: "id"), db: db)
+            }
         }
         // Several processes may start at once on one file: one of them applies a migration, the
         // others may fail on the race and find it applied when they try again.
@@ -1116,6 +1126,7 @@ public final class SQLiteChatStore: ChatStore {
             """)
         let existing = try db.cachedStatement(sql: "SELECT * FROM message_log WHERE client_message_id = ? AND conversation_id = ?")
         let block = try db.cachedStatement(sql: "INSERT INTO message_blocks (conversation_id, block, message) VALUES (?, ?, ?)")
+        let search = try db.cachedStatement(sql: "INSERT INTO message_search (rowid, body, scope) VALUES (?, ?, ?)")
         // Each conversation's head is read once per batch and written back once at the end.
         var heads: [String: (epoch: Int64, lastSeq: Int64, lastActivity: Int64, lastMessage: Int64?)?] = [:]
         var ownReceipts: [String: [String: Int64]] = [:]
@@ -1163,6 +1174,10 @@ public final class SQLiteChatStore: ChatStore {
             // The message's row ID, before any other insert takes the connection's last one.
             let row = db.lastInsertedRowID
             heads[conversation] = (current.epoch, seq, sentAt, row)
+            try search.execute(arguments: [
+                row, SearchText.indexable(text: append.text, captions: append.attachments?.compactMap(\.caption) ?? []),
+                SearchRows.scopeToken(append.conversationId),
+            ])
             if let completed = MessageBlocks.completedBlock(bySeq: seq) {
                 block.bind(conversation, at: 1)
                 block.bind(completed, at: 2)
@@ -1400,7 +1415,12 @@ public final class SQLiteChatStore: ChatStore {
     /// they are no longer pinned.
     private static func emptied(_ tombstones: [Message], in id: ConversationID, db: Database) throws {
         guard !tombstones.isEmpty else { return }
-        for tombstone in tombstones { try requote(tombstone, db: db) }
+        for tombstone in tombstones {
+            try requote(tombstone, db: db)
+            try db.execute(
+                sql: "DELETE FROM message_search WHERE rowid = (SELECT id FROM message_log WHERE client_message_id = ? AND conversation_id = ?)",
+                arguments: [tombstone.clientMessageId, id.rawValue])
+        }
         let pinned = try ThreadRows.pinned(try String.fetchOne(db, sql: "SELECT pinned FROM conversations WHERE id = ?", arguments: [id.rawValue]))
         let seqs = Set(tombstones.map(\.seq))
         guard pinned.contains(where: seqs.contains) else { return }
@@ -1442,7 +1462,11 @@ public final class SQLiteChatStore: ChatStore {
                 try db.execute(
                     sql: "UPDATE message_log SET text = ?, edited_at = ? WHERE client_message_id = ? AND conversation_id = ?",
                     arguments: [change.text ?? original.text, change.at.millisecondsSince1970, original.clientMessageId, id.rawValue])
-                try Self.requote(change.applied(to: original), db: db)
+                let edited = change.applied(to: original)
+                try db.execute(
+                    sql: "UPDATE message_search SET body = ? WHERE rowid = (SELECT id FROM message_log WHERE client_message_id = ? AND conversation_id = ?)",
+                    arguments: [SearchRows.indexable(edited), original.clientMessageId, id.rawValue])
+                try Self.requote(edited, db: db)
             case .deleted:
                 try db.execute(
                     sql: "UPDATE message_log SET \(ThreadRows.tombstoneAssignments), erased_at = ?, deleted_by = ? WHERE client_message_id = ? AND conversation_id = ?",
@@ -1486,6 +1510,42 @@ public final class SQLiteChatStore: ChatStore {
                 throw ChatStoreError(.conflict, "change \(change.changeSeq) of \(id), or its client change ID, is used")
             }
             return (change, change.applied(to: original))
+        }
+    }
+
+    /// Indexes a message stored as row `row` (nothing for a tombstone).
+    private static func index(_ message: Message, row: Int64, db: Database) throws {
+        guard let body = SearchRows.indexable(message) else { return }
+        try db.execute(
+            sql: "INSERT INTO message_search (rowid, body, scope) VALUES (?, ?, ?)", arguments: [row, body, SearchRows.scopeToken(message.conversationId)])
+    }
+
+    /// A search in more conversations than this filters by the members' table instead of by
+    /// the index's conversation words.
+    static let scopedSearchMax = 500
+
+    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message] {
+        guard !terms.isEmpty, limit > 0 else { return [] }
+        return try await read { db in
+            var conversations = try String.fetchAll(db, sql: "SELECT conversation_id FROM members WHERE user_id = ?", arguments: [user.rawValue])
+            if let conversation { conversations = conversations.filter { $0 == conversation.rawValue } }
+            guard !conversations.isEmpty else { return [] }
+            var match = "body : (\(SearchText.fts5Query(terms)))"
+            var filter = ""
+            if conversations.count <= Self.scopedSearchMax {
+                match += " AND scope : (" + conversations.map { SearchRows.scopeToken(ConversationID(rawValue: $0)) }.joined(separator: " OR ") + ")"
+            } else {
+                filter = "AND m.conversation_id IN (SELECT conversation_id FROM members WHERE user_id = ?)"
+            }
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT m.* FROM message_search JOIN message_log m ON m.id = message_search.rowid
+                    WHERE message_search MATCH ? \(filter)
+                    ORDER BY bm25(message_search, 1.0, 0.0), m.sent_at DESC, m.id DESC LIMIT ? OFFSET ?
+                    """,
+                arguments: StatementArguments([match] + (filter.isEmpty ? [] : [user.rawValue]) + [limit, max(0, offset)] as [any DatabaseValueConvertible]))
+            return try rows.map(Self.message(from:))
         }
     }
 

@@ -743,6 +743,56 @@ public enum ChatStoreContract {
             let removed = try await store.removeUnattachedMedia(uploadedBefore: t0, limit: 10_000)
             try check(removed.contains { $0.media.id == media.media.id }, "the next sweep removes it, however young it was")
         },
+        Case(name: "messages are found by their words, in the searcher's conversations only, as they are now: edited, deleted, erased") { store in
+            let run = UUID().uuidString.prefix(6).lowercased()
+            let (me, other) = (UserID.make(), UserID.make())
+            let (group, epoch) = try await owned(store, members: [me, other, .make()])
+            let (direct, directEpoch) = try await owned(store, members: [other, me])
+            let (elsewhere, elsewhereEpoch) = try await owned(store, members: [other, .make()])
+            func send(_ text: String, in id: ConversationID, _ epoch: Int64, caption: String? = nil) async throws -> Message {
+                var request = append(id, epoch: epoch, text, from: other)
+                if let caption {
+                    request.attachments = [Attachment(media: Media(id: .make(), contentType: "image/jpeg", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: t0), caption: caption)]
+                }
+                guard case .appended(let message) = try await store.commit([request]).first else { throw ContractViolation(description: "not appended") }
+                return message
+            }
+            let hello = try await send("Hello world zq\(run)", in: group, epoch)
+            let again = try await send("hello again Élodie zq\(run)", in: group, epoch)
+            let tokyo = try await send("東京タワーに行った zq\(run)", in: group, epoch)
+            let photo = try await send("", in: direct, directEpoch, caption: "sunset over the bay zq\(run)")
+            let private1 = try await send("hello from elsewhere zq\(run)", in: elsewhere, elsewhereEpoch)
+            func found(_ query: String, in conversation: ConversationID? = nil, offset: Int = 0, limit: Int = 50) async throws -> [Message] {
+                try await store.searchMessages(of: me, terms: SearchText.terms(of: query), in: conversation, offset: offset, limit: limit)
+            }
+            try check(Set(try await found("HELLO zq\(run)").map(\.seq)) == [hello.seq, again.seq], "case aside, in both of a word's messages, not elsewhere")
+            try check(try await found("hello world zq\(run)").map(\.id) == [hello.id], "every word must be found")
+            try check(try await found("elodie zq\(run)").map(\.id) == [again.id], "accents aside")
+            try check(try await found("elo zq\(run)").map(\.id) == [again.id], "a word found by its beginning")
+            try check(try await found("東京 zq\(run)").map(\.id) == [tokyo.id], "a run of Japanese found inside a sentence")
+            try check(try await found("京東 zq\(run)").isEmpty, "not the same characters in another order")
+            try check(try await found("sunset zq\(run)").map(\.id) == [photo.id], "a caption's words")
+            try check(try await found("sunset zq\(run)", in: group).isEmpty, "within one conversation only")
+            let (inElsewhere, anywhere) = (try await found("hello zq\(run)", in: elsewhere), try await found("elsewhere zq\(run)"))
+            try check(inElsewhere.isEmpty && !anywhere.contains { $0.id == private1.id }, "never a conversation the searcher is not in")
+            let firstPage = try await found("zq\(run)", limit: 2), secondPage = try await found("zq\(run)", offset: 2, limit: 2)
+            try check(firstPage.count == 2 && secondPage.count == 2 && Set(firstPage.map(\.id) + secondPage.map(\.id)).count == 4, "pages do not overlap")
+
+            _ = try await store.commitChange(
+                MessageChange(conversationId: group, changeSeq: 1, afterSeq: again.seq, seq: again.seq, kind: .edited, userId: other, at: t0, text: "goodbye zq\(run)"),
+                epoch: epoch)
+            let (oldWords, newWords) = (try await found("again zq\(run)"), try await found("goodbye zq\(run)"))
+            try check(oldWords.isEmpty && newWords.map(\.id) == [again.id], "an edit is found by its new words only")
+            _ = try await store.commitChange(
+                MessageChange(conversationId: group, changeSeq: 2, afterSeq: again.seq, seq: hello.seq, kind: .deleted, userId: other, at: t0), epoch: epoch)
+            try check(try await found("world zq\(run)").isEmpty, "a deleted message is never found")
+            _ = try await store.eraseMessages(in: group, seqs: [tokyo.seq], epoch: epoch, at: t0)
+            try check(try await found("東京 zq\(run)").isEmpty, "nor an erased one")
+            try await store.removeMember(me, from: direct, epoch: directEpoch, at: t0)
+            try check(try await found("sunset zq\(run)").isEmpty, "nor one of a conversation the searcher left")
+            let (empty, punctuation) = (try await found(""), try await found("!!!"))
+            try check(empty.isEmpty && punctuation.isEmpty, "a query of no words finds nothing")
+        },
         Case(name: "apps' fields on users (public and private apart), conversations, members and messages are kept as given, replaced and removed") { store in
             let run = UUID().uuidString.prefix(8).lowercased()
             let me = UserID.make()

@@ -53,10 +53,20 @@ struct PostgresStoreContractTests {
         let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: named.id)
         try await store.recordMedia(photo)
         _ = try await store.setAvatar(of: named.id, to: photo.media.id, at: Date())
+        let (searched, searchedEpoch) = (ConversationID.make(), Int64(1))
+        try await store.createConversation(ConversationRecord(
+            id: searched, kind: .direct, name: nil, ownerId: named.id, createdAt: Date(),
+            members: [ConversationMember(userId: named.id, role: .owner), ConversationMember(userId: user, role: .member)]))
+        _ = try await store.acquireOwnership(of: searched)
+        _ = try await store.commit([AppendRequest(
+            conversationId: searched, epoch: searchedEpoch, senderId: named.id, clientMessageId: UUID().uuidString.lowercased(), text: "Findable Élodie", sentAt: Date())])
         var commits = 0
         for try await count in try await store.client.query("SELECT count(*) FROM pg_proc WHERE proname = 'parley_commit'").decode(Int.self) { commits = count }
-        #expect(commits == 3, "each commit before stays beside the one after it, for a release from before")
+        #expect(commits == 4, "each commit before stays beside the one after it, for a release from before")
         for statement in [
+            "DROP INDEX messages_search", "ALTER TABLE messages DROP COLUMN search_text",
+            "DROP FUNCTION parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], TEXT[])",
+            "DELETE FROM parley_migrations WHERE version = 25",
             "ALTER TABLE users DROP COLUMN metadata", "ALTER TABLE users DROP COLUMN private_metadata", "ALTER TABLE conversations DROP COLUMN metadata", "ALTER TABLE members DROP COLUMN metadata",
             "ALTER TABLE messages DROP COLUMN metadata",
             "DROP FUNCTION parley_commit(TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], TEXT[], TEXT[], TEXT[])",
@@ -88,6 +98,8 @@ struct PostgresStoreContractTests {
         #expect(try await store.isTokenRevoked(session.tokenId), "a revocation outlived the undo")
         #expect(try await store.searchUsers(prefix: "quux\(gone.rawValue.suffix(6))", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
         #expect(try await store.user(id: named.id)?.user.avatar == nil, "the undo took the profile photo")
+        #expect(try await store.searchMessages(of: user, terms: SearchText.terms(of: "elodie findable"), in: nil, offset: 0, limit: 5).count == 1,
+                "a message stored before is found once the search migration is applied again")
         #expect(try await store.removeUnattachedMedia(uploadedBefore: Date(), limit: 10_000).contains { $0.media.id == photo.media.id }, "and handed its upload to the sweeper")
         let again = StoredSession(tokenId: UUID().uuidString, userId: user, createdAt: Date(), lastUsedAt: Date(), expiresAt: Date().addingTimeInterval(60), userAgent: "x")
         try await store.openSession(again)

@@ -141,8 +141,16 @@ import Testing
         let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: named.id)
         try await store.recordMedia(photo)
         _ = try await store.setAvatar(of: named.id, to: photo.media.id, at: Date())
+        let (searched, searchedEpoch) = (ConversationID.make(), Int64(1))
+        try await store.createConversation(ConversationRecord(
+            id: searched, kind: .direct, name: nil, ownerId: named.id, createdAt: Date(),
+            members: [ConversationMember(userId: named.id, role: .owner), ConversationMember(userId: user, role: .member)]))
+        _ = try await store.acquireOwnership(of: searched)
+        _ = try await store.commit([AppendRequest(
+            conversationId: searched, epoch: searchedEpoch, senderId: named.id, clientMessageId: UUID().uuidString.lowercased(), text: "Findable Élodie", sentAt: Date())])
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
+            try db.execute(sql: "DROP TABLE message_search; DELETE FROM grdb_migrations WHERE identifier LIKE 'v25:%';")
             try db.execute(sql: """
                 ALTER TABLE users DROP COLUMN metadata; ALTER TABLE users DROP COLUMN private_metadata; ALTER TABLE conversations DROP COLUMN metadata; ALTER TABLE members DROP COLUMN metadata;
                 ALTER TABLE message_log DROP COLUMN metadata; DELETE FROM grdb_migrations WHERE identifier LIKE 'v24:%';
@@ -184,6 +192,8 @@ import Testing
         #expect(try await store.isTokenRevoked("t1"), "a revocation outlived the undo")
         #expect(try await store.searchUsers(prefix: "quu", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
         #expect(try await store.user(id: named.id)?.user.avatar == nil, "the undo took the profile photo")
+        #expect(try await store.searchMessages(of: user, terms: SearchText.terms(of: "elodie findable"), in: nil, offset: 0, limit: 5).count == 1,
+                "a message stored before is found once the search migration is applied again")
         #expect(try await store.removeUnattachedMedia(uploadedBefore: Date(), limit: 10).map(\.media.id) == [photo.media.id], "and handed its upload to the sweeper")
         let now = Date().millisecondPrecision
         let again = StoredSession(tokenId: "t2", userId: user, createdAt: now, lastUsedAt: now, expiresAt: now.addingTimeInterval(60), userAgent: nil)
