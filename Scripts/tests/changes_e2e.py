@@ -27,6 +27,7 @@ import base64
 import json
 import os
 import random
+import re
 import secrets
 import ssl
 import subprocess
@@ -382,6 +383,32 @@ def run(context, env):
         listed[uid[n]] = found
     missing = [(key, user) for key, user in mentioned.items() if key not in deleted and key not in listed[user]]
     check(not missing, f"every acknowledged mention is listed for its member ({len(mentioned)} mentions)", missing[:5])
+
+    # Search finds what history holds, each once: the live messages with every word (by each
+    # word's beginning), edits by their new text, no deleted one — after the kills, on both stores.
+    def searched(n, q):
+        found, cursor = [], None
+        while True:
+            status, reply = retried("GET", f"/v1/search?q={quote(q)}&limit=50" + (f"&cursor={cursor}" if cursor else ""), None, token[n], "gateway-2")
+            if status != 200:
+                return None
+            found += [(r["message"]["conversationId"], r["message"]["seq"]) for r in reply["results"]]
+            cursor = reply.get("next")
+            if not cursor:
+                return found
+
+    def expected(n, q):
+        wanted = q.lower().split()
+        return {(c, m["seq"]) for c in members if n in members[c] for m in histories[(n, c)]
+                if not m.get("deleted") and all(any(w.startswith(x) for w in re.findall(r"[a-z0-9]+", m["text"].lower())) for x in wanted)}
+    wrong, sizes = [], []
+    for n in ["m1", "m4"]:
+        for q in ["edited", f"{n} 1", "M2 EDITED", "m0 19"]:
+            got = searched(n, q)
+            sizes.append(len(got or []))
+            if got is None or len(got) != len(set(got)) or set(got) != expected(n, q):
+                wrong.append((n, q, None if got is None else sorted(set(got) ^ expected(n, q))[:5]))
+    check(not wrong and sum(sizes) > 0, f"search finds exactly the live messages holding the words, each once ({sizes} found)", wrong[:3])
 
     # A stream resumed from its first cursor replays everything to the same state.
     for n in ["m1", "m4"]:

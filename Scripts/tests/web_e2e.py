@@ -284,6 +284,17 @@ def main():
     check(press(bob, "yes, @alice", "Unpin"), "Bob unpins it (either member of a direct chat may)")
     check(wait_until(15, lambda: alice.execute_script(pinned_bar) is None), "and it leaves Alice's pinned bar, live", alice.execute_script(pinned_bar))
     shot(bob, "reply and pin")
+    el(alice, "search-q").send_keys("ASKED twi")
+    el(alice, "search-q").send_keys(Keys.ENTER)
+    found = "return [...document.querySelectorAll('#search-results li[data-seq]')].map(li => [li.querySelector('.where').textContent, [...li.querySelectorAll('mark')].map(m => m.textContent)])"
+    check(wait_until(15, lambda: alice.execute_script(found) == [["Bob · Alice", ["asked", "twice"]]]),
+          "Alice searches her messages: the edited one is found by its new words, marked", alice.execute_script(found))
+    el(alice, "search-q").clear()
+    el(alice, "search-q").send_keys("hello Bob")
+    el(alice, "search-q").send_keys(Keys.ENTER)
+    check(wait_until(15, lambda: "Nothing found" in el(alice, "search-status").text), "a message deleted for everyone is not found", el(alice, "search-status").text)
+    shot(alice, "search")
+    el(alice, "search-close").click()
     for driver in (alice, bob):
         driver.execute_script("const list = document.getElementById('messages'); list.scrollTop = list.scrollHeight")
 

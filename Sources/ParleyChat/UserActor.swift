@@ -230,19 +230,54 @@ public distributed actor UserActor {
             position = parsed
         }
         let me = UserID(rawValue: id.key)
-        do {
-            var messages = try await services.store.mentions(of: me, before: position, limit: limit)
-            // `me` in their reactions, with one read per conversation that has any.
-            for conversation in Set(messages.filter { $0.reactions != nil }.map(\.conversationId)).sorted() {
-                let seqs = messages.filter { $0.conversationId == conversation && $0.reactions != nil }.map(\.seq)
-                guard let first = seqs.min(), let last = seqs.max() else { continue }
-                let held = Set(try await services.store.reactions(of: me, in: conversation, seqs: first...last))
-                messages = messages.map { $0.conversationId == conversation ? HeldReaction.marking($0, held: held) : $0 }
+        let messages = try await markingHeldReactions(try await services.withStore { try await $0.mentions(of: me, before: position, limit: limit) })
+        return API.Mentions(mentions: messages, next: messages.count == limit ? messages.last.map(ThreadRows.mentionCursor(after:)) : nil)
+    }
+
+    /// How deep a search pages: past this many results, a more precise query is the answer.
+    public static let searchResultsMax = 1_000
+
+    /// `GET /v1/search`: this user's messages in the conversations they are in now (or in
+    /// `conversation`, a member's only) that hold every word of `query`, the best matches first,
+    /// each with a snippet around its first match.
+    public distributed func search(_ query: String, in conversation: ConversationID?, cursor: String?, limit: Int) async throws -> API.SearchResults {
+        try requireProfile()
+        guard (1...50).contains(limit) else { throw ChatError(.invalidRequest, "limit must be 1–50") }
+        guard query.unicodeScalars.count <= 256 else { throw ChatError(.invalidRequest, "q must be at most 256 characters") }
+        let terms = SearchText.terms(of: query)
+        guard !terms.isEmpty else { throw ChatError(.invalidRequest, "q has no words to search for") }
+        var offset = 0
+        if let cursor {
+            guard let parsed = Int(cursor), (0..<Self.searchResultsMax).contains(parsed) else {
+                throw ChatError(.invalidRequest, "cursor is not one this server gave")
             }
-            return API.Mentions(mentions: messages, next: messages.count == limit ? messages.last.map(ThreadRows.mentionCursor(after:)) : nil)
-        } catch let error as ChatStoreError {
-            throw ChatError(.unavailable, "the store is unavailable: \(error.message)")
+            offset = parsed
         }
+        let me = UserID(rawValue: id.key)
+        if let conversation {
+            guard try await services.withStore({ try await $0.conversation(conversation) })?.member(me) != nil else {
+                throw ChatError(.notFound, "conversation not found")
+            }
+        }
+        let count = min(limit, Self.searchResultsMax - offset)
+        let found = try await markingHeldReactions(
+            try await services.withStore { try await $0.searchMessages(of: me, terms: terms, in: conversation, offset: offset, limit: count) })
+        let next = found.count == count && offset + count < Self.searchResultsMax ? String(offset + count) : nil
+        return API.SearchResults(results: found.map { API.SearchResult(message: $0, snippet: API.Snippet(of: $0, terms: terms)) }, next: next)
+    }
+
+    /// `messages` with `me` set in their reactions for this user, with one read per conversation
+    /// that has any.
+    private func markingHeldReactions(_ messages: [Message]) async throws -> [Message] {
+        let me = UserID(rawValue: id.key)
+        var messages = messages
+        for conversation in Set(messages.filter { $0.reactions != nil }.map(\.conversationId)).sorted() {
+            let seqs = messages.filter { $0.conversationId == conversation && $0.reactions != nil }.map(\.seq)
+            guard let first = seqs.min(), let last = seqs.max() else { continue }
+            let held = Set(try await services.withStore { try await $0.reactions(of: me, in: conversation, seqs: first...last) })
+            messages = messages.map { $0.conversationId == conversation ? HeldReaction.marking($0, held: held) : $0 }
+        }
+        return messages
     }
 }
 

@@ -414,6 +414,15 @@ public final class ParleyClient: Sendable {
         try await call(.GET, "/v1/mentions?limit=\(limit)" + (before.map { "&before=\(Self.query($0))" } ?? ""))
     }
 
+    /// This user's messages that hold every word of `query`, the best matches first, each with a
+    /// snippet around its first match; within `conversation` only when given. Pass `next` as
+    /// `cursor` for more.
+    public func search(_ query: String, in conversation: ConversationID? = nil, limit: Int = 20, cursor: String? = nil) async throws -> API.SearchResults {
+        try await call(
+            .GET, "/v1/search?q=\(Self.query(query))&limit=\(limit)" + (conversation.map { "&conversationId=\(Self.query($0.rawValue))" } ?? "")
+                + (cursor.map { "&cursor=\(Self.query($0))" } ?? ""))
+    }
+
     /// The texts a message has had, oldest first, the current one last.
     public func versions(of seq: Int64, in conversation: ConversationID) async throws -> [MessageVersion] {
         let body: API.MessageVersions = try await call(.GET, "/v1/conversations/\(Self.query(conversation.rawValue))/messages/\(seq)/versions")

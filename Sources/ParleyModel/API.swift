@@ -460,6 +460,48 @@ public enum API {
         }
     }
 
+    /// `GET /v1/search`: the messages found, the best first; `next` continues.
+    public struct SearchResults: Codable, Sendable, Hashable {
+        public var results: [SearchResult]
+        public var next: String?
+        public init(results: [SearchResult], next: String?) {
+            self.results = results
+            self.next = next
+        }
+    }
+
+    public struct SearchResult: Codable, Sendable, Hashable {
+        public var message: Message
+        /// The part of the message's text (or of a caption, when only a caption holds the words)
+        /// around its first match.
+        public var snippet: Snippet
+        public init(message: Message, snippet: Snippet) {
+            self.message = message
+            self.snippet = snippet
+        }
+    }
+
+    /// A piece of text and where the words searched for are in it: `[start, end)` pairs counted
+    /// in Unicode scalars (code points), in order.
+    public struct Snippet: Codable, Sendable, Hashable {
+        public var text: String
+        public var highlights: [[Int]]
+        public init(text: String, highlights: [[Int]]) {
+            self.text = text
+            self.highlights = highlights
+        }
+
+        /// The snippet of `message` for `terms`: from its text, else from the first caption that
+        /// holds a match.
+        public init(of message: Message, terms: [SearchText.Term]) {
+            let captions = message.attachments?.compactMap(\.caption) ?? []
+            let source = SearchText.matches(of: terms, in: message.text).isEmpty
+                ? captions.first { !SearchText.matches(of: terms, in: $0).isEmpty } ?? message.text : message.text
+            let (text, ranges) = SearchText.snippet(of: source, terms: terms)
+            self.init(text: text, highlights: ranges.map { [$0.lowerBound, $0.upperBound] })
+        }
+    }
+
     /// `GET …/messages/{seq}/versions`.
     public struct MessageVersions: Codable, Sendable, Hashable {
         public var versions: [MessageVersion]

@@ -16,7 +16,7 @@ struct Parley: AsyncParsableCommand {
             (~/.config/parley/config.json, or PARLEY_CONFIG). PARLEY_URL / PARLEY_URLS and PARLEY_CA \
             (as `Scripts/cluster env` prints them) are used when no --server / --ca is given.
             """,
-        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Unread.self, Avatar.self, Conversations.self, GroupPhoto.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, History.self, Tail.self, Read.self, Devices.self])
+        subcommands: [Register.self, Login.self, Logout.self, Sessions.self, Password.self, Export.self, DeleteAccount.self, Block.self, Unblock.self, Blocked.self, ReportCommand.self, Admin.self, Users.self, Unread.self, Avatar.self, Conversations.self, GroupPhoto.self, New.self, Send.self, Edit.self, DeleteMessage.self, React.self, Pin.self, Versions.self, Replies.self, Mentions.self, Search.self, History.self, Tail.self, Read.self, Devices.self])
 }
 
 /// Options every command takes.
@@ -783,6 +783,41 @@ struct Mentions: AsyncParsableCommand {
             let page = try await client.mentions(before: before, limit: limit)
             connection.print(page) {
                 (page.mentions.isEmpty ? "no mentions" : page.mentions.map(Tail.line).joined(separator: "\n")) + (page.next.map { "\nmore: --before \($0)" } ?? "")
+            }
+        }
+    }
+}
+
+struct Search: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Your messages that hold every word given, the best matches first.",
+        discussion: "Words are found without case or accents, by their beginning (hel finds Hello); Chinese and Japanese by their characters side by side. The matched words are shown between « and ».")
+    @Argument(help: "The words.") var words: [String]
+    @Option(name: .customLong("in"), help: "Search this conversation only (c_… or d_…).") var conversation: String?
+    @Option(help: "How many (1–50).") var limit = 20
+    @Option(help: "The `next` a page before gave.") var cursor: String?
+    @OptionGroup var connection: Connection
+
+    func validate() throws {
+        if words.isEmpty { throw ValidationError("give the words to search for") }
+    }
+
+    /// The snippet with its highlights between « and ».
+    static func marked(_ snippet: API.Snippet) -> String {
+        var scalars = Array(snippet.text.unicodeScalars)
+        for pair in snippet.highlights.reversed() where pair.count == 2 && 0 <= pair[0] && pair[0] <= pair[1] && pair[1] <= scalars.count {
+            scalars.insert("»", at: pair[1])
+            scalars.insert("«", at: pair[0])
+        }
+        return String(String.UnicodeScalarView(scalars))
+    }
+
+    func run() async throws {
+        try await withClient(connection) { client, _ in
+            let page = try await client.search(words.joined(separator: " "), in: conversation.map(ConversationID.init(rawValue:)), limit: limit, cursor: cursor)
+            connection.print(page) {
+                let lines = page.results.map { "[\($0.message.conversationId)] #\($0.message.seq) \($0.message.senderId): \(Self.marked($0.snippet))" }
+                return (lines.isEmpty ? "nothing found" : lines.joined(separator: "\n")) + (page.next.map { "\nmore: --cursor \($0)" } ?? "")
             }
         }
     }

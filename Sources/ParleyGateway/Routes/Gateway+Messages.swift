@@ -47,6 +47,18 @@ extension Gateway {
             let pinned = try await ConversationActor.resolve(id, using: self.system).pin(seq: seq, pinning: pinning, by: context.caller.id)
             return try Self.json(API.Pinned(pinned: pinned))
         }
+        messages.get("search") { request, context in
+            let query = request.uri.queryParameters
+            guard let q = query["q"].map(String.init) else { throw APIError.invalid("q is required: the words to search for") }
+            let limit = try Self.intParameter(request, "limit", default: 20, range: 1...50)
+            var conversation: ConversationID?
+            if let id = query["conversationId"] {
+                guard ClientInput.isPlausibleID(String(id)) else { throw APIError.notFound("conversation not found") }
+                conversation = ConversationID(rawValue: String(id))
+            }
+            return try Self.json(try await UserActor.resolve(context.caller.id, using: self.system).search(
+                q, in: conversation, cursor: query["cursor"].map(String.init), limit: limit))
+        }
         messages.get("mentions") { request, context in
             let limit = try Self.intParameter(request, "limit", default: 50, range: 1...100)
             let before = request.uri.queryParameters["before"].map(String.init)

@@ -916,6 +916,70 @@ function image(mediaId, label) {
   return img;
 }
 
+// ---- search ----
+
+// The snippet's text with its highlights (ranges in Unicode code points) as <mark>s.
+function markedSnippet(snippet) {
+  const points = [...snippet.text];
+  const holder = document.createElement('span');
+  let at = 0;
+  for (const [start, end] of snippet.highlights) {
+    if (start < at || end > points.length) continue;
+    holder.append(points.slice(at, start).join(''));
+    const mark = document.createElement('mark');
+    mark.textContent = points.slice(start, end).join('');
+    holder.append(mark);
+    at = end;
+  }
+  holder.append(points.slice(at).join(''));
+  return holder;
+}
+
+async function search(q, cursor) {
+  const reply = await api.get(`/v1/search?q=${encodeURIComponent(q)}&limit=20${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+  const list = $('search-results');
+  if (!cursor) list.replaceChildren();
+  for (const { message, snippet } of reply.results) {
+    const item = document.createElement('li');
+    item.tabIndex = 0;
+    item.dataset.conversation = message.conversationId;
+    item.dataset.seq = String(message.seq);
+    const where = document.createElement('span');
+    where.className = 'where';
+    const conversation = state.conversations.get(message.conversationId);
+    where.textContent = `${conversation ? titleOf(conversation) : 'A conversation'} · ${nameOf(message.senderId)}`;
+    item.append(where, markedSnippet(snippet));
+    const open = () => { if (state.conversations.has(message.conversationId)) openConversation(message.conversationId); };
+    item.addEventListener('click', open);
+    item.addEventListener('keydown', (event) => { if (event.key === 'Enter') open(); });
+    list.append(item);
+  }
+  const count = list.children.length;
+  $('search-status').textContent = count === 0 ? 'Nothing found.' : `${count} found${reply.next ? ', more below' : ''}.`;
+  if (reply.next) {
+    const more = document.createElement('li');
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.textContent = 'More';
+    button.addEventListener('click', () => { more.remove(); search(q, reply.next).catch(showSearchError); });
+    more.append(button);
+    list.append(more);
+  }
+}
+
+const showSearchError = (error) => { $('search-status').textContent = error.message; };
+
+$('search').addEventListener('submit', (event) => {
+  event.preventDefault();
+  $('search-panel').hidden = false;
+  $('search-status').textContent = 'Searching…';
+  search($('search-q').value).catch(showSearchError);
+});
+$('search-close').addEventListener('click', () => {
+  $('search-panel').hidden = true;
+  $('search-q').value = '';
+});
+
 // ---- blocking, from a direct conversation ----
 
 async function loadBlocks() {
