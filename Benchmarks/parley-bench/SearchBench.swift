@@ -1,0 +1,100 @@
+import ArgumentParser
+import Foundation
+import ParleyModel
+import ParleyStore
+import ParleyStoreSQLite
+
+/// Search latency over a large store: `--messages` messages in `--conversations` conversations,
+/// texts of words drawn from a vocabulary as natural language draws them (a few words very
+/// often, most rarely; one message in twenty Japanese), then searches by one user who is in
+/// `--member-of` of the conversations.
+struct SearchBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "search", abstract: "Time message searches over a large store.")
+
+    @Option(help: "sqlite:PATH, postgres://USER@HOST:PORT/DB, or memory.")
+    var store = "sqlite:/tmp/parley-search-\(UUID().uuidString).sqlite"
+    @Option(help: "Messages written before the searches.")
+    var messages = 1_000_000
+    @Option(help: "Conversations they are spread over.")
+    var conversations = 2_000
+    @Option(help: "How many of them the searching user is a member of.")
+    var memberOf = 50
+    @Option(help: "Searches of each kind.")
+    var searches = 1_000
+    @Option(help: "Results asked per search.")
+    var limit = 20
+
+    /// Words of the vocabulary, the most common first.
+    static let vocabulary: [String] = {
+        var random = SeededRandom(seed: 7)
+        let letters = Array("abcdefghijklmnopqrstuvwxyz")
+        return (0..<20_000).map { _ in
+            let length = 3 + Int(random.next() % 7)
+            return String((0..<length).map { _ in letters[Int(random.next() % 26)] })
+        }
+    }()
+    static let japanese: [String] = ["東京", "大阪", "会議", "明日", "写真", "ありがとう", "電車", "予定", "天気", "ご飯"]
+
+    /// A word's index, drawn as Zipf's law (exponent 1) draws it: the r-th most common word r times
+    /// rarer than the first.
+    static func zipf(_ random: inout SeededRandom, count: Int) -> Int {
+        let u = Double(random.next() % 1_000_000) / 1_000_000
+        return min(count - 1, Int(pow(Double(count), u)) - 1)
+    }
+
+    func run() async throws {
+        guard messages > 0, conversations > 0, (1...conversations).contains(memberOf), searches > 0 else {
+            throw ValidationError("--messages, --conversations and --searches must be positive, --member-of within --conversations")
+        }
+        let (chatStore, path) = try openBenchmarkStore(store, sqlite: SQLiteChatStore.Settings())
+        defer { removeSQLiteFiles(path) }
+        try await chatStore.migrate()
+        let searcher = UserID(rawValue: "u_searcher_\(UUID().uuidString.prefix(8).lowercased())")
+        var owned: [(ConversationID, Int64)] = []
+        for index in 0..<conversations {
+            let id = ConversationID.make()
+            let members = [index < memberOf ? searcher : "u_a", "u_b"]
+            try await chatStore.createConversation(ConversationRecord(
+                id: id, kind: .direct, name: nil, ownerId: members[0], createdAt: Date(),
+                members: members.map { ConversationMember(userId: $0, role: .member) }))
+            owned.append((id, try await chatStore.acquireOwnership(of: id)))
+        }
+        var random = SeededRandom(seed: 11)
+        let started = ContinuousClock.now
+        var written = 0
+        while written < messages {
+            let batch = (0..<min(1_000, messages - written)).map { _ in
+                let (id, epoch) = owned[Int(random.next() % UInt64(owned.count))]
+                let words = (0..<(3 + Int(random.next() % 12))).map { _ in
+                    random.next() % 20 == 0 ? Self.japanese[Int(random.next() % UInt64(Self.japanese.count))] : Self.vocabulary[Self.zipf(&random, count: Self.vocabulary.count)]
+                }
+                return AppendRequest(
+                    conversationId: id, epoch: epoch, senderId: "u_b", clientMessageId: ClientMessageID.make(now: Date(), using: &random),
+                    text: words.joined(separator: " "), sentAt: Date())
+            }
+            _ = try await chatStore.commit(batch)
+            written += batch.count
+        }
+        let loading = started.duration(to: .now)
+        print("\(messages) messages in \(conversations) conversations written in \(String(format: "%.1f", loading.seconds)) s (\(Int(Double(messages) / loading.seconds))/s, indexed as they commit); the searcher is in \(memberOf)")
+        let kinds: [(String, () -> String)] = [
+            ("a common word", { Self.vocabulary[Int(random.next() % 10)] }),
+            ("a rare word", { Self.vocabulary[5_000 + Int(random.next() % 15_000)] }),
+            ("two words", { "\(Self.vocabulary[Int(random.next() % 200)]) \(Self.vocabulary[Int(random.next() % 2_000)])" }),
+            ("a word's first 3 letters", { String(Self.vocabulary[Int(random.next() % 1_000)].prefix(3)) }),
+            ("Japanese", { Self.japanese[Int(random.next() % UInt64(Self.japanese.count))] }),
+        ]
+        for (kind, query) in kinds {
+            var latencies = Latencies()
+            var found = 0
+            for _ in 0..<searches {
+                let terms = SearchText.terms(of: query())
+                let began = ContinuousClock.now
+                let results = try await chatStore.searchMessages(of: searcher, terms: terms, in: nil, offset: 0, limit: limit)
+                latencies.record(began.duration(to: .now))
+                found += results.count
+            }
+            print("\(searches) searches for \(kind), \(limit) asked (\(String(format: "%.1f", Double(found) / Double(searches))) found on average): " + latencies.summary([50, 99]))
+        }
+    }
+}
