@@ -16,6 +16,8 @@ again. Then, for every member:
 - no change to an acknowledged message is answered 404: every message stays found by its seq;
 - every acknowledged change holds in history; every acknowledged reply is listed under its
   message, every acknowledged mention in the mentioned member's mentions;
+- a search finds exactly the live messages that hold its words, each once: edits by their new
+  text, nothing deleted;
 - a stream resumed from its first cursor replays to the same state;
 - webhooks were told each change once per ID, in `changeSeq` order, none missing.
 
