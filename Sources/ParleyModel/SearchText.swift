@@ -5,7 +5,9 @@ import Foundation
 ///
 /// A word is a run of letters, digits and combining marks; everything else separates words.
 /// Words compare without case or accents (`Élodie` finds `elodie`), and each word of a query
-/// finds the words it begins (`hel` finds `hello`). Scripts written without spaces between words
+/// finds the words it begins (`hel` finds `hello`) — but a word of one character only itself.
+/// (`a` would begin a good part of every language's words: a search for it would rank most of
+/// the store. Scripts written without spaces between words
 /// (Chinese, Japanese, Thai, Lao, Khmer, Burmese) are indexed one character a word, and a query's
 /// run of them is found as that run of characters, wherever it stands: `東京` finds
 /// `東京タワーに行った`.
@@ -25,6 +27,9 @@ public enum SearchText {
         /// Characters of an unspaced script, folded: found one after the other.
         case run([String])
     }
+
+    /// Whether a query's word finds the words it begins, not only itself.
+    public static func findsByBeginning(_ word: String) -> Bool { word.count > 1 }
 
     /// The most terms a query may have.
     public static let termsMax = 16
@@ -132,7 +137,7 @@ public enum SearchText {
         func quoted(_ text: String) -> String { "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
         return terms.map { term in
             switch term {
-            case .word(let word): quoted(word) + "*"
+            case .word(let word): quoted(word) + (findsByBeginning(word) ? "*" : "")
             case .run(let characters): characters.map(quoted).joined(separator: " + ")
             }
         }.joined(separator: " AND ")
@@ -146,7 +151,9 @@ public enum SearchText {
         for term in terms {
             switch term {
             case .word(let word):
-                for token in tokens where !token.unspaced && token.folded.hasPrefix(word) { found.append(token.range) }
+                for token in tokens where !token.unspaced && (findsByBeginning(word) ? token.folded.hasPrefix(word) : token.folded == word) {
+                    found.append(token.range)
+                }
             case .run(let characters):
                 guard !characters.isEmpty, tokens.count >= characters.count else { continue }
                 for start in 0...(tokens.count - characters.count) {

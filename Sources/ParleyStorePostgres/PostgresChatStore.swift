@@ -1539,7 +1539,7 @@ public final class PostgresChatStore: ChatStore {
         func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "''") + "'" }
         return terms.map { term in
             switch term {
-            case .word(let word): quoted(word) + ":*"
+            case .word(let word): quoted(word) + (SearchText.findsByBeginning(word) ? ":*" : "")
             case .run(let characters): "(" + characters.map(quoted).joined(separator: " <-> ") + ")"
             }
         }.joined(separator: " & ")

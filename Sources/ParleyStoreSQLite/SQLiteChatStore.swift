@@ -414,8 +414,9 @@ public final class SQLiteChatStore: ChatStore {
         }
         migrator.registerMigration(Self.migrationNames[24]) { db in
             // Each live message's words under its row's ID, its conversation's as one more word
-            // (``SearchRows/scopeToken(_:)``) in a column ranking ignores.
-            try db.execute(sql: "CREATE VIRTUAL TABLE message_search USING fts5(body, scope, tokenize = 'unicode61 remove_diacritics 2')")
+            // (``SearchRows/scopeToken(_:)``) in a column ranking ignores. Every word of a query
+            // is found by its beginning: the 2- and 3-letter beginnings are indexed too.
+            try db.execute(sql: "CREATE VIRTUAL TABLE message_search USING fts5(body, scope, tokenize = 'unicode61 remove_diacritics 2', prefix = '2 3')")
             let rows = try Row.fetchCursor(db, sql: "SELECT * FROM message_log WHERE erased_at IS NULL")
             while let row = try rows.next() {
                 try Self.index(try Self.message(from: row), row: try row.decode(forColumn: "id"), db: db)

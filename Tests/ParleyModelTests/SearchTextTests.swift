@@ -29,6 +29,8 @@ import Testing
         let marked = SearchText.matches(of: terms, in: text).map { String(String.UnicodeScalarView(scalars[$0])) }
         #expect(marked == ["Hello", "Élodie", "hello", "東京"], "\(marked)")
         #expect(SearchText.matches(of: [.word("lo")], in: "hello").isEmpty, "a word is found by its beginning only")
+        #expect(SearchText.matches(of: [.word("a")], in: "an apple a day").count == 1, "a word of one letter only itself")
+        #expect(SearchText.fts5Query([.word("a"), .word("ab")]) == #""a" AND "ab"*"#)
     }
 
     @Test func aLongTextIsCutAroundItsFirstMatch() {
