@@ -7,8 +7,8 @@ import Foundation
 /// Words compare without case or accents (`Élodie` finds `elodie`), and each word of a query
 /// finds the words it begins (`hel` finds `hello`) — but a word of one character only itself.
 /// (`a` would begin a good part of every language's words: a search for it would rank most of
-/// the store. Scripts written without spaces between words
-/// (Chinese, Japanese, Thai, Lao, Khmer, Burmese) are indexed one character a word, and a query's
+/// the store.) Scripts written without spaces between words (Chinese, Japanese, Thai, Lao, Khmer,
+/// Burmese) are indexed one character a word, and a query's
 /// run of them is found as that run of characters, wherever it stands: `東京` finds
 /// `東京タワーに行った`.
 public enum SearchText {
