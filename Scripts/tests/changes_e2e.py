@@ -387,7 +387,8 @@ def run(context, env):
     check(not missing, f"every acknowledged mention is listed for its member ({len(mentioned)} mentions)", missing[:5])
 
     # Search finds what history holds, each once: the live messages with every word (by each
-    # word's beginning), edits by their new text, no deleted one — after the kills, on both stores.
+    # word's beginning, a one-letter word only itself), edits by their new text, no deleted one —
+    # after the kills, on both stores.
     def searched(n, q):
         found, cursor = [], None
         while True:
@@ -402,7 +403,8 @@ def run(context, env):
     def expected(n, q):
         wanted = q.lower().split()
         return {(c, m["seq"]) for c in members if n in members[c] for m in histories[(n, c)]
-                if not m.get("deleted") and all(any(w.startswith(x) for w in re.findall(r"[a-z0-9]+", m["text"].lower())) for x in wanted)}
+                if not m.get("deleted") and all(any(w.startswith(x) if len(x) > 1 else w == x for w in re.findall(r"[a-z0-9]+", m["text"].lower()))
+                                                for x in wanted)}
     wrong, sizes = [], []
     for n in ["m1", "m4"]:
         for q in ["edited", f"{n} 1", "M2 EDITED", "m0 19"]:
