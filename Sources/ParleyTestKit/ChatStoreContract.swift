@@ -33,6 +33,22 @@ public enum ChatStoreContract {
         return (record.id, try await store.acquireOwnership(of: record.id))
     }
 
+    /// What the migrations' undo tests keep through an undo: `user`'s profile photo (the upload
+    /// it answers) and a message from them to `reader` with the words `Findable Élodie`.
+    public static func pictureAndMessage(of user: UserID, to reader: UserID, in store: any ChatStore) async throws -> StoredMedia {
+        let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: user)
+        try await store.recordMedia(photo)
+        _ = try await store.setAvatar(of: user, to: photo.media.id, at: Date())
+        let id = ConversationID.make()
+        try await store.createConversation(ConversationRecord(
+            id: id, kind: .direct, name: nil, ownerId: user, createdAt: Date(),
+            members: [ConversationMember(userId: user, role: .owner), ConversationMember(userId: reader, role: .member)]))
+        let epoch = try await store.acquireOwnership(of: id)
+        _ = try await store.commit([AppendRequest(
+            conversationId: id, epoch: epoch, senderId: user, clientMessageId: UUID().uuidString.lowercased(), text: "Findable Élodie", sentAt: Date())])
+        return photo
+    }
+
     /// An image upload of `user`'s, young enough that only a release hands it to a sweep before `t0`.
     static func photoUpload(by user: UserID) -> StoredMedia {
         StoredMedia(

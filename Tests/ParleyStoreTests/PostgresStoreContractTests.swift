@@ -50,16 +50,7 @@ struct PostgresStoreContractTests {
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         let named = User(id: .make(), handle: "named-\(gone.rawValue.suffix(8).lowercased())", displayName: "Zed Quux\(gone.rawValue.suffix(6))", createdAt: Date())
         try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
-        let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: named.id)
-        try await store.recordMedia(photo)
-        _ = try await store.setAvatar(of: named.id, to: photo.media.id, at: Date())
-        let (searched, searchedEpoch) = (ConversationID.make(), Int64(1))
-        try await store.createConversation(ConversationRecord(
-            id: searched, kind: .direct, name: nil, ownerId: named.id, createdAt: Date(),
-            members: [ConversationMember(userId: named.id, role: .owner), ConversationMember(userId: user, role: .member)]))
-        _ = try await store.acquireOwnership(of: searched)
-        _ = try await store.commit([AppendRequest(
-            conversationId: searched, epoch: searchedEpoch, senderId: named.id, clientMessageId: UUID().uuidString.lowercased(), text: "Findable Élodie", sentAt: Date())])
+        let photo = try await ChatStoreContract.pictureAndMessage(of: named.id, to: user, in: store)
         var commits = 0
         for try await count in try await store.client.query("SELECT count(*) FROM pg_proc WHERE proname = 'parley_commit'").decode(Int.self) { commits = count }
         #expect(commits == 4, "each commit before stays beside the one after it, for a release from before")

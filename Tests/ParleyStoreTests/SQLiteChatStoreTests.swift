@@ -138,16 +138,7 @@ import Testing
         _ = try await store.beginDeletion(of: gone, erase: false, at: Date())
         let named = User(id: .make(), handle: "named", displayName: "Zed Quux", createdAt: Date())
         try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
-        let photo = StoredMedia(media: Media(id: .make(), contentType: "image/png", size: 1, sha256: String(repeating: "ab", count: 32), createdAt: Date()), uploaderId: named.id)
-        try await store.recordMedia(photo)
-        _ = try await store.setAvatar(of: named.id, to: photo.media.id, at: Date())
-        let (searched, searchedEpoch) = (ConversationID.make(), Int64(1))
-        try await store.createConversation(ConversationRecord(
-            id: searched, kind: .direct, name: nil, ownerId: named.id, createdAt: Date(),
-            members: [ConversationMember(userId: named.id, role: .owner), ConversationMember(userId: user, role: .member)]))
-        _ = try await store.acquireOwnership(of: searched)
-        _ = try await store.commit([AppendRequest(
-            conversationId: searched, epoch: searchedEpoch, senderId: named.id, clientMessageId: UUID().uuidString.lowercased(), text: "Findable Élodie", sentAt: Date())])
+        let photo = try await ChatStoreContract.pictureAndMessage(of: named.id, to: user, in: store)
         let database = try DatabaseQueue(path: path)
         try await database.write { db in
             try db.execute(sql: "DROP TABLE message_search; DELETE FROM grdb_migrations WHERE identifier LIKE 'v25:%';")
