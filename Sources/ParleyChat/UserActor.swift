@@ -15,6 +15,9 @@ public distributed actor UserActor {
 
     /// Nil until the user exists (an ID activated before ``create(_:)``).
     private var profile: User?
+    /// The user's private fields once read (nil: not read yet; `.some(nil)`: none): `GET
+    /// /v1/users/me` is a hot route, served from here after its first store read.
+    private var privateFields: Metadata??
     /// Registrations under way: an empty actor is not let go while one is.
     private var creating = 0
     let services: ChatServices
@@ -110,8 +113,12 @@ public distributed actor UserActor {
     /// `GET /v1/users/me`: this user as only they see it, with their private fields.
     public distributed func me() async throws -> User {
         var me = try requireProfile()
-        let id = me.id
-        me.privateMetadata = try await services.withStore { try await $0.privateMetadata(of: id) }
+        guard me.deleted != true else { return me }
+        if privateFields == nil {
+            let id = me.id
+            privateFields = .some(try await services.withStore { try await $0.privateMetadata(of: id) })
+        }
+        me.privateMetadata = privateFields ?? nil
         return me
     }
 
@@ -138,6 +145,7 @@ public distributed actor UserActor {
             try await $0.updateProfile(of: me, displayName: displayName, avatarURL: avatarURL, metadata: metadata, privateMetadata: privateMetadata, at: at)
         }
         guard let updated else { throw ChatError(.notFound, "user not found") }
+        if let privateMetadata { privateFields = .some(privateMetadata.orNilWhenEmpty) }
         if displayName != nil || avatarURL != nil || metadata != nil {
             profileChanged(to: updated)
         } else {

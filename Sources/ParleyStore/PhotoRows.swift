@@ -96,6 +96,11 @@ public enum SearchRows {
     /// What the index keeps of a message: its text and captions (``SearchText/indexable(text:captions:)``);
     /// nil for a tombstone, which is never found.
     public static func indexable(_ message: Message) -> String? {
-        message.isTombstone ? nil : SearchText.indexable(text: message.text, captions: message.attachments?.compactMap(\.caption) ?? [])
+        message.isTombstone ? nil : indexable(text: message.text, attachments: message.attachments)
+    }
+
+    /// What the index keeps of a text and its attachments' captions.
+    public static func indexable(text: String, attachments: [Attachment]?) -> String {
+        SearchText.indexable(text: text, captions: attachments?.compactMap(\.caption) ?? [])
     }
 }

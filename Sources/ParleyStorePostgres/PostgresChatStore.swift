@@ -322,7 +322,7 @@ public final class PostgresChatStore: ChatStore {
             ).decode((String, Int64, String, String?).self) {
                 conversations.append(conversation)
                 seqs.append(seq)
-                texts.append(SearchText.indexable(text: text, captions: (try MediaRows.attachments(attachments) ?? []).compactMap(\.caption)))
+                texts.append(SearchRows.indexable(text: text, attachments: try MediaRows.attachments(attachments)))
             }
             guard let lastConversation = conversations.last, let lastSeq = seqs.last else { return }
             try await connection.query(
@@ -434,7 +434,7 @@ public final class PostgresChatStore: ChatStore {
             call.replyQuotes.append(ThreadRows.encode(append.replyTo) ?? "")
             call.mentions.append(ThreadRows.mentionsColumn(append.mentions) ?? "")
             call.metadata.append(Metadata.column(append.metadata) ?? "")
-            call.search.append(SearchText.indexable(text: append.text, captions: append.attachments?.compactMap(\.caption) ?? []))
+            call.search.append(SearchRows.indexable(text: append.text, attachments: append.attachments))
         }
         return try await run {
             var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)

@@ -1176,7 +1176,7 @@ public final class SQLiteChatStore: ChatStore {
             let row = db.lastInsertedRowID
             heads[conversation] = (current.epoch, seq, sentAt, row)
             try search.execute(arguments: [
-                row, SearchText.indexable(text: append.text, captions: append.attachments?.compactMap(\.caption) ?? []),
+                row, SearchRows.indexable(text: append.text, attachments: append.attachments),
                 SearchRows.scopeToken(append.conversationId),
             ])
             if let completed = MessageBlocks.completedBlock(bySeq: seq) {
