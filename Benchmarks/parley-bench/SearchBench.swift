@@ -23,6 +23,10 @@ struct SearchBench: AsyncParsableCommand {
     var searches = 1_000
     @Option(help: "Results asked per search.")
     var limit = 20
+    @Option(help: "How many of the newest matches are ranked (the server ranks 1,000).")
+    var window = 1_000
+    @Flag(help: "Leave the store in place afterwards (its path, or the PostgreSQL database, and the searcher are printed), to look at its queries.")
+    var keep = false
 
     /// Words of the vocabulary, the most common first.
     static let vocabulary: [String] = {
@@ -47,7 +51,7 @@ struct SearchBench: AsyncParsableCommand {
             throw ValidationError("--messages, --conversations and --searches must be positive, --member-of within --conversations")
         }
         let (chatStore, path) = try openBenchmarkStore(store, sqlite: SQLiteChatStore.Settings())
-        defer { removeSQLiteFiles(path) }
+        defer { if !keep { removeSQLiteFiles(path) } }
         try await chatStore.migrate()
         let searcher = UserID(rawValue: "u_searcher_\(UUID().uuidString.prefix(8).lowercased())")
         var owned: [(ConversationID, Int64)] = []
@@ -76,7 +80,7 @@ struct SearchBench: AsyncParsableCommand {
             written += batch.count
         }
         let loading = started.duration(to: .now)
-        print("\(messages) messages in \(conversations) conversations written in \(String(format: "%.1f", loading.seconds)) s (\(Int(Double(messages) / loading.seconds))/s, indexed as they commit); the searcher is in \(memberOf)")
+        print("\(messages) messages in \(conversations) conversations written in \(String(format: "%.1f", loading.seconds)) s (\(Int(Double(messages) / loading.seconds))/s, indexed as they commit); the searcher \(searcher) is in \(memberOf)\(keep ? "; the store is kept: \(path ?? store)" : "")")
         let kinds: [(String, () -> String)] = [
             ("a common word", { Self.vocabulary[Int(random.next() % 10)] }),
             ("a rare word", { Self.vocabulary[5_000 + Int(random.next() % 15_000)] }),
@@ -90,7 +94,7 @@ struct SearchBench: AsyncParsableCommand {
             for _ in 0..<searches {
                 let terms = SearchText.terms(of: query())
                 let began = ContinuousClock.now
-                let results = try await chatStore.searchMessages(of: searcher, terms: terms, in: nil, offset: 0, limit: limit)
+                let results = try await chatStore.searchMessages(of: searcher, terms: terms, in: nil, window: window, offset: 0, limit: limit)
                 latencies.record(began.duration(to: .now))
                 found += results.count
             }

@@ -242,7 +242,8 @@ public distributed actor UserActor {
         return API.Mentions(mentions: messages, next: messages.count == limit ? messages.last.map(ThreadRows.mentionCursor(after:)) : nil)
     }
 
-    /// How deep a search pages: past this many results, a more precise query is the answer.
+    /// How deep a search pages, and how many of the newest matches are ranked: past this many, a
+    /// more precise query is the answer.
     public static let searchResultsMax = 1_000
 
     /// `GET /v1/search`: this user's messages in the conversations they are in now (or in
@@ -269,7 +270,7 @@ public distributed actor UserActor {
         }
         let count = min(limit, Self.searchResultsMax - offset)
         let found = try await markingHeldReactions(
-            try await services.withStore { try await $0.searchMessages(of: me, terms: terms, in: conversation, offset: offset, limit: count) })
+            try await services.withStore { try await $0.searchMessages(of: me, terms: terms, in: conversation, window: Self.searchResultsMax, offset: offset, limit: count) })
         let next = found.count == count && offset + count < Self.searchResultsMax ? String(offset + count) : nil
         return API.SearchResults(results: found.map { API.SearchResult(message: $0, snippet: API.Snippet(of: $0, terms: terms)) }, next: next)
     }

@@ -386,10 +386,11 @@ public protocol ChatStore: Sendable {
     func hasMedia(withSHA256 sha256: String) async throws -> Bool
 
     /// The messages of the conversations `user` is a member of now (or of `conversation` only, if
-    /// they are a member of it) that hold every term, the best matches first (then the newest),
-    /// skipping `offset`, at most `limit`. Tombstones are never found; an edited message by its
-    /// text now.
-    func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message]
+    /// they are a member of it) that hold every term: of the `window` newest (last stored) such
+    /// messages, the best matches first (then the newest), skipping `offset`, at most `limit`.
+    /// Tombstones are never found; an edited message by its text now. The window bounds the
+    /// work of a word found in most messages: only the newest matches are ranked.
+    func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, window: Int, offset: Int, limit: Int) async throws -> [Message]
 
     /// The conversations whose members may download an upload: those it was attached to a
     /// message of, and the group it is the photo of.

@@ -928,7 +928,7 @@ public final class InMemoryChatStore: ChatStore {
         users.withLock { $0.media.values.contains { $0.media.sha256 == sha256 } }
     }
 
-    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message] {
+    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, window: Int, offset: Int, limit: Int) async throws -> [Message] {
         guard !terms.isEmpty else { return [] }
         let found = state.withLock { state in
             state.values.filter { $0.record.member(user) != nil && (conversation == nil || $0.record.id == conversation) }.flatMap { stored in
@@ -941,8 +941,10 @@ public final class InMemoryChatStore: ChatStore {
                 }
             }
         }
-        // The most matches first, then the newest: a stand-in for the SQL stores' ranking.
-        let ranked = found.sorted { ($0.1, $0.0.sentAt, $0.0.id) > ($1.1, $1.0.sentAt, $1.0.id) }.map(\.0)
+        // Of the newest, the most matches first, then the newest: a stand-in for the SQL stores'
+        // ranking.
+        let newest = found.sorted { ($0.0.sentAt, $0.0.seq) > ($1.0.sentAt, $1.0.seq) }.prefix(max(0, window))
+        let ranked = newest.sorted { ($0.1, $0.0.sentAt, $0.0.id) > ($1.1, $1.0.sentAt, $1.0.id) }.map(\.0)
         return Array(ranked.dropFirst(max(0, offset)).prefix(max(0, limit)))
     }
 

@@ -67,6 +67,7 @@ public final class SQLiteChatStore: ChatStore {
         ]
         configuration.prepareDatabase { db in
             for pragma in pragmas { try db.execute(sql: "PRAGMA \(pragma)") }
+            SearchRank.register(db)
         }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -1523,10 +1524,10 @@ public final class SQLiteChatStore: ChatStore {
 
     /// A search in more conversations than this filters by the members' table instead of by
     /// the index's conversation words.
-    static let scopedSearchMax = 500
+    public static let scopedSearchMax = 500
 
-    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, offset: Int, limit: Int) async throws -> [Message] {
-        guard !terms.isEmpty, limit > 0 else { return [] }
+    public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, window: Int, offset: Int, limit: Int) async throws -> [Message] {
+        guard !terms.isEmpty, limit > 0, window > 0 else { return [] }
         return try await read { db in
             var conversations = try String.fetchAll(db, sql: "SELECT conversation_id FROM members WHERE user_id = ?", arguments: [user.rawValue])
             if let conversation { conversations = conversations.filter { $0 == conversation.rawValue } }
@@ -1536,16 +1537,20 @@ public final class SQLiteChatStore: ChatStore {
             if conversations.count <= Self.scopedSearchMax {
                 match += " AND scope : (" + conversations.map { SearchRows.scopeToken(ConversationID(rawValue: $0)) }.joined(separator: " OR ") + ")"
             } else {
-                filter = "AND m.conversation_id IN (SELECT conversation_id FROM members WHERE user_id = ?)"
+                filter = "AND EXISTS (SELECT 1 FROM message_log m JOIN members p ON p.conversation_id = m.conversation_id AND p.user_id = ? WHERE m.id = message_search.rowid)"
             }
+            // The index walks its matches newest (highest row) first and stops at the window, so
+            // a word in most messages costs the window, not every match.
             let rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT m.* FROM message_search JOIN message_log m ON m.id = message_search.rowid
-                    WHERE message_search MATCH ? \(filter)
-                    ORDER BY bm25(message_search, 1.0, 0.0), m.sent_at DESC, m.id DESC LIMIT ? OFFSET ?
+                    SELECT m.* FROM (
+                        SELECT rowid AS id, \(SearchRank.name)(message_search) AS score FROM message_search
+                        WHERE message_search MATCH ? \(filter) ORDER BY rowid DESC LIMIT ?
+                    ) found JOIN message_log m ON m.id = found.id
+                    ORDER BY found.score, m.sent_at DESC, m.id DESC LIMIT ? OFFSET ?
                     """,
-                arguments: StatementArguments([match] + (filter.isEmpty ? [] : [user.rawValue]) + [limit, max(0, offset)] as [any DatabaseValueConvertible]))
+                arguments: StatementArguments([match] + (filter.isEmpty ? [] : [user.rawValue]) + [window, limit, max(0, offset)] as [any DatabaseValueConvertible]))
             return try rows.map(Self.message(from:))
         }
     }

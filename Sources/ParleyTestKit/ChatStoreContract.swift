@@ -778,8 +778,8 @@ public enum ChatStoreContract {
             let tokyo = try await send("東京タワーに行った zq\(run)", in: group, epoch)
             let photo = try await send("", in: direct, directEpoch, caption: "sunset over the bay zq\(run)")
             let private1 = try await send("hello from elsewhere zq\(run)", in: elsewhere, elsewhereEpoch)
-            func found(_ query: String, in conversation: ConversationID? = nil, offset: Int = 0, limit: Int = 50) async throws -> [Message] {
-                try await store.searchMessages(of: me, terms: SearchText.terms(of: query), in: conversation, offset: offset, limit: limit)
+            func found(_ query: String, in conversation: ConversationID? = nil, window: Int = 1_000, offset: Int = 0, limit: Int = 50) async throws -> [Message] {
+                try await store.searchMessages(of: me, terms: SearchText.terms(of: query), in: conversation, window: window, offset: offset, limit: limit)
             }
             try check(Set(try await found("HELLO zq\(run)").map(\.seq)) == [hello.seq, again.seq], "case aside, in both of a word's messages, not elsewhere")
             try check(try await found("hello world zq\(run)").map(\.id) == [hello.id], "every word must be found")
@@ -793,6 +793,12 @@ public enum ChatStoreContract {
             try check(inElsewhere.isEmpty && !anywhere.contains { $0.id == private1.id }, "never a conversation the searcher is not in")
             let firstPage = try await found("zq\(run)", limit: 2), secondPage = try await found("zq\(run)", offset: 2, limit: 2)
             try check(firstPage.count == 2 && secondPage.count == 2 && Set(firstPage.map(\.id) + secondPage.map(\.id)).count == 4, "pages do not overlap")
+            let windowed = try await found("zq\(run)", in: group, window: 2)
+            try check(Set(windowed.map(\.id)) == [again.id, tokyo.id], "only the newest matches, as many as the window, are ranked: \(windowed.map(\.seq))")
+            let twice = try await send("lantern lantern zq\(run)", in: direct, directEpoch)
+            let once = try await send("lantern and many more words around it than the other has zq\(run)", in: direct, directEpoch)
+            let ranked = try await found("lantern zq\(run)")
+            try check(ranked.map(\.id) == [twice.id, once.id], "the better match first, though older: \(ranked.map(\.seq)) for \([twice.seq, once.seq])")
 
             _ = try await store.commitChange(
                 MessageChange(conversationId: group, changeSeq: 1, afterSeq: again.seq, seq: again.seq, kind: .edited, userId: other, at: t0, text: "goodbye zq\(run)"),

@@ -183,7 +183,7 @@ import Testing
         #expect(try await store.isTokenRevoked("t1"), "a revocation outlived the undo")
         #expect(try await store.searchUsers(prefix: "quu", limit: 5).map(\.id) == [named.id], "the names stored before are found once it is applied again")
         #expect(try await store.user(id: named.id)?.user.avatar == nil, "the undo took the profile photo")
-        #expect(try await store.searchMessages(of: user, terms: SearchText.terms(of: "elodie findable"), in: nil, offset: 0, limit: 5).count == 1,
+        #expect(try await store.searchMessages(of: user, terms: SearchText.terms(of: "elodie findable"), in: nil, window: 10, offset: 0, limit: 5).count == 1,
                 "a message stored before is found once the search migration is applied again")
         #expect(try await store.removeUnattachedMedia(uploadedBefore: Date(), limit: 10).map(\.media.id) == [photo.media.id], "and handed its upload to the sweeper")
         let now = Date().millisecondPrecision
@@ -195,6 +195,34 @@ import Testing
         #expect(try await store.user(id: user)?.suspendedAt == now)
         #expect(try await store.user(id: gone)?.passwordHash == "!", "a deleted account cannot sign in after the undo")
         #expect(try await store.beginDeletion(of: user, erase: true, at: now)?.erase == true)
+    }
+
+    /// A searcher in more conversations than the index's conversation words serve is filtered
+    /// through the members' table instead: still only their conversations, still the newest
+    /// matches within the window.
+    @Test func aSearcherInManyConversationsIsFilteredByMembership() async throws {
+        let store = try await makeSQLiteStore()
+        let (me, other): (UserID, UserID) = ("u_many", "u_other")
+        var mine: [(ConversationID, Int64)] = []
+        for _ in 0...SQLiteChatStore.scopedSearchMax {
+            let record = Self.conversation([me, "u_b"])
+            try await store.createConversation(record)
+            mine.append((record.id, try await store.acquireOwnership(of: record.id)))
+        }
+        let elsewhere = Self.conversation([other, "u_b"])
+        try await store.createConversation(elsewhere)
+        let elsewhereEpoch = try await store.acquireOwnership(of: elsewhere.id)
+        var sent: [Message] = []
+        for (id, epoch) in mine.suffix(4) {
+            guard case .appended(let message) = try await store.commit([Self.append(id, epoch, "lantern \(sent.count)")]).first else { Issue.record("not appended"); return }
+            sent.append(message)
+        }
+        _ = try await store.commit([Self.append(elsewhere.id, elsewhereEpoch, "lantern elsewhere")])
+        let found = try await store.searchMessages(of: me, terms: SearchText.terms(of: "lant"), in: nil, window: 1_000, offset: 0, limit: 50)
+        #expect(Set(found.map(\.id)) == Set(sent.map(\.id)), "their four, not the other user's")
+        let newest = try await store.searchMessages(of: me, terms: SearchText.terms(of: "lantern"), in: nil, window: 2, offset: 0, limit: 50)
+        #expect(Set(newest.map(\.id)) == Set(sent.suffix(2).map(\.id)), "the window keeps the newest")
+        #expect(try await store.searchMessages(of: other, terms: SearchText.terms(of: "lantern"), in: nil, window: 1_000, offset: 0, limit: 50).map(\.text) == ["lantern elsewhere"])
     }
 
     /// Reads agree with the messages committed wherever they start and end among the blocks of 64
