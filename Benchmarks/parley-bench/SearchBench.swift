@@ -6,8 +6,8 @@ import ParleyStoreSQLite
 
 /// Search latency over a large store: `--messages` messages in `--conversations` conversations,
 /// texts of words drawn from a vocabulary as natural language draws them (a few words very
-/// often, most rarely; one message in twenty Japanese), then searches by one user who is in
-/// `--member-of` of the conversations.
+/// often, most rarely; one word in twenty Japanese; one message in fifty long), then searches
+/// by one user who is in `--member-of` of the conversations.
 struct SearchBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "search", abstract: "Time message searches over a large store.")
 
@@ -69,7 +69,9 @@ struct SearchBench: AsyncParsableCommand {
         while written < messages {
             let batch = (0..<min(1_000, messages - written)).map { _ in
                 let (id, epoch) = owned[Int(random.next() % UInt64(owned.count))]
-                let words = (0..<(3 + Int(random.next() % 12))).map { _ in
+                // One message in fifty is long (60–119 words), as a pasted paragraph is.
+                let count = random.next() % 50 == 0 ? 60 + Int(random.next() % 60) : 3 + Int(random.next() % 12)
+                let words = (0..<count).map { _ in
                     random.next() % 20 == 0 ? Self.japanese[Int(random.next() % UInt64(Self.japanese.count))] : Self.vocabulary[Self.zipf(&random, count: Self.vocabulary.count)]
                 }
                 return AppendRequest(

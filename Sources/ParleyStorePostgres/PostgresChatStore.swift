@@ -253,16 +253,24 @@ public final class PostgresChatStore: ChatStore {
             "CREATE INDEX messages_search ON messages USING GIN (to_tsvector('simple', search_text))",
             CommitStatements.function(.search),
         ]),
-        // A search reads the searcher's conversations' words from this index alone, in key
-        // order: over a million messages, a word in four of ten of them was found in 9 ms this
-        // way and in 140 ms through the GIN index, which knows no conversation and left 25,000
-        // rows to read from the table (docs/BENCHMARKS.md).
+        // A search reads the searcher's conversations' words from an index alone, in key order:
+        // over a million messages, a word in four of ten of them was found in 9 ms this way and
+        // in 140 ms through a GIN index, which knows no conversation and left 25,000 rows to read
+        // from the table (docs/BENCHMARKS.md). A B-tree entry holds at most 2,704 bytes, so the
+        // words of a long text stay out of it: those messages are found through a second index
+        // of their keys alone, reading their rows.
         (26, "the words of each conversation's messages read in order", [
             "ALTER TABLE messages ADD COLUMN search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple', search_text)) STORED",
             "DROP INDEX messages_search",
-            "CREATE INDEX messages_words ON messages (conversation_id, seq) INCLUDE (sent_at, search_vector)",
+            "CREATE INDEX messages_words ON messages (conversation_id, seq) INCLUDE (sent_at, search_vector) WHERE length(search_text) <= \(coveredSearchTextMax)",
+            "CREATE INDEX messages_long_words ON messages (conversation_id, seq) INCLUDE (sent_at) WHERE length(search_text) > \(coveredSearchTextMax)",
         ]),
     ]
+
+    /// The longest indexed text (in characters) whose words the search index holds: the words of
+    /// 300 characters take at most 1,800 bytes (a character of an unspaced script and the space
+    /// after it are a word of their own: 12 bytes), under a B-tree entry's 2,704 with the keys.
+    static let coveredSearchTextMax = 300
 
     /// The migration whose column ``migrate()`` fills from the messages stored.
     private static let searchMigration = 25
@@ -1531,18 +1539,33 @@ public final class PostgresChatStore: ChatStore {
     public func searchMessages(of user: UserID, terms: [SearchText.Term], in conversation: ConversationID?, window: Int, offset: Int, limit: Int) async throws -> [Message] {
         guard !terms.isEmpty, limit > 0, window > 0 else { return [] }
         let query = Self.tsquery(terms)
-        return try await fetchMessages(
+        // The short texts from the index that holds their words, the long ones from their rows:
+        // each half names its index's condition, so that the planner may use it.
+        func matching(_ length: String) -> String {
             """
-            SELECT \(unescaped: Self.messageColumns(of: "m")) FROM (
-                SELECT conversation_id, seq, search_vector FROM messages
-                WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = \(user.rawValue))
-                  AND (\(conversation?.rawValue)::TEXT IS NULL OR conversation_id = \(conversation?.rawValue))
-                  AND search_vector @@ to_tsquery('simple', \(query))
-                ORDER BY sent_at DESC, conversation_id DESC, seq DESC LIMIT \(window)
-            ) found JOIN messages m ON m.conversation_id = found.conversation_id AND m.seq = found.seq
-            ORDER BY ts_rank(found.search_vector, to_tsquery('simple', \(query))) DESC, m.sent_at DESC, m.conversation_id DESC, m.seq DESC
-            LIMIT \(limit) OFFSET \(max(0, offset))
-            """)
+            SELECT conversation_id, seq, sent_at, search_vector FROM messages
+            WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = $1) AND ($2::TEXT IS NULL OR conversation_id = $2)
+              AND \(length) AND search_vector @@ to_tsquery('simple', $3)
+            """
+        }
+        var bindings = PostgresBindings()
+        bindings.append(user.rawValue)
+        bindings.append(conversation?.rawValue)
+        bindings.append(query)
+        bindings.append(Int64(window))
+        bindings.append(Int64(limit))
+        bindings.append(Int64(max(0, offset)))
+        return try await fetchMessages(PostgresQuery(
+            unsafeSQL: """
+                SELECT \(Self.messageColumns(of: "m")) FROM (
+                    \(matching("length(search_text) <= \(Self.coveredSearchTextMax)"))
+                    UNION ALL
+                    \(matching("length(search_text) > \(Self.coveredSearchTextMax)"))
+                    ORDER BY sent_at DESC, conversation_id DESC, seq DESC LIMIT $4
+                ) found JOIN messages m ON m.conversation_id = found.conversation_id AND m.seq = found.seq
+                ORDER BY ts_rank(found.search_vector, to_tsquery('simple', $3)) DESC, m.sent_at DESC, m.conversation_id DESC, m.seq DESC
+                LIMIT $5 OFFSET $6
+                """, binds: bindings))
     }
 
     /// The terms as a `tsquery` over what ``SearchText/indexable(text:captions:)`` keeps: every

@@ -815,6 +815,32 @@ public enum ChatStoreContract {
             let (empty, punctuation) = (try await found(""), try await found("!!!"))
             try check(empty.isEmpty && punctuation.isEmpty, "a query of no words finds nothing")
         },
+        Case(name: "a message as long as a text may be, or of as many different characters, is stored and found by its last word") { store in
+            let me = UserID.make()
+            let (id, epoch) = try await owned(store, members: [me, .make()])
+            func scalars(from first: UInt32, count: Int) -> String {
+                String(String.UnicodeScalarView((0..<UInt32(count)).compactMap { Unicode.Scalar(first + $0) }))
+            }
+            let numbered: [String] = (0..<570).map { (number: Int) -> String in "w" + String(format: "%05d", number) }
+            let letters: [Character] = Array("abcdefghijklmnopqrstuvwxyz")
+            let pairs: [String] = (0..<100).map { (number: Int) -> String in String([letters[number / 26], letters[number % 26]]) }
+            let texts: [String] = [
+                numbered.joined(separator: " "),  // 3,989 scalars, every word different
+                scalars(from: 0x4E00, count: 4_000),  // 4,000 different Chinese characters, each a word
+                scalars(from: 0x20000, count: 150),  // characters of four bytes each
+                pairs.joined(separator: " "),  // 100 different words of two letters
+            ]
+            for text in texts {
+                guard case .appended(let message) = try await store.commit([append(id, epoch: epoch, text, from: me)]).first else {
+                    throw ContractViolation(description: "a text of \(text.unicodeScalars.count) scalars was not appended")
+                }
+                let lastWord = String(text.split(separator: " ").last ?? "")
+                let unspaced = lastWord.unicodeScalars.count > 1 && lastWord.unicodeScalars.allSatisfy(\.properties.isIdeographic)
+                let last = unspaced ? String(lastWord.suffix(2)) : lastWord
+                let found = try await store.searchMessages(of: me, terms: SearchText.terms(of: last), in: id, window: 1_000, offset: 0, limit: 5)
+                try check(found.map(\.id) == [message.id], "\(text.unicodeScalars.count) scalars found by \(last): \(found.map(\.seq))")
+            }
+        },
         Case(name: "apps' fields on users (public and private apart), conversations, members and messages are kept as given, replaced and removed") { store in
             let run = UUID().uuidString.prefix(8).lowercased()
             let me = UserID.make()
