@@ -316,6 +316,7 @@ let package = Package(
                 "ParleyTransport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             path: "Benchmarks/parley-bench",
             swiftSettings: upcoming

@@ -2,7 +2,9 @@ import ArgumentParser
 import Foundation
 import ParleyModel
 import ParleyStore
+import ParleyStorePostgres
 import ParleyStoreSQLite
+import PostgresNIO
 
 /// Search latency over a large store: `--messages` messages in `--conversations` conversations,
 /// texts of words drawn from a vocabulary as natural language draws them (a few words very
@@ -25,6 +27,8 @@ struct SearchBench: AsyncParsableCommand {
     var limit = 20
     @Option(help: "How many of the newest matches are ranked (the server ranks 1,000).")
     var window = 1_000
+    @Flag(help: "With PostgreSQL, then also time the same kinds of searches through a pg_trgm index of the same text, for comparison.")
+    var trigram = false
     @Flag(help: "Leave the store in place afterwards (its path, or the PostgreSQL database, and the searcher are printed), to look at its queries.")
     var keep = false
 
@@ -90,17 +94,53 @@ struct SearchBench: AsyncParsableCommand {
             ("a word's first 3 letters", { String(Self.vocabulary[Int(random.next() % 1_000)].prefix(3)) }),
             ("Japanese", { Self.japanese[Int(random.next() % UInt64(Self.japanese.count))] }),
         ]
-        for (kind, query) in kinds {
-            var latencies = Latencies()
-            var found = 0
-            for _ in 0..<searches {
-                let terms = SearchText.terms(of: query())
-                let began = ContinuousClock.now
-                let results = try await chatStore.searchMessages(of: searcher, terms: terms, in: nil, window: window, offset: 0, limit: limit)
-                latencies.record(began.duration(to: .now))
-                found += results.count
+        func time(_ label: String, _ search: ([SearchText.Term]) async throws -> Int) async throws {
+            for (kind, query) in kinds {
+                var latencies = Latencies()
+                var found = 0
+                for _ in 0..<searches {
+                    let terms = SearchText.terms(of: query())
+                    let began = ContinuousClock.now
+                    found += try await search(terms)
+                    latencies.record(began.duration(to: .now))
+                }
+                print("\(searches) searches\(label) for \(kind), \(limit) asked (\(String(format: "%.1f", Double(found) / Double(searches))) found on average): " + latencies.summary([50, 99]))
             }
-            print("\(searches) searches for \(kind), \(limit) asked (\(String(format: "%.1f", Double(found) / Double(searches))) found on average): " + latencies.summary([50, 99]))
+        }
+        try await time("") { terms in
+            try await chatStore.searchMessages(of: searcher, terms: terms, in: nil, window: window, offset: 0, limit: limit).count
+        }
+        guard trigram else { return }
+        guard let postgres = chatStore as? PostgresChatStore else { throw ValidationError("--trigram needs a PostgreSQL store") }
+        // The other index PostgreSQL offers for text: trigrams of the same folded text, each word
+        // searched as a substring, a Japanese run as its characters with the spaces the text has.
+        try await postgres.client.query("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        let building = ContinuousClock.now
+        try await postgres.client.query("CREATE INDEX messages_trigrams ON messages USING GIN (search_text gin_trgm_ops)")
+        try await postgres.client.query("ANALYZE messages")
+        print("pg_trgm: the index built in \(String(format: "%.1f", building.duration(to: .now).seconds)) s")
+        try await time(" through pg_trgm") { terms in
+            let patterns = terms.map { term in
+                switch term {
+                case .word(let word): "%\(word)%"
+                case .run(let characters): "%\(characters.joined(separator: " "))%"
+                }
+            }
+            let text = terms.map { term in
+                switch term {
+                case .word(let word): word
+                case .run(let characters): characters.joined(separator: " ")
+                }
+            }.joined(separator: " ")
+            var count = 0
+            for try await _ in try await postgres.client.query(
+                """
+                SELECT seq FROM messages
+                WHERE conversation_id IN (SELECT conversation_id FROM members WHERE user_id = \(searcher.rawValue)) AND search_text LIKE ALL(\(patterns)::TEXT[])
+                ORDER BY similarity(search_text, \(text)) DESC, sent_at DESC LIMIT \(limit)
+                """
+            ).decode(Int64.self) { count += 1 }
+            return count
         }
     }
 }

@@ -90,7 +90,7 @@ public enum SearchRows {
     /// The word that stands for a conversation in SQLite's index: its ID's letters and digits
     /// (`c_1f…` → `c1f…`), so that a search within some conversations is one more term.
     public static func scopeToken(_ id: ConversationID) -> String {
-        String(id.rawValue.unicodeScalars.filter { ("a"..."z").contains($0) || ("0"..."9").contains($0) }.map(Character.init))
+        String(decoding: id.rawValue.utf8.filter { (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }, as: UTF8.self)
     }
 
     /// What the index keeps of a message: its text and captions (``SearchText/indexable(text:captions:)``);

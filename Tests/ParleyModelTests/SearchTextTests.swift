@@ -4,6 +4,21 @@ import Testing
 
 /// What an index keeps of a text, what a query asks, and where a query's words are.
 @Suite struct SearchTextTests {
+    /// ASCII takes a shorter way than the Unicode tables: it must end where they would. Each
+    /// ASCII character, alone and between letters, upper and lower case, is folded as the
+    /// general rule (lowercase, then letters and digits kept) folds it.
+    @Test func asciiIsFoldedAsTheUnicodeRulesFoldIt() {
+        for value in UInt8(0)..<128 {
+            let character = String(UnicodeScalar(value))
+            let text = "Ab\(character)Yz \(character)"
+            let expected = text.lowercased().unicodeScalars
+                .split { !($0.properties.isAlphabetic || $0.properties.numericType != nil) }
+                .map { String(String.UnicodeScalarView($0)) }.joined(separator: " ")
+            #expect(SearchText.indexable(text: text) == expected, "\(value)")
+        }
+        #expect(SearchText.indexable(text: "MiXeD 123 Çava") == "mixed 123 cava", "ASCII beside a word that is not")
+    }
+
     @Test func wordsAreFoldedAndUnspacedScriptsKeptOneCharacterAWord() {
         #expect(SearchText.indexable(text: "Élodie's CAFÉ, 2nd floor!") == "elodie s cafe 2nd floor")
         #expect(SearchText.indexable(text: "東京タワーに行った") == "東 京 タ ワ ー に 行 っ た")
