@@ -45,8 +45,9 @@ public enum SearchText {
     }
 
     static func isWordPart(_ scalar: Unicode.Scalar) -> Bool {
-        // ASCII, most of what people write, without the Unicode tables: folding a message's words
-        // was three fifths of what a send paid for its index before this.
+        // ASCII, most of what people write, without the Unicode tables: through them, folding
+        // a message's words was half of the CPU its indexing added to a commit (perf over
+        // `parley-bench store`, 100,000 appends: 4.8 s of CPU, 3.5 s after, 2.3 s unindexed).
         if scalar.isASCII { return isASCIILetterOrDigit(UInt8(scalar.value)) }
         return switch scalar.properties.generalCategory {
         case .uppercaseLetter, .lowercaseLetter, .titlecaseLetter, .modifierLetter, .otherLetter,

@@ -254,9 +254,9 @@ public final class PostgresChatStore: ChatStore {
             CommitStatements.function(.search),
         ]),
         // A search reads the searcher's conversations' words from an index alone, in key order:
-        // over a million messages, a word in four of ten of them was found in 9 ms this way and
-        // in 140 ms through a GIN index, which knows no conversation and left 25,000 rows to read
-        // from the table (docs/BENCHMARKS.md). A B-tree entry holds at most 2,704 bytes, so the
+        // over a million messages, a word in four of ten of them was found with a p99 of 28 ms
+        // this way and of 199 ms through a GIN index, which knows no conversation and left 25,000
+        // rows to read from the table (docs/BENCHMARKS.md). A B-tree entry holds at most 2,704 bytes, so the
         // words of a long text stay out of it: those messages are found through a second index
         // of their keys alone, reading their rows.
         (26, "the words of each conversation's messages read in order", [
