@@ -386,7 +386,7 @@ public protocol ChatStore: Sendable {
     func hasMedia(withSHA256 sha256: String) async throws -> Bool
 
     /// The messages of the conversations `user` is a member of now (or of `conversation` only, if
-    /// they are a member of it) that hold every term: of the `window` newest (last stored) such
+    /// they are a member of it) that hold every term: of the `window` newest such
     /// messages, the best matches first (then the newest), skipping `offset`, at most `limit`.
     /// Tombstones are never found; an edited message by its text now. The window bounds the
     /// work of a word found in most messages: only the newest matches are ranked.
