@@ -164,8 +164,16 @@ _pgha_list() { timeout 10 "${PGHA_NICE[@]}" patronictl -c "$PGHA_DIR/pg-1/patron
 
 pgha_leader() { _pgha_list | jq -r '.[] | select(.Role == "Leader") | .Member | ltrimstr("pg-")'; }
 
+# Every member, a line each. etcd keeps a dead member's entry until its lease ends, so a member
+# whose Patroni is not running is "down" whatever the list says.
 pgha_status() {
-    _pgha_list | jq -r '.[] | "\(.Member)  \(.Role)  \(.State)  timeline \(.TL // "-")  lag \(.["Lag in MB"] // 0) MB"'
+    local members i
+    members="$(_pgha_list)"
+    for i in 1 2 3; do
+        if ! _pgha_alive "$PGHA_DIR/pg-$i/patroni.pid"; then echo "pg-$i  down (Patroni not running)"; continue; fi
+        jq -r --arg name "pg-$i" '(map(select(.Member == $name)) | first) as $m
+            | if $m == null then "\($name)  down" else "\($name)  \($m.Role)  \($m.State)  timeline \($m.TL // "-")  lag \($m["Lag in MB"] // 0) MB" end' <<<"$members"
+    done
 }
 
 # Waits until `want` members run, one of them Leader and (for 2 or more) one Sync Standby.
