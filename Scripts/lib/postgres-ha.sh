@@ -245,6 +245,11 @@ pgha_start() {
     id postgres >/dev/null 2>&1 || { echo "postgres-ha: no postgres user (install postgresql)" >&2; return 1; }
     mkdir -p "$PGHA_DIR"
     chmod 755 "$PGHA_DIR"
+    # Patroni and PostgreSQL run as postgres, which must reach their folders.
+    setpriv --reuid=postgres --regid=postgres --init-groups test -x "$PGHA_DIR" || {
+        echo "postgres-ha: the postgres user cannot reach $PGHA_DIR (a folder above it is closed to others)" >&2
+        return 1
+    }
     _pgha_log "etcd on $(pgha_etcd)"
     _pgha_start_etcd || return 1
     _pgha_log "pg-1 (the first member initialises the cluster)"
