@@ -28,6 +28,28 @@ fail() {
     done
 }
 
+# free_port_ranges N…: for each N, the first of N consecutive free loopback ports, the ranges apart
+# (Scripts/cluster's port bases: cluster, operations, client).
+free_port_ranges() {
+    python3 - "$@" <<'PY'
+import socket, random, sys
+def free(base, count):
+    for p in range(base, base + count):
+        s = socket.socket()
+        try: s.bind(("127.0.0.1", p))
+        except OSError: return False
+        finally: s.close()
+    return True
+ranges = []
+for count in map(int, sys.argv[1:]):
+    while True:
+        b = random.randrange(20000, 60000 - count, 10)
+        if free(b, count) and all(b + count <= o or o + n <= b for o, n in ranges):
+            ranges.append((b, count)); break
+print(*(b for b, _ in ranges))
+PY
+}
+
 # free_ports N: N distinct free loopback TCP ports.
 free_ports() {
     python3 - "$1" <<'PY'

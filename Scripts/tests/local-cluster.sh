@@ -19,23 +19,7 @@ git clone -q "$ROOT" "$WORK/clone"
 # Uncommitted changes to the script under test count too (a developer runs this before committing).
 cp "$ROOT/Scripts/cluster" "$WORK/clone/Scripts/cluster"
 CLUSTER="$WORK/clone/Scripts/cluster"
-# Three free ranges of 8 ports for the cluster, operations and client ports.
-read -r CB OB GB <<<"$(python3 - <<'PY'
-import socket, random
-def free(base):
-    for p in range(base, base + 8):
-        s = socket.socket()
-        try: s.bind(("127.0.0.1", p))
-        except OSError: return False
-        finally: s.close()
-    return True
-bases = []
-while len(bases) < 3:
-    b = random.randrange(20000, 60000, 10)
-    if free(b) and all(abs(b - o) >= 10 for o in bases): bases.append(b)
-print(*bases)
-PY
-)"
+read -r CB OB GB <<<"$(free_port_ranges 8 8 8)"
 export PARLEY_BIN="$BIN_DIR" PARLEY_CLUSTER_BASE="$CB" PARLEY_OPS_BASE="$OB" PARLEY_CLIENT_BASE="$GB"
 # Whatever happens, stop exactly the nodes the script recorded.
 stop_recorded() { for f in "$WORK"/clone/.parley/*.pid "$WORK"/solo/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done; true; }

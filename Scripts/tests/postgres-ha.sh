@@ -23,26 +23,8 @@ git clone -q "$ROOT" "$WORK/clone"
 cp "$ROOT/Scripts/cluster" "$WORK/clone/Scripts/cluster"
 cp "$ROOT/Scripts/lib/postgres-ha.sh" "$WORK/clone/Scripts/lib/postgres-ha.sh"
 CLUSTER="$WORK/clone/Scripts/cluster"
-# Free port ranges: the cluster's three bases (8 ports each) and PostgreSQL's (100).
-read -r CB OB GB PB <<<"$(python3 - <<'PY'
-import socket, random
-def free(base, count):
-    for p in range(base, base + count):
-        s = socket.socket()
-        try: s.bind(("127.0.0.1", p))
-        except OSError: return False
-        finally: s.close()
-    return True
-bases = []
-while len(bases) < 3:
-    b = random.randrange(20000, 50000, 10)
-    if free(b, 8) and all(abs(b - o) >= 10 for o in bases): bases.append(b)
-while True:
-    b = random.randrange(50000, 60000, 100)
-    if free(b, 100): break
-print(*bases, b)
-PY
-)"
+# The cluster's, operations' and client ports (8 each), and PostgreSQL's (100).
+read -r CB OB GB PB <<<"$(free_port_ranges 8 8 8 100)"
 export PARLEY_BIN="$BIN_DIR" PARLEY_CLUSTER_BASE="$CB" PARLEY_OPS_BASE="$OB" PARLEY_CLIENT_BASE="$GB" PGHA_PORT_BASE="$PB"
 # Whatever happens, stop exactly what the cluster recorded: its nodes, then the members.
 stop_recorded() { "$CLUSTER" down >/dev/null 2>&1 || true; }
