@@ -282,7 +282,7 @@ pgha_stop() {
     [ -n "$PGHA_DIR" ] && [ -d "$PGHA_DIR" ] || return 0
     _pgha_stop_pid "$(head -n 1 "$PGHA_DIR/haproxy.pid" 2>/dev/null)" haproxy TERM 10
     # The replicas first: stopping the leader first would hand its lock to one of them.
-    local leader order="" i pid
+    local leader="" order="" i pid
     [ -f "$PGHA_DIR/pg-1/patroni.yml" ] && leader="$(pgha_leader 2>/dev/null || true)"
     for i in 1 2 3; do [ "$i" != "$leader" ] && order="$order $i"; done
     [ -n "$leader" ] && order="$order $leader"
