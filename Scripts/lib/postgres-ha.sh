@@ -7,6 +7,8 @@
 #                           HAProxy to see exactly one primary, creates the database $PGHA_DB;
 #                           prints nothing but progress; pgha_url then gives the store URL
 #   pgha_member_start N     (re)starts member N's Patroni (it starts its PostgreSQL)
+#   pgha_wait_member N S    waits up to S seconds for member N's own Patroni to say its
+#                           PostgreSQL runs (its REST API's /health)
 #   pgha_member_kill N      SIGKILLs member N's Patroni and its postmaster (by their PID files)
 #   pgha_leader             the member that holds the leader lock (1–3), or nothing
 #   pgha_status             each member: role, state, timeline, lag
@@ -149,6 +151,17 @@ pgha_member_start() {
         "${PGHA_NICE[@]}" setpriv --reuid=postgres --regid=postgres --init-groups /usr/bin/patroni "$dir/patroni.yml" \
         >>"$dir/patroni.log" 2>&1) &
     echo $! >"$dir/patroni.pid"
+}
+
+# The member's own Patroni, not the list in etcd: etcd keeps a killed member's entry, as it was,
+# until its lease ends, so a restarted member would look healthy there before it is.
+pgha_wait_member() {
+    local i=$1 seconds=$2
+    for _ in $(seq 1 "$seconds"); do
+        [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$(pgha_host "$i"):$(pgha_rest_port "$i")/health" || true)" = 200 ] && return 0
+        sleep 1
+    done
+    return 1
 }
 
 pgha_member_kill() {
