@@ -327,6 +327,7 @@ let package = Package(
                 "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres", "ParleyTestKit", "ParleyMedia",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: upcoming

@@ -51,6 +51,27 @@ else
 fi
 
 eval "$("$CLUSTER" env)"
+# A client of its own (curl): a stream opened before the faults that must carry on through them,
+# and a send made during the first outage.
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+C=(curl -s --http2 --cacert "$PARLEY_CA" -H 'Content-Type: application/json')
+"${C[@]}" "$PARLEY_URL/v1/users" -d '{"handle":"ha-alice","password":"correct horse","displayName":"Alice"}' >"$WORK/alice.json"
+"${C[@]}" "$PARLEY_URL/v1/users" -d '{"handle":"ha-bob","password":"battery staple","displayName":"Bob"}' >"$WORK/bob.json"
+TOKEN="$(json 'd["token"]' <"$WORK/alice.json" 2>/dev/null || true)"
+BOB_ID="$(json 'd["user"]["id"]' <"$WORK/bob.json" 2>/dev/null || true)"
+BOB_TOKEN="$(json 'd["token"]' <"$WORK/bob.json" 2>/dev/null || true)"
+CONV="$("${C[@]}" -H "Authorization: Bearer $TOKEN" "$PARLEY_URL/v1/conversations" -d "{\"memberIds\":[\"$BOB_ID\"]}" | json 'd["conversation"]["id"]' 2>/dev/null || true)"
+[ -n "$CONV" ] && pass "curl registers two users and opens a conversation" || fail "curl setup: $(cat "$WORK/alice.json" "$WORK/bob.json")"
+"${C[@]}" -N -m 150 -H "Authorization: Bearer $BOB_TOKEN" "$PARLEY_URL/v1/events" >"$WORK/events.txt" 2>/dev/null &
+STREAM=$!
+PIDS+=("$STREAM")
+DURING_ID="$(python3 -c 'import uuid; print(uuid.uuid4())')"
+# Sends alice's message with DURING_ID; prints the status and the Retry-After header if any.
+send_during() {
+    "${C[@]}" -D "$WORK/send-headers.txt" -o "$WORK/send-body.txt" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+        "$PARLEY_URL/v1/conversations/$CONV/messages" -d "{\"clientMessageId\":\"$DURING_ID\",\"text\":\"sent while the leader was gone\"}"
+    printf ' %s' "$(grep -i '^retry-after:' "$WORK/send-headers.txt" | tr -d '\r' | awk '{print $2}')"
+}
 "$BIN_DIR/parley-load" run --users 60 --rate 50 --duration 55 --warmup 2 --prefix ha >"$WORK/load.log" 2>&1 &
 LOAD=$!
 PIDS+=("$LOAD")
@@ -59,6 +80,13 @@ leader_kill_and_restart() {
     leader="$(members | awk '/ Leader / {print $1}')"
     "$CLUSTER" kill pg-leader >/dev/null
     echo "  ..    $(date +%T) SIGKILLed $leader (Patroni and PostgreSQL)"
+    if [ "${1:-}" = send ]; then
+        sleep 1
+        local answer
+        answer="$(send_during)"
+        [[ "$answer" =~ ^503\ [0-9]+$ ]] && pass "a send during the outage answers 503 with Retry-After ($answer s)" \
+            || fail "a send during the outage answered '$answer': $(cat "$WORK/send-body.txt")"
+    fi
     # The lease runs out, the synchronous standby takes over; then the member comes back.
     for _ in $(seq 1 60); do
         members | grep ' Leader ' | grep -qv "$leader " && break
@@ -75,7 +103,7 @@ leader_kill_and_restart() {
     members | grep "^  $leader " | grep -qE '(Replica|Sync Standby) +(running|streaming)' && pass "$leader came back as a replica" || fail "$leader did not come back: $(members)"
 }
 sleep 8
-leader_kill_and_restart
+leader_kill_and_restart send
 leader_kill_and_restart
 if wait "$LOAD"; then
     pass "parley-load verified every acknowledged message on every stream and in the store (exit 0)"
@@ -85,4 +113,20 @@ fi
 grep -q '^verified: every acknowledged message' "$WORK/load.log" && pass "$(grep '^verified:' "$WORK/load.log")" || fail "no verdict: $(tail -n 5 "$WORK/load.log")"
 echo "  ..    $(grep -E '^[0-9]+ sends offered' "$WORK/load.log")"
 echo "  ..    longest a send waited (the write outage): $(awk '$1 == "acknowledged" {print $(NF-1), $NF}' "$WORK/load.log" | tail -n 1)"
+echo "  ..    sends that failed, by error: $(grep -oE 'errors \[[^]]*\]' "$WORK/load.log" | tail -n 1)"
+# The send refused during the outage, retried with its clientMessageId, is stored and streamed once.
+answer="$(send_during)"
+[[ "$answer" =~ ^20[01]\  ]] && pass "its retry with the same clientMessageId is acknowledged ($answer)" || fail "the retry answered '$answer': $(cat "$WORK/send-body.txt")"
+wait_until 10 "the retried send is on bob's stream" grep -q "sent while the leader was gone" "$WORK/events.txt" || true
+if kill -0 "$STREAM" 2>/dev/null && [ "$(grep -c "sent while the leader was gone" "$WORK/events.txt")" = 1 ]; then
+    pass "bob's stream, open since before the faults, is still open and carries the retried send once"
+else
+    fail "bob's stream: running=$(kill -0 "$STREAM" 2>/dev/null && echo yes || echo no), events: $(tail -c 600 "$WORK/events.txt")"
+fi
+# The store's own account: each failover noticed, and writes accepted again.
+LOGS=("$WORK"/clone/.parley/*.log)
+away="$(cat "${LOGS[@]}" | grep -c 'PostgreSQL is unavailable' || true)"
+back="$(cat "${LOGS[@]}" | grep 'PostgreSQL accepts writes again' | grep -oE 'after_s=[0-9.]+' | tr '\n' ' ')"
+[ "$away" -ge 2 ] && [ -n "$back" ] && pass "the node's store saw the server away $away times and accepting writes again ($back)" \
+    || fail "the node's log: away $away times, back: '$back'"
 summary

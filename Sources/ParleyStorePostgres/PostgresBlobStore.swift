@@ -15,7 +15,7 @@ import Synchronization
 /// or, when those bytes are kept already, deletes them. A blob is readable only once that
 /// transaction committed, so it is whole or absent. Thumbnails are rows of `media_thumbnails`.
 public final class PostgresBlobStore: BlobStore {
-    private let client: PostgresClient
+    private let pool: PostgresPool
     private let logger: Logger
     /// Bytes per chunk row: what an upload holds before it writes, and a read fetches at a time.
     let chunkBytes: Int
@@ -29,7 +29,7 @@ public final class PostgresBlobStore: BlobStore {
         store: PostgresChatStore, chunkBytes: Int = 256 * 1024, wallClock: @escaping @Sendable () -> Date,
         logger: Logger = Logger(label: "parley.media.postgres")
     ) {
-        self.client = store.client
+        self.pool = store.pool
         self.wallClock = wallClock
         self.chunkBytes = chunkBytes
         self.logger = logger
@@ -40,7 +40,7 @@ public final class PostgresBlobStore: BlobStore {
     @discardableResult
     public func removeLeftovers(olderThan age: Duration) async throws -> Int {
         let cutoff = wallClock().millisecondsSince1970 - Int64(age.components.seconds) * 1000
-        return try await run {
+        return try await run { client in
             var removed = 0
             for try await _ in try await client.query(
                 "DELETE FROM media_chunks WHERE blob LIKE 'upload:%' AND written_at < \(cutoff) RETURNING part", logger: logger
@@ -55,7 +55,7 @@ public final class PostgresBlobStore: BlobStore {
 
     public func size(of sha256: String) async throws -> Int64? {
         guard Media.isSHA256(sha256) else { return nil }
-        return try await run {
+        return try await run { client in
             for try await size in try await client.query("SELECT size FROM media_blobs WHERE sha256 = \(sha256)", logger: logger).decode(Int64.self) {
                 return size
             }
@@ -73,7 +73,7 @@ public final class PostgresBlobStore: BlobStore {
         let chunk = Int64(chunkBytes)
         for part in (range.lowerBound / chunk)...((range.upperBound - 1) / chunk) {
             let partStart = part * chunk
-            var data: ByteBuffer? = try await run {
+            var data: ByteBuffer? = try await run { client in
                 for try await data in try await client.query(
                     "SELECT data FROM media_chunks WHERE blob = \(sha256) AND part = \(Int32(part))", logger: logger
                 ).decode(ByteBuffer.self) {
@@ -98,7 +98,7 @@ public final class PostgresBlobStore: BlobStore {
     public func delete(_ sha256: String, keptBefore cutoff: Date) async throws -> Bool {
         guard Media.isSHA256(sha256) else { return false }
         let before = cutoff == .distantFuture ? Int64.max : cutoff.millisecondsSince1970
-        return try await run {
+        return try await run { client in
             try await client.withTransaction(logger: logger) { connection in
                 var deleted = false
                 for try await _ in try await connection.query(
@@ -116,7 +116,7 @@ public final class PostgresBlobStore: BlobStore {
 
     public func thumbnail(of sha256: String, size: Int) async throws -> ByteBuffer? {
         guard Media.isSHA256(sha256) else { return nil }
-        return try await run {
+        return try await run { client in
             for try await data in try await client.query(
                 "SELECT data FROM media_thumbnails WHERE sha256 = \(sha256) AND size = \(Int32(clamping: size))", logger: logger
             ).decode(ByteBuffer.self) {
@@ -128,7 +128,7 @@ public final class PostgresBlobStore: BlobStore {
 
     public func keepThumbnail(_ bytes: ByteBuffer, of sha256: String, size: Int) async throws {
         guard Media.isSHA256(sha256) else { throw BlobStoreError(.notFound, "no blob \(sha256)") }
-        try await run {
+        try await run { client in
             try await client.query(
                 """
                 INSERT INTO media_thumbnails (sha256, size, data) VALUES (\(sha256), \(Int32(clamping: size)), \(bytes))
@@ -139,7 +139,7 @@ public final class PostgresBlobStore: BlobStore {
 
     fileprivate func writeChunk(_ data: ByteBuffer, of name: String, part: Int) async throws {
         let now = wallClock().millisecondsSince1970
-        try await run {
+        try await run { client in
             try await client.query(
                 "INSERT INTO media_chunks (blob, part, data, written_at) VALUES (\(name), \(Int32(part)), \(data), \(now))", logger: logger)
         }
@@ -148,7 +148,7 @@ public final class PostgresBlobStore: BlobStore {
     /// Names the chunks written under `name` as blob `blob`, or drops them if it is kept already.
     fileprivate func keep(_ name: String, as blob: StoredBlob) async throws {
         let now = wallClock().millisecondsSince1970
-        try await run {
+        try await run { client in
             try await client.withTransaction(logger: logger) { connection in
                 // Bytes kept already are kept again now: `created_at` is when they were last kept,
                 // which the sweeper goes by. `xmax = 0` on the row answered: it was inserted.
@@ -174,7 +174,7 @@ public final class PostgresBlobStore: BlobStore {
         // request's task, cancelled then, would have the query refused before it was sent.
         await Task { [self] in
             do {
-                try await run { try await client.query("DELETE FROM media_chunks WHERE blob = \(name)", logger: logger) }
+                try await run { client in try await client.query("DELETE FROM media_chunks WHERE blob = \(name)", logger: logger) }
             } catch {
                 // Left for removeLeftovers(olderThan:).
                 logger.warning("an abandoned upload's chunks could not be deleted", metadata: ["error": "\(error)"])
@@ -182,9 +182,11 @@ public final class PostgresBlobStore: BlobStore {
         }.value
     }
 
-    private func run<T>(_ body: () async throws -> T) async throws -> T {
+    private func run<T>(_ body: (PostgresClient) async throws -> T) async throws -> T {
         do {
-            return try await body()
+            return try await pool.operation(body)
+        } catch let error as PostgresPool.Away {
+            throw BlobStoreError(.unavailable, error.description)
         } catch let error as BlobStoreError {
             throw error
         } catch let error as PostgresTransactionError where error.closureError is BlobStoreError {

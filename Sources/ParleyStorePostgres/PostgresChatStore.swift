@@ -4,7 +4,6 @@ import NIOSSL
 import ParleyModel
 import ParleyStore
 import PostgresNIO
-import Synchronization
 
 /// The store for nodes on several machines: PostgreSQL through a postgres-nio connection pool.
 ///
@@ -15,21 +14,13 @@ import Synchronization
 /// (``CommitStatements``), one statement and so one transaction. Several commits run at once on
 /// their own connections (``concurrentCommits``): their log flushes are shared.
 public final class PostgresChatStore: ChatStore {
-    public let client: PostgresClient
+    /// The connections, replaced after the server was away (``PostgresPool``).
+    let pool: PostgresPool
+    /// The connection pool operations use now.
+    public var client: PostgresClient { pool.client }
     public let concurrentCommits: Int
     private let logger: Logger
-    private let runner: Task<Void, Never>
-    /// Set by the runner right before it calls `client.run()`, for ``migrate()`` to wait for:
-    /// PostgresNIO warns about a lease before the pool runs (it waits for it, but every node start
-    /// logged a warning that looked like a fault).
-    private let runnerStarted = StartedFlag()
     private let description: String
-
-    private final class StartedFlag: Sendable {
-        private let value = Atomic<Bool>(false)
-        func set() { value.store(true, ordering: .releasing) }
-        var isSet: Bool { value.load(ordering: .acquiring) }
-    }
 
     /// Connects to `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=MODE]`: `disable` (the
     /// default: a private network or loopback), `require` (TLS, the server's certificate not
@@ -52,7 +43,15 @@ public final class PostgresChatStore: ChatStore {
         let tls = try Self.tls(components.queryItems ?? [])
         var configuration = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: user, password: components.password,
-            database: String(components.path.dropFirst()), tls: tls)
+            database: String(components.path.dropFirst()), tls: tls.map { .require($0) } ?? .disable)
+        let probe: PostgresConnection.Configuration
+        do {
+            probe = PostgresConnection.Configuration(
+                host: host, port: components.port ?? 5432, username: user, password: components.password,
+                database: String(components.path.dropFirst()), tls: try tls.map { .require(try NIOSSLContext(configuration: $0)) } ?? .disable)
+        } catch {
+            throw ChatStoreError(.unavailable, "the PostgreSQL TLS settings do not load: \(error)")
+        }
         configuration.options.maximumConnections = maxConnections
         // Prepared statements are planned for their arguments every time, never with a generic
         // plan: one made while the tables were small (seq scans) stays cached on the connection as
@@ -64,20 +63,14 @@ public final class PostgresChatStore: ChatStore {
         // table (a plan costed at 108 against 160 for 20 index lookups); every batch scanned all
         // conversations.
         configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_custom_plan"), ("random_page_cost", "1.1")]
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        self.client = client
+        self.pool = PostgresPool(configuration: configuration, probe: probe, logger: logger)
         self.concurrentCommits = concurrentCommits
         self.logger = logger
-        let started = runnerStarted
-        self.runner = Task {
-            started.set()
-            await client.run()
-        }
         self.description = "postgres://\(user)@\(host):\(components.port ?? 5432)\(components.path)"
     }
 
-    /// The connection's TLS from the URL's `sslmode` and `sslrootcert`.
-    static func tls(_ query: [URLQueryItem]) throws -> PostgresClient.Configuration.TLS {
+    /// The connection's TLS from the URL's `sslmode` and `sslrootcert`; nil: none.
+    static func tls(_ query: [URLQueryItem]) throws -> TLSConfiguration? {
         let known: Set<String> = ["sslmode", "sslrootcert"]
         if let unknown = query.first(where: { !known.contains($0.name) }) {
             throw ChatStoreError(.unavailable, "the PostgreSQL URL's parameter '\(unknown.name)' is not one Parley reads (sslmode, sslrootcert)")
@@ -86,18 +79,18 @@ public final class PostgresChatStore: ChatStore {
         let rootCertificate = query.last(where: { $0.name == "sslrootcert" })?.value
         switch mode {
         case "disable":
-            return .disable
+            return nil
         case "require":
             var configuration = TLSConfiguration.makeClientConfiguration()
             configuration.certificateVerification = .none
-            return .require(configuration)
+            return configuration
         case "verify-full":
             var configuration = TLSConfiguration.makeClientConfiguration()
             configuration.certificateVerification = .fullVerification
             if let rootCertificate {
                 configuration.trustRoots = .file(rootCertificate)
             }
-            return .require(configuration)
+            return configuration
         default:
             throw ChatStoreError(.unavailable, "sslmode '\(mode)' must be disable, require or verify-full")
         }
@@ -105,7 +98,7 @@ public final class PostgresChatStore: ChatStore {
 
     /// Closes the pool.
     public func shutdown() {
-        runner.cancel()
+        pool.shutdown()
     }
 
     // MARK: Schema
@@ -278,8 +271,26 @@ public final class PostgresChatStore: ChatStore {
     /// The migration whose table ``nameUser(_:_:connection:)`` fills from the names stored.
     private static let nameKeysMigration = 22
 
+    /// ``migrate()``, tried again while the server is away — a node started during a failover, or
+    /// before its database — for up to `patience`.
+    public func migrate(waitingForServer patience: Duration) async throws {
+        let deadline = ContinuousClock.now.advanced(by: patience)
+        var told = false
+        while true {
+            do {
+                return try await migrate()
+            } catch let error as ChatStoreError where pool.isAway && ContinuousClock.now < deadline {
+                if !told {
+                    logger.notice("PostgreSQL does not accept writes yet; the migrations wait for it", metadata: ["error": "\(error.message)"])
+                    told = true
+                }
+                try await Task.sleep(for: .milliseconds(500))
+            }
+        }
+    }
+
     public func migrate() async throws {
-        while !runnerStarted.isSet { await Task.yield() }
+        await pool.running()
         try await transaction { connection in
             // One migrator at a time across every node that starts at once.
             try await connection.query("SELECT pg_advisory_xact_lock(7246175)", logger: logger)
@@ -389,7 +400,7 @@ public final class PostgresChatStore: ChatStore {
     /// whatever the count.
     private func records(_ ids: [String]) async throws -> [ConversationRecord] {
         guard !ids.isEmpty else { return [] }
-        return try await run {
+        return try await run { client in
             var heads: [String: (String, String?, String, Int64, Int64, Int64, Int64, String?, String?, String?)] = [:]
             for try await (id, kind, name, owner, lastSeq, created, activity, lastChange, pinned, photo, metadata) in try await client.query(
                 """
@@ -427,7 +438,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func acquireOwnership(of id: ConversationID) async throws -> Int64 {
-        try await run {
+        try await run { client in
             let rows = try await client.query("UPDATE conversations SET epoch = epoch + 1 WHERE id = \(id.rawValue) RETURNING epoch", logger: logger)
             for try await epoch in rows.decode(Int64.self) { return epoch }
             throw ChatStoreError(.notFound, "no conversation \(id)")
@@ -453,7 +464,7 @@ public final class PostgresChatStore: ChatStore {
             call.metadata.append(Metadata.column(append.metadata) ?? "")
             call.search.append(SearchRows.indexable(text: append.text, attachments: append.attachments))
         }
-        return try await run {
+        return try await run { client in
             var outcomes: [AppendOutcome?] = Array(repeating: nil, count: appends.count)
             for try await (ord, outcome, seq, sender, text, sentAt, epoch, attachments, quote, mentions, metadata) in try await client.execute(call, logger: logger) {
                 let index = Int(ord) - 1
@@ -512,7 +523,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func recentlyActiveConversations(since: Date, limit: Int) async throws -> [ConversationID] {
-        try await run {
+        try await run { client in
             var ids: [ConversationID] = []
             for try await id in try await client.query(
                 """
@@ -583,7 +594,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func privateMetadata(of id: UserID) async throws -> Metadata? {
-        try await run {
+        try await run { client in
             for try await column in try await client.query(
                 "SELECT private_metadata FROM users WHERE id = \(id.rawValue) AND deleted_at IS NULL", logger: logger
             ).decode(String?.self) { return try MetadataRows.metadata(column) }
@@ -657,7 +668,7 @@ public final class PostgresChatStore: ChatStore {
 
     public func untoldProfiles(limit: Int) async throws -> [UntoldProfile] {
         var untold: [(id: String, version: Int64, changedAt: Int64?)] = []
-        try await run {
+        try await run { client in
             for try await row in try await client.query(
                 """
                 SELECT id, profile_version, profile_changed_at FROM users WHERE profile_version > profile_told
@@ -675,7 +686,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func profileTold(_ user: UserID, through version: Int64) async throws {
-        try await run {
+        try await run { client in
             _ = try await client.query(
                 "UPDATE users SET profile_told = GREATEST(profile_told, \(version)) WHERE id = \(user.rawValue)", logger: logger)
         }
@@ -704,7 +715,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func existingUsers(_ ids: [UserID]) async throws -> Set<UserID> {
-        try await run {
+        try await run { client in
             var found: Set<UserID> = []
             for try await id in try await client.query("SELECT id FROM users WHERE id = ANY(\(ids.map(\.rawValue))) AND deleted_at IS NULL", logger: logger).decode(String.self) {
                 found.insert(UserID(rawValue: id))
@@ -742,14 +753,14 @@ public final class PostgresChatStore: ChatStore {
 
     /// Whether `query` answered a row: for a write with `RETURNING`, whether it changed one.
     private func returnsRow(_ query: PostgresQuery) async throws -> Bool {
-        try await run {
+        try await run { client in
             for try await _ in try await client.query(query, logger: logger) { return true }
             return false
         }
     }
 
     public func blocks(involving user: UserID) async throws -> [StoredBlock] {
-        try await run {
+        try await run { client in
             var blocks: [StoredBlock] = []
             for try await (blocker, blocked, at) in try await client.query(
                 """
@@ -765,7 +776,7 @@ public final class PostgresChatStore: ChatStore {
 
     public func blocks(among users: [UserID]) async throws -> Set<Block> {
         guard users.count > 1 else { return [] }
-        return try await run {
+        return try await run { client in
             let ids = users.map(\.rawValue)
             var blocks: Set<Block> = []
             for try await (blocker, blocked) in try await client.query(
@@ -841,7 +852,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func reportWebhooksDone(_ id: ReportID) async throws {
-        try await run { _ = try await client.query("UPDATE reports SET webhooks_owed = false WHERE id = \(id.rawValue)", logger: logger) }
+        try await run { client in _ = try await client.query("UPDATE reports SET webhooks_owed = false WHERE id = \(id.rawValue)", logger: logger) }
     }
 
     public func setSuspended(_ user: UserID, since: Date?) async throws -> Bool {
@@ -849,7 +860,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     private func fetchReports(_ query: PostgresQuery) async throws -> [Report] {
-        try await run {
+        try await run { client in
             var reports: [Report] = []
             for try await document in try await client.query(query, logger: logger).decode(String.self) {
                 reports.append(try ReportRows.report(document))
@@ -890,7 +901,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func touchSession(_ tokenID: String, at: Date) async throws {
-        try await run {
+        try await run { client in
             _ = try await client.query(
                 "UPDATE sessions SET last_used_at = \(at.millisecondsSince1970) WHERE token_id = \(tokenID) AND last_used_at < \(at.millisecondsSince1970)",
                 logger: logger)
@@ -931,7 +942,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     private func fetchSessions(_ query: PostgresQuery) async throws -> [StoredSession] {
-        try await run {
+        try await run { client in
             var sessions: [StoredSession] = []
             for try await (token, user, created, used, expires, agent) in try await client.query(query, logger: logger)
                 .decode((String, String, Int64, Int64, Int64, String?).self)
@@ -991,7 +1002,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func devices(of user: UserID) async throws -> [StoredDevice] {
-        try await run {
+        try await run { client in
             var devices: [StoredDevice] = []
             for try await (id, tokenId, platform, token, topic, environment, created) in try await client.query(
                 """
@@ -1008,7 +1019,7 @@ public final class PostgresChatStore: ChatStore {
 
     /// One round trip: the count and the name ride on each device's row.
     public func pushRecipient(_ user: UserID, sender: UserID?) async throws -> PushRecipient {
-        try await run {
+        try await run { client in
             var recipient = PushRecipient(devices: [], unread: 0, senderName: nil)
             for try await (id, tokenId, platform, token, topic, environment, created, unread, senderName) in try await client.query(
                 """
@@ -1032,12 +1043,12 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func removeDevices(registeredWith tokenID: String) async throws {
-        try await run { _ = try await client.query("DELETE FROM devices WHERE token_id = \(tokenID)", logger: logger) }
+        try await run { client in _ = try await client.query("DELETE FROM devices WHERE token_id = \(tokenID)", logger: logger) }
     }
 
     public func recordMedia(_ media: StoredMedia) async throws {
         let m = media.media
-        try await run {
+        try await run { client in
             let rows = try await client.query(
                 """
                 INSERT INTO media (id, uploader_id, content_type, size, sha256, width, height, created_at)
@@ -1052,7 +1063,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func media(_ id: MediaID) async throws -> StoredMedia? {
-        try await run {
+        try await run { client in
             for try await (uploader, contentType, size, sha256, width, height, created) in try await client.query(
                 "SELECT uploader_id, content_type, size, sha256, width, height, created_at FROM media WHERE id = \(id.rawValue)", logger: logger
             ).decode((String, String, Int64, String, Int?, Int?, Int64).self) {
@@ -1066,7 +1077,7 @@ public final class PostgresChatStore: ChatStore {
     @discardableResult
     public func referenceMedia(_ ids: [MediaID], in conversation: ConversationID) async throws -> Set<MediaID> {
         guard !ids.isEmpty else { return [] }
-        return try await run {
+        return try await run { client in
             // The UPDATE locks each upload's row: a sweeper's DELETE of it either came first (the
             // row is gone, nothing is found) or waits and then sees `referenced`.
             var found: Set<MediaID> = []
@@ -1084,7 +1095,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func removeUnattachedMedia(uploadedBefore cutoff: Date, limit: Int) async throws -> [StoredMedia] {
-        try await run {
+        try await run { client in
             var removed: [StoredMedia] = []
             // The rows are locked in one order, skipping any another sweep (or an attach) holds:
             // two sweeps (one per gateway) that locked the same rows in their scans' orders were
@@ -1107,7 +1118,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func hasMedia(withSHA256 sha256: String) async throws -> Bool {
-        try await run {
+        try await run { client in
             for try await found in try await client.query("SELECT EXISTS (SELECT 1 FROM media WHERE sha256 = \(sha256))", logger: logger).decode(Bool.self) {
                 return found
             }
@@ -1116,7 +1127,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func conversationsReferencing(_ id: MediaID) async throws -> [ConversationID] {
-        try await run {
+        try await run { client in
             var ids: [ConversationID] = []
             for try await conversation in try await client.query(
                 """
@@ -1131,7 +1142,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func mediaBytes(of user: UserID) async throws -> Int64 {
-        try await run {
+        try await run { client in
             for try await total in try await client.query(
                 "SELECT coalesce(sum(size), 0)::BIGINT FROM media WHERE uploader_id = \(user.rawValue)", logger: logger
             ).decode(Int64.self) {
@@ -1142,7 +1153,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func conversations(of user: UserID, after cursor: ConversationPageCursor?, limit: Int) async throws -> [ConversationRecord] {
-        let ids: [String] = try await run {
+        let ids: [String] = try await run { client in
             let activity = cursor?.lastActivityAt.millisecondsSince1970 ?? Int64.max
             let id = cursor?.id.rawValue ?? String(repeating: "\u{7F}", count: 8)
             var ids: [String] = []
@@ -1179,7 +1190,7 @@ public final class PostgresChatStore: ChatStore {
     private static let userColumns = userColumns()
 
     private func fetchUsers(_ query: PostgresQuery, on connection: PostgresConnection? = nil) async throws -> [StoredUser] {
-        try await run {
+        try await run { client in
             var users: [StoredUser] = []
             let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
             for try await (id, handle, hash, name, avatarURL, created, bot, passwordChanged, suspended, deleted, erase, finished, avatar, metadata) in rows
@@ -1230,7 +1241,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func finishDeletion(of user: UserID, at: Date) async throws {
-        try await run {
+        try await run { client in
             _ = try await client.query(
                 """
                 UPDATE users SET deletion_finished_at = COALESCE(deletion_finished_at, \(at.millisecondsSince1970))
@@ -1256,11 +1267,11 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func deletionWebhooksDone(_ user: UserID) async throws {
-        try await run { _ = try await client.query("UPDATE users SET deletion_webhooks_owed = false WHERE id = \(user.rawValue)", logger: logger) }
+        try await run { client in _ = try await client.query("UPDATE users SET deletion_webhooks_owed = false WHERE id = \(user.rawValue)", logger: logger) }
     }
 
     private func fetchDeletions(_ query: PostgresQuery) async throws -> [AccountDeletion] {
-        try await run {
+        try await run { client in
             var deletions: [AccountDeletion] = []
             for try await (id, deleted, erase, finished) in try await client.query(query, logger: logger).decode((String, Int64?, Bool, Int64?).self) {
                 if let deletion = DeletionRows.deletion(of: id, deletedAt: deleted, erase: erase, finishedAt: finished) { deletions.append(deletion) }
@@ -1355,7 +1366,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func conversationsOwingPushes(limit: Int) async throws -> [(conversation: ConversationID, from: Int64)] {
-        try await run {
+        try await run { client in
             var owing: [(conversation: ConversationID, from: Int64)] = []
             for try await (id, from) in try await client.query(
                 "SELECT id, pushes_owed_from FROM conversations WHERE pushes_owed_from IS NOT NULL ORDER BY id LIMIT \(max(0, limit))", logger: logger
@@ -1629,7 +1640,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     private func fetchChanges(_ query: PostgresQuery) async throws -> [MessageChange] {
-        try await run {
+        try await run { client in
             var changes: [MessageChange] = []
             for try await (conversation, changeSeq, afterSeq, seq, kind, user, at, text, emoji, count, clientChangeId) in try await client.query(query, logger: logger)
                 .decode((String, Int64, Int64, Int64, String, String, Int64, String?, String?, Int64?, String?).self)
@@ -1646,7 +1657,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func messageVersions(in id: ConversationID, seq: Int64) async throws -> [MessageVersion] {
-        try await run {
+        try await run { client in
             var versions: [MessageVersion] = []
             for try await (text, at) in try await client.query(
                 "SELECT text, at FROM message_versions WHERE conversation_id = \(id.rawValue) AND seq = \(seq) ORDER BY version", logger: logger
@@ -1656,7 +1667,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func reactions(of user: UserID, in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [HeldReaction] {
-        try await run {
+        try await run { client in
             var held: [HeldReaction] = []
             for try await (seq, emoji) in try await client.query(
                 """
@@ -1669,17 +1680,17 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func erasures(in id: ConversationID, since: Date, limit: Int) async throws -> [Erasure] {
-        try await run {
+        try await run { client in
             try await fetchErasures(
                 """
                 SELECT conversation_id, seq, sender_id, client_message_id, sent_at, erased_at FROM erasures
                 WHERE conversation_id = \(id.rawValue) AND erased_at > \(since.millisecondsSince1970) ORDER BY erased_at DESC, seq DESC LIMIT \(max(0, limit))
-                """
+                """, on: client
             ).reversed()
         }
     }
 
-    private func fetchErasures(_ query: PostgresQuery) async throws -> [Erasure] {
+    private func fetchErasures(_ query: PostgresQuery, on client: PostgresClient) async throws -> [Erasure] {
         var erasures: [Erasure] = []
         for try await (conversation, seq, sender, cmid, sent, erased) in try await client.query(query, logger: logger)
             .decode((String, Int64, String, String, Int64, Int64).self)
@@ -1698,16 +1709,16 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func annotations(in id: ConversationID, seqs: ClosedRange<Int64>) async throws -> [Annotation] {
-        try await run {
+        try await run { client in
             try await fetchAnnotations(
                 """
                 SELECT conversation_id, seq, key, value, author_id, annotated_at FROM annotations
                 WHERE conversation_id = \(id.rawValue) AND seq BETWEEN \(seqs.lowerBound) AND \(seqs.upperBound) ORDER BY seq, key
-                """)
+                """, on: client)
         }
     }
 
-    private func fetchAnnotations(_ query: PostgresQuery) async throws -> [Annotation] {
+    private func fetchAnnotations(_ query: PostgresQuery, on client: PostgresClient) async throws -> [Annotation] {
         var annotations: [Annotation] = []
         for try await (conversation, seq, key, value, author, at) in try await client.query(query, logger: logger)
             .decode((String, Int64, String, String, String, Int64).self)
@@ -1720,7 +1731,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func webhookEndpointFirstSeen(_ name: String, at: Date) async throws -> Date {
-        try await run {
+        try await run { client in
             try await client.query(
                 "INSERT INTO webhook_endpoints (name, first_seen_at) VALUES (\(name), \(at.millisecondsSince1970)) ON CONFLICT (name) DO NOTHING",
                 logger: logger)
@@ -1732,7 +1743,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func webhookCursors(in id: ConversationID) async throws -> [WebhookCursorRecord] {
-        try await run {
+        try await run { client in
             var cursors: [WebhookCursorRecord] = []
             for try await (endpoint, state, pending) in try await client.query(
                 "SELECT endpoint, state, pending FROM webhook_cursors WHERE conversation_id = \(id.rawValue) ORDER BY endpoint", logger: logger
@@ -1753,7 +1764,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func conversationsOwingWebhooks(limit: Int) async throws -> [ConversationID] {
-        try await run {
+        try await run { client in
             var ids: [ConversationID] = []
             for try await id in try await client.query(
                 "SELECT DISTINCT conversation_id FROM webhook_cursors WHERE pending ORDER BY conversation_id LIMIT \(max(0, limit))", logger: logger
@@ -1763,7 +1774,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func recentlyChangedConversations(since: Date, limit: Int) async throws -> [ConversationID] {
-        try await run {
+        try await run { client in
             var ids: [ConversationID] = []
             let since = since.millisecondsSince1970
             for try await id in try await client.query(
@@ -1780,7 +1791,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func recentChanges(in id: ConversationID, since: Date) async throws -> [RecentChange] {
-        try await run {
+        try await run { client in
             var changes: [RecentChange] = []
             let since = since.millisecondsSince1970
             for try await (user, at) in try await client.query(
@@ -1809,7 +1820,7 @@ public final class PostgresChatStore: ChatStore {
         """
 
     public func unread(of user: UserID) async throws -> UnreadCount {
-        try await run {
+        try await run { client in
             let rows = try await client.query(
                 """
                 SELECT coalesce(sum(x.u), 0)::BIGINT, count(*) FILTER (WHERE x.u > 0)
@@ -1843,7 +1854,7 @@ public final class PostgresChatStore: ChatStore {
         var removed: [(String, Int64)] = []
         var annotations: [Annotation] = []
         var erasures: [Erasure] = []
-        try await run {
+        try await run { client in
             for try await row in try await client.query(
                 """
                 SELECT c.id, c.last_change, c.changed_at FROM conversations c JOIN members m ON m.conversation_id = c.id
@@ -1871,13 +1882,13 @@ public final class PostgresChatStore: ChatStore {
                 SELECT a.conversation_id, a.seq, a.key, a.value, a.author_id, a.annotated_at FROM members m
                 JOIN annotations a ON a.conversation_id = m.conversation_id
                 WHERE m.user_id = \(user.rawValue) AND a.annotated_at > \(since) ORDER BY a.annotated_at, a.conversation_id, a.seq, a.key
-                """)
+                """, on: client)
             erasures = try await fetchErasures(
                 """
                 SELECT e.conversation_id, e.seq, e.sender_id, e.client_message_id, e.sent_at, e.erased_at FROM members m
                 JOIN erasures e ON e.conversation_id = m.conversation_id
                 WHERE m.user_id = \(user.rawValue) AND e.erased_at > \(since) ORDER BY e.erased_at, e.conversation_id, e.seq
-                """)
+                """, on: client)
         }
         let records = try await records(changed.map(\.0) + removed.map(\.0)).reduce(into: [String: ConversationRecord]()) { $0[$1.id.rawValue] = $1 }
         return DurableChanges(
@@ -1892,7 +1903,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     public func advanceReceipts(in id: ConversationID, user: UserID, deliveredSeq: Int64, readSeq: Int64, at: Date) async throws -> ConversationMember? {
-        try await run {
+        try await run { client in
             let rows = try await client.query(
                 """
                 UPDATE members SET read_seq = GREATEST(read_seq, \(readSeq)), delivered_seq = GREATEST(delivered_seq, \(deliveredSeq), \(readSeq)),
@@ -1946,7 +1957,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     private func fetchMessages(_ query: PostgresQuery, on connection: PostgresConnection? = nil) async throws -> [Message] {
-        try await run {
+        try await run { client in
             var messages: [Message] = []
             let rows = if let connection { try await connection.query(query, logger: logger) } else { try await client.query(query, logger: logger) }
             for try await row in rows.decode((String, Int64, String, String, String, Int64, String?, Bool, Int64?, String?, String?, String?, String?, String?).self) {
@@ -1967,10 +1978,12 @@ public final class PostgresChatStore: ChatStore {
             clientMessageId: row.3, text: row.4, sentAt: Date(millisecondsSince1970: row.5), attachments: try MediaRows.attachments(row.6))
     }
 
-    /// Runs `body`; database failures become `unavailable`, store errors pass through.
-    private func run<T>(_ body: () async throws -> T) async throws -> T {
+    /// Runs `body` on the pool; database failures become `unavailable`, store errors pass through.
+    private func run<T>(_ body: (PostgresClient) async throws -> T) async throws -> T {
         do {
-            return try await body()
+            return try await pool.operation(body)
+        } catch let error as PostgresPool.Away {
+            throw ChatStoreError(.unavailable, error.description)
         } catch let error as ChatStoreError {
             throw error
         } catch let error as PostgresTransactionError where error.closureError is ChatStoreError {
@@ -1981,7 +1994,7 @@ public final class PostgresChatStore: ChatStore {
     }
 
     private func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await run {
+        try await run { client in
             try await client.withTransaction(logger: logger) { connection in try await body(connection) }
         }
     }

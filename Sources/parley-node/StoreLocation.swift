@@ -51,7 +51,8 @@ enum StoreLocation: CustomStringConvertible {
             return store
         case .postgres(let url):
             let store = try PostgresChatStore(url: url, logger: logger)
-            try await store.migrate()
+            // As long as a failover may take, with room: the node waits rather than exits.
+            try await store.migrate(waitingForServer: .seconds(60))
             return store
         }
     }
