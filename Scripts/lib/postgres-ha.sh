@@ -173,9 +173,25 @@ pgha_member_kill() {
     return 0
 }
 
+# SIGKILLs member N's PostgreSQL postmaster only; its Patroni restarts it (or hands over the lead).
+pgha_postgres_kill() {
+    local pid
+    pid="$(head -n 1 "$PGHA_DIR/pg-$1/data/postmaster.pid" 2>/dev/null || true)"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+}
+
 _pgha_list() { timeout 10 "${PGHA_NICE[@]}" patronictl -c "$PGHA_DIR/pg-1/patroni.yml" list -f json 2>/dev/null || echo '[]'; }
 
 pgha_leader() { _pgha_list | jq -r '.[] | select(.Role == "Leader") | .Member | ltrimstr("pg-")'; }
+
+# The number of the first running member in ROLE ("Sync Standby", "Replica"), if any.
+pgha_member_in_role() {
+    local i
+    for i in $(_pgha_list | jq -r --arg role "$1" '.[] | select(.Role == $role and (.State == "running" or .State == "streaming")) | .Member | ltrimstr("pg-")'); do
+        _pgha_alive "$PGHA_DIR/pg-$i/patroni.pid" && { echo "$i"; return 0; }
+    done
+    return 0
+}
 
 # Every member, a line each. etcd keeps a dead member's entry until its lease ends, so a member
 # whose Patroni is not running is "down" whatever the list says.

@@ -48,6 +48,8 @@ final class ConversationFanOut: Sendable {
         var queued: [(Input, [UserID])] = []
         var consuming = false
         var ticking = false
+        /// Store reads failed in a row (logged at warning only the first).
+        var failedStoreReads = 0
     }
 
     /// Reads committed messages of this conversation after a seq (at most `limit`, ascending).
@@ -286,6 +288,11 @@ final class ConversationFanOut: Sendable {
             let found = try await readCommitted(after, Int(min(before - after - 1, 500)))
                 .filter { $0.seq < before }
             logger.trace("store read", metadata: ["after.seq": "\(after)", "found": "\(found.map(\.seq))"])
+            let failures = state.withLock { state in
+                defer { state.failedStoreReads = 0 }
+                return state.failedStoreReads
+            }
+            if failures > 0 { logger.info("read held-back seqs from the store again", metadata: ["failed.reads": "\(failures)"]) }
             if !found.isEmpty {
                 Self.repairedMessages.increment(by: found.count)
                 logger.warning("committed seqs this owner was not told of were read from the store", metadata: [
@@ -305,8 +312,13 @@ final class ConversationFanOut: Sendable {
                 return directives + state.machine.storeRead(found.map { ($0.seq, Self.item(.message($0), members)) }, now: clock.now)
             })
         } catch {
-            logger.warning("cannot read held-back seqs from the store; trying again", metadata: ["error": "\(error)"])
-            state.withLock { $0.machine.storeReadFailed(now: clock.now) }
+            // Once per outage at warning: through a failover every conversation retries each second.
+            let first = state.withLock { state in
+                state.machine.storeReadFailed(now: clock.now)
+                defer { state.failedStoreReads += 1 }
+                return state.failedStoreReads == 0
+            }
+            logger.log(level: first ? .warning : .debug, "cannot read held-back seqs from the store; trying again", metadata: ["error": "\(error)"])
         }
     }
 

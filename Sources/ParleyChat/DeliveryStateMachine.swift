@@ -203,10 +203,13 @@ public struct DeliveryStateMachine<Gateway: Hashable & Comparable & Sendable, Ev
         return pump(now: now)
     }
 
+    /// The read failed (the store is away: a failover takes seconds): it goes again a hold later,
+    /// not at the next tick.
     public mutating func storeReadFailed(now: Instant) {
         storeReadRunning = false
         tailReadAskedAt = nil
         heldSince = now
+        if uncertainSince != nil { uncertainSince = now }
     }
 
     /// The gateways that hold streams of the members now.

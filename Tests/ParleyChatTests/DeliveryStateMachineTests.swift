@@ -145,6 +145,23 @@ import Testing
         #expect(reads(machine.tick(now: time.advance(by: .seconds(5)))).isEmpty)
     }
 
+    /// A store that is away (a failover) fails the read for an uncertain append: it is tried again
+    /// a hold later, not at every tick, until one succeeds.
+    @Test func aFailedReadForAnUncertainAppendIsTriedAgainAHoldLater() {
+        var time = ManualTime()
+        var machine = Machine(releasedThrough: 9)
+        _ = machine.gateways(["g1"], now: time.now)
+        machine.commitUncertain(now: time.now)
+        #expect(reads(machine.tick(now: time.advance(by: .seconds(1)))) == ["after 9"])
+        machine.storeReadFailed(now: time.now)
+        #expect(reads(machine.tick(now: time.advance(by: .milliseconds(100)))).isEmpty, "not at once")
+        #expect(reads(machine.tick(now: time.advance(by: .milliseconds(800)))).isEmpty)
+        #expect(reads(machine.tick(now: time.advance(by: .milliseconds(100)))) == ["after 9"], "a hold after the failure")
+        #expect(sends(machine.storeRead([(10, 10)], now: time.now)) == ["g1:1…1"], "seq 10, committed after all")
+        _ = machine.acknowledged("g1", through: 1, now: time.now)
+        #expect(machine.isIdle)
+    }
+
     /// An append whose outcome is lost while the store read for an earlier one runs may have
     /// committed after that read: it has the store read again, or its seq would wait for the next
     /// message of the conversation (cluster simulation seed 2315).
