@@ -447,6 +447,11 @@ public final class PostgresChatStore: ChatStore {
 
     // MARK: Messages
 
+    /// No timeout and no cancellation, ever: a commit cancelled while the primary waits for its
+    /// synchronous standby (Patroni's strict mode) is reported as committed and becomes visible
+    /// though only the primary has it, and a failover then loses a message that was acknowledged.
+    /// A commit waits for its answer; one whose connection breaks is `unavailable`, its outcome
+    /// unknown, and the conversation reads the store to learn it.
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         guard !appends.isEmpty else { return [] }
         var call = CommitStatements.Commit()
