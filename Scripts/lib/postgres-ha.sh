@@ -19,6 +19,11 @@
 # 127.0.0.1N so a member's address says which it is. Everything runs at nice 19: on a busy
 # machine a starved Patroni misses its lease and fails over for nothing.
 #
+# As separate hosts (Scripts/cluster up --postgres-ha --netns): PGHA_HOSTS="A1 A2 A3" are the
+# members' addresses, PGHA_NETNS_PREFIX makes member N run in the namespace PREFIX-N (which the
+# caller made, its address A_N on a bridge), PGHA_FRONT_HOST is the address etcd and HAProxy
+# listen on (the bridge's own), and PGHA_TRUST_NET the subnet the members and nodes share.
+#
 # The timeouts bound a failover (measured in docs/BENCHMARKS.md): the leader renews its lease
 # every LOOP_WAIT s and holds it TTL s; an isolated leader demotes itself after RETRY_TIMEOUT s
 # (LOOP_WAIT + 2 × RETRY_TIMEOUT ≤ TTL keeps it gone before another can take the lock).
@@ -32,16 +37,19 @@ PGHA_RETRY_TIMEOUT="${PGHA_RETRY_TIMEOUT:-4}"
 # 300 is Patroni's default: a crashed primary PostgreSQL is recovered in place while its Patroni
 # keeps the lock. 0: the synchronous standby takes over at once.
 PGHA_PRIMARY_START_TIMEOUT="${PGHA_PRIMARY_START_TIMEOUT:-300}"
-PGHA_NICE=(nice -n 19)
+# PGHA_NICENESS: 19 unless set (a benchmark that compares stores runs them at 0).
+PGHA_NICE=(nice -n "${PGHA_NICENESS:-19}")
 
 _pgha_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
-pgha_host() { echo "127.0.0.1$1"; }
+pgha_host() { if [ -n "${PGHA_HOSTS:-}" ]; then echo "$PGHA_HOSTS" | cut -d' ' -f "$1"; else echo "127.0.0.1$1"; fi; }
+pgha_front_host() { echo "${PGHA_FRONT_HOST:-127.0.0.1}"; }
 pgha_pg_port() { echo $((PGHA_PORT_BASE + $1)); }
 pgha_rest_port() { echo $((PGHA_PORT_BASE + 10 + $1)); }
 pgha_haproxy_port() { echo "$PGHA_PORT_BASE"; }
 pgha_stats_port() { echo $((PGHA_PORT_BASE + 80)); }
-pgha_etcd() { echo "127.0.0.10:$((PGHA_PORT_BASE + 20))"; }
-pgha_url() { echo "postgres://postgres@127.0.0.1:$(pgha_haproxy_port)/$PGHA_DB"; }
+_pgha_etcd_host() { echo "${PGHA_FRONT_HOST:-127.0.0.10}"; }
+pgha_etcd() { echo "$(_pgha_etcd_host):$((PGHA_PORT_BASE + 20))"; }
+pgha_url() { echo "postgres://postgres@$(pgha_front_host):$(pgha_haproxy_port)/$PGHA_DB"; }
 _pgha_alive() { [ -f "$1" ] && kill -0 "$(head -n 1 "$1")" 2>/dev/null; }
 _pgha_log() { echo "== $(date +%T) postgres-ha: $*"; }
 
@@ -62,7 +70,7 @@ _pgha_start_etcd() {
     _pgha_alive "$PGHA_DIR/etcd.pid" && return 0
     mkdir -p "$PGHA_DIR/etcd"
     local client peer
-    client="$(pgha_etcd)" peer="127.0.0.10:$((PGHA_PORT_BASE + 21))"
+    client="$(pgha_etcd)" peer="$(_pgha_etcd_host):$((PGHA_PORT_BASE + 21))"
     # One etcd: the consensus store of a test cluster on one machine, not what it tests.
     (exec "${PGHA_NICE[@]}" etcd --name e1 --data-dir "$PGHA_DIR/etcd/data" \
         --listen-client-urls "http://$client" --advertise-client-urls "http://$client" \
@@ -131,7 +139,7 @@ postgresql:
   pg_hba:
   - local all all trust
   - host all all 127.0.0.0/8 trust
-  - host replication replicator 127.0.0.0/8 trust
+  - host replication replicator 127.0.0.0/8 trust$([ -n "${PGHA_TRUST_NET:-}" ] && printf '\n  - host all all %s trust\n  - host replication replicator %s trust' "$PGHA_TRUST_NET" "$PGHA_TRUST_NET")
   basebackup: [{checkpoint: fast}]
 watchdog: {mode: 'off'}
 EOF
@@ -146,8 +154,11 @@ pgha_member_start() {
     chown postgres:postgres "$dir"
     chmod 700 "$dir"
     _pgha_member_config "$i"
-    # exec all the way down (env, nice and setpriv exec; su would fork): $! is Patroni's PID.
-    (cd "$dir" && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$dir" LANG=C.UTF-8 \
+    local -a netns=()
+    [ -n "${PGHA_NETNS_PREFIX:-}" ] && netns=(ip netns exec "$PGHA_NETNS_PREFIX-$i")
+    # exec all the way down (ip netns exec, env, nice and setpriv exec; su would fork): $! is
+    # Patroni's PID.
+    (cd "$dir" && exec "${netns[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$dir" LANG=C.UTF-8 \
         "${PGHA_NICE[@]}" setpriv --reuid=postgres --regid=postgres --init-groups /usr/bin/patroni "$dir/patroni.yml" \
         >>"$dir/patroni.log" 2>&1) &
     echo $! >"$dir/patroni.pid"
@@ -240,7 +251,7 @@ defaults
 # that member is marked down, its clients' sessions are cut (on-marked-down shutdown-sessions):
 # they reconnect and reach the new primary instead of waiting on a dead one.
 listen postgres_rw
-    bind 127.0.0.1:$(pgha_haproxy_port)
+    bind $(pgha_front_host):$(pgha_haproxy_port)
     option httpchk
     http-check send meth GET uri /primary
     http-check expect status 200
@@ -250,7 +261,7 @@ EOF
         cat <<EOF
 listen stats
     mode http
-    bind 127.0.0.1:$(pgha_stats_port)
+    bind $(pgha_front_host):$(pgha_stats_port)
     stats enable
     stats uri /
 EOF
@@ -261,7 +272,7 @@ EOF
     # HAProxy starts with every server up until its first checks: wait until exactly one is.
     local up=""
     for _ in $(seq 1 100); do
-        up="$({ curl -s "http://127.0.0.1:$(pgha_stats_port)/;csv" || true; } | awk -F, '$1 == "postgres_rw" && $2 ~ /^pg-/ && $18 == "UP"' | wc -l)"
+        up="$({ curl -s "http://$(pgha_front_host):$(pgha_stats_port)/;csv" || true; } | awk -F, '$1 == "postgres_rw" && $2 ~ /^pg-/ && $18 == "UP"' | wc -l)"
         [ "$up" = 1 ] && return 0
         sleep 0.2
     done
@@ -288,12 +299,12 @@ pgha_start() {
     pgha_member_start 2
     pgha_member_start 3
     pgha_wait_healthy 3 300 || return 1
-    _pgha_log "HAProxy on 127.0.0.1:$(pgha_haproxy_port) (stats http://127.0.0.1:$(pgha_stats_port)/)"
+    _pgha_log "HAProxy on $(pgha_front_host):$(pgha_haproxy_port) (stats http://$(pgha_front_host):$(pgha_stats_port)/)"
     _pgha_start_haproxy || return 1
     local psql exists
     psql="$(_pgha_bin)/psql"
-    exists="$("$psql" -X -h 127.0.0.1 -p "$(pgha_haproxy_port)" -U postgres -d postgres -tAc "SELECT count(*) FROM pg_database WHERE datname = '$PGHA_DB'")" || return 1
-    [ "$exists" = 1 ] || "$psql" -X -q -h 127.0.0.1 -p "$(pgha_haproxy_port)" -U postgres -d postgres -c "CREATE DATABASE $PGHA_DB" || return 1
+    exists="$("$psql" -X -h "$(pgha_front_host)" -p "$(pgha_haproxy_port)" -U postgres -d postgres -tAc "SELECT count(*) FROM pg_database WHERE datname = '$PGHA_DB'")" || return 1
+    [ "$exists" = 1 ] || "$psql" -X -q -h "$(pgha_front_host)" -p "$(pgha_haproxy_port)" -U postgres -d postgres -c "CREATE DATABASE $PGHA_DB" || return 1
 }
 
 # _pgha_stop_pid PID PATTERN SIGNAL SECONDS: only while PID still runs a command line holding
