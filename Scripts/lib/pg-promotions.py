@@ -22,7 +22,6 @@ for path in logs:
                 at = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=timezone.utc)
                 promotions.append(int(at.timestamp() * 1000))
 promotions.sort()
-acks = sorted(json.loads(line)["ackedMs"] for line in open(timeline_path) if line.strip())
 scheduled = [json.loads(line) for line in open(timeline_path) if line.strip()]
 after_promotion = {}
 for line in open(events_path):
