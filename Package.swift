@@ -147,6 +147,7 @@ let package = Package(
             name: "ParleyClient",
             dependencies: [
                 "ParleyModel",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),

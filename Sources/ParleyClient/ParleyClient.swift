@@ -334,12 +334,14 @@ public final class ParleyClient: Sendable {
         to conversation: ConversationID, clientMessageId: String = ClientMessageID.make()
     ) async throws -> Message {
         try await retrying("send", key: clientMessageId) {
-            let sent: API.SentMessage = try await call(
-                .POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages",
-                body: API.NewMessage(
-                    clientMessageId: clientMessageId, text: text, attachments: attachments, replyTo: replyTo, mentions: mentions, metadata: metadata))
-            return sent.message
+            try await post(API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments, replyTo: replyTo, mentions: mentions, metadata: metadata), to: conversation)
         }
+    }
+
+    /// One attempt at sending: the outboxes (this one's and ``OfflineClient``'s) retry it.
+    func post(_ message: API.NewMessage, to conversation: ConversationID) async throws -> Message {
+        let sent: API.SentMessage = try await call(.POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages", body: message)
+        return sent.message
     }
 
     /// Runs `attempt` again after a retryable failure, with backoff, for up to

@@ -117,6 +117,23 @@ extension ParleyClient {
     /// delivered are dropped by `(conversationId, seq)`. Ends on `401` (signed out) or when the
     /// consuming task is cancelled.
     public func events(cursor: String? = nil) -> AsyncThrowingStream<ParleyEvent, any Error> {
+        let events = cursoredEvents(cursor: cursor)
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    for try await (event, _) in events { continuation.yield(event) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// ``events(cursor:)`` with each event's cursor (its `id`: resuming from it replays what came
+    /// after the event), for a store that keeps the cursor with what it applied.
+    func cursoredEvents(cursor: String?) -> AsyncThrowingStream<(event: ParleyEvent, cursor: String?), any Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
                 var cursor = cursor
@@ -132,12 +149,12 @@ extension ParleyClient {
                             if let id { cursor = id }
                             if case .message(let message) = event, !deduplicator.isNew(message) { return }
                             delivered = true
-                            continuation.yield(event)
+                            continuation.yield((event, id))
                         }
                         if delivered { pause = backoff.first }
                     } catch let error as ParleyError where error.code == "cursor_expired" {
                         cursor = nil
-                        continuation.yield(.cursorExpired)
+                        continuation.yield((.cursorExpired, nil))
                         continue
                     } catch let error as ParleyError where error.status == 401 {
                         continuation.finish(throwing: error)

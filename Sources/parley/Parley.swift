@@ -602,6 +602,11 @@ struct Send: AsyncParsableCommand {
     var mentions: [String] = []
     @Option(help: "The app's own fields for the message, a JSON object of at most 4 KiB (e.g. '{\"duration\": 3.5}'); kept as they are.")
     var metadata: String?
+    @Option(
+        help: ArgumentHelp(
+            "Write the message to the offline outbox in this folder (made if missing) before anything is sent, then send what waits there, in order, and return once nothing waits.",
+            discussion: "Killed or offline, the message stays there: the next `parley send --outbox` with the same folder sends it (with the same clientMessageId, so it is stored once)."))
+    var outbox: String?
     @OptionGroup var connection: Connection
 
     func validate() throws {
@@ -612,6 +617,7 @@ struct Send: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let outbox { return try await sendThroughOutbox(URL(fileURLWithPath: outbox)) }
         try await withClient(connection) { client, _ in
             var attachments: [API.NewAttachment] = []
             for file in files {
@@ -623,6 +629,36 @@ struct Send: AsyncParsableCommand {
                 to: ConversationID(rawValue: conversation),
                 clientMessageId: clientMessageId ?? ClientMessageID.make())
             connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
+        }
+    }
+}
+
+extension Send {
+    /// The message goes to the outbox first; then the outbox is sent until nothing waits.
+    func sendThroughOutbox(_ folder: URL) async throws {
+        try await withClient(connection) { client, _ in
+            let offline = OfflineClient(client: client, store: try ClientStore(directory: folder))
+            let entry = try offline.send(
+                text.joined(separator: " "), attachments: files.map { NewOutboxAttachment(file: URL(fileURLWithPath: $0)) }, replyTo: replyTo,
+                mentions: mentions.isEmpty ? nil : mentions.map(UserID.init(rawValue:)), metadata: metadata.flatMap(Metadata.init(json:)),
+                to: ConversationID(rawValue: conversation), clientMessageId: clientMessageId ?? ClientMessageID.make())
+            connection.print(entry) { "queued \(entry.clientMessageId) in \(folder.path)" }
+            fflush(nil)  // the line is out before the first send: a script may wait for it
+            offline.start(streaming: false)
+            var waiting = try offline.store.outbox().filter { $0.failure == nil }
+            while !waiting.isEmpty {
+                try await Task.sleep(for: .milliseconds(100))
+                waiting = try offline.store.outbox().filter { $0.failure == nil }
+            }
+            await offline.close()
+            let failed = try offline.store.outbox().filter { $0.failure != nil }
+            for entry in failed {
+                FileHandle.standardError.write(Data("not sent (\(entry.failure.map { "\($0.status) \($0.code): \($0.message)" } ?? "")): \(entry.clientMessageId)\n".utf8))
+            }
+            if let message = try offline.store.messages(in: entry.conversationId).first(where: { $0.clientMessageId == entry.clientMessageId }) {
+                connection.print(API.SentMessage(message: message)) { "sent #\(message.seq) at \(API.timestamp(message.sentAt))" }
+            }
+            if !failed.isEmpty { throw ExitCode.failure }
         }
     }
 }
