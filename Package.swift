@@ -380,7 +380,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ParleyClientTests",
-            dependencies: ["ParleyClient", "ParleyModel"],
+            dependencies: ["ParleyClient", "ParleyModel", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: upcoming
         ),
         .testTarget(

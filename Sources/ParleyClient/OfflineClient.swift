@@ -154,7 +154,7 @@ public final class OfflineClient: Sendable {
     }
 
     /// Changes an entry still in the outbox; answers its conversation (nil: it is not there).
-    private func changeEntry(_ clientMessageId: String, _ change: @Sendable (inout OutboxEntry) -> Void) throws -> ConversationID? {
+    func changeEntry(_ clientMessageId: String, _ change: @Sendable (inout OutboxEntry) -> Void) throws -> ConversationID? {
         try store.database.write { db in
             guard var entry = try ClientStore.outbox(db, nil).first(where: { $0.clientMessageId == clientMessageId }) else { return nil }
             change(&entry)

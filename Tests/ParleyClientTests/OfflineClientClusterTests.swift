@@ -137,9 +137,9 @@ import Testing
         try await bob.shutdown()
     }
 
-    /// `parley send --outbox` writes the message to the store and is SIGKILLed before it could
-    /// send it (its only gateway refuses connections); an OfflineClient on the same folder sends
-    /// it, once. A refused message in the same conversation (empty: `400`) is marked failed and
+    /// `parley send --outbox` writes a message with a photo to the store and is SIGKILLed before
+    /// it could send it (its only gateway refuses connections); an OfflineClient on the same
+    /// folder uploads the photo and sends the message, once. A refused message in the same conversation (empty: `400`) is marked failed and
     /// does not hold back the message after it.
     @Test func aMessageWrittenBeforeACrashIsSentOnceAfterIt() async throws {
         let cluster = try LocalCluster.start(workers: 1, gateways: 1)
@@ -159,7 +159,10 @@ import Testing
 
         let said = folder.appendingPathComponent("parley.out")
         let process = try ChildProcess(
-            LocalCluster.binaries.appendingPathComponent("parley").path, ["send", conversation.rawValue, "written", "before", "the", "crash", "--outbox", outbox.path],
+            LocalCluster.binaries.appendingPathComponent("parley").path, [
+                "send", conversation.rawValue, "written", "before", "the", "crash", "--outbox", outbox.path,
+                "--attach", LocalCluster.root.appendingPathComponent("Tests/ParleyMetadataTests/Fixtures/plain.jpg").path,
+            ],
             environment: ["PARLEY_CONFIG": config.path, "HOME": folder.path], output: said.path)
         // It says so once the message is in the store; then it only retries.
         let queued = await eventually(within: .seconds(20)) { ((try? String(contentsOf: said, encoding: .utf8)) ?? "").contains("queued") }
@@ -181,6 +184,10 @@ import Testing
         let server = try await history(of: conversation, with: bob)
         #expect(server.map(\.text) == ["written before the crash", "after the refused one"])
         #expect(server.first?.clientMessageId == waiting.first?.clientMessageId)
+        // Its photo was uploaded from the outbox's own copy, which is gone once it was sent.
+        #expect(server.first?.attachments?.count == 1)
+        #expect(server.first?.attachments?.first?.media.contentType == "image/jpeg")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outbox.appendingPathComponent("outbox-files").path).isEmpty)
         let failed = try offline.store.outbox()
         #expect(failed.count == 1)
         #expect(failed.first?.text == "")
