@@ -70,11 +70,17 @@ public final class OfflineClient: Sendable {
             return true
         }
         guard begin else { return }
-        if streaming {
-            let sync = Task { await self.synchronize() }
-            state.withLock { $0.sync = sync }
+        let sync = Task {
+            // The store is made this user's before anything of its outbox is sent: another
+            // user's messages must never go out under this user's token.
+            guard let user = await self.resolveUser(asking: streaming), self.bind(to: user) else {
+                if !streaming { self.kickOutbox() }
+                return
+            }
+            self.kickOutbox()
+            if streaming { await self.synchronize(user: user) }
         }
-        kickOutbox()
+        state.withLock { $0.sync = sync }
     }
 
     /// Stops the stream and the outbox (what waits stays in the store for the next start) and
@@ -399,60 +405,87 @@ public final class OfflineClient: Sendable {
 // MARK: Synchronizing
 
 extension OfflineClient {
-    /// The event stream, applied to the store, until closed or signed out.
-    private func synchronize() async {
-        guard let user = await resolveUser() else { return }
-        let cursor: String?
+    /// Makes the store `user`'s (another user's data removed); false if the store failed.
+    private func bind(to user: UserID) -> Bool {
         do {
             if try store.bind(to: user) {
                 logger.notice("the store held another user's data; it was removed", metadata: ["user": "\(user)"])
             }
-            cursor = try store.account()?.cursor
+            return true
         } catch {
             logger.error("the store could not be opened for this user", metadata: ["error": "\(error)"])
-            return
+            return false
         }
-        // No cursor: the store was never synchronized, so it reloads once the stream is open
-        // (opened first, so that nothing committed between the reload and the stream is missed).
-        var reloadOnReady = cursor == nil
-        do {
-            for try await (event, eventCursor) in client.cursoredEvents(cursor: cursor) {
-                switch event {
-                case .cursorExpired:
-                    logger.notice("the stored cursor was too old to replay; reloading conversations")
-                    reloadOnReady = true
-                case .ready(let ready):
-                    if reloadOnReady {
-                        try await reload(user: user)
-                        reloadOnReady = false
-                    }
-                    try await store.database.write { db in try ClientStore.setCursor(db, ready) }
-                    // The network is back: what waits in the outbox goes now.
-                    kickOutbox()
-                    wakeup.wakeAll()
-                case .typing, .presence:
-                    break
-                default:
-                    try await apply(event, cursor: eventCursor, user: user)
-                }
-                publish(event)
+    }
+
+    /// The event stream, applied to the store, until closed or signed out; started again (from
+    /// the stored cursor) after any other failure.
+    private func synchronize(user: UserID) async {
+        var failures = 0
+        while !Task.isCancelled {
+            do {
+                try await follow(user: user)
+                break
+            } catch is CancellationError {
+                break
+            } catch let error as ParleyError where error.status == 401 {
+                logger.notice("the stream was refused (401): sign in again and start a new OfflineClient", metadata: ["error": "\(error)"])
+                break
+            } catch {
+                failures += 1
+                let wait = Self.sendBackoff.delay(afterFailures: failures)
+                logger.error("synchronizing failed; starting again from the stored cursor", metadata: ["error": "\(error)", "wait": "\(wait)"])
+                try? await Task.sleep(for: wait)
             }
-        } catch is CancellationError {
-        } catch let error as ParleyError where error.status == 401 {
-            logger.notice("the stream was refused (401): sign in again and start a new OfflineClient", metadata: ["error": "\(error)"])
-        } catch {
-            if !Task.isCancelled { logger.error("synchronizing stopped", metadata: ["error": "\(error)"]) }
         }
         for case .events(let continuation) in state.withLock({ Array($0.subscribers.values) }) { continuation.finish() }
     }
 
-    /// The signed-in user: the client's, the store's, or the server's (asked until it answers).
-    private func resolveUser() async -> UserID? {
+    /// One run of the stream from the stored cursor.
+    private func follow(user: UserID) async throws {
+        let cursor = try store.account()?.cursor
+        // No cursor: the store was never synchronized, so it reloads once the stream is open
+        // (opened first, so that nothing committed between the reload and the stream is missed).
+        var reloadOnReady = cursor == nil
+        for try await (event, eventCursor) in client.cursoredEvents(cursor: cursor) {
+            switch event {
+            case .cursorExpired:
+                logger.notice("the stored cursor was too old to replay; reloading conversations")
+                reloadOnReady = true
+            case .ready(let ready):
+                if reloadOnReady {
+                    try await reload(user: user)
+                    reloadOnReady = false
+                }
+                try await store.database.write { db in try ClientStore.setCursor(db, ready) }
+                // The network is back: what waits in the outbox goes now.
+                kickOutbox()
+                wakeup.wakeAll()
+            case .typing, .presence:
+                break
+            default:
+                do {
+                    try await apply(event, cursor: eventCursor, user: user)
+                } catch let error as ParleyError where Self.isPermanent(error) {
+                    // What the event needs cannot be read (a conversation the user just left):
+                    // it is passed over; the rest of the stream is not held back by it.
+                    logger.warning("an event was passed over: what it needs was refused", metadata: ["error": "\(error)"])
+                    if let eventCursor { try await store.database.write { db in try ClientStore.setCursor(db, eventCursor) } }
+                }
+            }
+            publish(event)
+        }
+    }
+
+    /// The signed-in user: the client's, the store's, or (`asking`) the server's, asked until it
+    /// answers.
+    private func resolveUser(asking: Bool) async -> UserID? {
         let known = client.currentUser?.id ?? (try? store.account()?.user)
         if let known {
             state.withLock { $0.user = known }
             return known
         }
+        guard asking else { return nil }
         var failures = 0
         while !Task.isCancelled {
             do {
