@@ -25,6 +25,7 @@ public final class OfflineClient: Sendable {
     let logger: Logger
     private let state = Mutex(State())
     private let wakeup = Wakeup()
+    private let publishing = Mutex(())
 
     private struct State {
         var user: UserID?
@@ -80,7 +81,7 @@ public final class OfflineClient: Sendable {
             self.kickOutbox()
             if streaming { await self.synchronize(user: user) }
         }
-        state.withLock { $0.sync = sync }
+        if state.withLock({ state in state.sync = sync; return state.closed }) { sync.cancel() }
     }
 
     /// Stops the stream and the outbox (what waits stays in the store for the next start) and
@@ -218,9 +219,11 @@ public final class OfflineClient: Sendable {
             }
             guard start else { continue }
             let task = Task { await self.sendAll(in: conversation) }
-            state.withLock { state in
+            let closed = state.withLock { state in
                 if state.senders[conversation] != nil { state.senders[conversation]?.task = task }
+                return state.closed
             }
+            if closed { task.cancel() }
         }
     }
 
@@ -295,7 +298,7 @@ public final class OfflineClient: Sendable {
             entry.attachments[index].mediaId = media.id
             let uploaded = entry.attachments
             // Kept at once: a restart sends the upload it has instead of uploading again.
-            _ = try changeEntry(entry.clientMessageId) { $0.attachments = uploaded }
+            guard try changeEntry(entry.clientMessageId, { $0.attachments = uploaded }) != nil else { return }  // discarded meanwhile
         }
         try Task.checkCancellation()
         let attachments = entry.attachments.compactMap { attachment in attachment.mediaId.map { API.NewAttachment(mediaId: $0, caption: attachment.caption) } }
@@ -379,6 +382,12 @@ public final class OfflineClient: Sendable {
     }
 
     private func publish(to subscribers: [Subscriber], changed: Set<ConversationID>?) {
+        // One publication at a time, each reading the store as it is then: a value read earlier
+        // is never yielded after a newer one (the streams keep only the newest).
+        publishing.withLock { _ in publish(reading: subscribers, changed: changed) }
+    }
+
+    private func publish(reading subscribers: [Subscriber], changed: Set<ConversationID>?) {
         do {
             var list: [ChatSummary]?
             for subscriber in subscribers {
@@ -511,7 +520,7 @@ extension OfflineClient {
             try await fetchMissing(before: message, user: user)
         }
         let changed: Set<ConversationID> = try await store.database.write { db in
-            defer { if let cursor { try? ClientStore.setCursor(db, cursor) } }
+            if let cursor { try ClientStore.setCursor(db, cursor) }
             switch event {
             case .message(let message):
                 try self.apply(db, message: message, user: user)
@@ -531,9 +540,7 @@ extension OfflineClient {
                     try ClientStore.removeConversation(db, conversation.id)
                     return [conversation.id]
                 }
-                if conversation.lastMessage == nil, let held = try ClientStore.conversation(db, conversation.id), held.lastSeq == conversation.lastSeq {
-                    conversation.lastMessage = held.lastMessage
-                }
+                if conversation.lastMessage == nil { conversation.lastMessage = try ClientStore.message(db, conversation.id, conversation.lastSeq) }
                 try ClientStore.put(db, conversation)
                 return [conversation.id]
             case .user(let changed):

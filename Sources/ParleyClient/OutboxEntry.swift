@@ -21,7 +21,7 @@ public struct OutboxEntry: Codable, Sendable, Hashable, Identifiable {
     public var replyTo: Int64?
     public var mentions: [UserID]?
     public var metadata: Metadata?
-    /// When the app wrote it (the device's clock): the order it is sent in within its conversation.
+    /// When the app wrote it, by the device's clock (entries are sent in the order written, not by this).
     public var createdAt: Date
     /// Nil while it waits to be sent.
     public var failure: Failure?

@@ -9,10 +9,11 @@ import Testing
 /// past the replay window reloads to the server's history.
 @Suite(.serialized) struct OfflineClientClusterTests {
     /// Alice writes 50 messages into her outbox while the gateway she uses is SIGKILLed (after
-    /// the 15th) and her app is "killed" (after the 30th: the client and store torn down with
-    /// messages still waiting, and rebuilt on the same store folder). Every other member (one in
-    /// a direct conversation; two in a group, each streaming) receives the 50 once each, in the
-    /// order typed, and the server holds exactly those 50.
+    /// the 15th), her app is "killed" (after the 30th: the client and store torn down with
+    /// messages still waiting, and rebuilt on the same store folder), and then no gateway answers
+    /// at all (31…40, until the first is restarted). Every other member (one in a direct
+    /// conversation; two in a group, each streaming, their streams moving between gateways)
+    /// receives the 50 once each, in the order typed, and the server holds exactly those 50.
     @Test(arguments: [1, 2]) func messagesTypedThroughAGatewayKillAndAnAppKillArriveOnceInOrder(receivers: Int) async throws {
         let cluster = try LocalCluster.start(workers: 1, gateways: 2)
         defer { cluster.down() }
@@ -44,9 +45,15 @@ import Testing
         var offline = OfflineClient(client: alice, store: try ClientStore(directory: folder))
         offline.start()
         var waitingAtTheAppKill = 0
+        var waitingOffline: [String] = []
         for (index, text) in typed.enumerated() {
+            let number = index + 1
+            if number == 31 {
+                // No gateway at all: the phone in the underground. 31…40 wait in the outbox.
+                try cluster.cluster("kill", "gateway-2")
+            }
             try offline.send(text, to: conversation)
-            switch index + 1 {
+            switch number {
             case 15:
                 try cluster.cluster("kill", "gateway-1")
             case 30:
@@ -57,18 +64,24 @@ import Testing
                 let client = try cluster.client(token: alice.token)
                 offline = OfflineClient(client: client, store: try ClientStore(directory: folder))
                 offline.start()
+            case 40:
+                try await Task.sleep(for: .seconds(1))
+                waitingOffline = try offline.store.outbox().map(\.text)
+                // Back: nothing tells the outbox but its own stream reconnecting.
+                try cluster.cluster("restart", "gateway-1")
             default:
-                if index + 1 < 15 || index + 1 > 30 { try await Task.sleep(for: .milliseconds(30)) }
+                if number < 15 || number > 30 { try await Task.sleep(for: .milliseconds(30)) }
             }
         }
+        #expect(Array(typed[30..<40]).allSatisfy(waitingOffline.contains), "while no gateway answered, 31…40 waited: \(waitingOffline)")
         #expect(waitingAtTheAppKill > 0, "the app was killed with messages still in its outbox")
         let drained = try await eventually(within: .seconds(60)) { try offline.store.outbox().isEmpty }
         let left = try offline.store.outbox().count
         #expect(drained, "the outbox still holds \(left) messages")
 
-        // Each stream has 30 s to receive the 50 (it ends early once it has them).
+        // Each stream has 60 s to receive the 50 (it ends early once it has them).
         let deadline = Task {
-            try await Task.sleep(for: .seconds(30))
+            try await Task.sleep(for: .seconds(60))
             for stream in streams { stream.cancel() }
         }
         for stream in streams {
