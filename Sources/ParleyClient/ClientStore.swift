@@ -261,6 +261,19 @@ extension ClientStore {
         try db.execute(sql: "DELETE FROM outbox WHERE clientMessageId = ?", arguments: [clientMessageId])
     }
 
+    static func outboxEntry(_ db: Database, _ clientMessageId: String) throws -> OutboxEntry? {
+        try String.fetchOne(db, sql: "SELECT body FROM outbox WHERE clientMessageId = ?", arguments: [clientMessageId]).map { try decode(OutboxEntry.self, $0) }
+    }
+
+    /// Per conversation, how many entries wait and how many failed.
+    static func outboxCounts(_ db: Database) throws -> [ConversationID: (waiting: Int, failed: Int)] {
+        var counts: [ConversationID: (waiting: Int, failed: Int)] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT conversationId, SUM(failed = 0) AS waiting, SUM(failed) AS failed FROM outbox GROUP BY conversationId") {
+            counts[ConversationID(rawValue: row["conversationId"])] = (row["waiting"], row["failed"])
+        }
+        return counts
+    }
+
     /// The next entry of the conversation to send: its oldest that has not failed.
     static func nextToSend(_ db: Database, in id: ConversationID) throws -> OutboxEntry? {
         try String.fetchOne(db, sql: "SELECT body FROM outbox WHERE conversationId = ? AND failed = 0 ORDER BY position LIMIT 1", arguments: [id.rawValue])

@@ -151,7 +151,7 @@ public final class OfflineClient: Sendable {
     /// cancelled). One already on its way may still be stored by the server.
     public func discard(_ clientMessageId: String) throws {
         let entry = try store.database.write { db -> OutboxEntry? in
-            let entry = try ClientStore.outbox(db, nil).first { $0.clientMessageId == clientMessageId }
+            let entry = try ClientStore.outboxEntry(db, clientMessageId)
             try ClientStore.removeFromOutbox(db, clientMessageId)
             return entry
         }
@@ -163,7 +163,7 @@ public final class OfflineClient: Sendable {
     /// Changes an entry still in the outbox; answers its conversation (nil: it is not there).
     func changeEntry(_ clientMessageId: String, _ change: @Sendable (inout OutboxEntry) -> Void) throws -> ConversationID? {
         try store.database.write { db in
-            guard var entry = try ClientStore.outbox(db, nil).first(where: { $0.clientMessageId == clientMessageId }) else { return nil }
+            guard var entry = try ClientStore.outboxEntry(db, clientMessageId) else { return nil }
             change(&entry)
             try ClientStore.put(db, entry)
             return entry.conversationId
@@ -360,10 +360,9 @@ public final class OfflineClient: Sendable {
     /// The chat list as the store holds it now.
     public func chatSummaries() throws -> [ChatSummary] {
         try store.database.read { db in
-            let outbox = try ClientStore.outbox(db, nil)
+            let counts = try ClientStore.outboxCounts(db)
             return try ClientStore.conversations(db).map { conversation in
-                let mine = outbox.filter { $0.conversationId == conversation.id }
-                return ChatSummary(conversation: conversation, waiting: mine.count { $0.failure == nil }, failed: mine.count { $0.failure != nil })
+                ChatSummary(conversation: conversation, waiting: counts[conversation.id]?.waiting ?? 0, failed: counts[conversation.id]?.failed ?? 0)
             }
         }
     }
@@ -618,7 +617,7 @@ extension OfflineClient {
             (try ClientStore.conversation(db, message.conversationId), try ClientStore.heldRange(db, message.conversationId))
         }
         if held == nil {
-            let conversation = try await retryingRead { try await self.client.conversation(message.conversationId) }
+            let conversation = try await untilAnswered { try await self.client.conversation(message.conversationId) }
             try await store.database.write { db in try ClientStore.put(db, conversation) }
             try await fetchProfiles(of: conversation.members.map(\.userId))
         }
@@ -635,7 +634,7 @@ extension OfflineClient {
         var conversations: [API.Conversation] = []
         var next: String?
         repeat {
-            let page = try await retryingRead { [next] in try await self.client.conversations(limit: 100, cursor: next) }
+            let page = try await untilAnswered { [next] in try await self.client.conversations(limit: 100, cursor: next) }
             conversations += page.conversations
             next = page.next
         } while next != nil
@@ -669,7 +668,7 @@ extension OfflineClient {
         var held = 0
         while last < through {
             let from = last
-            let page = try await retryingRead { try await self.client.messages(in: conversation, after: from, limit: Self.pageLimit) }
+            let page = try await untilAnswered { try await self.client.messages(in: conversation, after: from, limit: Self.pageLimit) }
             guard let end = page.last?.seq else { break }
             let first = held == 0
             try await store.database.write { db in
@@ -692,6 +691,12 @@ extension OfflineClient {
         }
     }
 
+    /// A read the stream's application waits for: tried again after a retryable failure until it
+    /// answers (or the client is closed).
+    private func untilAnswered<Result>(_ read: () async throws -> Result) async throws -> Result {
+        try await client.retrying("a read for the store", within: nil, read)
+    }
+
     /// The profiles not held of the given users, 100 a request.
     private func fetchProfiles(of users: [UserID]) async throws {
         let missing = try await store.database.read { db in
@@ -699,22 +704,8 @@ extension OfflineClient {
         }
         for start in stride(from: 0, to: missing.count, by: 100) {
             let batch = Array(missing[start..<min(missing.count, start + 100)])
-            let found = try await retryingRead { try await self.client.users(batch) }
+            let found = try await untilAnswered { try await self.client.users(batch) }
             try await store.database.write { db in for user in found { try ClientStore.put(db, user) } }
-        }
-    }
-
-    /// A read the stream's application waits for, tried again after a retryable failure until
-    /// it answers (or the client is closed).
-    private func retryingRead<Result: Sendable>(_ read: @Sendable () async throws -> Result) async throws -> Result {
-        var failures = 0
-        while true {
-            do {
-                return try await read()
-            } catch let error as ParleyError where error.retryable {
-                failures += 1
-                try await Task.sleep(for: Self.sendBackoff.delay(afterFailures: failures, atLeast: error.retryAfter))
-            }
         }
     }
 }

@@ -348,8 +348,14 @@ public final class ParleyClient: Sendable {
     /// `sendRetryWindow`: each attempt carries the same idempotency `key`, so the server applies
     /// it once however many attempts it takes.
     private func retrying<Result>(_ what: String, key: String, _ attempt: () async throws -> Result) async throws -> Result {
+        try await retrying(what, key: key, within: configuration.sendRetryWindow, attempt)
+    }
+
+    /// Runs `attempt` again after a retryable failure, with backoff, for up to `window` (nil:
+    /// until it answers, or the task is cancelled). A write's attempts carry one idempotency `key`.
+    func retrying<Result>(_ what: String, key: String? = nil, within window: Duration?, _ attempt: () async throws -> Result) async throws -> Result {
         let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: configuration.sendRetryWindow)
+        let deadline = window.map { clock.now.advanced(by: $0) }
         let backoff = Backoff(first: .milliseconds(100), max: .seconds(2))
         var failures = 0
         while true {
@@ -358,8 +364,8 @@ public final class ParleyClient: Sendable {
             } catch let error as ParleyError where error.retryable {
                 failures += 1
                 let wait = backoff.delay(afterFailures: failures, atLeast: error.retryAfter)
-                guard clock.now.advanced(by: wait) < deadline else { throw error }
-                logger.debug("\(what) failed; retrying with the same key", metadata: ["error": "\(error)", "key": "\(key)"])
+                if let deadline, clock.now.advanced(by: wait) >= deadline { throw error }
+                logger.debug("\(what) failed; retrying", metadata: ["error": "\(error)", "key": "\(key ?? "-")"])
                 try await Task.sleep(for: wait)
             }
         }

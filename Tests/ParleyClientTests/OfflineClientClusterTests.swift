@@ -43,10 +43,14 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
 
         var offline = OfflineClient(client: alice, store: try ClientStore(directory: folder))
+        // The first message's answer was lost: the server stored it, the outbox still holds it.
+        // Sent again with its clientMessageId, it is the same message, not a second one.
+        let first = try offline.send(typed[0], to: conversation)
+        _ = try await alice.send(typed[0], to: conversation, clientMessageId: first.clientMessageId)
         offline.start()
         var waitingAtTheAppKill = 0
         var waitingOffline: [String] = []
-        for (index, text) in typed.enumerated() {
+        for (index, text) in typed.enumerated().dropFirst() {
             let number = index + 1
             if number == 31 {
                 // No gateway at all: the phone in the underground. 31…40 wait in the outbox.
@@ -101,10 +105,11 @@ import Testing
         for (client, _) in others { try await client.shutdown() }
     }
 
-    /// Bob's app holds a conversation, goes offline, and comes back after more changes than the
-    /// cluster replays (`PARLEY_REPLAY_MAX=20`): its stream answers `410`, it reloads, and its
-    /// store then equals the server's history: the messages sent meanwhile, and the edits and
-    /// deletions of messages it already held.
+    /// Bob's app holds a conversation and goes offline twice. Back after a few messages and an
+    /// edit, its stream resumes from the stored cursor and the replay brings them. Back after more
+    /// changes than the cluster replays (`PARLEY_REPLAY_MAX=20`), its stream answers `410`, it
+    /// reloads, and its store then equals the server's history: the messages sent meanwhile, and
+    /// the edits and deletions of messages it already held.
     @Test func aStoreOfflinePastTheReplayWindowReloadsToTheServersHistory() async throws {
         let cluster = try LocalCluster.start(workers: 1, gateways: 1, settings: ["PARLEY_REPLAY_MAX": "20"])
         defer { cluster.down() }
@@ -120,6 +125,21 @@ import Testing
         #expect(try await eventually { try offline.store.messages(in: conversation).count == 5 })
         await offline.close()
 
+        // Offline briefly (within the replay window): the stream resumes from the stored cursor
+        // and its replay brings what was missed, an edit of a held message included.
+        for index in 6...8 { _ = try await alice.send("before \(index)", to: conversation) }
+        _ = try await alice.edit(1, in: conversation, text: "before 1, edited")
+        offline = OfflineClient(client: bob, store: try ClientStore(directory: folder))
+        let resumed = offline.events()
+        offline.start()
+        let caughtUp = try await history(of: conversation, with: bob)
+        #expect(try await eventually { try offline.store.messages(in: conversation) == caughtUp })
+        await offline.close()
+        var replayed: [ParleyEvent] = []
+        for await event in resumed { replayed.append(event) }
+        #expect(!replayed.contains(.cursorExpired), "a resume within the window replays; it does not reload")
+        #expect(replayed.contains { if case .message(let message) = $0 { message.text == "before 8" } else { false } }, "the replay carried what was missed")
+
         // Offline: 40 messages, an edit and a deletion of messages Bob's store holds.
         for index in 1...40 { _ = try await alice.send("while away \(index)", to: conversation) }
         _ = try await alice.edit(2, in: conversation, text: "before 2, edited")
@@ -128,14 +148,14 @@ import Testing
         offline = OfflineClient(client: bob, store: try ClientStore(directory: folder))
         let events = offline.events()
         // At once, before the network: what the store held.
-        #expect(try offline.store.messages(in: conversation).map(\.text) == (1...5).map { "before \($0)" })
+        #expect(try offline.store.messages(in: conversation).map(\.text) == ["before 1, edited"] + (2...8).map { "before \($0)" })
         offline.start()
         let expired = Task {
             for await event in events { if case .cursorExpired = event { return true } }
             return false
         }
         let server = try await history(of: conversation, with: bob)
-        #expect(server.count == 45)
+        #expect(server.count == 48)
         let converged = try await eventually { try offline.store.messages(in: conversation) == server }
         let stored = try offline.store.messages(in: conversation)
         #expect(converged, "the store holds \(stored.count) messages, unlike the server's history")
