@@ -37,8 +37,6 @@ struct StoreBench: AsyncParsableCommand {
     var randomIds = false
     @Option(help: "SQLite: background checkpoint interval in ms (0: SQLite's automatic checkpoints instead).")
     var backgroundCheckpointMs = 50
-    @Option(help: "SQLite: WAL frames past which the background checkpoint rewinds the WAL.")
-    var restartFrames = SQLiteChatStore.Settings().checkpointRestartFrames
     @Option(help: "SQLite: bytes of the file each connection reads through a memory map, in MiB (0: none, every page read with pread).")
     var mmapMib = SQLiteChatStore.Settings().mmapBytes >> 20
 
@@ -51,7 +49,6 @@ struct StoreBench: AsyncParsableCommand {
         var settings = SQLiteChatStore.Settings()
         settings.synchronous = synchronous == "full" ? .full : .normal
         settings.backgroundCheckpoint = backgroundCheckpointMs > 0 ? .milliseconds(backgroundCheckpointMs) : nil
-        settings.checkpointRestartFrames = restartFrames
         settings.mmapBytes = mmapMib << 20
         let (chatStore, path) = try openBenchmarkStore(store, sqlite: settings)
         defer { removeSQLiteFiles(path) }

@@ -372,7 +372,6 @@ import Testing
     @Test func checkpointsRunInTheBackgroundAndTheWALStaysBounded() async throws {
         var settings = SQLiteChatStore.Settings()
         settings.backgroundCheckpoint = .milliseconds(5)
-        settings.checkpointRestartFrames = 100
         let checkpointed = try await Self.commitBurst(settings: settings)
         // The same commits with no checkpoint at all: the WAL then holds every frame written.
         settings.backgroundCheckpoint = nil
