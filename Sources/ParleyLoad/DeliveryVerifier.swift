@@ -37,6 +37,10 @@ public struct DeliveryVerifier: Sendable {
     /// Acknowledged sends: conversation → seq → clientMessageId.
     private var acknowledged: [ConversationID: [Int64: String]] = [:]
     private var seqOfClientMessageID: [String: (ConversationID, Int64)] = [:]
+    /// Acknowledgements whose seq a later one was acknowledged with too (a `conflict`): the
+    /// read-back still looks for them, as a store that lost a commit and gave its seq to the next
+    /// one shows.
+    private var displaced: [ConversationID: [(seq: Int64, clientMessageId: String)]] = [:]
     private var conflicts: [Fault] = []
     private var readBackFaults: [Fault] = []
     private var attachmentFaults: [Fault] = []
@@ -67,6 +71,7 @@ public struct DeliveryVerifier: Sendable {
         if let before, before != message.clientMessageId {
             conflicts.append(Fault(kind: .conflict, conversationId: message.conversationId, seq: message.seq, member: nil,
                                    detail: "seq \(message.seq) acknowledged for clientMessageIds \(before) and \(message.clientMessageId)"))
+            displaced[message.conversationId, default: []].append((message.seq, before))
         }
     }
 
@@ -124,7 +129,8 @@ public struct DeliveryVerifier: Sendable {
         }
         // What the store holds instead, so that a loss says how it looks.
         let stored = Dictionary(history.map { ($0.seq, $0.clientMessageId) }, uniquingKeysWith: { first, _ in first })
-        for (seq, clientMessageId) in (acknowledged[conversation] ?? [:]).sorted(by: { $0.key < $1.key }) where byClientMessageID[clientMessageId] != seq {
+        let acked = (acknowledged[conversation] ?? [:]).map { (seq: $0.key, clientMessageId: $0.value) } + (displaced[conversation] ?? [])
+        for (seq, clientMessageId) in acked.sorted(by: { $0.seq < $1.seq }) where byClientMessageID[clientMessageId] != seq {
             let instead = if let other = byClientMessageID[clientMessageId] {
                 "; the store has it as seq \(other)"
             } else if let other = stored[seq] {

@@ -98,6 +98,11 @@ import Testing
         #expect(conflicts.count == 1)
         #expect(conflicts.first?.seq == 3)
         #expect(conflicts.first?.detail.contains("cmid-3 and cmid-other") == true, "\(conflicts)")
+        // A store that lost the first commit and gave its seq to the next: the read-back has only
+        // the second, and the first is lost too.
+        verifier.readBack(Self.conversation, history: [1, 2].map { Self.message($0) } + [Self.message(3, cmid: "cmid-other")] + [4, 5].map { Self.message($0) })
+        let lost = verifier.faults().filter { $0.kind == .lost && $0.member == nil }
+        #expect(lost.map(\.seq) == [3] && lost.first?.detail.contains("acknowledged as clientMessageId cmid-3") == true, "\(lost)")
         // The same acknowledgement twice (a retried send answered with the original) is none.
         var retried = Self.history()
         retried.acknowledged(Self.message(3))
