@@ -1,22 +1,41 @@
 import Distributed
 
-/// Records the arguments of an outgoing distributed call, each encoded on its own.
+/// A call's arguments as its caller recorded them. A call that runs on this node hands the values
+/// to the target as they are; only a call that crosses the network encodes them, each on its own.
+public struct ClusterArguments: @unchecked Sendable {
+    // Unchecked: these are a distributed method's arguments, which the compiler has checked can be
+    // sent to the actor, as for any call across isolation domains.
+    fileprivate(set) var values: [any Codable] = []
+    fileprivate(set) var labels: [String?] = []
+
+    /// Each argument's bytes, for a call to another node.
+    func encoded(with serialization: any ClusterSerialization) throws(ClusterCallError) -> [[UInt8]] {
+        var encoded: [[UInt8]] = []
+        encoded.reserveCapacity(values.count)
+        for (value, label) in zip(values, labels) {
+            do {
+                encoded.append(try serialization.encode(value))
+            } catch {
+                throw ClusterCallError(code: .serialization, message: "cannot encode argument \(label ?? "_"): \(error)")
+            }
+        }
+        return encoded
+    }
+}
+
+/// Records the arguments of an outgoing distributed call.
 public struct ClusterInvocationEncoder: DistributedTargetInvocationEncoder {
     public typealias SerializationRequirement = any Codable
 
-    let serialization: any ClusterSerialization
-    var arguments: [[UInt8]] = []
+    var arguments = ClusterArguments()
 
     public mutating func recordGenericSubstitution<T>(_ type: T.Type) throws {
         throw ClusterCallError(code: .serialization, message: "generic distributed methods are not supported (\(type))")
     }
 
     public mutating func recordArgument<Value: Codable>(_ argument: RemoteCallArgument<Value>) throws {
-        do {
-            arguments.append(try serialization.encode(argument.value))
-        } catch {
-            throw ClusterCallError(code: .serialization, message: "cannot encode argument \(argument.label ?? "_"): \(error)")
-        }
+        arguments.values.append(argument.value)
+        arguments.labels.append(argument.label)
     }
 
     public mutating func recordErrorType<E: Error>(_ type: E.Type) throws {}
@@ -28,26 +47,46 @@ public struct ClusterInvocationEncoder: DistributedTargetInvocationEncoder {
 public final class ClusterInvocationDecoder: DistributedTargetInvocationDecoder {
     public typealias SerializationRequirement = any Codable
 
-    private let serialization: any ClusterSerialization
-    private let arguments: [[UInt8]]
+    private enum Source {
+        /// A call from another node.
+        case encoded([[UInt8]], any ClusterSerialization)
+        /// A call from this node.
+        case values([any Codable])
+    }
+
+    private let source: Source
     private var nextIndex = 0
 
     init(serialization: any ClusterSerialization, arguments: [[UInt8]]) {
-        self.serialization = serialization
-        self.arguments = arguments
+        source = .encoded(arguments, serialization)
+    }
+
+    init(_ arguments: ClusterArguments) {
+        source = .values(arguments.values)
     }
 
     public func decodeGenericSubstitutions() throws -> [any Any.Type] { [] }
 
     public func decodeNextArgument<Argument: Codable>() throws -> Argument {
-        guard nextIndex < arguments.count else {
-            throw ClusterCallError(code: .serialization, message: "call has \(arguments.count) arguments, the target wants more")
-        }
         defer { nextIndex += 1 }
-        do {
-            return try serialization.decode(Argument.self, from: arguments[nextIndex])
-        } catch {
-            throw ClusterCallError(code: .serialization, message: "cannot decode argument \(nextIndex) as \(Argument.self): \(error)")
+        switch source {
+        case .encoded(let arguments, let serialization):
+            guard nextIndex < arguments.count else {
+                throw ClusterCallError(code: .serialization, message: "call has \(arguments.count) arguments, the target wants more")
+            }
+            do {
+                return try serialization.decode(Argument.self, from: arguments[nextIndex])
+            } catch {
+                throw ClusterCallError(code: .serialization, message: "cannot decode argument \(nextIndex) as \(Argument.self): \(error)")
+            }
+        case .values(let values):
+            guard nextIndex < values.count else {
+                throw ClusterCallError(code: .serialization, message: "call has \(values.count) arguments, the target wants more")
+            }
+            guard let value = values[nextIndex] as? Argument else {
+                throw ClusterCallError(code: .serialization, message: "argument \(nextIndex) is a \(type(of: values[nextIndex])), the target wants \(Argument.self)")
+            }
+            return value
         }
     }
 
@@ -55,28 +94,51 @@ public final class ClusterInvocationDecoder: DistributedTargetInvocationDecoder 
     public func decodeReturnType() throws -> (any Any.Type)? { nil }
 }
 
-/// Turns what a target did into a reply outcome and hands it to the sink (the network or a local
-/// caller).
+/// What a call answered, as its caller gets it: the value itself when the target ran on this
+/// node, the reply's outcome when it came over the network.
+enum CallAnswer: Sendable {
+    case value(ReturnedValue)
+    case outcome(ReplyEnvelope.Outcome)
+
+    /// The answer as a reply to another node.
+    func encoded(with serialization: any ClusterSerialization) -> ReplyEnvelope.Outcome {
+        switch self {
+        case .outcome(let outcome):
+            return outcome
+        case .value(let returned):
+            do {
+                return .value(try serialization.encode(returned.value))
+            } catch {
+                return .error(ClusterCallError(code: .serialization, message: "cannot encode result \(type(of: returned.value)): \(error)"))
+            }
+        }
+    }
+}
+
+/// A distributed method's result, handed to its caller on this node.
+struct ReturnedValue: @unchecked Sendable {
+    // Unchecked: the result of a distributed method, which the compiler has checked can be sent
+    // back to the caller, as for any call across isolation domains.
+    let value: any Codable
+}
+
+/// Hands what a target did to the sink: the value it returned (encoded only if the answer goes
+/// to another node), nothing, or the error it threw.
 public struct ClusterResultHandler: DistributedTargetInvocationResultHandler {
     public typealias SerializationRequirement = any Codable
 
-    let serialization: any ClusterSerialization
-    let sink: @Sendable (ReplyEnvelope.Outcome) -> Void
+    let sink: @Sendable (CallAnswer) -> Void
 
     public func onReturn<Success: Codable>(value: Success) async throws {
-        do {
-            sink(.value(try serialization.encode(value)))
-        } catch {
-            sink(.error(ClusterCallError(code: .serialization, message: "cannot encode result \(Success.self): \(error)")))
-        }
+        sink(.value(ReturnedValue(value: value)))
     }
 
     public func onReturnVoid() async throws {
-        sink(.void)
+        sink(.outcome(.void))
     }
 
     public func onThrow<Err: Error>(error: Err) async throws {
-        sink(.error(ClusterCallError(converting: error)))
+        sink(.outcome(.error(ClusterCallError(converting: error))))
     }
 }
 

@@ -11,7 +11,7 @@ extension ClusterSystem {
     /// connection to the owner yet, or the owner answered `not_owner` (its ring moved first).
     /// Not retried: a call that was sent and then lost its connection (it may have run). Nor
     /// anything, inside ``retriedByCaller(_:)``: that caller's own loop retries.
-    func call(_ id: ClusterActorID, target: String, arguments: [[UInt8]]) async -> ReplyEnvelope.Outcome {
+    func call(_ id: ClusterActorID, target: String, arguments: ClusterArguments) async -> CallAnswer {
         let started = clock.now
         let deadline = started.advanced(by: Self.longCallTimeout ?? settings.callTimeout)
         var failures = 0
@@ -19,16 +19,18 @@ extension ClusterSystem {
         if let node = id.node, node != settings.name, !isLiveMember(node) {
             // A pinned actor on a node the cluster does not know (or knows dead): no waiting.
             Self.callFailures.increment()
-            return .error(ClusterCallError(code: .unavailable, message: "node \(node), the host of \(id), is not a live member"))
+            return .outcome(.error(ClusterCallError(code: .unavailable, message: "node \(node), the host of \(id), is not a live member")))
         }
+        // Encoded once, by the first attempt that sends the call to another node.
+        var encoded: [[UInt8]]?
         while true {
             if let owner = owner(of: id) {
-                let outcome = await attempt(id, target: target, arguments: arguments, owner: owner, deadline: deadline)
+                let outcome = await attempt(id, target: target, arguments: arguments, encoded: &encoded, owner: owner, deadline: deadline)
                 switch outcome {
-                case .sent(let outcome):
-                    guard case .error(let error) = outcome, error.code == .notOwner else {
+                case .sent(let answer):
+                    guard case .outcome(.error(let error)) = answer, error.code == .notOwner else {
                         Self.calls.increment()
-                        return outcome
+                        return answer
                     }
                     lastProblem = error
                 case .notSent(let problem):
@@ -39,9 +41,9 @@ extension ClusterSystem {
             guard now < deadline, !state.withLock({ $0.isShutDown }), !Self.callerRetries else {
                 Self.callFailures.increment()
                 if lastProblem.code == .notOwner || lastProblem.code == .unavailable {
-                    return .error(ClusterCallError(code: lastProblem.code, message: "\(lastProblem.message) (gave up after \(started.duration(to: now)))"))
+                    return .outcome(.error(ClusterCallError(code: lastProblem.code, message: "\(lastProblem.message) (gave up after \(started.duration(to: now)))")))
                 }
-                return .error(lastProblem)
+                return .outcome(.error(lastProblem))
             }
             failures += 1
             try? await clock.sleep(until: min(now.advanced(by: Self.callRetry.delay(afterFailures: failures)), deadline))
@@ -72,22 +74,36 @@ extension ClusterSystem {
     @TaskLocal static var longCallTimeout: Duration?
 
     enum Attempt {
-        case sent(ReplyEnvelope.Outcome)
+        case sent(CallAnswer)
         case notSent(ClusterCallError)
     }
 
     private func attempt(
-        _ id: ClusterActorID, target: String, arguments: [[UInt8]], owner: String, deadline: Instant
+        _ id: ClusterActorID, target: String, arguments: ClusterArguments, encoded: inout [[UInt8]]?, owner: String, deadline: Instant
     ) async -> Attempt {
-        let remaining = clock.now.duration(to: deadline)
         if owner == settings.name {
-            let envelope = CallEnvelope(callID: 0, recipient: id, target: target, arguments: arguments, timeout: remaining)
-            let slot = ReplySlot()
-            // The calls the actor makes in turn (and the tasks it starts) are its own, retried as
-            // usual, not its caller's.
-            await Self.$callerRetries.withValue(false) { await execute(envelope, reply: { slot.complete($0) }) }
-            return .sent(await slot.wait())
+            // The arguments and the result pass as values, as in a call to a local actor: no
+            // encoding, no decoding (serialization was 5 % of a one-node cluster's instructions
+            // per message, docs/BENCHMARKS.md). The calls the actor makes in turn (and the tasks
+            // it starts) are its own, retried as usual, not its caller's.
+            if Self.callerRetries {
+                return .sent(await Self.$callerRetries.withValue(false) { await execute(id, target: target, arguments: ClusterInvocationDecoder(arguments)) })
+            }
+            return .sent(await execute(id, target: target, arguments: ClusterInvocationDecoder(arguments)))
         }
+        let bytes: [[UInt8]]
+        if let encoded {
+            bytes = encoded
+        } else {
+            do throws(ClusterCallError) {
+                bytes = try arguments.encoded(with: serialization)
+            } catch {
+                // No retry can encode it.
+                return .sent(.outcome(.error(error)))
+            }
+            encoded = bytes
+        }
+        let remaining = clock.now.duration(to: deadline)
         let slot = ReplySlot()
         let (callID, parkedLoop) = state.withLock { state -> (UInt64, CheckedContinuation<Void, Never>?) in
             let callID = state.calls.makeCallID()
@@ -95,13 +111,13 @@ extension ClusterSystem {
             return (callID, state.deadlineLoopParked.take())
         }
         parkedLoop?.resume()
-        let envelope = CallEnvelope(callID: callID, recipient: id, target: target, arguments: arguments, timeout: remaining)
+        let envelope = CallEnvelope(callID: callID, recipient: id, target: target, arguments: bytes, timeout: remaining)
         do {
             try await transport.send(.call(envelope), to: owner, deadline: deadline)
         } catch ClusterTransportError.frameTooLarge(_, let bytes) {
             // No retry can make it smaller.
             _ = state.withLock { $0.calls.complete(callID) }
-            return .sent(.error(ClusterCallError(code: .serialization, message: "the call to \(id) encodes to \(bytes) bytes, over the cluster's frame limit")))
+            return .sent(.outcome(.error(ClusterCallError(code: .serialization, message: "the call to \(id) encodes to \(bytes) bytes, over the cluster's frame limit"))))
         } catch {
             _ = state.withLock { $0.calls.complete(callID) }
             if let address = state.withLock({ $0.membership.member(named: owner)?.address }) {
@@ -109,22 +125,22 @@ extension ClusterSystem {
             }
             return .notSent(ClusterCallError(code: .unavailable, message: "cannot reach \(owner), the owner of \(id): \(error)"))
         }
-        return .sent(await slot.wait())
+        return .sent(.outcome(await slot.wait()))
     }
 
-    /// Runs a call on this node and hands its outcome to `reply`.
-    func execute(_ envelope: CallEnvelope, reply: @escaping @Sendable (ReplyEnvelope.Outcome) -> Void) async {
+    /// Runs a call on this node and returns what it answered.
+    func execute(_ recipient: ClusterActorID, target: String, arguments: ClusterInvocationDecoder) async -> CallAnswer {
         let actor: any DistributedActor
         do {
-            actor = try await activeActor(for: envelope.recipient)
+            actor = try await activeActor(for: recipient)
         } catch {
-            reply(.error(ClusterCallError(converting: error)))
-            return
+            return .outcome(.error(ClusterCallError(converting: error)))
         }
-        var decoder = ClusterInvocationDecoder(serialization: serialization, arguments: envelope.arguments)
-        let handler = ClusterResultHandler(serialization: serialization, sink: reply)
+        var decoder = arguments
+        let answer = Mutex<CallAnswer?>(nil)
+        let handler = ClusterResultHandler { result in answer.withLock { $0 = result } }
         let direct = directTargets.withLock { targets -> DirectTarget? in
-            guard let index = targets.index(forKey: envelope.target) else { return nil }
+            guard let index = targets.index(forKey: target) else { return nil }
             targets.values[index].calls += 1
             return targets.values[index].run
         }
@@ -133,12 +149,14 @@ extension ClusterSystem {
                 try await direct(actor, &decoder, handler)
             } else {
                 try await executeDistributedTarget(
-                    on: actor, target: RemoteCallTarget(envelope.target), invocationDecoder: &decoder, handler: handler)
+                    on: actor, target: RemoteCallTarget(target), invocationDecoder: &decoder, handler: handler)
             }
         } catch {
             // The target could not be invoked at all (unknown method, undecodable arguments).
-            reply(.error(ClusterCallError(code: .serialization, message: "cannot invoke \(envelope.recipient): \(error)")))
+            return .outcome(.error(ClusterCallError(code: .serialization, message: "cannot invoke \(recipient): \(error)")))
         }
+        // The handler has answered by the time the target returns (both paths await it).
+        return answer.withLock { $0 } ?? .outcome(.error(ClusterCallError(code: .serialization, message: "\(recipient) ran \(target) without answering")))
     }
 
     /// The local actor for `id`, activating a virtual actor through its kind's factory. Concurrent

@@ -202,7 +202,9 @@ extension ClusterSystem {
                 respond(.error(ClusterCallError(code: .deadlineExceeded, message: "\(settings.name) reached the call after its deadline")))
                 return
             }
-            await execute(envelope, reply: respond)
+            let answer = await execute(
+                envelope.recipient, target: envelope.target, arguments: ClusterInvocationDecoder(serialization: serialization, arguments: envelope.arguments))
+            respond(answer.encoded(with: serialization))
         }
     }
 }

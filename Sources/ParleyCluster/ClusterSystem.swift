@@ -405,7 +405,7 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
     // MARK: DistributedActorSystem
 
     public func makeInvocationEncoder() -> InvocationEncoder {
-        ClusterInvocationEncoder(serialization: serialization)
+        ClusterInvocationEncoder()
     }
 
     public func assignID<Act: DistributedActor>(_ actorType: Act.Type) -> ActorID where Act.ID == ActorID {
@@ -437,15 +437,20 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         throwing: Err.Type, returning: Res.Type
     ) async throws -> Res where Act: DistributedActor, Act.ID == ActorID, Err: Error, Res: Codable {
         switch await call(actor.id, target: target.identifier, arguments: invocation.arguments) {
-        case .value(let bytes):
+        case .value(let returned):
+            guard let value = returned.value as? Res else {
+                throw ClusterCallError(code: .serialization, message: "expected a \(Res.self) result, the target returned a \(type(of: returned.value))")
+            }
+            return value
+        case .outcome(.value(let bytes)):
             do {
                 return try serialization.decode(Res.self, from: bytes)
             } catch {
                 throw ClusterCallError(code: .serialization, message: "cannot decode result as \(Res.self): \(error)")
             }
-        case .void:
+        case .outcome(.void):
             throw ClusterCallError(code: .serialization, message: "expected a \(Res.self) result, the target returned nothing")
-        case .error(let error):
+        case .outcome(.error(let error)):
             throw error
         }
     }
@@ -454,8 +459,8 @@ public final class ClusterSystem: DistributedActorSystem, ClusterTransportDelega
         on actor: Act, target: RemoteCallTarget, invocation: inout InvocationEncoder, throwing: Err.Type
     ) async throws where Act: DistributedActor, Act.ID == ActorID, Err: Error {
         switch await call(actor.id, target: target.identifier, arguments: invocation.arguments) {
-        case .value, .void: return
-        case .error(let error): throw error
+        case .value, .outcome(.value), .outcome(.void): return
+        case .outcome(.error(let error)): throw error
         }
     }
 }

@@ -105,6 +105,27 @@ import Testing
         }
     }
 
+    /// A call to an actor on the caller's own node hands its argument and result over as values,
+    /// encoding nothing; a call to another node encodes the argument once, and what comes back is
+    /// a decoded copy.
+    @Test func aCallOnTheSameNodePassesValuesAndOnlyACallToAnotherNodeEncodes() async throws {
+        let cluster = try makeTestCluster()
+        for name in ["node-a", "node-b"] { try await cluster.start(name) }
+        defer { Task { await cluster.stopAll() } }
+        try await cluster.waitForUp(["node-a", "node-b"])
+        let local = try Self.probe(probeKey(ownedBy: "node-a", on: cluster["node-a"]), on: cluster["node-a"])
+        let sent = Tallied("here")
+        let back = try await local.handBack(sent)
+        #expect(back.text == "here" && back.tally === sent.tally, "the same value came back")
+        #expect(sent.tally.encodes.withLock { $0 } == 0, "nothing was encoded")
+
+        let remote = try Self.probe(probeKey(ownedBy: "node-b", on: cluster["node-a"]), on: cluster["node-a"])
+        let far = Tallied("there")
+        let answer = try await remote.handBack(far)
+        #expect(answer.text == "there" && answer.tally !== far.tally, "a decoded copy came back")
+        #expect(far.tally.encodes.withLock { $0 } == 1, "the argument was encoded once")
+    }
+
     @Test func aPinnedActorIsReachedOnItsNodeUntilItIsGone() async throws {
         let cluster = try makeTestCluster()
         for name in ["node-a", "node-b"] { try await cluster.start(name) }

@@ -1,4 +1,5 @@
 import Distributed
+import Synchronization
 import Foundation
 import NIOPosix
 import ParleyCluster
@@ -35,12 +36,44 @@ distributed actor Probe {
         text + text
     }
 
+    /// The value it was given, as it arrived.
+    distributed func handBack(_ value: Tallied) -> Tallied {
+        value
+    }
+
     /// Whether this call runs on one of NIO's event loops (the transport's loop executor).
     distributed func runsOnAnEventLoop() -> Bool {
         MultiThreadedEventLoopGroup.currentEventLoop != nil
     }
 }
 
+
+/// A value that counts how often it was encoded, in a tally that only the original holds (a
+/// decoded copy gets a fresh one).
+struct Tallied: Codable, Sendable {
+    final class Tally: Sendable {
+        let encodes = Mutex(0)
+    }
+
+    var text: String
+    let tally: Tally
+
+    init(_ text: String) {
+        self.text = text
+        tally = Tally()
+    }
+
+    init(from decoder: any Decoder) throws {
+        text = try decoder.singleValueContainer().decode(String.self)
+        tally = Tally()
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        tally.encodes.withLock { $0 += 1 }
+        var container = encoder.singleValueContainer()
+        try container.encode(text)
+    }
+}
 
 /// A probe key that `system`'s ring gives to `owner`.
 func probeKey(ownedBy owner: String, on system: ClusterSystem) throws -> String {
