@@ -57,7 +57,26 @@ public distributed actor PresenceShard {
         system.registerDirect(gatewaysHeldByTarget, of: PresenceShard.self) { shard, users, holder in
             try await shard.gateways(of: users, heldBy: holder)
         }
+        // So do a gateway's calls for the streams it holds: a renewal every 2 s for each shard
+        // that holds some, one call for each stream that opens or closes. On the general path
+        // the lookup of the renewal's parameter types cost 45,000 instructions a call.
+        system.registerDirect(openSessionTarget, of: PresenceShard.self) { shard, session, gateway in
+            try await shard.openSession(session, gateway: gateway)
+        }
+        system.registerDirect(renewSessionsTarget, of: PresenceShard.self) { shard, sessions, gateway in
+            try await shard.renewSessions(sessions, gateway: gateway)
+        }
+        system.registerDirect(closeSessionTarget, of: PresenceShard.self) { shard, session in
+            try await shard.closeSession(session)
+        }
     }
+
+    /// The names on the cluster of ``openSession(_:gateway:)``, ``renewSessions(_:gateway:)`` and
+    /// ``closeSession(_:)`` (their distributed thunks' mangled names; a test checks them against
+    /// real calls).
+    public static let openSessionTarget = "$s10ParleyChat13PresenceShardC11openSession_7gateway0A5Model0C0VAC0F3RefV_SStYaKFTE"
+    public static let renewSessionsTarget = "$s10ParleyChat13PresenceShardC13renewSessions_7gatewaySaySSGSayAC10SessionRefVG_SStYaKFTE"
+    public static let closeSessionTarget = "$s10ParleyChat13PresenceShardC12closeSessiony0A5Model0C0VAC0F3RefVYaKFTE"
 
     /// ``gateways(of:heldBy:)``'s name on the cluster (its distributed thunk's mangled name; a
     /// test checks it against real calls).
