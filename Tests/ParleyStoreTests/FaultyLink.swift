@@ -18,14 +18,14 @@ final class FaultyLink: Sendable {
 
         var mode: Mode { state.withLock { $0.mode } }
 
-        func set(_ mode: Mode) {
-            let broken: [any Channel] = state.withLock { state in
+        /// Sets the mode; returns the connections it breaks (refusing), for the caller to close.
+        func set(_ mode: Mode) -> [any Channel] {
+            state.withLock { state in
                 state.mode = mode
                 guard mode == .refusing else { return [] }
                 defer { state.channels = [:] }
                 return Array(state.channels.values)
             }
-            for channel in broken { channel.close(promise: nil) }
         }
 
         /// Tracks `channel` unless the link refuses; false: close it.
@@ -114,10 +114,14 @@ final class FaultyLink: Sendable {
         self.port = port
     }
 
-    func set(_ mode: Mode) { shared.set(mode) }
+    /// Returns once the connections `refusing` breaks are closed: nothing a client sends after
+    /// this reaches the server (a close left to happen later let a commit through).
+    func set(_ mode: Mode) async {
+        for channel in shared.set(mode) { try? await channel.close() }
+    }
 
     func close() async throws {
-        shared.set(.refusing)
+        await set(.refusing)
         try await listener.close()
         try await group.shutdownGracefully()
     }
