@@ -97,8 +97,8 @@ struct PostgresFailoverTests {
 
     @Test func aCommitWhoseAnswerWasLostIsFoundAndItsRetryIsTheDuplicate() async throws {
         // One connection, warmed before the answers go: with more, the commit could be handed to
-        // a connection the pool opens while answers are swallowed, whose handshake never ends, so
-        // the commit would never leave (seen once in a full run: found nothing).
+        // a connection the pool opens while answers are swallowed, whose handshake never ends, and
+        // the commit would never leave.
         let (link, store, id, epoch) = try await Self.storeBehindLink(maxConnections: 1)
         defer { store.shutdown() }
         _ = try await store.commit([Self.append("warm the pool", to: id, epoch: epoch)])
