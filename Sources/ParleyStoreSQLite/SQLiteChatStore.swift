@@ -1937,9 +1937,10 @@ public final class SQLiteChatStore: ChatStore {
 /// 12 ships 3.40.1) has a race, the "WAL-reset bug": a checkpoint that begins right after another
 /// one copied everything, while a commit rewinds the WAL, marks the commit's frames as copied
 /// when they are not, and later readers and writers see the database without that commit. With
-/// three processes appending and three checkpointing PASSIVE back to back, 2 runs of 6 lost
+/// three processes appending and three checkpointing PASSIVE back to back, 3 runs of 12 lost
 /// commits within 30 s each on this machine (a counter read and incremented in each transaction
-/// came out with 7 and 10 missing or repeated); with the checkpoints under the write lock, 0 of 6.
+/// came out with 3, 7 and 10 values missing or written twice); with the checkpoints under the
+/// write lock, 0 of 12 (`Scripts/bench-sqlite-wal-reset`).
 /// A commit that arrives meanwhile waits for the pass (the copy and its fsyncs).
 ///
 /// Since nothing is appended during a pass, a pass copies everything the readers allow, and the
