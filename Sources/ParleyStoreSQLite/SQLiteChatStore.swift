@@ -1969,8 +1969,9 @@ final class BackgroundCheckpointer: Sendable {
                 do {
                     let pass = try Self.pass(writer: writer, checkpointer: connection)
                     // Looked at before the pass: a commit before the lock was taken changed the
-                    // file, so the next round looks again.
-                    caughtUpAt = pass.frames == pass.copied ? wal : nil
+                    // file, so the next round looks again. A checkpoint that found the checkpoint
+                    // lock taken (an outside tool's) answers -1 for both and caught nothing up.
+                    caughtUpAt = pass.frames >= 0 && pass.frames == pass.copied ? wal : nil
                 } catch {
                     caughtUpAt = nil
                     logger.debug("background checkpoint skipped: \(error)")
