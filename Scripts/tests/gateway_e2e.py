@@ -674,6 +674,73 @@ def main():
     check(goaway_code == 1 and closed_after is not None, "an h2 connection error (DATA on stream 0) gets GOAWAY PROTOCOL_ERROR, then the gateway closes the connection",
           f"GOAWAY error code {goaway_code}, closed after {closed_after}")
 
+    # The send stream: one request whose body is lines and whose answers come line by line, while
+    # it stays open — with curl, which sends its stdin as the body as it comes. curl reads stdin
+    # with a blocking read and takes in what arrived only between reads, so the test nudges it with
+    # empty lines (which the stream skips) until the answer shows.
+    status, login_b, _ = b1.call("POST", "/v1/sessions", {"handle": "bob", "password": "battery staple"})
+    stream_token = login_b["token"]
+    proc = subprocess.Popen(["curl", "-sN", "--http2", "--cacert", CA, "-X", "POST", "-T", "-", "-H", f"Authorization: Bearer {stream_token}",
+                             "-H", "Content-Type: application/x-ndjson", "-w", "%{http_version} %{response_code}\n",
+                             f"https://localhost:{CLIENT['gateway-1']}/v1/sends"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    answers = []
+    reader = threading.Thread(target=lambda: answers.extend(iter(proc.stdout.readline, b"")), daemon=True)
+    reader.start()
+
+    def ask(line):
+        """Writes one line; its answer, parsed (None if none came)."""
+        count = len(answers)
+        proc.stdin.write(line if isinstance(line, bytes) else (json.dumps(line) + "\n").encode())
+        proc.stdin.flush()
+
+        def answered():
+            if len(answers) > count:
+                return True
+            proc.stdin.write(b"\n")
+            proc.stdin.flush()
+            return False
+        if not wait_until(15, answered):
+            return None
+        try:
+            return json.loads(answers[count])
+        except ValueError:
+            return answers[count]
+    stream_cmid = str(uuid.uuid4())
+    first = ask({"type": "message", "conversationId": conv, "clientMessageId": stream_cmid, "text": "over the send stream"})
+    check(isinstance(first, dict) and first.get("status") == 201 and first["message"]["text"] == "over the send stream",
+          "curl: a line of the send stream is answered 201 with the message while the request stays open", first)
+    again = ask({"type": "message", "conversationId": conv, "clientMessageId": stream_cmid, "text": "over the send stream", "id": "again"})
+    check(isinstance(again, dict) and again.get("status") == 200 and again.get("id") == "again" and again["message"]["seq"] == first["message"]["seq"],
+          "the same clientMessageId again on the stream answers 200 with the original seq, and the line's id", again)
+    check(alice_stream.wait_for(10, lambda ev: any(d["message"]["clientMessageId"] == stream_cmid for e, _, d in ev if e == "message")),
+          "the streamed message reaches the other member's event stream")
+    # A sender has read its own messages: the receipt is for one of Alice's.
+    read_to = a1.call("POST", f"/v1/conversations/{conv}/messages", {"clientMessageId": str(uuid.uuid4()), "text": "for bob to read"})[1]["message"]["seq"]
+    receipt = ask({"type": "receipts", "conversationId": conv, "readSeq": read_to, "id": "r1"})
+    typing = ask({"type": "typing", "conversationId": conv, "typing": True, "id": "t1"})
+    check(receipt == {"id": "r1", "status": 204} and typing == {"id": "t1", "status": 204}, "receipts and typing lines answer 204 with their ids", (receipt, typing))
+    check(alice_stream.wait_for(10, lambda ev: any(e == "receipt" and d["userId"] == bob_id and d["readSeq"] == read_to for e, _, d in ev)),
+          "the streamed receipt reaches the other member")
+    malformed = ask(b'{"type": "message", "conversationId": \n')
+    unknown = ask({"type": "message", "conversationId": "c_nowhere", "clientMessageId": str(uuid.uuid4()), "text": "x", "id": "u"})
+    blank = ask({"type": "message", "conversationId": conv, "clientMessageId": str(uuid.uuid4()), "text": " \n ", "id": "b"})
+    check(isinstance(malformed, dict) and malformed.get("status") == 400 and malformed["error"]["code"] == "invalid_request"
+          and unknown.get("status") == 404 and unknown.get("id") == "u" and blank.get("status") == 400 and blank.get("clientMessageId"),
+          "bad lines are answered with the REST route's errors, and the stream goes on", (malformed, unknown, blank))
+    after_bad = ask({"type": "message", "conversationId": conv, "clientMessageId": str(uuid.uuid4()), "text": "after the bad lines"})
+    check(isinstance(after_bad, dict) and after_bad.get("status") == 201 and after_bad["message"]["seq"] == read_to + 1,
+          "a good line after them is sent, next in the conversation's order", after_bad)
+    # Logging out ends the stream at its next line, as it refuses the next request.
+    check(b1.call("DELETE", "/v1/sessions/current", token=stream_token)[0] == 204, "the stream's session logs out")
+    refused = ask({"type": "message", "conversationId": conv, "clientMessageId": str(uuid.uuid4()), "text": "after logout"})
+    proc.stdin.close()
+    proc.wait(timeout=15)
+    reader.join(timeout=5)
+    check(isinstance(refused, dict) and refused.get("status") == 401 and answers[-1].strip() == b"2 200" and proc.returncode == 0,
+          "after a logout the next line is answered 401 and the response ends (curl: h2, 200)", (refused, answers[-2:], proc.returncode))
+    status, over_h1, _ = b1.call("POST", "/v1/sends", raw=b"")
+    check(status == 400 and over_h1["error"]["code"] == "http2_required", "over HTTP/1.1 the send stream is refused: 400 http2_required", (status, over_h1))
+
     # Bad input: the documented errors, and everyone else keeps being served.
     def error_of(status, body):
         return status, body["error"]["code"] if isinstance(body, dict) and "error" in body else body

@@ -212,7 +212,7 @@ final class HTTP1RequestDeadline {
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             switch unwrapInboundIn(data) {
-            case .head(let request): if Gateway.streamsBody(request) { clock.streamsBody = true }
+            case .head(let request): if Gateway.streamsBody(request) != nil { clock.streamsBody = true }
             case .end: clock.requestEnded()
             case .body: break
             }

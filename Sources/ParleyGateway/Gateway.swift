@@ -51,7 +51,7 @@ public struct GatewayConfiguration: Sendable {
     public var loginRatePerAddress = RateLimiter.Rule(perSecond: 2, burst: 30)
     /// Registrations per client address (each costs a bcrypt).
     public var registrationRatePerAddress = RateLimiter.Rule(perSecond: 0.5, burst: 10)
-    /// Event streams one user may have open on this gateway; one more is `429`.
+    /// Event streams one user may have open on this gateway, and send streams; one more is `429`.
     public var streamsPerUserMax = 10
     /// A resume is refused (`410 cursor_expired`; the client reloads) past this many messages
     /// committed after its cursor.
@@ -121,6 +121,8 @@ public final class Gateway: Sendable {
     let exportLimiter = RateLimiter(Gateway.exportRule)
     /// Each user's export being written on this gateway: one at a time.
     let exportsUnderWay = UserTally()
+    /// Each user's send streams open on this gateway (`POST /v1/sends`), against `streamsPerUserMax`.
+    let sendStreamsOpen = UserTally()
     /// The bytes of each user's uploads under way on this gateway (``MediaSettings/quotaBytes``).
     let uploadsUnderWay = UserTally()
     /// Each user's downloads being written on this gateway (``MediaSettings/downloadsPerUserMax``).

@@ -126,10 +126,18 @@ struct HTTP2Responder: Sendable {
     /// A request whose body has not all come this long after its headers is answered `408` and
     /// its stream reset.
     var requestTimeout: TimeAmount = .seconds(30)
-    /// Requests whose body the route reads as it arrives (uploads), with no limit but the route's
-    /// own: at most the stream's flow-control window (1 MiB) of it waits in memory, and for these
-    /// the request timeout counts from the last bytes that came.
-    var streamsBody: @Sendable (HTTPRequest) -> Bool = { _ in false }
+    /// Requests whose body the route reads as it arrives (uploads, the send stream), with no
+    /// limit but the route's own: at most the stream's flow-control window (1 MiB) of it waits in
+    /// memory.
+    var streamsBody: @Sendable (HTTPRequest) -> StreamedBody? = { _ in nil }
+
+    /// How long a body read as it arrives may take.
+    enum StreamedBody: Sendable {
+        /// The request timeout counts from the last bytes that came (an upload).
+        case timed
+        /// As long as the client keeps it (the send stream, which waits for the client's next line).
+        case open
+    }
     let logger: Logger
 
     func response(to request: Request, context: GatewayContext) async -> Response {
@@ -224,6 +232,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         var since: NIODeadline
         /// A body the route reads as it comes (``HTTP2Responder/streamsBody``).
         var streamed: StreamedRequestBody?
+        /// Whether the request timeout applies (all but an open streamed body).
+        var timed = true
     }
 
     private let responder: HTTP2Responder
@@ -314,7 +324,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             updateIdleTimer(context: context)
             if headers.endStream {
                 requestComplete(id, context: context)
-            } else if responder.streamsBody(head) {
+            } else if let streamed = responder.streamsBody(head) {
+                if case .open = streamed { incoming[id]?.timed = false }
                 dispatchStreamed(id, context: context)
             }
         case .data(let payload):
@@ -368,7 +379,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if !incoming.isEmpty && requestTimer == nil { armRequestTimer(context: context) }
+        if requestTimer == nil && incoming.values.contains(where: \.timed) { armRequestTimer(context: context) }
         let uncredited = Self.connectionWindow - connectionWindowLeft
         if uncredited >= 16 * 1024 {
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: uncredited))), promise: nil)
@@ -403,6 +414,10 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         case is ChannelShouldQuiesceEvent:
             draining = true
             context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: nil))), promise: nil)
+            // A body that lasts as long as its client likes (the send stream) ends here, as if
+            // the client had ended it: its route answers what it read and ends its response,
+            // and the rest of the body is refused then (``send(_:headers:data:end:)``).
+            for request in incoming.values where !request.timed { request.streamed?.finish() }
             closeIfDrained(context: context)
         default:
             context.fireUserInboundEventTriggered(event)
@@ -574,7 +589,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             requestTimer = nil
             guard let context = self.context else { return }
             let now = context.eventLoop.now
-            for (id, request) in incoming where !request.answered && request.since + timeout <= now {
+            for (id, request) in incoming where request.timed && !request.answered && request.since + timeout <= now {
                 responder.logger.info("request timed out before its body came", metadata: [
                     "http.path": "\(request.head.path ?? "")", "timeout": "\(timeout)",
                 ])
@@ -587,7 +602,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
                 context.flush()
                 reset(id, .noError, context: context)
             }
-            if !incoming.isEmpty { armRequestTimer(context: context) }
+            if incoming.values.contains(where: \.timed) { armRequestTimer(context: context) }
             closeIfDrained(context: context)
             updateIdleTimer(context: context)
         }
@@ -783,7 +798,9 @@ struct HTTP2BodyWriter: ResponseBodyWriter {
         } else {
             sink.send(headers: pendingHead, data: [buffer], end: false)
             pendingHead = nil
-            // A download is read from its store no faster than its client takes it.
+            // A download is read from its store no faster than its client takes it. On the
+            // stream's loop (where its tasks run) room is seen without a hop.
+            if sink.loop.inEventLoop && sink.isWritable { return }
             try await sink.writable(within: Self.writeDeadline)
         }
     }

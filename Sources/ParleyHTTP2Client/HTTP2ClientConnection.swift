@@ -17,13 +17,19 @@ public struct HTTP2ClientRequest: Sendable {
     /// How long the request may wait for a stream and then for its whole response; nil for a
     /// response that lasts (an event stream).
     public var timeout: TimeAmount?
+    /// Whether the body is written after the headers, piece by piece, while the response comes
+    /// (``HTTP2ClientConnection/writeBodyOnLoop(stream:_:end:)``): `body` is then ignored.
+    public var bodyStreams = false
 
-    public init(method: String, path: String, headers: HPACKHeaders = [:], body: ByteBuffer? = nil, timeout: TimeAmount? = .seconds(15)) {
+    public init(
+        method: String, path: String, headers: HPACKHeaders = [:], body: ByteBuffer? = nil, timeout: TimeAmount? = .seconds(15), bodyStreams: Bool = false
+    ) {
         self.method = method
         self.path = path
         self.headers = headers
-        self.body = body
+        self.body = bodyStreams ? nil : body
         self.timeout = timeout
+        self.bodyStreams = bodyStreams
     }
 }
 
@@ -69,10 +75,17 @@ public struct HTTP2ClientError: Error, CustomStringConvertible, Sendable {
 public struct HTTP2ClientStreaming {
     public var head: (_ status: Int, _ headers: HPACKHeaders) -> Void
     public var data: (ByteBuffer) -> Void
+    /// The request's stream, once its headers are written: where a body that streams
+    /// (``HTTP2ClientRequest/bodyStreams``) is written.
+    public var started: (_ stream: UInt32) -> Void
 
-    public init(head: @escaping (_ status: Int, _ headers: HPACKHeaders) -> Void, data: @escaping (ByteBuffer) -> Void) {
+    public init(
+        head: @escaping (_ status: Int, _ headers: HPACKHeaders) -> Void, data: @escaping (ByteBuffer) -> Void,
+        started: @escaping (_ stream: UInt32) -> Void = { _ in }
+    ) {
         self.head = head
         self.data = data
+        self.started = started
     }
 }
 
@@ -168,6 +181,14 @@ public final class HTTP2ClientConnection: Sendable {
         handler.value.enqueue(request, streaming: streaming, promise: promise)
     }
 
+    /// Writes `bytes` as the next piece of the body of `stream` (a request made with
+    /// ``HTTP2ClientRequest/bodyStreams``, its stream from ``HTTP2ClientStreaming/started``), from
+    /// the connection's event loop: in order, as the server's windows let it go; `end` ends the
+    /// body. Dropped if the stream is over.
+    public func writeBodyOnLoop(stream: UInt32, _ bytes: ByteBuffer, end: Bool) {
+        handler.value.writeBody(stream: stream, bytes, end: end)
+    }
+
     /// Fails every request on the connection with `reason` and closes it.
     public func close(reason: String) -> EventLoopFuture<Void> {
         let handler = self.handler
@@ -195,6 +216,13 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         var deadline: NIODeadline?
     }
 
+    /// The body of a request that streams it: what the server's windows have not let go yet.
+    private struct OutgoingBody {
+        /// The stream's send window.
+        var window: Int
+        var pieces = Deque<(bytes: ByteBuffer, end: Bool)>()
+    }
+
     private struct Waiting {
         var request: HTTP2ClientRequest
         var streaming: HTTP2ClientStreaming?
@@ -214,6 +242,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var decoder = HPACKDecoder(allocator: ByteBufferAllocator())
     private var nextStreamID: UInt32 = 1
     private var open: [UInt32: Open] = [:]
+    private var outgoing: [UInt32: OutgoingBody] = [:]
     private var waiting = Deque<Waiting>()
     private var failure: String?
     /// The server sent GOAWAY, or the stream IDs ran out: the open streams finish, no new ones start.
@@ -292,6 +321,8 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
                 continue
             }
             open[stream] = Open(promise: next.promise, streaming: next.streaming, deadline: next.deadline)
+            if next.request.bodyStreams { outgoing[stream] = OutgoingBody(window: peerStreamWindow) }
+            next.streaming?.started(stream)
             if nextStreamID > 0x7FFF_FFFF {
                 stopTakingRequests(failingWaiting: "the connection's stream IDs are used up")
             }
@@ -312,7 +343,9 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         do {
             try writeFrames { buffer in
-                try HTTP2ClientFrameWriter.headers(stream: stream, endStream: body == nil, into: &buffer) { try encoder.encode(headers: headers, to: &$0) }
+                try HTTP2ClientFrameWriter.headers(stream: stream, endStream: body == nil && !request.bodyStreams, into: &buffer) {
+                    try encoder.encode(headers: headers, to: &$0)
+                }
                 if let body { HTTP2ClientFrameWriter.data(stream: stream, payload: body, endStream: true, into: &buffer) }
             }
         } catch {
@@ -323,6 +356,37 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         sendWindow -= body?.readableBytes ?? 0
         return stream
+    }
+
+    func writeBody(stream: UInt32, _ bytes: ByteBuffer, end: Bool) {
+        guard outgoing[stream] != nil else { return }
+        // One DATA frame holds at most 16 KiB.
+        var rest = bytes
+        while rest.readableBytes > HTTP2ClientFrame.maxPayload, let piece = rest.readSlice(length: HTTP2ClientFrame.maxPayload) {
+            outgoing[stream]?.pieces.append((piece, false))
+        }
+        outgoing[stream]?.pieces.append((rest, end))
+        sendBodies(of: [stream])
+        scheduleFlush()
+    }
+
+    /// Writes what the windows let go of the bodies of `streams`, in order.
+    private func sendBodies(of streams: some Sequence<UInt32>) {
+        for stream in streams {
+            guard var body = outgoing.removeValue(forKey: stream) else { continue }
+            var ended = false
+            while let first = body.pieces.first, first.bytes.readableBytes <= min(body.window, sendWindow) {
+                body.pieces.removeFirst()
+                body.window -= first.bytes.readableBytes
+                sendWindow -= first.bytes.readableBytes
+                writeFrames { HTTP2ClientFrameWriter.data(stream: stream, payload: first.bytes, endStream: first.end, into: &$0) }
+                if first.end {
+                    ended = true
+                    break
+                }
+            }
+            if !ended { outgoing[stream] = body }
+        }
     }
 
     /// Writes the frames `fill` puts in one buffer; the next flush sends them.
@@ -376,6 +440,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         let now = NIODeadline.now()
         for (stream, request) in open where request.deadline.map({ $0 <= now }) ?? false {
             open[stream] = nil
+            outgoing[stream] = nil
             request.promise.fail(HTTP2ClientError(.timedOut, "no answer within the request's time"))
             writeFrames { HTTP2ClientFrameWriter.rstStream(stream: stream, code: 0x8, into: &$0) }  // CANCEL
         }
@@ -447,6 +512,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
                 open[stream] = request
             }
         case .rstStream(let stream, let code):
+            outgoing[stream] = nil
             if let request = open.removeValue(forKey: stream) {
                 request.promise.fail(HTTP2ClientError(.reset, "the server reset the request's stream (code \(code))", notProcessed: code == 0x7))  // REFUSED_STREAM
                 startWaiting()
@@ -459,7 +525,11 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
                 case HTTP2ClientFrame.Setting.maxConcurrentStreams:
                     peerMaxStreams = Int(setting.value)
                 case HTTP2ClientFrame.Setting.initialWindowSize:
+                    // Open streams' windows move by the difference (RFC 9113 section 6.9.2).
+                    let difference = Int(setting.value) - peerStreamWindow
                     peerStreamWindow = Int(setting.value)
+                    for stream in Array(outgoing.keys) { outgoing[stream]?.window += difference }
+                    sendBodies(of: Array(outgoing.keys))
                 case HTTP2ClientFrame.Setting.headerTableSize:  // the most the encoder's table may hold
                     try encoder.setDynamicTableSize(min(Int(setting.value), HPACKEncoder.defaultDynamicTableSize))
                 default:
@@ -474,13 +544,18 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
             stopTakingRequests(failingWaiting: "the server is closing the connection (GOAWAY code \(code))")
             for (stream, request) in open where stream > lastStream {
                 open[stream] = nil
+                outgoing[stream] = nil
                 request.promise.fail(HTTP2ClientError(.connectionFailed, "the server closed the connection before taking the request (GOAWAY code \(code))", notProcessed: true))
             }
             closeIfDrained()
         case .windowUpdate(let stream, let increment):
             if stream == 0 {
                 sendWindow += Int(increment)
+                sendBodies(of: Array(outgoing.keys))
                 startWaiting()
+            } else if outgoing[stream] != nil {
+                outgoing[stream]?.window += Int(increment)
+                sendBodies(of: [stream])
             }
         case .ignored:
             break
@@ -507,6 +582,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func complete(_ stream: UInt32) {
+        outgoing[stream] = nil
         guard let request = open.removeValue(forKey: stream) else { return }
         request.promise.succeed(HTTP2ClientResponse(status: request.status, headers: request.headers, body: request.body))
         startWaiting()
@@ -540,6 +616,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         sweep = nil
         let requests = open
         open = [:]
+        outgoing = [:]
         let queued = waiting
         waiting = []
         for request in requests.values { request.promise.fail(HTTP2ClientError(.connectionFailed, reason)) }

@@ -49,6 +49,12 @@ public enum API {
             public var code: String
             public var message: String
             public var retryable: Bool
+
+            public init(code: String, message: String, retryable: Bool) {
+                self.code = code
+                self.message = message
+                self.retryable = retryable
+            }
         }
 
         public var error: Detail

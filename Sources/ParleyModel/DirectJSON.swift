@@ -209,9 +209,10 @@ extension API.NewMessage {
     }
 }
 
-/// The reader of ``Message/fromWrappedJSON(_:)`` and ``API/NewMessage/fromCanonicalJSON(_:)``:
+/// The reader of ``Message/fromWrappedJSON(_:)``, ``API/NewMessage/fromCanonicalJSON(_:)`` and
+/// ``API/StreamedCommand/fromCanonicalJSON(_:)``:
 /// every step checks the exact byte it expects.
-private struct CanonicalReader {
+struct CanonicalReader {
     let bytes: UnsafeBufferPointer<UInt8>
     var offset = 0
 

@@ -1,3 +1,4 @@
+import DequeModule
 import Foundation
 import NIOCore
 import NIOHPACK
@@ -16,6 +17,8 @@ import Synchronization
 /// channel pipeline and a task chain per request (the client engine took 0.47–0.56 core at 500
 /// msg/s here, this one 0.33–0.37).
 ///
+/// With `sendsOnStream` the user's sends go as lines of one send stream (`POST /v1/sends`) instead.
+///
 /// It follows no failure: a stream or connection that fails is reported (the run then counts the
 /// deliveries missing) instead of resumed elsewhere. Runs that kill nodes use the default engine,
 /// ``ParleyClient``, which reconnects and resumes like an app.
@@ -31,25 +34,48 @@ final class FrameLevelConnection: Sendable {
     private let authorization: String
     /// Whether the load generator closed the connection: what ends from then on is no failure.
     private let closed = Atomic(false)
+    /// With `--engine stream`: the user's send stream (`POST /v1/sends`), on the connection's loop.
+    private let sendStream: NIOLoopBoundBox<SendStream>?
+
+    /// The send stream's lines waiting for their stream, and the sends waiting for their answers,
+    /// which come in the order of the lines.
+    private final class SendStream {
+        var stream: UInt32?
+        var unstarted: [ByteBuffer] = []
+        var waiting = Deque<@Sendable (Result<Message, any Error>) -> Void>()
+        var lines = JSONLines(limit: 1 << 20)
+
+        /// Every send still waiting fails with `error`.
+        func failAll(_ error: any Error) {
+            let failed = waiting
+            waiting = []
+            for completion in failed { completion(.failure(error)) }
+        }
+    }
 
     /// How long a request may wait for its whole response (as ParleyClient's request timeout).
     private static let requestTimeout = TimeAmount.seconds(15)
 
-    private init(connection: HTTP2ClientConnection, token: String) {
+    private init(connection: HTTP2ClientConnection, token: String, sendsOnStream: Bool) {
         self.connection = connection
         self.authorization = "Bearer \(token)"
+        self.sendStream = sendsOnStream ? NIOLoopBoundBox.makeBoxSendingValue(SendStream(), eventLoop: connection.eventLoop) : nil
     }
 
-    /// Connects to `gateway` (`https://host:port`) and opens the user's event stream.
+    /// Connects to `gateway` (`https://host:port`) and opens the user's event stream, and with
+    /// `sendsOnStream` its send stream.
     static func open(
-        gateway: URL, tls: NIOSSLContext, token: String, onEvent: @escaping @Sendable (StreamEvent) -> Void
+        gateway: URL, tls: NIOSSLContext, token: String, sendsOnStream: Bool = false, onEvent: @escaping @Sendable (StreamEvent) -> Void
     ) async throws -> FrameLevelConnection {
         guard let host = gateway.host, let port = gateway.port ?? (gateway.scheme == "https" ? 443 : nil) else {
             throw ParleyError(status: 0, code: "invalid_configuration", message: "\(gateway) has no host and port", retryable: false)
         }
         let http2 = try await HTTP2ClientConnection.connect(.init(host: host, port: port, tls: tls), on: MultiThreadedEventLoopGroup.singleton.next()).get()
-        let connection = FrameLevelConnection(connection: http2, token: token)
-        http2.eventLoop.execute { connection.openEvents(onEvent: onEvent) }
+        let connection = FrameLevelConnection(connection: http2, token: token, sendsOnStream: sendsOnStream)
+        http2.eventLoop.execute {
+            connection.openEvents(onEvent: onEvent)
+            connection.openSendStream()
+        }
         return connection
     }
 
@@ -96,14 +122,76 @@ final class FrameLevelConnection: Sendable {
         "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
     }
 
-    /// `POST` to `path` (``messagesPath(_:)``): the acknowledged message, or the API's error. Made
-    /// from the connection's event loop (call it there), with no task: what
-    /// ``OpenLoop/run(on:send:)`` starts. `completion` runs on the loop.
+    /// `POST /v1/sends`, its body written line by line (``send(_:attachments:to:path:clientMessageId:completion:)``),
+    /// each answer going to the send that waits longest. On the event loop.
+    private func openSendStream() {
+        guard let sendStream else { return }
+        let connection = self.connection
+        let streaming = HTTP2ClientStreaming(
+            head: { status, _ in
+                if status != 200 { _ = connection.close(reason: "the send stream answered \(status)") }
+            },
+            data: { bytes in
+                let state = sendStream.value
+                state.lines.append(bytes.readableBytesView)
+                while let line = state.lines.next() {
+                    guard case .line(let bytes) = line, let completion = state.waiting.popFirst() else { continue }
+                    completion(Result { try Self.answer(bytes) })
+                }
+            },
+            started: { stream in
+                let state = sendStream.value
+                state.stream = stream
+                for line in state.unstarted { connection.writeBodyOnLoop(stream: stream, line, end: false) }
+                state.unstarted = []
+            })
+        let promise = eventLoop.makePromise(of: HTTP2ClientResponse.self)
+        promise.futureResult.whenComplete { [self] result in
+            let reason: String
+            switch result {
+            case .success: reason = "the gateway ended the send stream"
+            case .failure(let error): reason = "\(error)"
+            }
+            sendStream.value.failAll(ParleyError.connectionFailed(reason))
+            if !closed.load(ordering: .relaxed) { _ = connection.close(reason: reason) }
+        }
+        connection.executeOnLoop(
+            HTTP2ClientRequest(
+                method: "POST", path: "/v1/sends", headers: ["authorization": authorization, "content-type": "application/x-ndjson"], timeout: nil,
+                bodyStreams: true),
+            streaming: streaming, promise: promise)
+    }
+
+    /// One answer line of the send stream: the acknowledged message, or the API's error.
+    private static func answer(_ line: ArraySlice<UInt8>) throws -> Message {
+        if let (message, _) = API.StreamedAnswer.messageFromCanonicalJSON(line) { return message }  // the gateway's own form
+        let answer = try decoder.decode(API.StreamedAnswer.self, from: Data(line))
+        if let message = answer.message, (200..<300).contains(answer.status) { return message }
+        throw ParleyError(
+            status: answer.status, code: answer.error?.code ?? "http_\(answer.status)", message: answer.error?.message ?? "", retryable: answer.error?.retryable ?? false)
+    }
+
+    /// Sends a message: on the send stream (`--engine stream`), else `POST` to `path`
+    /// (``messagesPath(_:)``): the acknowledged message, or the API's error. Made from the
+    /// connection's event loop (call it there), with no task: what ``OpenLoop/run(on:send:)``
+    /// starts. `completion` runs on the loop.
     func send(
-        _ text: String, attachments: [API.NewAttachment]? = nil, path: String, clientMessageId: String,
+        _ text: String, attachments: [API.NewAttachment]? = nil, to conversation: ConversationID, path: String, clientMessageId: String,
         completion: @escaping @Sendable (Result<Message, any Error>) -> Void
     ) {
-        let body = ByteBuffer(bytes: API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments).json)
+        let message = API.NewMessage(clientMessageId: clientMessageId, text: text, attachments: attachments)
+        if let sendStream {
+            let state = sendStream.value
+            state.waiting.append(completion)
+            let line = ByteBuffer(bytes: API.StreamedCommand(conversationId: conversation, .message(message)).jsonLine)
+            if let stream = state.stream {
+                connection.writeBodyOnLoop(stream: stream, line, end: false)
+            } else {
+                state.unstarted.append(line)
+            }
+            return
+        }
+        let body = ByteBuffer(bytes: message.json)
         let promise = eventLoop.makePromise(of: HTTP2ClientResponse.self)
         promise.futureResult.whenComplete { result in
             completion(

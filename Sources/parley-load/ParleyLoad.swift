@@ -43,19 +43,24 @@ struct WorkloadOptions: ParsableArguments {
     var readBack = true
     @Option(help: """
         How users send and receive: 'client' (ParleyClient, as apps do: reconnects, resumes, retries \
-        sends) or 'frames' (one HTTP/2 connection per user driven frame by frame: about two thirds of the \
-        client engine's CPU, for throughput runs; a failed connection is reported, never resumed).
+        sends), 'frames' (one HTTP/2 connection per user driven frame by frame: about two thirds of the \
+        client engine's CPU, for throughput runs; a failed connection is reported, never resumed) or \
+        'stream' (as 'frames', each user's sends as lines of one send stream, POST /v1/sends, instead \
+        of a request each).
         """)
     var engine: Engine = .client
     @Option(help: """
-        Event loop threads (default: 1 with --engine frames, where one loop drives every \
+        Event loop threads (default: 1 with --engine frames or stream, where one loop drives every \
         connection with a seventh less CPU than two on this two-core machine; one per core with \
         --engine client).
         """)
     var eventLoops: Int?
 
     enum Engine: String, ExpressibleByArgument, CaseIterable {
-        case client, frames
+        case client, frames, stream
+
+        /// One HTTP/2 connection per user driven frame by frame (``FrameLevelConnection``).
+        var isFrameLevel: Bool { self != .client }
     }
 
     func validate() throws {
@@ -71,7 +76,7 @@ struct WorkloadOptions: ParsableArguments {
     /// Sizes NIO's shared event loop group, which every connection uses; called once, first thing
     /// in a command, before anything uses the group.
     func configureEventLoops() {
-        if let loops = eventLoops ?? (engine == .frames ? 1 : nil) { NIOSingletons.groupLoopCountSuggestion = loops }
+        if let loops = eventLoops ?? (engine.isFrameLevel ? 1 : nil) { NIOSingletons.groupLoopCountSuggestion = loops }
     }
 }
 
@@ -175,7 +180,7 @@ struct Idle: AsyncParsableCommand {
         abstract: "Open N idle streams and report the gateway's memory per stream.",
         discussion: """
             Each user signs up (or logs in), then holds one connection with its event stream open, \
-            as an app does; with --engine frames the sign-up connection is closed first. The \
+            as an app does; with --engine frames or stream the sign-up connection is closed first. The \
             figure is the growth of the first gateway's resident memory, from before the sign-ups \
             to after --hold, divided by the streams on that gateway. With --server-metrics it also \
             reports the CPU every node spent over --hold, while it only kept those streams (and \
@@ -194,7 +199,7 @@ struct Idle: AsyncParsableCommand {
             throw ValidationError("the first gateway's /metrics URL is needed: --gateway-metrics URL (or eval \"$(Scripts/cluster env)\")")
         }
         let before = try await Self.residentBytes(metrics)
-        let workload = try await Workload.prepare(options, conversations: false, closeSetupConnections: options.engine == .frames)
+        let workload = try await Workload.prepare(options, conversations: false, closeSetupConnections: options.engine.isFrameLevel)
         let cpuBefore = await workload.serverCPUSeconds()
         let held = ContinuousClock.now
         try await Task.sleep(for: hold.duration)
@@ -250,7 +255,7 @@ final class Workload: Sendable {
     static let setupRetry = Backoff(first: .milliseconds(200), max: .seconds(2))
 
     let clients: [ParleyClient]
-    /// With `--engine frames`: each user's connection, which sends and holds its stream.
+    /// With `--engine frames` or `stream`: each user's connection, which sends and holds its stream.
     let connections: [FrameLevelConnection]
     let ids: [UserID]
     let conversations: [(id: ConversationID, members: [Int])]
@@ -287,7 +292,7 @@ final class Workload: Sendable {
     /// connection once signed in, so the gateway ends up holding one connection per user (its
     /// stream's), as it does for an app, and at most the sign-ups' 32 others meanwhile.
     static func prepare(_ options: WorkloadOptions, conversations makeConversations: Bool = true, closeSetupConnections: Bool = false) async throws -> Workload {
-        precondition(!closeSetupConnections || (options.engine == .frames && !makeConversations), "closed clients cannot create conversations or hold streams")
+        precondition(!closeSetupConnections || (options.engine.isFrameLevel && !makeConversations), "closed clients cannot create conversations or hold streams")
         let urls = try options.gatewayURLs()
         let caPath = options.caPath
         var random = SeededRandom(seed: options.seed)
@@ -351,8 +356,9 @@ final class Workload: Sendable {
             for conversation in conversations { verifier.conversation(conversation.id, members: conversation.members.map { ids[$0] }) }
         }
         // Streams: every user's; deliveries are recorded for the verifier and the latency.
-        let connections = options.engine == .frames ? try await openConnections(clients, ids: ids, gateways: urls, caPath: caPath, shared: shared) : []
-        let streams = options.engine == .frames ? [] : clients.enumerated().map { index, client in
+        let connections = options.engine.isFrameLevel
+            ? try await openConnections(clients, ids: ids, gateways: urls, caPath: caPath, sendsOnStream: options.engine == .stream, shared: shared) : []
+        let streams = options.engine.isFrameLevel ? [] : clients.enumerated().map { index, client in
             Task {
                 var connected = false
                 do {
@@ -447,10 +453,10 @@ final class Workload: Sendable {
         return pixels
     }
 
-    /// One frame-level connection per user (`--engine frames`), at most 32 opening at once, each
+    /// One frame-level connection per user (`--engine frames` or `stream`), at most 32 opening at once, each
     /// on the user's gateway with its event stream open; what the streams deliver goes to `shared`.
     private static func openConnections(
-        _ clients: [ParleyClient], ids: [UserID], gateways: [URL], caPath: String?, shared: Shared
+        _ clients: [ParleyClient], ids: [UserID], gateways: [URL], caPath: String?, sendsOnStream: Bool, shared: Shared
     ) async throws -> [FrameLevelConnection] {
         var tls = ParleyClient.tls(trusting: caPath)
         tls.applicationProtocols = ["h2"]
@@ -462,7 +468,9 @@ final class Workload: Sendable {
                 guard let token = client.token else { throw ValidationError("user \(index) has no token") }
                 let user = ids[index]
                 group.addTask {
-                    let connection = try await FrameLevelConnection.open(gateway: gateways[index % gateways.count], tls: context, token: token) { event in
+                    let connection = try await FrameLevelConnection.open(
+                        gateway: gateways[index % gateways.count], tls: context, token: token, sendsOnStream: sendsOnStream
+                    ) { event in
                         switch event {
                         case .ready: shared.ready.withLock { $0 += 1 }
                         case .message(let message): shared.delivered(message, to: user)
@@ -552,9 +560,12 @@ final class Workload: Sendable {
         } else {
             // Frame by frame: each send starts on its connection's loop, with no task of its own.
             let paths = conversations.map { FrameLevelConnection.messagesPath($0.id) }
-            result = await schedule.run(on: { [connections] k in connections[plan[k].sender].eventLoop }) { [connections] k, scheduled, done in
+            result = await schedule.run(on: { [connections] k in connections[plan[k].sender].eventLoop }) { [connections, conversations] k, scheduled, done in
                 let send = start(k, scheduled)
-                connections[plan[k].sender].send(send.text, attachments: send.attachments, path: paths[plan[k].conversation], clientMessageId: send.clientMessageId) { outcome in
+                connections[plan[k].sender].send(
+                    send.text, attachments: send.attachments, to: conversations[plan[k].conversation].id, path: paths[plan[k].conversation],
+                    clientMessageId: send.clientMessageId
+                ) { outcome in
                     done(finish(k, scheduled, outcome))
                 }
             }

@@ -64,6 +64,14 @@ import Testing
                         }
                     })
                 }
+                if request.uri.path == "/lines" {
+                    // A body that lasts (``HTTP2Responder/StreamedBody/open``): each piece read is
+                    // answered at once, and the response ends when the body does.
+                    return Response(status: .ok, body: ResponseBody { writer in
+                        for try await piece in request.body { try await writer.write(ByteBuffer(string: "read \(String(buffer: piece))")) }
+                        try await writer.finish(nil)
+                    })
+                }
                 if request.uri.path == "/fails" {
                     return Response(status: .ok, body: ResponseBody { _ in throw CancellationError() })
                 }
@@ -72,7 +80,8 @@ import Testing
                 let text = "\(request.method) \(request.uri.path) \(String(buffer: body))"
                 return Response(status: .created, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
             },
-            bodyLimit: bodyLimit, serverName: "test", idleTimeout: idleTimeout, requestTimeout: requestTimeout, logger: Logger(label: "test"))
+            bodyLimit: bodyLimit, serverName: "test", idleTimeout: idleTimeout, requestTimeout: requestTimeout,
+            streamsBody: { $0.path == "/lines" ? .open : nil }, logger: Logger(label: "test"))
     }
 
     final class SinkBox: Sendable {
@@ -271,6 +280,35 @@ import Testing
         #expect(frames.dropFirst().first.flatMap(Self.text)?.contains("request_timeout") == true)
         #expect(Self.resetCode(frames.last) == .noError)
         #expect(harness.channel.isActive, "the connection goes on")
+    }
+
+    /// A body that lasts as long as its client likes (the send stream) is answered piece by piece
+    /// with no request timeout, and ends when the server shuts down: the route answers what it
+    /// read, ends its response, the rest of the body is refused, and the connection closes.
+    @Test func aBodyThatLastsHasNoRequestTimeoutAndEndsAtShutdown() async throws {
+        let harness = try await Harness(requestTimeout: .seconds(30))
+        let loop = harness.channel.testingEventLoop
+        try await harness.headers(1, path: "/lines", end: false)
+        try await harness.data(1, "one\n", end: false)
+        let first = try await harness.frames(count: 2)
+        #expect(first.first.flatMap(Self.status) == "200" && first.last.flatMap(Self.text) == "read one\n", "\(first)")
+        await loop.advanceTime(by: .seconds(61))
+        #expect(try await harness.frames(count: 1, triesMax: 50).isEmpty, "no 408 for a body that lasts")
+        try await harness.data(1, "two\n", end: false)
+        #expect(try await harness.frames(count: 1).first.flatMap(Self.text) == "read two\n")
+        harness.channel.pipeline.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        let ending = try await harness.frames(count: 3)
+        guard case .goAway? = ending.first?.payload else {
+            Issue.record("no GOAWAY first: \(ending)")
+            return
+        }
+        #expect(ending.dropFirst().first.map(Self.endsStream) == true, "the response ends: \(ending)")
+        #expect(Self.resetCode(ending.last) == .noError, "the rest of the body is refused: \(ending)")
+        for _ in 0..<2_000 where harness.channel.isActive {
+            await loop.run()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(!harness.channel.isActive, "the connection closes once the response has ended")
     }
 
     /// An event stream whose client keeps its HTTP/2 window at 0 is not writable, though the

@@ -85,6 +85,11 @@ extension Gateway {
     }
 
     private func authenticated(_ request: Request, fresh: Bool) async throws -> Caller {
+        try await caller(token: try Self.bearerToken(of: request), fresh: fresh)
+    }
+
+    /// The token of `Authorization: Bearer <token>`.
+    static func bearerToken(of request: Request) throws -> String {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError.unauthorized("Authorization: Bearer <token> is required")
         }
@@ -93,7 +98,12 @@ extension Gateway {
         var rest = header.utf8.dropFirst("Bearer ".count)
         while let first = rest.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { rest = rest.dropFirst() }
         while let last = rest.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { rest = rest.dropLast() }
-        let token = String(Substring(rest))
+        return String(Substring(rest))
+    }
+
+    /// The caller `token` names: known by its lease when this gateway verified it lately, else
+    /// its signature checked and the user's actor asked.
+    func caller(token: String, fresh: Bool = false) async throws -> Caller {
         let askedAt = system.clock.now
         // The very text of a token this gateway verified (and the actor found valid) needs
         // neither its signature checked again nor the actor asked, until its lease runs out.

@@ -41,10 +41,13 @@ public struct MediaSettings: Sendable {
 }
 
 extension Gateway {
-    /// `POST /v1/media` is read as it arrives (``HTTP2Responder/streamsBody``), never whole.
-    static func streamsBody(_ request: HTTPRequest) -> Bool {
-        guard request.method == .post, let path = request.path else { return false }
-        return path == "/v1/media" || path.hasPrefix("/v1/media?")
+    /// `POST /v1/media` and `POST /v1/sends` are read as they arrive (``HTTP2Responder/streamsBody``),
+    /// never whole.
+    static func streamsBody(_ request: HTTPRequest) -> HTTP2Responder.StreamedBody? {
+        guard request.method == .post, let path = request.path else { return nil }
+        if path == "/v1/media" || path.hasPrefix("/v1/media?") { return .timed }
+        if path == Self.sendStreamPath { return .open }
+        return nil
     }
 
     func addMediaRoutes(to v1: RouterGroup<GatewayContext>) {

@@ -79,14 +79,12 @@ extension Gateway {
         }
         messages.post("conversations/:id/receipts") { request, context in
             let id = try Self.conversationID(context)
-            let body = try await self.decode(API.Receipts.self, from: request)
-            _ = try await ConversationActor.resolve(id, using: self.system).markReceipts(for: context.caller.id, deliveredSeq: body.deliveredSeq, readSeq: body.readSeq)
+            try await self.markReceipts(try await self.decode(API.Receipts.self, from: request), in: id, by: context.caller)
             return Response(status: .noContent)
         }
         messages.post("conversations/:id/typing") { request, context in
             let id = try Self.conversationID(context)
-            let body = try await self.decode(API.Typing.self, from: request)
-            _ = try await ConversationActor.resolve(id, using: self.system).setTyping(for: context.caller.id, body.typing)
+            try await self.setTyping(try await self.decode(API.Typing.self, from: request), in: id, by: context.caller)
             return Response(status: .noContent)
         }
     }
@@ -101,9 +99,17 @@ extension Gateway {
     }
 
     private func send(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
-        let caller = context.caller
         let id = try Self.conversationID(context)
         let body = try await decode(API.NewMessage.self, from: request, readingFirst: API.NewMessage.fromCanonicalJSON)
+        let sent = try await send(body, to: id, by: context.caller)
+        return Self.json(bytes: sent.json, status: sent.created ? .created : .ok)
+    }
+
+    /// A send, as the REST route and the send stream (`POST /v1/sends`) take it: counted against
+    /// the caller's send limit, its attachments checked, then committed by the conversation's
+    /// owner. The answer is `API.SentMessage`, written directly (DirectJSON: the encoder's bytes
+    /// without Codable) — the same bytes as a `message` event's data, so encoded once for both.
+    func send(_ body: API.NewMessage, to id: ConversationID, by caller: Caller) async throws -> (json: [UInt8], created: Bool) {
         if let wait = sendLimiter.acquire(caller.id.rawValue, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many messages; slow down") }
         var attachments: [Attachment] = []
         if let asked = body.attachments, !asked.isEmpty {
@@ -118,12 +124,21 @@ extension Gateway {
                 senderId: caller.id, clientMessageId: body.clientMessageId, text: body.text, attachments: attachments, replyTo: body.replyTo,
                 mentions: body.mentions ?? [], metadata: body.metadata),
             to: id)
-        // `API.SentMessage`, written directly (DirectJSON: the encoder's bytes without Codable) —
-        // the same bytes as a `message` event's data, so encoded once for both.
         let json = result.message.wrappedJSON
-        // The sender's own event, if its stream is on this loop, goes out with this response.
+        // The sender's own event, if its stream is on this loop, goes out with this answer.
         hub.deliverAhead(result.message, json: json, to: caller.id)
-        return Self.json(bytes: json, status: result.created ? .created : .ok)
+        return (json, result.created)
+    }
+
+    /// Receipts, as `POST …/receipts` and the send stream take them (counted against the write
+    /// limit by the route's ``Authenticator``, or by the send stream).
+    func markReceipts(_ receipts: API.Receipts, in id: ConversationID, by caller: Caller) async throws {
+        _ = try await ConversationActor.resolve(id, using: system).markReceipts(for: caller.id, deliveredSeq: receipts.deliveredSeq, readSeq: receipts.readSeq)
+    }
+
+    /// Typing, as `POST …/typing` and the send stream take it.
+    func setTyping(_ typing: API.Typing, in id: ConversationID, by caller: Caller) async throws {
+        _ = try await ConversationActor.resolve(id, using: system).setTyping(for: caller.id, typing.typing)
     }
 
     /// Sends through the conversation's owner, retried with the same `clientMessageId` while

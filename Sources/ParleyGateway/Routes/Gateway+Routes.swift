@@ -11,6 +11,7 @@ extension Gateway {
         addMediaRoutes(to: v1)
         addConversationRoutes(to: v1)
         addMessageRoutes(to: v1)
+        addSendStreamRoutes(to: v1)
         addPresenceRoutes(to: v1)
         v1.authenticated(by: self).get("events") { request, context in try await self.events(request, context) }
         addOperatorRoutes(to: v1)

@@ -1,0 +1,135 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ParleyChat
+import ParleyCluster
+import ParleyModel
+
+extension Gateway {
+    static let sendStreamPath = "/v1/sends"
+
+    /// `POST /v1/sends`: the send stream. One long-lived request on an HTTP/2 connection whose
+    /// body is JSON lines (``API/StreamedCommand``: a message, receipts or typing), each answered
+    /// by one line of the response (``API/StreamedAnswer``) with what the REST route would have
+    /// answered. The lines are taken one at a time, in order, so a client's sends reach each
+    /// conversation in the order it wrote them; an answer `201`/`200` means what the REST route's
+    /// does — the message is committed. A send costs the gateway a line instead of a request: no
+    /// stream to open, no headers to code, no route to find, no task to start.
+    func addSendStreamRoutes(to v1: RouterGroup<GatewayContext>) {
+        // Each line is counted against its own limit (sends, or writes), not the request.
+        v1.authenticated(by: self, writes: .ownLimit).post("sends") { request, context in try await self.sendStream(request, context) }
+    }
+
+    private func sendStream(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
+        guard context.eventSink != nil else {
+            throw APIError(.badRequest, "http2_required", "the send stream needs HTTP/2 (its body and its answers flow at once); send with POST /v1/conversations/{id}/messages instead")
+        }
+        let caller = context.caller
+        let token = try Self.bearerToken(of: request)
+        guard sendStreamsOpen.reserve(1, for: caller.id, within: Int64(configuration.streamsPerUserMax)) else {
+            throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) send streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
+        }
+        let reservation = UserTally.Reservation(sendStreamsOpen, 1, for: caller.id)
+        let lineLimit = configuration.bodyLimitBytes
+        let body = ResponseBody { [self] writer in
+            var lines = JSONLines(limit: lineLimit)
+            do {
+                reading: for try await piece in request.body {
+                    lines.append(piece.readableBytesView)
+                    while let line = lines.next() {
+                        let answer: SendStreamAnswer
+                        switch line {
+                        case .line(let bytes): answer = await self.answer(bytes, token: token)
+                        case .tooLong: answer = .end(Self.answerLine(APIError(.contentTooLarge, "payload_too_large", "a line is over \(lineLimit / 1024) KiB"), to: nil))
+                        }
+                        switch answer {
+                        case .next(let bytes):
+                            try await writer.write(ByteBuffer(bytes: bytes))
+                        case .end(let bytes):
+                            try await writer.write(ByteBuffer(bytes: bytes))
+                            break reading
+                        }
+                    }
+                }
+                try await writer.finish(nil)
+            } catch {
+                // The client went (reset, closed) or stopped reading: nothing is left to answer.
+                logger.debug("send stream ended", metadata: ["user.id": "\(caller.id)", "error": "\(error)"])
+            }
+            withExtendedLifetime(reservation) {}
+        }
+        return Response(status: .ok, headers: [.contentType: "application/x-ndjson", .cacheControl: "no-cache"], body: body)
+    }
+
+    private enum SendStreamAnswer {
+        /// Answered; the next line follows.
+        case next([UInt8])
+        /// Answered, and the stream ends (the token is no longer valid, a line is too long).
+        case end([UInt8])
+    }
+
+    /// One line's answer. The token is checked for every line (a lease lookup, mostly), so a
+    /// logout or a deleted account ends the stream at its next line as it refuses the next request.
+    private func answer(_ line: ArraySlice<UInt8>, token: String) async -> SendStreamAnswer {
+        let command: API.StreamedCommand
+        if let canonical = API.StreamedCommand.fromCanonicalJSON(line) {
+            command = canonical
+        } else {
+            do {
+                command = try Self.decoder.decode(API.StreamedCommand.self, from: Data(line))
+            } catch let error as DecodingError {
+                return .next(Self.answerLine(APIError.invalid(Self.describe(error)), to: nil))
+            } catch {
+                return .next(Self.answerLine(APIError.invalid("malformed JSON"), to: nil))
+            }
+        }
+        let caller: Caller
+        do {
+            caller = try await self.caller(token: token)
+        } catch {
+            return .end(Self.answerLine(APIError.from(error), to: command))
+        }
+        do {
+            guard ClientInput.isPlausibleID(command.conversationId.rawValue) else { throw APIError.notFound("conversation not found") }
+            switch command.action {
+            case .message(let message):
+                let sent = try await send(message, to: command.conversationId, by: caller)
+                return .next(API.StreamedAnswer.jsonLine(id: command.id, status: sent.created ? 201 : 200, wrappedMessage: sent.json))
+            case .receipts(let receipts):
+                try limitWrite(by: caller)
+                try await markReceipts(receipts, in: command.conversationId, by: caller)
+            case .typing(let typing):
+                try limitWrite(by: caller)
+                try await setTyping(typing, in: command.conversationId, by: caller)
+            }
+            return .next(Self.encodedLine(API.StreamedAnswer(id: command.id, status: 204)))
+        } catch {
+            let apiError = APIError.from(error)
+            if apiError.status.code >= 500 {
+                logger.warning("send stream line failed", metadata: ["user.id": "\(caller.id)", "error": "\(error)"])
+            }
+            return .next(Self.answerLine(apiError, to: command))
+        }
+    }
+
+    private func limitWrite(by caller: Caller) throws {
+        if let wait = writeLimiter.acquire(caller.id.rawValue, now: system.clock.now) { throw APIError.rateLimited(retryAfter: wait, "too many changes; slow down") }
+    }
+
+    /// An error's answer line: the REST route's status and error body, and the line's names.
+    private static func answerLine(_ error: APIError, to command: API.StreamedCommand?) -> [UInt8] {
+        var clientMessageId: String?
+        if case .message(let message)? = command?.action { clientMessageId = message.clientMessageId }
+        return encodedLine(API.StreamedAnswer(
+            id: command?.id, clientMessageId: clientMessageId, status: Int(error.status.code),
+            error: API.ErrorBody.Detail(code: error.code, message: error.message, retryable: error.retryable), retryAfterSeconds: error.retryAfterSeconds))
+    }
+
+    private static func encodedLine(_ answer: API.StreamedAnswer) -> [UInt8] {
+        var bytes = (try? Array(encoder.encode(answer))) ?? Array(#"{"status":500}"#.utf8)
+        bytes.append(UInt8(ascii: "\n"))
+        return bytes
+    }
+}
