@@ -4,7 +4,8 @@
 # node is SIGKILLed every few seconds and restarted 2–3 s later — all three workers one after
 # another, then both gateways late in the run, so that streams resume while their groups are busy.
 # It fails on any message acknowledged and not delivered to every member's stream once, in order,
-# without gaps, or not stored once with its seq.
+# without gaps, or not stored once with its seq. The clients send on the gateways' send stream
+# (ParleyClient's default): a kill ends it mid-line, and the outbox sends again on a new one.
 #
 # The gateways refuse resumes past 300 messages after the cursor (PARLEY_REPLAY_MAX; the default is
 # 5,000): at this short run's rate a resume that counted the minute of margin before its cursor

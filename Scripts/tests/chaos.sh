@@ -3,7 +3,8 @@
 # gateway are SIGKILLed and restarted, a worker and a gateway are paused past failure detection, and
 # a worker is cut off the network and healed (network namespaces); it fails on any lost, doubled,
 # reordered or gapped message (from the clients and from the store), or a paused or cut node that
-# never rejoined.
+# never rejoined. Its clients send a request each (the groups' chaos run sends on the send stream,
+# ParleyClient's default), so that both ways of sending meet kills, pauses and cuts on every push.
 #
 #   Scripts/tests/chaos.sh [PATH-TO-parley-node]
 set -euo pipefail
@@ -16,4 +17,4 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
     CUTS=()
 fi
 PARLEY_BIN="$(cd "$(dirname "$NODE")" && pwd)" exec "$(dirname "$0")/../chaos" --seed "${PARLEY_CHAOS_SEED:-$RANDOM}" \
-    --kills 2 --pause "${CUTS[@]}" --duration 35 --rate 30 --users 20
+    --kills 2 --pause "${CUTS[@]}" --sends-by-request --duration 35 --rate 30 --users 20

@@ -98,16 +98,19 @@ lines="$(cat "$WORK/timeline.jsonl" 2>/dev/null | grep -c scheduledMs || true)"
     && pass "parley-load --timeline has a line for each of the $acked acknowledged sends" \
     || fail "parley-load --timeline: $lines lines for $acked acknowledged sends"
 
-# The frame-level engine, which the benchmarks load with, delivers and verifies the same way —
+# The frame-level engines, which the benchmarks load with, deliver and verify the same way —
 # here past HTTP/2's initial 64 KiB flow-control window on every stream (4 users, two conversations,
-# each stream gets ~270 events of ~300 bytes), which it must give back as it reads.
-if "$BIN_DIR/parley-load" run --engine frames --users 4 --rate 60 --duration 8 --warmup 1 --attach-share 0.1 --prefix frames --report "$WORK/frames.json" >"$WORK/frames.txt" 2>&1 \
-    && [ "$(json 'd["deliveries"]' <"$WORK/frames.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/frames.json")" = True ] \
-    && [ "$(json 'len(d["streamErrors"])' <"$WORK/frames.json")" = 0 ]; then
-    pass "parley-load --engine frames verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/frames.json") deliveries"
-else
-    fail "parley-load --engine frames: $(load_failure "$WORK/frames.txt")"
-fi
+# each stream gets ~270 events of ~300 bytes), which they must give back as they read; 'stream'
+# sends every message, attachments too, as a line of the user's send stream.
+for engine in frames stream; do
+    if "$BIN_DIR/parley-load" run --engine "$engine" --users 4 --rate 60 --duration 8 --warmup 1 --attach-share 0.1 --prefix "$engine" --report "$WORK/$engine.json" >"$WORK/$engine.txt" 2>&1 \
+        && [ "$(json 'd["deliveries"]' <"$WORK/$engine.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/$engine.json")" = True ] \
+        && [ "$(json 'len(d["streamErrors"])' <"$WORK/$engine.json")" = 0 ]; then
+        pass "parley-load --engine $engine verifies clean (exit 0) with $(json 'd["deliveries"]' <"$WORK/$engine.json") deliveries"
+    else
+        fail "parley-load --engine $engine: $(load_failure "$WORK/$engine.txt")"
+    fi
+done
 
 if "$BIN_DIR/parley-load" idle --users 10 --hold 1 --prefix idle >"$WORK/idle.txt" 2>&1 && grep -q "KiB per stream" "$WORK/idle.txt"; then
     pass "parley-load idle reports the gateway's memory per idle stream: $(tail -n 1 "$WORK/idle.txt" | sed 's/.*→ //')"

@@ -58,6 +58,10 @@ public final class ParleyClient: Sendable {
         /// sessions (``ParleyClient/sessions()``) says which app and device each is. Name the app
         /// and the device, e.g. `Chatty/2.1 (iPhone; iOS 19)`.
         public var userAgent: String? = "ParleyClient"
+        /// Whether sends go as lines of the gateway's send stream (`POST /v1/sends`, over HTTP/2)
+        /// when it offers one: the gateway spends about a fifth less per message than on a request
+        /// each. A gateway without it is sent to by request.
+        public var sendsOnStream = true
 
         public init(gateways: [URL], caCertificatePath: String? = nil) {
             self.gateways = gateways
@@ -69,6 +73,7 @@ public final class ParleyClient: Sendable {
     let http: HTTPClient
     private let state: Mutex<State>
     let logger: Logger
+    let sendStream: SendStream
 
     struct State {
         var token: String?
@@ -85,12 +90,14 @@ public final class ParleyClient: Sendable {
         http.timeout = .init(connect: TimeAmount(configuration.connectTimeout), read: .seconds(40))
         http.httpVersion = .automatic
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
+        self.sendStream = SendStream(http: self.http, logger: logger)
         self.configuration = configuration
         self.state = Mutex(State(token: token))
         self.logger = logger
     }
 
     public func shutdown() async throws {
+        sendStream.close()
         try await http.shutdown()
     }
 
@@ -338,8 +345,27 @@ public final class ParleyClient: Sendable {
         }
     }
 
-    /// One attempt at sending: the outboxes (this one's and ``OfflineClient``'s) retry it.
+    /// One attempt at sending: the outboxes (this one's and ``OfflineClient``'s) retry it. On the
+    /// send stream when the gateway offers one (``Configuration/sendsOnStream``), else by request.
     func post(_ message: API.NewMessage, to conversation: ConversationID) async throws -> Message {
+        if configuration.sendsOnStream, let token {
+            let gateway = state.withLock { configuration.gateways[$0.preferredGateway % configuration.gateways.count] }
+            let answer: API.StreamedAnswer?
+            do {
+                answer = try await sendStream.send(
+                    API.StreamedCommand(conversationId: conversation, .message(message)), to: gateway, token: token, timeout: configuration.requestTimeout)
+            } catch let error as ParleyError where error.code == "unreachable" {
+                // The stream ended before its answer: the next attempt goes to the next gateway.
+                state.withLock { if configuration.gateways[$0.preferredGateway % configuration.gateways.count] == gateway { $0.preferredGateway += 1 } }
+                throw error
+            }
+            if let answer {
+                if let sent = answer.message, (200..<300).contains(answer.status) { return sent }
+                throw ParleyError(
+                    status: answer.status, code: answer.error?.code ?? "http_\(answer.status)", message: answer.error?.message ?? "",
+                    retryable: (answer.error?.retryable ?? false) || answer.status == 429, retryAfter: answer.retryAfterSeconds.map { .seconds($0) })
+            }
+        }
         let sent: API.SentMessage = try await call(.POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages", body: message)
         return sent.message
     }

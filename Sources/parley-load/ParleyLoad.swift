@@ -49,6 +49,11 @@ struct WorkloadOptions: ParsableArguments {
         of a request each).
         """)
     var engine: Engine = .client
+    @Flag(inversion: .prefixedNo, help: """
+        With --engine client: send on the gateway's send stream (POST /v1/sends), as ParleyClient \
+        does by default; --no-sends-on-stream sends a request each.
+        """)
+    var sendsOnStream = true
     @Option(help: """
         Event loop threads (default: 1 with --engine frames or stream, where one loop drives every \
         connection with a seventh less CPU than two on this two-core machine; one per core with \
@@ -307,7 +312,9 @@ final class Workload: Sendable {
                 if index >= 32, let (done, client) = try await group.next() { results[done] = client }
                 let rotated = Array(urls[(index % urls.count)...] + urls[..<(index % urls.count)])
                 group.addTask {
-                    let client = try ParleyClient(configuration: .init(gateways: rotated, caCertificatePath: caPath))
+                    var configuration = ParleyClient.Configuration(gateways: rotated, caCertificatePath: caPath)
+                    configuration.sendsOnStream = options.sendsOnStream
+                    let client = try ParleyClient(configuration: configuration)
                     let handle = "\(prefix)-\(index)", password = "\(prefix)-password-\(index)"
                     for attempt in 1...5 {
                         do {

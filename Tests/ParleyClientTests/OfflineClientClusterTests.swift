@@ -82,6 +82,7 @@ import Testing
         let drained = try await eventually(within: .seconds(60)) { try offline.store.outbox().isEmpty }
         let left = try offline.store.outbox().count
         #expect(drained, "the outbox still holds \(left) messages")
+        #expect(offline.client.sendStream.answered.load(ordering: .relaxed) > 0, "the sends went on the gateway's send stream")
 
         // Each stream has 60 s to receive the 50 (it ends early once it has them).
         let deadline = Task {
@@ -131,14 +132,19 @@ import Testing
         _ = try await alice.edit(1, in: conversation, text: "before 1, edited")
         offline = OfflineClient(client: bob, store: try ClientStore(directory: folder))
         let resumed = offline.events()
+        // An event is published once the store applied it: the last one may come just after the
+        // store is seen caught up, so the events are collected as they come.
+        let replayed = Mutex<[ParleyEvent]>([])
+        let collecting = Task { for await event in resumed { replayed.withLock { $0.append(event) } } }
         offline.start()
         let caughtUp = try await history(of: conversation, with: bob)
         #expect(try await eventually { try offline.store.messages(in: conversation) == caughtUp })
+        #expect(
+            await eventually { replayed.withLock { $0.contains { if case .message(let message) = $0 { message.text == "before 8" } else { false } } } },
+            "the replay carried what was missed")
         await offline.close()
-        var replayed: [ParleyEvent] = []
-        for await event in resumed { replayed.append(event) }
-        #expect(!replayed.contains(.cursorExpired), "a resume within the window replays; it does not reload")
-        #expect(replayed.contains { if case .message(let message) = $0 { message.text == "before 8" } else { false } }, "the replay carried what was missed")
+        await collecting.value
+        #expect(!replayed.withLock { $0.contains(.cursorExpired) }, "a resume within the window replays; it does not reload")
 
         // Offline: 40 messages, an edit and a deletion of messages Bob's store holds.
         for index in 1...40 { _ = try await alice.send("while away \(index)", to: conversation) }

@@ -1,0 +1,51 @@
+import Foundation
+@testable import ParleyClient
+import ParleyModel
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// ``ParleyClient``'s sends on the gateways' send stream, against a real cluster (Scripts/cluster,
+/// real processes, TLS).
+@Suite(.serialized) struct SendStreamClusterTests {
+    /// A gateway that hangs (SIGSTOP) while a send waits on its send stream: no answer comes and
+    /// the stream does not end. The send gives the stream up after its request timeout and goes
+    /// again, with its `clientMessageId`, on a stream to the other gateway, and is stored once, in
+    /// order. (Without the send's own timeout it waits for good: the HTTP client's read timeout
+    /// does not end a response whose request is still sending.)
+    @Test(.timeLimit(.minutes(2))) func aSendWaitingOnAHungGatewayGoesToTheOtherGatewayOnce() async throws {
+        let cluster = try LocalCluster.start(workers: 1, gateways: 2)
+        defer { cluster.down() }
+        var configuration = ParleyClient.Configuration(gateways: cluster.gateways, caCertificatePath: cluster.ca)
+        configuration.requestTimeout = .seconds(2)
+        configuration.sendRetryWindow = .seconds(20)
+        let alice = try ParleyClient(configuration: configuration)
+        defer { Task { try? await alice.shutdown() } }
+        _ = try await alice.register(handle: "alice\(UInt16.random(in: 1000...9999))", password: "correct horse battery", displayName: "Alice")
+        let (bob, bobUser) = try await cluster.user("bob", gateways: [1, 0])
+        defer { Task { try? await bob.shutdown() } }
+        let conversation = try await alice.createConversation(with: [bobUser.id]).id
+
+        let before = try await alice.send("before the hang", to: conversation)
+        #expect(alice.sendStream.answered.load(ordering: .relaxed) == 1, "the first send went on the send stream")
+
+        let pidText = try String(contentsOf: cluster.state.appendingPathComponent("gateway-1.pid"), encoding: .utf8)
+        let pid = try #require(pid_t(pidText.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect(kill(pid, SIGSTOP) == 0)
+        let during: Message
+        do {
+            during = try await alice.send("while it hangs", to: conversation)
+        } catch {
+            kill(pid, SIGCONT)
+            throw error
+        }
+        kill(pid, SIGCONT)
+        #expect(during.seq == before.seq + 1)
+        #expect(alice.sendStream.answered.load(ordering: .relaxed) == 2, "the send went on a send stream to the other gateway")
+        let held = try await bob.messages(in: conversation, after: 0)
+        #expect(held.map(\.text) == ["before the hang", "while it hangs"], "stored once each, in order")
+    }
+}
