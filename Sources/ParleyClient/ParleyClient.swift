@@ -359,12 +359,7 @@ public final class ParleyClient: Sendable {
                 state.withLock { if configuration.gateways[$0.preferredGateway % configuration.gateways.count] == gateway { $0.preferredGateway += 1 } }
                 throw error
             }
-            if let answer {
-                if let sent = answer.message, (200..<300).contains(answer.status) { return sent }
-                throw ParleyError(
-                    status: answer.status, code: answer.error?.code ?? "http_\(answer.status)", message: answer.error?.message ?? "",
-                    retryable: (answer.error?.retryable ?? false) || answer.status == 429, retryAfter: answer.retryAfterSeconds.map { .seconds($0) })
-            }
+            if let answer { return try answer.acknowledged() }
         }
         let sent: API.SentMessage = try await call(.POST, "/v1/conversations/\(Self.query(conversation.rawValue))/messages", body: message)
         return sent.message

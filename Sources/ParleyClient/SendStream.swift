@@ -9,8 +9,9 @@ import Synchronization
 
 /// The gateway's send stream (`POST /v1/sends`) as a client uses it: opened at the first send,
 /// each send a line of its body whose answer comes, in order, as a line of its response. When it
-/// ends — the gateway went, the connection dropped, nothing was read for the client's read
-/// timeout — the sends still waiting fail as retryable (the outbox sends them again with the same
+/// ends (the gateway went, the connection dropped) or an answer is late (a gateway that hangs:
+/// the HTTP client's read timeout does not end a response whose request is still sending), the
+/// sends still waiting fail as retryable (the outbox sends them again with the same
 /// `clientMessageId`) and the next send opens a new stream. A gateway that does not offer it
 /// (`404`, or `400 http2_required` on a connection that is not HTTP/2) is remembered, and sends
 /// to it go as requests.
@@ -43,11 +44,6 @@ final class SendStream: Sendable {
     init(http: HTTPClient, logger: Logger) {
         self.http = http
         self.logger = logger
-    }
-
-    /// Whether `gateway` said it has no send stream.
-    func isRefused(by gateway: URL) -> Bool {
-        state.withLock { $0.refusedBy.contains(gateway) }
     }
 
     /// Sends `command` on the stream to `gateway` (opened with `token` if none is open) and
@@ -126,7 +122,7 @@ final class SendStream: Sendable {
                 for try await piece in response.body {
                     answers.append(piece.readableBytesView)
                     while case .line(let line)? = answers.next() {
-                        let answer = try Self.answer(line, decoder: decoder)
+                        let answer = try API.StreamedAnswer.read(line, decoder: decoder)
                         let waiter = self.state.withLock { state in state.waiting[generation]?.isEmpty == false ? state.waiting[generation]?.removeFirst() : nil }
                         answered.add(1, ordering: .relaxed)
                         waiter?.continuation.resume(returning: answer)
@@ -154,10 +150,22 @@ final class SendStream: Sendable {
         }
         for waiter in failed { waiter.continuation.resume(throwing: error) }
     }
+}
 
-    /// One answer line: the gateway's own form of a message's read directly, anything else decoded.
-    static func answer(_ line: ArraySlice<UInt8>, decoder: JSONDecoder) throws -> API.StreamedAnswer {
-        if let (message, status) = API.StreamedAnswer.messageFromCanonicalJSON(line) { return API.StreamedAnswer(status: status, message: message) }
+extension API.StreamedAnswer {
+    /// One answer line of the send stream: the gateway's own form of a message's read directly,
+    /// anything else decoded.
+    public static func read(_ line: ArraySlice<UInt8>, decoder: JSONDecoder) throws -> API.StreamedAnswer {
+        if let (message, status) = messageFromCanonicalJSON(line) { return API.StreamedAnswer(status: status, message: message) }
         return try decoder.decode(API.StreamedAnswer.self, from: Data(line))
+    }
+
+    /// The acknowledged message of a send's answer, or its error as the REST route's would be
+    /// thrown (`429` retryable, with when to retry).
+    public func acknowledged() throws -> Message {
+        if let message, (200..<300).contains(status) { return message }
+        throw ParleyError(
+            status: status, code: error?.code ?? "http_\(status)", message: error?.message ?? "", retryable: (error?.retryable ?? false) || status == 429,
+            retryAfter: retryAfterSeconds.map { .seconds($0) })
     }
 }

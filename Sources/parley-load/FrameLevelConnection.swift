@@ -136,7 +136,7 @@ final class FrameLevelConnection: Sendable {
                 state.lines.append(bytes.readableBytesView)
                 while let line = state.lines.next() {
                     guard case .line(let bytes) = line, let completion = state.waiting.popFirst() else { continue }
-                    completion(Result { try Self.answer(bytes) })
+                    completion(Result { try API.StreamedAnswer.read(bytes, decoder: Self.decoder).acknowledged() })
                 }
             },
             started: { stream in
@@ -160,15 +160,6 @@ final class FrameLevelConnection: Sendable {
                 method: "POST", path: "/v1/sends", headers: ["authorization": authorization, "content-type": "application/x-ndjson"], timeout: nil,
                 bodyStreams: true),
             streaming: streaming, promise: promise)
-    }
-
-    /// One answer line of the send stream: the acknowledged message, or the API's error.
-    private static func answer(_ line: ArraySlice<UInt8>) throws -> Message {
-        if let (message, _) = API.StreamedAnswer.messageFromCanonicalJSON(line) { return message }  // the gateway's own form
-        let answer = try decoder.decode(API.StreamedAnswer.self, from: Data(line))
-        if let message = answer.message, (200..<300).contains(answer.status) { return message }
-        throw ParleyError(
-            status: answer.status, code: answer.error?.code ?? "http_\(answer.status)", message: answer.error?.message ?? "", retryable: answer.error?.retryable ?? false)
     }
 
     /// Sends a message: on the send stream (`--engine stream`), else `POST` to `path`

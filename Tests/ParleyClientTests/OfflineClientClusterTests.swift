@@ -123,7 +123,9 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         var offline = OfflineClient(client: bob, store: try ClientStore(directory: folder))
         offline.start()
-        #expect(try await eventually { try offline.store.messages(in: conversation).count == 5 })
+        // Held: the messages and the cursor the stream will resume from (stored after the reload
+        // that brought the messages; closed between the two, the next start would reload again).
+        #expect(try await eventually { try offline.store.messages(in: conversation).count == 5 && offline.store.account()?.cursor != nil })
         await offline.close()
 
         // Offline briefly (within the replay window): the stream resumes from the stored cursor
