@@ -22,7 +22,7 @@ import sys
 
 # (stage, pattern) in order; the first that matches a function's qualified name wins.
 STAGES = [
-    ("commit: SQLite and its write thread", r"^(ParleyStoreSQLite\.|GRDB\.|ParleyChat\.(CommitThread|GroupCommitter|CommitStateMachine)\b|ParleyModel\.SearchText\b)|^sqlite3|^fts5|^sqlite3Fts5"),
+    ("commit: SQLite and its write thread", r"^(ParleyStoreSQLite\.|\(extension in ParleyStoreSQLite\):|GRDB\.|ParleyChat\.(CommitThread|GroupCommitter|CommitStateMachine)\b|ParleyModel\.SearchText\b)|^sqlite3|^fts5|^sqlite3Fts5"),
     ("TLS (NIOSSL, BoringSSL)", r"^(NIOSSL\w*\.)|^(bssl::|SSL_|ssl3?_|tls13?_|EVP_|CRYPTO_|aes_|gcm_|chacha|x25519|ec_|BN_|ERR_|OPENSSL_|CBB_|CBS_)"),
     ("HTTP/2 framing and HPACK", r"^(NIOHTTP2\.|NIOHPACK\.|ParleyGateway\.(HTTP2Connection|OutboundGoAwayScanner|WriteCoalescer)\b)"),
     ("event loop and sockets (NIOPosix)", r"^NIOPosix\."),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scripts/bench-instructions' stages are cut right: a synthetic callgrind call graph (a commit and
-# a request that both call malloc, the request also the runtime's task switch, and a closure and a
-# specialization of a stage's type) gives each stage its own instructions plus its share of what
+# a request that both call malloc, the request also the runtime's task switch, a closure and a
+# specialization of a stage's type, and a module's extension of another module's type) gives each stage its own instructions plus its share of what
 # it calls, in proportion to each call's cost; mallocs and hops are counted by caller; the stages
 # add up to the whole; an empty window is refused.
 #
@@ -24,6 +24,9 @@ calls=1 0
 cfn=(3) Hummingbird.Router.respond
 calls=1 0
 0 400
+cfn=(8) (extension in ParleyStoreSQLite):GRDB.Database.immediateTransaction
+calls=1 0
+0 100
 
 fn=(2)
 0 300
@@ -57,24 +60,28 @@ fn=(6)
 
 fn=(7)
 0 100
+
+fn=(8)
+0 100
 GRAPH
 echo 10 >"$WORK/messages.txt"
 echo '{"deliveries": 20, "acknowledged": 10}' >"$WORK/load.json"
 table="$(python3 "$ROOT/Scripts/lib/instruction-stages.py" "$WORK")"
 echo "$table" | sed 's/^/      /'
 row() { echo "$table" | grep "^$1 " | tr -s ' ' | sed "s/^$1 //"; }
-# Of 1,000 instructions: the commit 300 of its own, malloc's 200 (its calls cost 200 of malloc's
-# 300) and the specialization it calls (a generic of the standard library, named by no stage: 100).
-[ "$(row "commit: SQLite and its write thread")" = "60 60.0% 0.2 0.0 0.00" ] && pass "the commit: its own, its share of malloc, the generic it called" \
+# Of 1,100 instructions: the commit 300 of its own, malloc's 200 (its calls cost 200 of malloc's
+# 300), the specialization it calls (a generic of the standard library, named by no stage: 100)
+# and the store module's extension of GRDB's Database (100).
+[ "$(row "commit: SQLite and its write thread")" = "70 63.6% 0.2 0.0 0.00" ] && pass "the commit: its own, its share of malloc, the generic it called, its module's extension" \
     || fail "commit row: $(row "commit: SQLite and its write thread")"
 # request: 100 own + malloc's 100.
-[ "$(row "request: routing, authentication, body")" = "20 20.0% 0.1 0.3 0.00" ] && pass "the request: its own and its share of malloc; its hops" \
+[ "$(row "request: routing, authentication, body")" = "20 18.2% 0.1 0.3 0.00" ] && pass "the request: its own and its share of malloc; its hops" \
     || fail "request row: $(row "request: routing, authentication, body")"
-[ "$(row "scheduling: tasks, executors, dispatch")" = "10 10.0% 0.0 0.0 0.00" ] && pass "the task switch is scheduling's" \
+[ "$(row "scheduling: tasks, executors, dispatch")" = "10 9.1% 0.0 0.0 0.00" ] && pass "the task switch is scheduling's" \
     || fail "scheduling row: $(row "scheduling: tasks, executors, dispatch")"
-[ "$(row "delivery: fan-out, inboxes, streams")" = "10 10.0% 0.0 0.0 0.00" ] && pass "a closure belongs to its type's stage" \
+[ "$(row "delivery: fan-out, inboxes, streams")" = "10 9.1% 0.0 0.0 0.00" ] && pass "a closure belongs to its type's stage" \
     || fail "delivery row: $(row "delivery: fan-out, inboxes, streams")"
-[ "$(row "all")" = "100 100.0% 0.3 0.3 0.00" ] && pass "the stages add up to the whole" || fail "all row: $(row "all")"
+[ "$(row "all")" = "110 100.0% 0.3 0.3 0.00" ] && pass "the stages add up to the whole" || fail "all row: $(row "all")"
 echo "$table" | head -1 | grep -q "10 messages in the window, 2.00 stream writes each" && pass "messages and stream writes from the load's report" \
     || fail "first line: $(echo "$table" | head -1)"
 echo 0 >"$WORK/messages.txt"

@@ -1100,7 +1100,11 @@ public final class SQLiteChatStore: ChatStore {
 
     public func commit(_ appends: [AppendRequest]) async throws -> [AppendOutcome] {
         guard !appends.isEmpty else { return [] }
-        return try await write { db in try Self.commit(appends, db: db) }
+        do {
+            return try await pool.writeWithoutTransaction { db in try Self.commitInTransaction(appends, db: db) }
+        } catch {
+            throw Self.writeFailure(error)
+        }
     }
 
     /// The commit on the calling thread (GRDB runs a write on the thread that asks when no other
@@ -1109,11 +1113,15 @@ public final class SQLiteChatStore: ChatStore {
         { [pool] appends in
             guard !appends.isEmpty else { return [] }
             do {
-                return try pool.write { db in try Self.commit(appends, db: db) }
+                return try pool.writeWithoutTransaction { db in try Self.commitInTransaction(appends, db: db) }
             } catch {
                 throw Self.writeFailure(error)
             }
         }
+    }
+
+    private static func commitInTransaction(_ appends: [AppendRequest], db: Database) throws -> [AppendOutcome] {
+        try db.immediateTransaction { try commit(appends, db: db) }
     }
 
     private static func commit(_ appends: [AppendRequest], db: Database) throws -> [AppendOutcome] {

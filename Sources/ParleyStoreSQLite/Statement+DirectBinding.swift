@@ -73,6 +73,25 @@ extension Statement {
     }
 }
 
+extension Database {
+    /// Runs `body` in an IMMEDIATE transaction begun and committed through cached statements, and
+    /// rolls it back if `body` or the commit throws. GRDB's `write` parses and prepares `BEGIN` and
+    /// `COMMIT` anew for every transaction: with one message per commit, cached statements took a
+    /// message from 330 calls of malloc to 310 and from 1,002,000 instructions to 976,000
+    /// (`Scripts/bench-instructions`).
+    func immediateTransaction<T>(_ body: () throws -> T) throws -> T {
+        try cachedStatement(sql: "BEGIN IMMEDIATE").run(in: self)
+        do {
+            let result = try body()
+            try cachedStatement(sql: "COMMIT").run(in: self)
+            return result
+        } catch {
+            try? rollback()  // GRDB's: rolls back only a transaction SQLite has not already ended
+            throw error
+        }
+    }
+}
+
 /// The columns of a row that `runForOneRow` or `runForEachRow` hands over.
 enum SQLiteColumn {
     static func int64(_ statement: OpaquePointer, _ index: Int32) -> Int64 { sqlite3_column_int64(statement, index) }

@@ -59,6 +59,32 @@ import Testing
         #expect(try blockingCommit([]).isEmpty)
     }
 
+    /// A commit that fails part-way (here a trigger refuses its second message) stores none of its
+    /// messages and leaves no transaction open: the next commit, on either path, stores its own
+    /// from seq 1.
+    @Test func aCommitThatFailsPartWayStoresNothingAndTheNextOneCommits() async throws {
+        let path = Scratch.path("parley-rollback", suffix: ".sqlite")
+        let store = try SQLiteChatStore(path: path)
+        try await store.migrate()
+        let blockingCommit = try #require(store.blockingCommit)
+        let record = Self.conversation()
+        try await store.createConversation(record)
+        let epoch = try await store.acquireOwnership(of: record.id)
+        let outside = try DatabaseQueue(path: path)
+        try await outside.write { db in
+            try db.execute(sql: "CREATE TRIGGER refuse_boom BEFORE INSERT ON message_log WHEN NEW.text = 'boom' BEGIN SELECT RAISE(ABORT, 'boom refused'); END")
+        }
+        try outside.close()
+        let refused = [Self.append(record.id, epoch, "m1"), Self.append(record.id, epoch, "boom")]
+        #expect(throws: ChatStoreError.self) { try blockingCommit(refused) }
+        await #expect(throws: ChatStoreError.self) { try await store.commit(refused) }
+        #expect(try await store.messages(in: record.id, after: 0, limit: 10).isEmpty)
+        #expect(try await store.conversation(record.id)?.lastSeq == 0)
+        #expect(try blockingCommit([Self.append(record.id, epoch, "m2")]).map(\.message?.seq) == [1])
+        #expect(try await store.commit([Self.append(record.id, epoch, "m3")]).map(\.message?.seq) == [2])
+        #expect(try await store.messages(in: record.id, after: 0, limit: 10).map(\.text) == ["m2", "m3"])
+    }
+
     /// Messages stored under schema v3 (clustered by conversation and seq, idempotency unique on
     /// conversation then clientMessageId) are all there after v4 rebuilt the table, v5 moved them
     /// into the message log and v6 indexed them by blocks of 64: read forwards, backwards and as the
