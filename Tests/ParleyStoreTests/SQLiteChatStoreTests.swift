@@ -13,6 +13,15 @@ import Testing
             members: members.map { ConversationMember(userId: $0, role: .member) })
     }
 
+    /// Another process's connection to the store's file (an operator's tool), which waits for the
+    /// write lock as any writer must: the store's background checkpoint holds it for each pass
+    /// after a write, and a connection without a busy timeout that meets a pass fails at once.
+    static func outsideConnection(_ path: String) throws -> DatabaseQueue {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        return try DatabaseQueue(path: path, configuration: configuration)
+    }
+
     static func append(_ id: ConversationID, _ epoch: Int64, _ text: String) -> AppendRequest {
         AppendRequest(conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: text, sentAt: Date())
     }
@@ -70,7 +79,7 @@ import Testing
         let record = Self.conversation()
         try await store.createConversation(record)
         let epoch = try await store.acquireOwnership(of: record.id)
-        let outside = try DatabaseQueue(path: path)
+        let outside = try Self.outsideConnection(path)
         try await outside.write { db in
             try db.execute(sql: "CREATE TRIGGER refuse_boom BEFORE INSERT ON message_log WHEN NEW.text = 'boom' BEGIN SELECT RAISE(ABORT, 'boom refused'); END")
         }
@@ -102,7 +111,7 @@ import Testing
         let old = ([(a.id, 1), (b.id, 1), (a.id, 2), (a.id, 3), (b.id, 2)] + (1...130).map { (c.id, $0) }).map { id, seq in
             (id: id, seq: Int64(seq), cmid: UUID().uuidString.lowercased(), text: "old \(id == a.id ? "a" : id == b.id ? "b" : "c")\(seq)")
         }
-        let database = try DatabaseQueue(path: path)
+        let database = try Self.outsideConnection(path)
         try await database.write { db in
             for row in old {
                 try db.execute(
@@ -139,7 +148,7 @@ import Testing
         #expect(try await store.messages(in: c.id, after: 0, limit: 1_000).map(\.text) == textsC)
         #expect(try await store.messages(in: c.id, after: 60, limit: 10).map(\.text) == Array(textsC[60..<70]))
         #expect(try await store.messages(in: c.id, before: 129, limit: 3).map(\.text) == ["old c126", "old c127", "old c128"])
-        let database6 = try DatabaseQueue(path: path)
+        let database6 = try Self.outsideConnection(path)
         let blocks = try await database6.read { db in
             try Int64.fetchAll(db, sql: "SELECT block FROM message_blocks WHERE conversation_id = ? ORDER BY block", arguments: [c.id.rawValue])
         }
@@ -165,7 +174,7 @@ import Testing
         let named = User(id: .make(), handle: "named", displayName: "Zed Quux", createdAt: Date())
         try await store.createUser(StoredUser(user: named, passwordHash: "h1"))
         let photo = try await ChatStoreContract.pictureAndMessage(of: named.id, to: user, in: store)
-        let database = try DatabaseQueue(path: path)
+        let database = try Self.outsideConnection(path)
         try await database.write { db in
             try db.execute(sql: "DROP TABLE message_search; DELETE FROM grdb_migrations WHERE identifier LIKE 'v25:%';")
             try db.execute(sql: """
@@ -281,7 +290,7 @@ import Testing
         try await checkReads(store, expected)
         // A block entry missing (none is, but a read must not depend on it): the walk starts higher.
         let (first, _) = conversations[0]
-        let database = try DatabaseQueue(path: store.path)
+        let database = try Self.outsideConnection(store.path)
         try await database.write { db in
             try db.execute(sql: "DELETE FROM message_blocks WHERE conversation_id = ? AND block = 0", arguments: [first.rawValue])
         }
@@ -317,7 +326,7 @@ import Testing
         try await store.createConversation(record)
         let epoch = try await store.acquireOwnership(of: record.id)
         _ = try await store.commit((1...63).map { Self.append(record.id, epoch, "m\($0)") })
-        let database = try DatabaseQueue(path: store.path)
+        let database = try Self.outsideConnection(store.path)
         let blocks = { @Sendable in
             try await database.read { db in
                 try Row.fetchAll(
@@ -340,7 +349,7 @@ import Testing
         let store = try await makeSQLiteStore()
         let record = Self.conversation()
         try await store.createConversation(record)
-        let database = try DatabaseQueue(path: store.path)
+        let database = try Self.outsideConnection(store.path)
         try await database.write { db in
             try db.execute(sql: "UPDATE members SET delivered_seq = 'many' WHERE conversation_id = ?", arguments: [record.id.rawValue])
         }
