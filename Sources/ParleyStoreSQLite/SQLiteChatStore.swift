@@ -1185,10 +1185,10 @@ public final class SQLiteChatStore: ChatStore {
             // The message's row ID, before any other insert takes the connection's last one.
             let row = db.lastInsertedRowID
             heads[conversation] = (current.epoch, seq, sentAt, row)
-            try search.execute(arguments: [
-                row, SearchRows.indexable(text: append.text, attachments: append.attachments),
-                SearchRows.scopeToken(append.conversationId),
-            ])
+            search.bind(row, at: 1)
+            search.bind(SearchRows.indexable(text: append.text, attachments: append.attachments), at: 2)
+            search.bind(SearchRows.scopeToken(append.conversationId), at: 3)
+            try search.run(in: db)
             if let completed = MessageBlocks.completedBlock(bySeq: seq) {
                 block.bind(conversation, at: 1)
                 block.bind(completed, at: 2)
@@ -1196,7 +1196,12 @@ public final class SQLiteChatStore: ChatStore {
                 try block.run(in: db)
             }
             for user in append.mentions ?? [] {
-                try mention.execute(arguments: [user.rawValue, sentAt, seq, conversation, append.clientMessageId])
+                mention.bind(user.rawValue, at: 1)
+                mention.bind(sentAt, at: 2)
+                mention.bind(seq, at: 3)
+                mention.bind(conversation, at: 4)
+                mention.bind(append.clientMessageId, at: 5)
+                try mention.run(in: db)
             }
             ownReceipts[conversation, default: [:]][append.senderId.rawValue] = seq
             outcomes.append(.appended(append.message(seq: seq, sentAt: sentAt)))
