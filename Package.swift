@@ -147,6 +147,10 @@ let package = Package(
             name: "ParleyClient",
             dependencies: [
                 "ParleyModel",
+                "ParleyHTTP2Client",
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -90,14 +90,16 @@ public final class ParleyClient: Sendable {
         http.timeout = .init(connect: TimeAmount(configuration.connectTimeout), read: .seconds(40))
         http.httpVersion = .automatic
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
-        self.sendStream = SendStream(http: self.http, logger: logger)
+        self.sendStream = SendStream(
+            tls: Self.tls(trusting: configuration.caCertificatePath), connectTimeout: TimeAmount(configuration.connectTimeout), userAgent: configuration.userAgent,
+            logger: logger)
         self.configuration = configuration
         self.state = Mutex(State(token: token))
         self.logger = logger
     }
 
     public func shutdown() async throws {
-        sendStream.close()
+        await sendStream.close()
         try await http.shutdown()
     }
 

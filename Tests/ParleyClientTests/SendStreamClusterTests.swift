@@ -48,4 +48,40 @@ import Glibc
         let held = try await bob.messages(in: conversation, after: 0)
         #expect(held.map(\.text) == ["before the hang", "while it hangs"], "stored once each, in order")
     }
+
+    /// The gateway ends a send stream whose body is still open (the token it was opened with was
+    /// revoked: the next line is answered `401` and the stream ends, then reset with NO_ERROR, as
+    /// RFC 9113 section 8.1 allows). Each such send gets its answer, the client goes on — a new
+    /// login's sends go on a new stream — and nothing else fails. Repeated: the reset can come in
+    /// the same read as the response's end, or after.
+    @Test(.timeLimit(.minutes(2))) func aSendStreamTheGatewayEndsWhileItsBodyIsOpenFailsOnlyItsSend() async throws {
+        let cluster = try LocalCluster.start(workers: 1, gateways: 1)
+        defer { cluster.down() }
+        let handle = "alice\(UInt16.random(in: 1000...9999))"
+        let alice = try cluster.client()
+        defer { Task { try? await alice.shutdown() } }
+        _ = try await alice.register(handle: handle, password: "correct horse battery", displayName: "Alice")
+        let (bob, bobUser) = try await cluster.user("bob")
+        defer { Task { try? await bob.shutdown() } }
+        let conversation = try await alice.createConversation(with: [bobUser.id]).id
+
+        var sent: [String] = []
+        for round in 1...5 {
+            let text = "round \(round)"
+            _ = try await alice.send(text, to: conversation)
+            sent.append(text)
+            // The same session, revoked from elsewhere: alice's open stream still has its token.
+            let elsewhere = try cluster.client(token: alice.token)
+            try await elsewhere.logout()
+            try? await elsewhere.shutdown()
+            let refused = await #expect(throws: ParleyError.self) { _ = try await alice.send("after the logout", to: conversation) }
+            #expect(refused?.status == 401, "\(String(describing: refused))")
+            _ = try await alice.login(handle: handle, password: "correct horse battery")
+        }
+        _ = try await alice.send("last", to: conversation)
+        sent.append("last")
+        #expect(alice.sendStream.answered.load(ordering: .relaxed) == sent.count * 2 - 1, "every send went on a send stream, the refused ones too")
+        let held = try await history(of: conversation, with: bob)
+        #expect(held.map(\.text) == sent, "the sends after each logout were refused, the others stored once, in order")
+    }
 }

@@ -66,7 +66,7 @@ extension Gateway {
     private enum SendStreamAnswer {
         /// Answered; the next line follows.
         case next([UInt8])
-        /// Answered, and the stream ends (the token is no longer valid, a line is too long).
+        /// Answered, and the stream ends (the token is refused, a line is too long).
         case end([UInt8])
     }
 
@@ -89,7 +89,11 @@ extension Gateway {
         do {
             caller = try await self.caller(token: token)
         } catch {
-            return .end(Self.answerLine(APIError.from(error), to: command))
+            // A token refused ends the stream; a lookup that failed (the user's actor moving, the
+            // store failing over) is answered as the request would be, and the next line tries again.
+            let apiError = APIError.from(error)
+            let refused = apiError.status == .unauthorized || apiError.status == .forbidden
+            return refused ? .end(Self.answerLine(apiError, to: command)) : .next(Self.answerLine(apiError, to: command))
         }
         do {
             guard ClientInput.isPlausibleID(command.conversationId.rawValue) else { throw APIError.notFound("conversation not found") }
