@@ -53,6 +53,7 @@ let package = Package(
             dependencies: [
                 "ParleyModel",
                 "ParleyStore",
+                "CSQLiteSettings",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -203,6 +204,8 @@ let package = Package(
         .target(name: "CLibFuzzer"),
         // libvips for thumbnails, loaded when first used (Debian: libvips42).
         .target(name: "CVips"),
+        // SQLite's process-wide settings (sqlite3_config is variadic).
+        .target(name: "CSQLiteSettings", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(name: "ParleyImaging", dependencies: ["CVips"], swiftSettings: upcoming),
         .target(
             name: "ParleyWebClient", dependencies: ["ParleyMedia", .product(name: "Crypto", package: "swift-crypto")],
@@ -331,6 +334,7 @@ let package = Package(
             dependencies: [
                 "ParleyModel", "ParleyStore", "ParleyStoreSQLite", "ParleyStorePostgres", "ParleyTestKit", "ParleyMedia",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),

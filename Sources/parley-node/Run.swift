@@ -11,6 +11,7 @@ import ParleyModel
 import ParleyCluster
 import ParleyStore
 import ParleyStorePostgres
+import ParleyStoreSQLite
 import ParleyTransport
 import Prometheus
 import ServiceLifecycle
@@ -223,6 +224,8 @@ struct Run: AsyncParsableCommand {
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         var logger = Logger(label: "parley.node")
         logger[metadataKey: "node.id"] = "\(config.cluster.name)"
+        // Before any database opens (SQLite's process-wide settings).
+        if !SQLiteChatStore.turnOffMemoryStatistics() { logger.warning("SQLite's memory statistics could not be turned off: SQLite was already in use") }
         logger.info("event loops", metadata: ["loops": "\(NIOSingletons.groupLoopCountSuggestion)"])
 
         let tls: ClusterTLS

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import ParleyModel
 import ParleyStore
 import ParleyStoreSQLite
@@ -24,6 +25,24 @@ import Testing
 
     static func append(_ id: ConversationID, _ epoch: Int64, _ text: String) -> AppendRequest {
         AppendRequest(conversationId: id, epoch: epoch, senderId: "u_a", clientMessageId: UUID().uuidString.lowercased(), text: text, sentAt: Date())
+    }
+
+    /// In a process of its own (the setting is process-wide, and this one's other tests use SQLite
+    /// on other threads): turned off before the first database opens, SQLite keeps no memory
+    /// statistics while the store writes — `sqlite3_memory_used` stays 0, which with them on
+    /// counts every allocation.
+    @Test func memoryStatisticsTurnedOffAtStartStayOffWhileTheStoreWrites() async {
+        await #expect(processExitsWith: .success) {
+            guard SQLiteChatStore.turnOffMemoryStatistics() else { exit(2) }
+            let path = Scratch.path("parley-memstatus", suffix: ".sqlite")
+            let store = try SQLiteChatStore(path: path)
+            try await store.migrate()
+            let record = Self.conversation()
+            try await store.createConversation(record)
+            let epoch = try await store.acquireOwnership(of: record.id)
+            _ = try await store.commit((1...5).map { Self.append(record.id, epoch, "m\($0)") })
+            exit(sqlite3_memory_used() == 0 ? 0 : 3)
+        }
     }
 
     @Test func committedMessagesSurviveReopeningTheFile() async throws {
