@@ -51,19 +51,19 @@ public final class SQLiteChatStore: ChatStore {
     private let logger: Logger
     private let checkpointer: BackgroundCheckpointer?
 
-    /// Opens (creating if needed) the database at `path`. Several processes may do this at once:
-    /// switching a new file to WAL can fail with SQLITE_BUSY while another process opens it, so the
-    /// open is retried (50 × 20 ms).
     /// Turns off SQLite's memory statistics for the process: with them on (SQLite's default),
     /// every SQLite allocation and free takes a process-wide mutex to keep counts nothing here
-    /// reads — 94 of each per message at 1,000 msg/s on one node, whose mutex calls and counting
-    /// cost 16,000 instructions per message (callgrind). Process-wide and not thread-safe: a
-    /// program calls it once at start, before anything opens a database; false when SQLite was
-    /// already in use (the setting is then unchanged).
+    /// reads — about 94 of each per message at one message per commit, whose mutex calls and
+    /// counting cost 30,000 of a message's 979,000 instructions (callgrind, one node). Process-wide
+    /// and not thread-safe: a program calls it once at start, before anything opens a database;
+    /// false when SQLite was already in use (the setting is then unchanged).
     public static func turnOffMemoryStatistics() -> Bool {
         parley_sqlite_turn_off_memory_statistics() == 0  // SQLITE_OK
     }
 
+    /// Opens (creating if needed) the database at `path`. Several processes may do this at once:
+    /// switching a new file to WAL can fail with SQLITE_BUSY while another process opens it, so the
+    /// open is retried (50 × 20 ms).
     public init(path: String, settings: Settings = Settings(), logger: Logger = Logger(label: "parley.store.sqlite")) throws {
         self.path = path
         self.logger = logger
