@@ -233,9 +233,12 @@ final class SendStream: Sendable {
 
     /// Answer lines: each goes to the send waiting longest. A refusal's body is kept.
     private func received(_ bytes: ByteBuffer, on generation: Int) {
-        guard var open = state.value.streams[generation] else { return }
+        // Taken out of the table while it changes, so that its lines' buffer and its waiting sends
+        // are not copied for every piece read (the table would still share them).
+        guard var open = state.value.streams.removeValue(forKey: generation) else { return }
         guard open.status == 200 else {
-            if open.refusal.readableBytes < 64 * 1024 { state.value.streams[generation]?.refusal.writeImmutableBuffer(bytes) }
+            if open.refusal.readableBytes < 64 * 1024 { open.refusal.writeImmutableBuffer(bytes) }
+            state.value.streams[generation] = open
             return
         }
         open.answers.append(bytes.readableBytesView)

@@ -1,6 +1,7 @@
 import CSQLiteSettings
 import Foundation
 import GRDB
+import GRDBSQLite
 import Logging
 import ParleyModel
 import ParleyStore
@@ -58,7 +59,7 @@ public final class SQLiteChatStore: ChatStore {
     /// and not thread-safe: a program calls it once at start, before anything opens a database;
     /// false when SQLite was already in use (the setting is then unchanged).
     public static func turnOffMemoryStatistics() -> Bool {
-        parley_sqlite_turn_off_memory_statistics() == 0  // SQLITE_OK
+        parley_sqlite_turn_off_memory_statistics() == SQLITE_OK
     }
 
     /// Opens (creating if needed) the database at `path`. Several processes may do this at once:

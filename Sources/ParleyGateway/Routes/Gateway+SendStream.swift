@@ -92,8 +92,8 @@ extension Gateway {
             // A token refused ends the stream; a lookup that failed (the user's actor moving, the
             // store failing over) is answered as the request would be, and the next line tries again.
             let apiError = APIError.from(error)
-            let refused = apiError.status == .unauthorized || apiError.status == .forbidden
-            return refused ? .end(Self.answerLine(apiError, to: command)) : .next(Self.answerLine(apiError, to: command))
+            let line = Self.answerLine(apiError, to: command)
+            return apiError.status == .unauthorized || apiError.status == .forbidden ? .end(line) : .next(line)
         }
         do {
             guard ClientInput.isPlausibleID(command.conversationId.rawValue) else { throw APIError.notFound("conversation not found") }
