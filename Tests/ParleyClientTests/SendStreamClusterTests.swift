@@ -84,4 +84,38 @@ import Glibc
         let held = try await history(of: conversation, with: bob)
         #expect(held.map(\.text) == sent, "the sends after each logout were refused, the others stored once, in order")
     }
+
+    /// Many sends at once from one client share its send stream: each gets its own answer (the
+    /// message with its own `clientMessageId` and text), whatever order the lines and the answers
+    /// take, and each is stored once.
+    @Test(.timeLimit(.minutes(2))) func sendsAtOnceOnOneStreamEachGetTheirOwnAnswer() async throws {
+        let cluster = try LocalCluster.start(workers: 1, gateways: 1)
+        defer { cluster.down() }
+        let (alice, _) = try await cluster.user("alice")
+        defer { Task { try? await alice.shutdown() } }
+        let (bob, bobUser) = try await cluster.user("bob")
+        defer { Task { try? await bob.shutdown() } }
+        let (carol, carolUser) = try await cluster.user("carol")
+        defer { Task { try? await carol.shutdown() } }
+        let conversations = [try await alice.createConversation(with: [bobUser.id]).id, try await alice.createConversation(with: [carolUser.id]).id]
+
+        let count = 40
+        let sent = try await withThrowingTaskGroup(of: (text: String, clientMessageId: String, message: Message).self) { group in
+            for index in 0..<count {
+                group.addTask {
+                    let clientMessageId = ClientMessageID.make()
+                    let text = "at once \(index)"
+                    return (text, clientMessageId, try await alice.send(text, to: conversations[index % 2], clientMessageId: clientMessageId))
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        for (text, clientMessageId, message) in sent {
+            #expect(message.clientMessageId == clientMessageId && message.text == text, "\(text): answered with \(message.text)")
+        }
+        // At least: a line past the send rate is answered 429 on the stream and sent again.
+        #expect(alice.sendStream.answered.load(ordering: .relaxed) >= count, "every send went on the send stream")
+        let held = try await history(of: conversations[0], with: bob) + history(of: conversations[1], with: carol)
+        #expect(held.map(\.text).sorted() == sent.map(\.text).sorted(), "each stored once")
+    }
 }
