@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import ssl
+import struct
 import uuid
 import sys
 import tempfile
@@ -134,6 +135,72 @@ def audit(driver, view):
     check(not serious, f"axe finds nothing serious or critical in {view}", serious)
 
 
+def metric(gateway, series):
+    """The sum of `series` on `gateway`'s /metrics (0 when absent)."""
+    conn = http.client.HTTPConnection("127.0.0.1", nodes.ops[gateway], timeout=5)
+    conn.request("GET", "/metrics")
+    lines = conn.getresponse().read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(series + " ") or line.startswith(series + "{"))
+
+
+def requests_on(gateway, method, route_end):
+    """Requests `gateway` counted (its /metrics) with this method and a route ending in `route_end`."""
+    conn = http.client.HTTPConnection("127.0.0.1", nodes.ops[gateway], timeout=5)
+    conn.request("GET", "/metrics")
+    total = 0.0
+    for line in conn.getresponse().read().decode().splitlines():
+        if line.startswith("hb_requests{") and f'="{method}"' in line and f'{route_end}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def send_socket_protocol(token, context):
+    """The send socket frame by frame, from a client that is neither the browser nor Parley's (h2)."""
+    from h2_websocket import BINARY, PING, PONG, TEXT, H2WebSocket, frame
+    port = nodes.client["gateway-1"]
+    _, listing = call("GET", port, "/v1/conversations", token=token, context=context)
+    direct = next(c["id"] for c in listing["conversations"] if c["kind"] == "direct")
+
+    socket = H2WebSocket(port)
+    check(socket.connect_protocol and socket.status == 200, "the gateway offers extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL) and accepts the WebSocket",
+          (socket.connect_protocol, socket.status))
+    socket.send_text(json.dumps({"token": token}))
+    hello = socket.receive()
+    check(hello is not None and hello[0] == TEXT and json.loads(hello[1])["status"] == 200, "its first message, the token, is answered 200", hello)
+    key = str(uuid.uuid4())
+    command = {"type": "message", "conversationId": direct, "clientMessageId": key, "text": "over the socket", "id": "m1"}
+    socket.send_text(json.dumps(command))
+    socket.send(frame(PING, b"are you there"))
+    socket.send_text(json.dumps(command | {"id": "m2"}))
+    socket.send_text(json.dumps({"type": "typing", "conversationId": direct, "typing": False, "id": "t1"}))
+    answers = [socket.receive() for _ in range(4)]
+    parsed = [json.loads(a[1]) if a and a[0] == TEXT else a for a in answers]
+    check([p["id"] if isinstance(p, dict) else p for p in parsed] == ["m1", (PONG, b"are you there"), "m2", "t1"],
+          "each command is answered in order, the ping with a pong", parsed)
+    first, again = parsed[0], parsed[2]
+    check(first["status"] == 201 and again["status"] == 200 and first["message"]["seq"] == again["message"]["seq"] and parsed[3]["status"] == 204,
+          "a message is committed once (201), its clientMessageId again answers the same message (200), typing 204", (first, again, parsed[3]))
+    socket.send(frame(BINARY, b"\x00\x01"))
+    check(socket.close_code() == 1003 and socket.ended, "a binary message is answered with close 1003, and the stream ends")
+    socket.close()
+
+    for name, payload, expected_answer, code in [
+        ("a refused token", frame(TEXT, json.dumps({"token": "not-a-token"}).encode()), 401, 1008),
+        ("a first message that is not a token", frame(TEXT, json.dumps(command).encode()), 401, 1008),
+        ("an unmasked frame (RFC 6455 section 5.1)", frame(TEXT, json.dumps({"token": token}).encode(), masked=False), None, 1002),
+        ("a message over the 64 KiB body limit", frame(TEXT, b"x" * (65 * 1024)), None, 1009),
+    ]:
+        socket = H2WebSocket(port)
+        socket.send(payload)
+        first = socket.receive()
+        answered = json.loads(first[1])["status"] if first and first[0] == TEXT else None
+        code_seen = socket.close_code() if answered is not None else (struct.unpack("!H", first[1][:2])[0] if first and len(first[1]) >= 2 else None)
+        check(answered == expected_answer and code_seen == code, f"{name}: answered {expected_answer or 'nothing'}, then close {code}", (answered, code_seen))
+        socket.close()
+    _, history = call("GET", port, f"/v1/conversations/{direct}/messages?limit=50", token=token, context=context)
+    check(sum(1 for m in history["messages"] if m["clientMessageId"] == key) == 1, "the history holds the socket's message once")
+
+
 def main():
     if not nodes.start_all(ENV, check, "2 workers and 2 gateways are ready"):
         return
@@ -177,6 +244,14 @@ def main():
     check(wait_until(15, lambda: [t for t, _ in texts(alice)] == ["hello Bob", "hi Alice"]), "Bob's answer arrives on Alice's page", texts(alice))
     shot(alice, "conversation")
     audit(alice, "the conversation view")
+
+    print("the send socket")
+    sockets = {g: metric(g, "parley_gateway_send_sockets_opened") for g in ["gateway-1", "gateway-2"]}
+    check(all(count >= 1 for count in sockets.values()),
+          "each page opened its send socket: a WebSocket on its HTTP/2 connection (CONNECT /v1/sends, RFC 8441)", sockets)
+    by_request = {g: sum(requests_on(g, "POST", f"/{kind}") for kind in ["messages", "receipts", "typing"]) for g in ["gateway-1", "gateway-2"]}
+    check(by_request == {"gateway-1": 0, "gateway-2": 0}, "and sent its messages, receipts and typing on it, none by request", by_request)
+    send_socket_protocol(alice.execute_script("return localStorage.getItem('parley.token')"), context)
 
     print("offline")
     offline(bob, True)

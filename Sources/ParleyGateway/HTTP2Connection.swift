@@ -212,6 +212,8 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         // stream's window never needs topping up.
         HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
         HTTP2Setting(parameter: .maxHeaderListSize, value: 80 * 1024),
+        // Extended CONNECT (RFC 8441): a browser's WebSocket to `/v1/sends` rides this connection.
+        HTTP2Setting(parameter: .enableConnectProtocol, value: 1),
     ]
 
     static func configure(_ channel: any Channel, responder: HTTP2Responder) throws {
@@ -644,6 +646,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
         var scheme: String?
         var authority: String?
         var path: String?
+        var extendedConnectProtocol: String?
         var fields = HTTPFields()
         fields.reserveCapacity(headers.count)
         for (name, value, _) in headers {
@@ -654,6 +657,7 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
                 case ":scheme" where scheme == nil: scheme = value
                 case ":authority" where authority == nil: authority = value
                 case ":path" where path == nil: path = value
+                case ":protocol" where extendedConnectProtocol == nil: extendedConnectProtocol = value
                 default: return nil
                 }
             } else {
@@ -662,7 +666,12 @@ final class HTTP2Connection: ChannelInboundHandler, RemovableChannelHandler, Loo
             }
         }
         guard let method, path != nil || method == .connect else { return nil }
-        return HTTPRequest(method: method, scheme: scheme, authority: authority, path: path, headerFields: fields)
+        var request = HTTPRequest(method: method, scheme: scheme, authority: authority, path: path, headerFields: fields)
+        if let extendedConnectProtocol {
+            // NIOHTTP2 lets `:protocol` through only on a CONNECT (RFC 8441 section 4).
+            request.extendedConnectProtocol = extendedConnectProtocol
+        }
+        return request
     }
 
     /// Fields HTTP/2 does not carry (RFC 9113 §8.2.2).

@@ -90,7 +90,7 @@ final class RequestMetricsCache: Sendable {
     }
 
     /// The methods counted under their own name.
-    static let methods: Set<HTTPRequest.Method> = [.get, .head, .post, .put, .patch, .delete, .options]
+    static let methods: Set<HTTPRequest.Method> = [.get, .head, .post, .put, .patch, .delete, .options, .connect]
     static let otherMethod = HTTPRequest.Method("other")!
 
     /// The label a request's method is counted under.

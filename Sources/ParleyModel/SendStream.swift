@@ -96,6 +96,18 @@ extension API {
         }
     }
 
+    /// The first message on the send stream's WebSocket (`CONNECT /v1/sends`, RFC 8441): a
+    /// browser cannot give a WebSocket an `Authorization` header, and a token in the URL would be
+    /// written to logs, so the token comes as the socket's first message. Answered `200` (or the
+    /// error, and the socket closes); every later message is a ``StreamedCommand``.
+    public struct SendStreamHello: Codable, Sendable {
+        public var token: String
+
+        public init(token: String) {
+            self.token = token
+        }
+    }
+
     /// One line of `POST /v1/sends`' response: the answer to one line of its body, with the
     /// status and body the REST route would have answered.
     public struct StreamedAnswer: Codable, Sendable {

@@ -50,11 +50,14 @@ public enum WebClient {
     }()
 
     /// What the page may do: its own scripts and styles only (no inline code, nothing from
-    /// elsewhere), requests to its own gateway and to `origins` (the other gateways), images from
-    /// it or from blobs it made (photos are fetched with the token and shown from a blob), never
-    /// framed.
+    /// elsewhere), requests and send sockets to its own gateway and to `origins` (the other
+    /// gateways), images from it or from blobs it made (photos are fetched with the token and
+    /// shown from a blob), never framed.
     public static func contentSecurityPolicy(connectingTo origins: [String]) -> String {
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src "
-            + (["'self'"] + origins).joined(separator: " ") + "; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        // `'self'` covers the page's own `wss:`, but Chromium does not let `https://host` cover
+        // `wss://host` (it blocked the socket to another gateway), so each is listed both ways.
+        let sockets = origins.compactMap { $0.hasPrefix("https://") ? "wss://" + $0.dropFirst("https://".count) : nil }
+        return "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src "
+            + (["'self'"] + origins + sockets).joined(separator: " ") + "; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     }
 }

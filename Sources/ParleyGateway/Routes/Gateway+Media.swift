@@ -41,12 +41,14 @@ public struct MediaSettings: Sendable {
 }
 
 extension Gateway {
-    /// `POST /v1/media` and `POST /v1/sends` are read as they arrive (``HTTP2Responder/streamsBody``),
-    /// never whole.
+    /// `POST /v1/media` and the send stream (`POST /v1/sends`, or its WebSocket: `CONNECT`) are
+    /// read as they arrive (``HTTP2Responder/streamsBody``), never whole.
     static func streamsBody(_ request: HTTPRequest) -> HTTP2Responder.StreamedBody? {
-        guard request.method == .post, let path = request.path else { return nil }
+        guard let path = request.path else { return nil }
+        // The WebSocket's route keeps its own deadline for the first message (its token).
+        if path == Self.sendStreamPath && (request.method == .post || request.method == .connect) { return .open }
+        guard request.method == .post else { return nil }
         if path == "/v1/media" || path.hasPrefix("/v1/media?") { return .timed }
-        if path == Self.sendStreamPath { return .open }
         return nil
     }
 

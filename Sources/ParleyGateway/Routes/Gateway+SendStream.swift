@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import Metrics
 import NIOCore
 import ParleyChat
 import ParleyCluster
@@ -9,6 +10,8 @@ import ParleyModel
 
 extension Gateway {
     static let sendStreamPath = "/v1/sends"
+    /// WebSockets whose token was accepted (the count of requests has them only once they end).
+    static let sendSocketsOpened = Counter(label: "parley.gateway.send_sockets_opened")
 
     /// `POST /v1/sends`: the send stream. One long-lived request on an HTTP/2 connection whose
     /// body is JSON lines (``API/StreamedCommand``: a message, receipts or typing), each answered
@@ -20,6 +23,10 @@ extension Gateway {
     func addSendStreamRoutes(to v1: RouterGroup<GatewayContext>) {
         // Each line is counted against its own limit (sends, or writes), not the request.
         v1.authenticated(by: self, writes: .ownLimit).post("sends") { request, context in try await self.sendStream(request, context) }
+        // The same stream as a WebSocket over HTTP/2 (RFC 8441), for browsers: a `fetch` streams
+        // a request body only half-duplex (no answer is read before the body ends). Its token is
+        // its first message, so the route itself is not behind the authenticator.
+        v1.on("sends", method: .connect) { request, context in try await self.webSocketSendStream(request, context) }
     }
 
     private func sendStream(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
@@ -28,10 +35,7 @@ extension Gateway {
         }
         let caller = context.caller
         let token = try Self.bearerToken(of: request)
-        guard sendStreamsOpen.reserve(1, for: caller.id, within: Int64(configuration.streamsPerUserMax)) else {
-            throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) send streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
-        }
-        let reservation = UserTally.Reservation(sendStreamsOpen, 1, for: caller.id)
+        let reservation = try reserveSendStream(for: caller)
         let lineLimit = configuration.bodyLimitBytes
         let body = ResponseBody { [self] writer in
             var lines = JSONLines(limit: lineLimit)
@@ -61,6 +65,101 @@ extension Gateway {
             withExtendedLifetime(reservation) {}
         }
         return Response(status: .ok, headers: [.contentType: "application/x-ndjson", .cacheControl: "no-cache"], body: body)
+    }
+
+    private func reserveSendStream(for caller: Caller) throws -> UserTally.Reservation {
+        guard sendStreamsOpen.reserve(1, for: caller.id, within: Int64(configuration.streamsPerUserMax)) else {
+            throw APIError(.tooManyRequests, "too_many_streams", "at most \(configuration.streamsPerUserMax) send streams per user are open at once on this gateway; close one first", retryable: true, retryAfterSeconds: 5)
+        }
+        return UserTally.Reservation(sendStreamsOpen, 1, for: caller.id)
+    }
+
+    /// `CONNECT /v1/sends` with `:protocol websocket`: the send stream as a WebSocket. Its first
+    /// text message is ``API/SendStreamHello`` (the token), answered `{"status":200}`; then each
+    /// text message is one ``API/StreamedCommand``, answered by one text message, in order, as on
+    /// `POST /v1/sends`. A refused token, a message over the body limit or a frame that breaks
+    /// RFC 6455 is answered with a close frame, and the stream ends.
+    private func webSocketSendStream(_ request: Request, _ context: GatewayContext) async throws -> Response {
+        guard let sink = context.eventSink, request.head.extendedConnectProtocol == "websocket" else {
+            throw APIError(.badRequest, "websocket_required", "this is the send stream's WebSocket over HTTP/2 (RFC 8441: CONNECT with :protocol websocket); over HTTP/1.1 send with POST /v1/conversations/{id}/messages")
+        }
+        guard request.headers[.secWebSocketVersion] == "13" else {
+            throw APIError(.badRequest, "websocket_version", "Sec-WebSocket-Version: 13 is required")
+        }
+        let messageLimit = configuration.bodyLimitBytes
+        let helloTimeout = TimeAmount.nanoseconds(configuration.requestTimeout.nanoseconds)
+        let body = ResponseBody { [self] writer in
+            var messages = WebSocketMessages(limit: messageLimit, from: .client)
+            var token: String?
+            var reservation: UserTally.Reservation?
+            // A socket that has not named its user in time holds a stream of the connection for
+            // nothing: it is reset.
+            let unnamed = sink.loop.scheduleTask(in: helloTimeout) { sink.close() }
+            do {
+                reading: for try await piece in request.body {
+                    messages.append(piece.readableBytesView)
+                    while let message = messages.next() {
+                        var reply: [UInt8]
+                        var close: UInt16?
+                        switch message {
+                        case .text(let bytes):
+                            if let token {
+                                switch await self.answer(bytes, token: token) {
+                                case .next(let line): reply = WebSocketMessages.frame(.text, line.dropLast())
+                                case .end(let line):
+                                    reply = WebSocketMessages.frame(.text, line.dropLast())
+                                    close = WebSocketMessages.CloseCode.policyViolation
+                                }
+                            } else {
+                                let hello = await self.hello(bytes)
+                                reply = WebSocketMessages.frame(.text, hello.line.dropLast())
+                                if let caller = hello.caller {
+                                    unnamed.cancel()
+                                    token = caller.token
+                                    reservation = caller.reservation
+                                } else {
+                                    close = WebSocketMessages.CloseCode.policyViolation
+                                }
+                            }
+                        case .ping(let payload): reply = WebSocketMessages.frame(.pong, payload)
+                        case .pong: continue
+                        case .close(let code):
+                            reply = []
+                            close = code ?? WebSocketMessages.CloseCode.normal
+                        case .failed(let code):
+                            reply = []
+                            close = code
+                        }
+                        if let close { reply += WebSocketMessages.frame(.close, WebSocketMessages.closePayload(close)) }
+                        try await writer.write(ByteBuffer(bytes: reply))
+                        if close != nil { break reading }
+                    }
+                }
+                try await writer.finish(nil)
+            } catch {
+                // The client went (reset, closed), stopped reading, or never named itself in time.
+                logger.debug("send stream's WebSocket ended", metadata: ["error": "\(error)"])
+            }
+            unnamed.cancel()
+            withExtendedLifetime(reservation) {}
+        }
+        return Response(status: .ok, body: body)
+    }
+
+    /// The WebSocket's first message: its caller's token, checked; the stream counted against
+    /// the user's open send streams.
+    private func hello(_ bytes: ArraySlice<UInt8>) async -> (line: [UInt8], caller: (token: String, reservation: UserTally.Reservation)?) {
+        do {
+            guard let hello = try? Self.decoder.decode(API.SendStreamHello.self, from: Data(bytes)) else {
+                throw APIError.unauthorized("the first message is {\"token\": \"<token>\"}")
+            }
+            let caller = try await caller(token: hello.token)
+            let reservation = try reserveSendStream(for: caller)
+            Self.sendSocketsOpened.increment()
+            return (Self.encodedLine(API.StreamedAnswer(status: 200)), (hello.token, reservation))
+        } catch {
+            return (Self.answerLine(APIError.from(error), to: nil), nil)
+        }
     }
 
     private enum SendStreamAnswer {

@@ -18,6 +18,7 @@ export class Api {
     this.bases = [location.origin];
     this.index = 0;
     this.token = null;
+    this.sends = new SendSocket(this);
   }
 
   get base() { return this.bases[this.index]; }
@@ -66,11 +67,124 @@ export class Api {
     return json;
   }
 
+  // A message, receipts or typing in a conversation: on the send socket when the gateway offers
+  // one, else by request. Answers and throws as `request` does.
+  async command(type, conversationId, body) {
+    // Offline, a socket opened before may still look open (and DevTools' offline mode leaves it
+    // so): nothing is sent until the browser is back online.
+    if (!navigator.onLine) {
+      this.sends.close();
+      throw new ApiError(0, 'offline', 'the browser is offline', true);
+    }
+    const answer = await this.sends.send({ ...body, type, conversationId });
+    if (answer !== undefined) return answer;
+    return this.post(`/v1/conversations/${conversationId}/${type === 'message' ? 'messages' : type}`, body);
+  }
+
   get(path) { return this.request('GET', path); }
   post(path, body) { return this.request('POST', path, body ?? {}); }
   patch(path, body) { return this.request('PATCH', path, body); }
   put(path, body) { return this.request('PUT', path, body); }
   delete(path) { return this.request('DELETE', path); }
+}
+
+// The send stream as a WebSocket: `CONNECT /v1/sends` on the page's own HTTP/2 connection to the
+// gateway (RFC 8441), so a message, receipts or typing cost one frame each on a stream already
+// open rather than a request. The token is its first message (a WebSocket cannot carry an
+// Authorization header). Answers come in order, one per command. Where the browser cannot open
+// one over HTTP/2 (it then tries HTTP/1.1, which the gateway refuses), commands go by request,
+// and the socket is not tried again for a minute.
+export class SendSocket {
+  constructor(api) {
+    this.api = api;
+    this.current = null; // the socket opened or opening, with its `base`, `token` and `waiting`
+    this.opening = null; // its promise: the socket once its token is accepted, or null
+    this.counter = 0;
+    this.refusedAt = -Infinity;
+    this.answered = 0;
+  }
+
+  // The command's answer as `Api.request` gives it; undefined when there is no socket to send it on.
+  async send(command) {
+    const socket = await this.open();
+    if (!socket) return undefined;
+    const id = `s${++this.counter}`;
+    const answer = await new Promise((resolve, reject) => {
+      socket.waiting.set(id, { resolve, reject });
+      socket.send(JSON.stringify({ ...command, id }));
+    });
+    this.answered += 1;
+    if (answer.status === 204) return null;
+    if (answer.status < 300) return { message: answer.message };
+    const error = answer.error ?? {};
+    throw new ApiError(answer.status, error.code ?? 'error', error.message ?? `HTTP ${answer.status}`,
+      error.retryable ?? (answer.status >= 500 || answer.status === 429));
+  }
+
+  // The open socket for the gateway and token in use (one for another closes); null when none opens.
+  open() {
+    const { base, token } = this.api;
+    if (this.current && (this.current.base !== base || this.current.token !== token)) this.close();
+    if (!this.opening) {
+      if (performance.now() - this.refusedAt < 60000) return Promise.resolve(null);
+      this.opening = this.connect(base, token);
+    }
+    return this.opening;
+  }
+
+  connect(base, token) {
+    return new Promise((resolve) => {
+      let socket;
+      try {
+        socket = new WebSocket(base.replace(/^http/, 'ws') + '/v1/sends');
+      } catch {
+        this.refusedAt = performance.now();
+        resolve(null);
+        return;
+      }
+      Object.assign(socket, { base, token, waiting: new Map() });
+      this.current = socket;
+      let named = false;
+      // A socket that neither opens nor fails (a proxy holding it) does not hold the sends up.
+      const patience = setTimeout(() => { if (!named) socket.close(); }, 10000);
+      socket.onopen = () => socket.send(JSON.stringify({ token }));
+      socket.onmessage = (event) => {
+        let answer = null;
+        try { answer = JSON.parse(event.data); } catch { return; }
+        if (!named) {
+          clearTimeout(patience);
+          named = answer.status === 200;
+          if (named) resolve(socket);
+          else socket.close();
+          return;
+        }
+        const waiter = socket.waiting.get(answer.id);
+        socket.waiting.delete(answer.id);
+        waiter?.resolve(answer);
+      };
+      socket.onclose = () => {
+        clearTimeout(patience);
+        if (!named) {
+          this.refusedAt = performance.now();
+          resolve(null);
+        }
+        if (this.current === socket) {
+          this.current = null;
+          this.opening = null;
+        }
+        // A command still waiting may have been carried out: the outbox sends it again with its
+        // clientMessageId, which the server keeps once.
+        for (const waiter of socket.waiting.values()) waiter.reject(new ApiError(0, 'offline', 'the send stream closed', true));
+        socket.waiting.clear();
+      };
+    });
+  }
+
+  close() {
+    this.current?.close(1000);
+    this.current = null;
+    this.opening = null;
+  }
 }
 
 // Server-sent events from a byte stream: `event`, `data` and `id` fields, a blank line ends an

@@ -69,6 +69,7 @@ $('logout').addEventListener('click', async () => {
   try { await api.delete('/v1/sessions/current'); } catch { /* the token is forgotten here either way */ }
   state.stream?.stop();
   state.outbox?.close();
+  api.sends.close();
   localStorage.removeItem('parley.token');
   localStorage.removeItem('parley.me');
   location.reload();
@@ -233,6 +234,7 @@ $('delete-account-form').addEventListener('submit', async (event) => {
     return;
   }
   state.outbox?.close();
+  api.sends.close();
   localStorage.removeItem('parley.token');
   localStorage.removeItem('parley.me');
   localStorage.removeItem(`parley.cursor.${state.me.id}`);
@@ -514,7 +516,7 @@ function markRead() {
   if (!mine || conversation.lastSeq <= mine.readSeq) return;
   mine.readSeq = mine.deliveredSeq = conversation.lastSeq;
   conversation.unreadCount = 0;
-  api.post(`/v1/conversations/${conversation.id}/receipts`, { readSeq: conversation.lastSeq }).catch(() => {});
+  api.command('receipts', conversation.id, { readSeq: conversation.lastSeq }).catch(() => {});
   renderList();
 }
 document.addEventListener('visibilitychange', markRead);
@@ -528,7 +530,7 @@ function delivered(conversationId, seq) {
   setTimeout(() => {
     const { seq: deliveredSeq } = deliveries.get(conversationId);
     deliveries.delete(conversationId);
-    api.post(`/v1/conversations/${conversationId}/receipts`, { deliveredSeq }).catch(() => {});
+    api.command('receipts', conversationId, { deliveredSeq }).catch(() => {});
   }, 300);
 }
 
@@ -1103,7 +1105,7 @@ $('text').addEventListener('input', () => {
   if (!conversation) return;
   if (Date.now() - typingSent > 3000) {
     typingSent = Date.now();
-    api.post(`/v1/conversations/${conversation}/typing`, { typing: true }).catch(() => {});
+    api.command('typing', conversation, { typing: true }).catch(() => {});
   }
   clearTimeout(typingStop);
   typingStop = setTimeout(() => stopTyping(conversation), 4000);
@@ -1113,7 +1115,7 @@ function stopTyping(conversation) {
   clearTimeout(typingStop);
   if (typingSent === 0) return;
   typingSent = 0;
-  api.post(`/v1/conversations/${conversation}/typing`, { typing: false }).catch(() => {});
+  api.command('typing', conversation, { typing: false }).catch(() => {});
 }
 
 $('text').addEventListener('keydown', (event) => {
@@ -1173,7 +1175,7 @@ async function flush() {
           if (entry.mediaId) body.attachments = [{ mediaId: entry.mediaId }];
           if (entry.replyTo) body.replyTo = entry.replyTo;
           if (entry.mentions) body.mentions = entry.mentions;
-          const { message } = await api.post(`/v1/conversations/${entry.conversationId}/messages`, body);
+          const { message } = await api.command('message', entry.conversationId, body);
           await state.outbox.remove(entry.clientMessageId);
           settle(entry, message);
         } catch (error) {
