@@ -154,12 +154,16 @@ def requests_on(gateway, method, route_end):
     return total
 
 
-def send_socket_protocol(token, context):
-    """The send socket frame by frame, from a client that is neither the browser nor Parley's (h2)."""
+def send_socket_protocol(context):
+    """The send socket frame by frame, from a client that is neither the browser nor Parley's (h2),
+    as two users of their own (the pages' chats stay as they are)."""
     from h2_websocket import BINARY, PING, PONG, TEXT, H2WebSocket, frame
     port = nodes.client["gateway-1"]
-    _, listing = call("GET", port, "/v1/conversations", token=token, context=context)
-    direct = next(c["id"] for c in listing["conversations"] if c["kind"] == "direct")
+    _, carol = call("POST", port, "/v1/users", {"handle": "carol", "password": "correct horse battery", "displayName": "Carol"}, context=context)
+    _, dave = call("POST", port, "/v1/users", {"handle": "dave", "password": "correct horse battery", "displayName": "Dave"}, context=context)
+    token = carol["token"]
+    _, created = call("POST", port, "/v1/conversations", {"memberIds": [dave["user"]["id"]]}, token=token, context=context)
+    direct = created["conversation"]["id"]
 
     socket = H2WebSocket(port)
     check(socket.connect_protocol and socket.status == 200, "the gateway offers extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL) and accepts the WebSocket",
@@ -251,7 +255,7 @@ def main():
           "each page opened its send socket: a WebSocket on its HTTP/2 connection (CONNECT /v1/sends, RFC 8441)", sockets)
     by_request = {g: sum(requests_on(g, "POST", f"/{kind}") for kind in ["messages", "receipts", "typing"]) for g in ["gateway-1", "gateway-2"]}
     check(by_request == {"gateway-1": 0, "gateway-2": 0}, "and sent its messages, receipts and typing on it, none by request", by_request)
-    send_socket_protocol(alice.execute_script("return localStorage.getItem('parley.token')"), context)
+    send_socket_protocol(context)
 
     print("offline")
     offline(bob, True)
