@@ -69,7 +69,7 @@ import Testing
             // Judged on the header: the frame's 100 KiB never came.
             ("a frame longer than the limit", [0x81, 0xFF, 0, 0, 0, 0, 0, 0x01, 0x90, 0x00] + mask, Code.tooBig),
             ("fragments that add up past the limit",
-             [0x01, 0xFE, 0xEA, 0x60] + mask + [UInt8](repeating: 0x41 ^ 1, count: 60_000) + [0x80, 0xFE, 0x13, 0x88] + mask, Code.tooBig),
+             [0x01, 0xFE, 0xEA, 0x60] + mask + [UInt8](repeating: 0x41 ^ 1, count: 60_000) + [0x80, 0xFE, 0x17, 0x70] + mask, Code.tooBig),
         ]
         for (rule, bytes, code) in cases {
             #expect(read(bytes + after, from: .client) == [.failed(code)], "\(rule)")
