@@ -43,8 +43,7 @@ public struct WebSocketMessages {
 
     public let limit: Int
     private let from: Writer
-    private var pending: [UInt8] = []
-    private var start = 0
+    private var pending = PendingBytes()
     /// The text message whose fragments are arriving, if one is.
     private var fragments: [UInt8]?
     private var failed = false
@@ -56,19 +55,16 @@ public struct WebSocketMessages {
 
     public mutating func append(_ piece: some Sequence<UInt8>) {
         guard !failed else { return }
-        if start > 0 && start == pending.count {
-            pending.removeAll(keepingCapacity: true)
-            start = 0
-        }
-        pending.append(contentsOf: piece)
+        pending.append(piece)
     }
 
     public mutating func next() -> Message? {
         guard !failed else { return nil }
         while true {
-            let available = pending.count - start
+            let available = pending.unread
+            let start = pending.start, bytes = pending.bytes
             guard available >= 2 else { return compacted() }
-            let first = pending[start], second = pending[start + 1]
+            let first = bytes[start], second = bytes[start + 1]
             guard first & 0x70 == 0 else { return fail(CloseCode.protocolError) }
             let final = first & 0x80 != 0
             guard let opcode = Opcode(rawValue: first & 0x0F) else { return fail(CloseCode.protocolError) }
@@ -78,11 +74,11 @@ public struct WebSocketMessages {
             var length = UInt64(second & 0x7F)
             if length == 126 {
                 guard available >= 4 else { return compacted() }
-                length = UInt64(pending[start + 2]) << 8 | UInt64(pending[start + 3])
+                length = UInt64(bytes[start + 2]) << 8 | UInt64(bytes[start + 3])
                 headerLength = 4
             } else if length == 127 {
                 guard available >= 10 else { return compacted() }
-                length = pending[start + 2..<start + 10].reduce(0) { $0 << 8 | UInt64($1) }
+                length = bytes[start + 2..<start + 10].reduce(0) { $0 << 8 | UInt64($1) }
                 guard length >> 63 == 0 else { return fail(CloseCode.protocolError) }
                 headerLength = 10
             }
@@ -99,14 +95,14 @@ public struct WebSocketMessages {
             let frameLength = headerLength + maskLength + Int(length)
             guard available >= frameLength else { return compacted() }
             let payloadStart = start + headerLength + maskLength
-            var payload = pending[payloadStart..<payloadStart + Int(length)]
+            var payload = bytes[payloadStart..<payloadStart + Int(length)]
             if masked {
-                let key = pending[start + headerLength..<payloadStart]
+                let key = bytes[start + headerLength..<payloadStart]
                 var unmasked = [UInt8](repeating: 0, count: payload.count)
                 for (offset, byte) in payload.enumerated() { unmasked[offset] = byte ^ key[key.startIndex + offset & 3] }
                 payload = unmasked[...]
             }
-            start += frameLength
+            pending.start += frameLength
             switch opcode {
             case .ping:
                 return .ping(Array(payload))
@@ -142,17 +138,13 @@ public struct WebSocketMessages {
 
     /// Nothing whole is left: what is left (the start of a frame) moves to the front.
     private mutating func compacted() -> Message? {
-        if start > 0 {
-            pending.removeSubrange(0..<start)
-            start = 0
-        }
+        pending.compact()
         return nil
     }
 
     private mutating func fail(_ code: UInt16) -> Message {
         failed = true
-        pending = []
-        start = 0
+        pending = PendingBytes()
         fragments = nil
         return .failed(code)
     }
