@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scripts/cluster from a clean clone: up (3 workers, 1 gateway), a curl register / login / send /
-# events round trip against the URL and CA it prints, short parley-load runs (both engines), add-worker (the new worker owns about a
+# events round trip against the URL and CA it prints, short parley-load runs (each frame-level engine), add-worker (the new worker owns about a
 # quarter of the ring), kill worker-2 and a send still succeeds, a frames run whose gateway is killed
 # says so and ends, down, and no node remains. Then the one-machine layout (up --workers 0): one
 # gateway hosting actors too serves a round trip and a verified load run, and a message it
@@ -101,8 +101,9 @@ lines="$(cat "$WORK/timeline.jsonl" 2>/dev/null | grep -c scheduledMs || true)"
 # The frame-level engines, which the benchmarks load with, deliver and verify the same way —
 # here past HTTP/2's initial 64 KiB flow-control window on every stream (4 users, two conversations,
 # each stream gets ~270 events of ~300 bytes), which they must give back as they read; 'stream'
-# sends every message, attachments too, as a line of the user's send stream.
-for engine in frames stream; do
+# sends every message, attachments too, as a line of the user's send stream, 'websocket' as a text
+# message of its WebSocket over HTTP/2.
+for engine in frames stream websocket; do
     if "$BIN_DIR/parley-load" run --engine "$engine" --users 4 --rate 60 --duration 8 --warmup 1 --attach-share 0.1 --prefix "$engine" --report "$WORK/$engine.json" >"$WORK/$engine.txt" 2>&1 \
         && [ "$(json 'd["deliveries"]' <"$WORK/$engine.json")" -gt 0 ] && [ "$(json 'd["verified"]' <"$WORK/$engine.json")" = True ] \
         && [ "$(json 'len(d["streamErrors"])' <"$WORK/$engine.json")" = 0 ]; then

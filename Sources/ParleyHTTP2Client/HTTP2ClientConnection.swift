@@ -20,6 +20,9 @@ public struct HTTP2ClientRequest: Sendable {
     /// Whether the body is written after the headers, piece by piece, while the response comes
     /// (``HTTP2ClientConnection/writeBodyOnLoop(stream:_:end:)``): `body` is then ignored.
     public var bodyStreams = false
+    /// `:protocol`, for an extended CONNECT (RFC 8441: `websocket`). Sent only once the server's
+    /// SETTINGS allowed it (`SETTINGS_ENABLE_CONNECT_PROTOCOL`): the caller waits for them.
+    public var extendedConnectProtocol: String?
 
     public init(
         method: String, path: String, headers: HPACKHeaders = [:], body: ByteBuffer? = nil, timeout: TimeAmount? = .seconds(15), bodyStreams: Bool = false
@@ -336,6 +339,7 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         nextStreamID += 2
         var headers = HPACKHeaders([(":method", request.method), (":scheme", scheme), (":authority", authority)])
         headers.add(name: ":path", value: request.path, indexing: .nonIndexable)
+        if let extendedConnectProtocol = request.extendedConnectProtocol { headers.add(name: ":protocol", value: extendedConnectProtocol) }
         headers.add(contentsOf: request.headers)
         let body = request.body
         if let body, !request.headers.contains(name: "content-length") {

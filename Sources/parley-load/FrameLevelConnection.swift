@@ -17,7 +17,9 @@ import Synchronization
 /// channel pipeline and a task chain per request (the client engine took 0.47–0.56 core at 500
 /// msg/s here, this one 0.33–0.37).
 ///
-/// With `sendsOnStream` the user's sends go as lines of one send stream (`POST /v1/sends`) instead.
+/// With `sends: .stream` the user's sends go as lines of one send stream (`POST /v1/sends`)
+/// instead; with `.webSocket` as text messages of the same stream as a WebSocket over HTTP/2
+/// (`CONNECT /v1/sends`, RFC 8441), as the web client sends.
 ///
 /// It follows no failure: a stream or connection that fails is reported (the run then counts the
 /// deliveries missing) instead of resumed elsewhere. Runs that kill nodes use the default engine,
@@ -34,8 +36,19 @@ final class FrameLevelConnection: Sendable {
     private let authorization: String
     /// Whether the load generator closed the connection: what ends from then on is no failure.
     private let closed = Atomic(false)
-    /// With `--engine stream`: the user's send stream (`POST /v1/sends`), on the connection's loop.
+    /// How the user's messages are sent.
+    enum Sends: Sendable {
+        /// `POST /v1/conversations/{id}/messages`, a request each.
+        case requests
+        /// Lines of one send stream, `POST /v1/sends`.
+        case stream
+        /// Text messages of the send stream's WebSocket, `CONNECT /v1/sends`.
+        case webSocket
+    }
+
+    /// With `--engine stream` or `websocket`: the user's send stream, on the connection's loop.
     private let sendStream: NIOLoopBoundBox<SendStream>?
+    private let sends: Sends
 
     /// The send stream's lines waiting for their stream, and the sends waiting for their answers,
     /// which come in the order of the lines.
@@ -44,6 +57,9 @@ final class FrameLevelConnection: Sendable {
         var unstarted: [ByteBuffer] = []
         var waiting = Deque<@Sendable (Result<Message, any Error>) -> Void>()
         var lines = JSONLines(limit: 1 << 20)
+        /// A WebSocket's frames, and whether its first answer (to the token) is still to come.
+        var frames = WebSocketMessages(limit: 1 << 20, from: .server)
+        var named = false
 
         /// Every send still waiting fails with `error`.
         func failAll(_ error: any Error) {
@@ -56,25 +72,38 @@ final class FrameLevelConnection: Sendable {
     /// How long a request may wait for its whole response (as ParleyClient's request timeout).
     private static let requestTimeout = TimeAmount.seconds(15)
 
-    private init(connection: HTTP2ClientConnection, token: String, sendsOnStream: Bool) {
+    private init(connection: HTTP2ClientConnection, token: String, sends: Sends) {
         self.connection = connection
         self.authorization = "Bearer \(token)"
-        self.sendStream = sendsOnStream ? NIOLoopBoundBox.makeBoxSendingValue(SendStream(), eventLoop: connection.eventLoop) : nil
+        self.sends = sends
+        let state = SendStream()
+        if sends == .webSocket {
+            // The socket's first message, written as soon as its stream starts.
+            let hello = (try? API.makeEncoder().encode(API.SendStreamHello(token: token))).map { Array($0) } ?? []
+            state.unstarted.append(ByteBuffer(bytes: Self.maskedText(hello)))
+        }
+        self.sendStream = sends == .requests ? nil : NIOLoopBoundBox.makeBoxSendingValue(state, eventLoop: connection.eventLoop)
+    }
+
+    /// A client's text frame (RFC 6455: masked, with a key of its own).
+    private static func maskedText(_ payload: some Collection<UInt8>) -> [UInt8] {
+        let key = UInt32.random(in: .min ... .max)
+        return WebSocketMessages.frame(.text, payload, mask: [UInt8(key >> 24), UInt8(key >> 16 & 0xFF), UInt8(key >> 8 & 0xFF), UInt8(key & 0xFF)])
     }
 
     /// Connects to `gateway` (`https://host:port`) and opens the user's event stream, and with
-    /// `sendsOnStream` its send stream.
+    /// its send stream (a WebSocket once the event stream's head shows the server's SETTINGS came).
     static func open(
-        gateway: URL, tls: NIOSSLContext, token: String, sendsOnStream: Bool = false, onEvent: @escaping @Sendable (StreamEvent) -> Void
+        gateway: URL, tls: NIOSSLContext, token: String, sends: Sends = .requests, onEvent: @escaping @Sendable (StreamEvent) -> Void
     ) async throws -> FrameLevelConnection {
         guard let host = gateway.host, let port = gateway.port ?? (gateway.scheme == "https" ? 443 : nil) else {
             throw ParleyError(status: 0, code: "invalid_configuration", message: "\(gateway) has no host and port", retryable: false)
         }
         let http2 = try await HTTP2ClientConnection.connect(.init(host: host, port: port, tls: tls), on: MultiThreadedEventLoopGroup.singleton.next()).get()
-        let connection = FrameLevelConnection(connection: http2, token: token, sendsOnStream: sendsOnStream)
+        let connection = FrameLevelConnection(connection: http2, token: token, sends: sends)
         http2.eventLoop.execute {
             connection.openEvents(onEvent: onEvent)
-            connection.openSendStream()
+            if sends == .stream { connection.openSendStream() }
         }
         return connection
     }
@@ -88,8 +117,11 @@ final class FrameLevelConnection: Sendable {
         var parser = ServerSentEventParser()
         let connection = self.connection
         let streaming = HTTP2ClientStreaming(
-            head: { status, _ in
+            head: { [self] status, _ in
                 if status != 200 { _ = connection.close(reason: "the event stream answered \(status)") }
+                // RFC 8441: no `:protocol` before the server's SETTINGS allow it, which precede
+                // any response.
+                if sends == .webSocket { openSendStream() }
             },
             data: { bytes in
                 for sse in parser.feed(bytes.readableBytesView) {
@@ -122,21 +154,44 @@ final class FrameLevelConnection: Sendable {
         "/v1/conversations/\(conversation.rawValue.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? conversation.rawValue)/messages"
     }
 
-    /// `POST /v1/sends`, its body written line by line (``send(_:attachments:to:path:clientMessageId:completion:)``),
-    /// each answer going to the send that waits longest. On the event loop.
+    /// `POST /v1/sends` (or its WebSocket), its body written line by line
+    /// (``send(_:attachments:to:path:clientMessageId:completion:)``), each answer going to the send
+    /// that waits longest. On the event loop.
     private func openSendStream() {
         guard let sendStream else { return }
         let connection = self.connection
+        let webSocket = sends == .webSocket
         let streaming = HTTP2ClientStreaming(
             head: { status, _ in
                 if status != 200 { _ = connection.close(reason: "the send stream answered \(status)") }
             },
             data: { bytes in
                 let state = sendStream.value
-                state.lines.append(bytes.readableBytesView)
-                while let line = state.lines.next() {
-                    guard case .line(let bytes) = line, let completion = state.waiting.popFirst() else { continue }
-                    completion(Result { try API.StreamedAnswer.read(bytes, decoder: Self.decoder).acknowledged() })
+                guard webSocket else {
+                    state.lines.append(bytes.readableBytesView)
+                    while let line = state.lines.next() {
+                        guard case .line(let bytes) = line, let completion = state.waiting.popFirst() else { continue }
+                        completion(Result { try API.StreamedAnswer.read(bytes, decoder: Self.decoder).acknowledged() })
+                    }
+                    return
+                }
+                state.frames.append(bytes.readableBytesView)
+                while let message = state.frames.next() {
+                    switch message {
+                    case .text(let bytes) where !state.named:
+                        state.named = true
+                        let status = (try? API.StreamedAnswer.read(bytes, decoder: Self.decoder))?.status
+                        if status != 200 { _ = connection.close(reason: "the send socket refused the token: \(status.map(String.init) ?? "no answer")") }
+                    case .text(let bytes):
+                        guard let completion = state.waiting.popFirst() else { continue }
+                        completion(Result { try API.StreamedAnswer.read(bytes, decoder: Self.decoder).acknowledged() })
+                    case .ping, .pong:
+                        continue
+                    case .close(let code):
+                        _ = connection.close(reason: "the gateway closed the send socket (\(code.map(String.init) ?? "no code"))")
+                    case .failed(let code):
+                        _ = connection.close(reason: "the send socket's frames broke RFC 6455 (\(code))")
+                    }
                 }
             },
             started: { stream in
@@ -155,11 +210,14 @@ final class FrameLevelConnection: Sendable {
             sendStream.value.failAll(ParleyError.connectionFailed(reason))
             if !closed.load(ordering: .relaxed) { _ = connection.close(reason: reason) }
         }
-        connection.executeOnLoop(
-            HTTP2ClientRequest(
-                method: "POST", path: "/v1/sends", headers: ["authorization": authorization, "content-type": "application/x-ndjson"], timeout: nil,
-                bodyStreams: true),
-            streaming: streaming, promise: promise)
+        var request = HTTP2ClientRequest(
+            method: "POST", path: "/v1/sends", headers: ["authorization": authorization, "content-type": "application/x-ndjson"], timeout: nil,
+            bodyStreams: true)
+        if webSocket {
+            request = HTTP2ClientRequest(method: "CONNECT", path: "/v1/sends", headers: ["sec-websocket-version": "13"], timeout: nil, bodyStreams: true)
+            request.extendedConnectProtocol = "websocket"
+        }
+        connection.executeOnLoop(request, streaming: streaming, promise: promise)
     }
 
     /// Sends a message: on the send stream (`--engine stream`), else `POST` to `path`
@@ -174,7 +232,8 @@ final class FrameLevelConnection: Sendable {
         if let sendStream {
             let state = sendStream.value
             state.waiting.append(completion)
-            let line = ByteBuffer(bytes: API.StreamedCommand(conversationId: conversation, .message(message)).jsonLine)
+            let jsonLine = API.StreamedCommand(conversationId: conversation, .message(message)).jsonLine
+            let line = ByteBuffer(bytes: sends == .webSocket ? Self.maskedText(jsonLine.dropLast()) : jsonLine)
             if let stream = state.stream {
                 connection.writeBodyOnLoop(stream: stream, line, end: false)
             } else {

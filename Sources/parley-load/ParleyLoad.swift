@@ -46,7 +46,8 @@ struct WorkloadOptions: ParsableArguments {
         sends), 'frames' (one HTTP/2 connection per user driven frame by frame: about two thirds of the \
         client engine's CPU, for throughput runs; a failed connection is reported, never resumed) or \
         'stream' (as 'frames', each user's sends as lines of one send stream, POST /v1/sends, instead \
-        of a request each).
+        of a request each) or 'websocket' (as 'stream', the send stream as a WebSocket over HTTP/2, \
+        CONNECT /v1/sends, as the web client sends).
         """)
     var engine: Engine = .client
     @Flag(inversion: .prefixedNo, help: """
@@ -55,14 +56,23 @@ struct WorkloadOptions: ParsableArguments {
         """)
     var sendsOnStream = true
     @Option(help: """
-        Event loop threads (default: 1 with --engine frames or stream, where one loop drives every \
+        Event loop threads (default: 1 with --engine frames, stream or websocket, where one loop drives every \
         connection with a seventh less CPU than two on this two-core machine; one per core with \
         --engine client).
         """)
     var eventLoops: Int?
 
     enum Engine: String, ExpressibleByArgument, CaseIterable {
-        case client, frames, stream
+        case client, frames, stream, websocket
+
+        /// How a frame-level connection sends.
+        var sends: FrameLevelConnection.Sends {
+            switch self {
+            case .stream: .stream
+            case .websocket: .webSocket
+            case .client, .frames: .requests
+            }
+        }
 
         /// One HTTP/2 connection per user driven frame by frame (``FrameLevelConnection``).
         var isFrameLevel: Bool { self != .client }
@@ -364,7 +374,7 @@ final class Workload: Sendable {
         }
         // Streams: every user's; deliveries are recorded for the verifier and the latency.
         let connections = options.engine.isFrameLevel
-            ? try await openConnections(clients, ids: ids, gateways: urls, caPath: caPath, sendsOnStream: options.engine == .stream, shared: shared) : []
+            ? try await openConnections(clients, ids: ids, gateways: urls, caPath: caPath, sends: options.engine.sends, shared: shared) : []
         let streams = options.engine.isFrameLevel ? [] : clients.enumerated().map { index, client in
             Task {
                 var connected = false
@@ -463,7 +473,7 @@ final class Workload: Sendable {
     /// One frame-level connection per user (`--engine frames` or `stream`), at most 32 opening at once, each
     /// on the user's gateway with its event stream open; what the streams deliver goes to `shared`.
     private static func openConnections(
-        _ clients: [ParleyClient], ids: [UserID], gateways: [URL], caPath: String?, sendsOnStream: Bool, shared: Shared
+        _ clients: [ParleyClient], ids: [UserID], gateways: [URL], caPath: String?, sends: FrameLevelConnection.Sends, shared: Shared
     ) async throws -> [FrameLevelConnection] {
         var tls = ParleyClient.tls(trusting: caPath)
         tls.applicationProtocols = ["h2"]
@@ -476,7 +486,7 @@ final class Workload: Sendable {
                 let user = ids[index]
                 group.addTask {
                     let connection = try await FrameLevelConnection.open(
-                        gateway: gateways[index % gateways.count], tls: context, token: token, sendsOnStream: sendsOnStream
+                        gateway: gateways[index % gateways.count], tls: context, token: token, sends: sends
                     ) { event in
                         switch event {
                         case .ready: shared.ready.withLock { $0 += 1 }
