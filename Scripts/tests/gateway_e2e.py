@@ -256,11 +256,12 @@ def hpack_literal(headers):
     return block
 
 
-def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False):
+def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False, after_settings=b""):
     """Raw HTTP/2 over TLS: the preface, SETTINGS (with `settings`), then `frames`; reads for up to
-    `wait` seconds, until the server closes, or until `until(frame)`. Returns the frames received
-    as (type, flags, stream, payload) and the seconds until the server closed the connection (None
-    if it did not)."""
+    `wait` seconds, until the server closes, or until `until(frame)`; `after_settings` goes once the
+    server's SETTINGS are acknowledged (what an extended CONNECT waits for, RFC 8441). Returns the
+    frames received as (type, flags, stream, payload) and the seconds until the server closed the
+    connection (None if it did not)."""
     context = ssl.create_default_context(cafile=CA)
     context.set_alpn_protocols(["h2"])
     received, out, closed_after = b"", [], None
@@ -286,7 +287,8 @@ def h2_exchange(port, frames, wait, settings=b"", until=lambda frame: False):
                 out.append((received[3], received[4], int.from_bytes(received[5:9], "big") & 0x7FFFFFFF, received[9:9 + length]))
                 if received[3] == 0x4 and not received[4] & 0x1:
                     try:
-                        tls.sendall(h2_frame(0x4, 0, flags=0x1))  # SETTINGS ACK
+                        tls.sendall(h2_frame(0x4, 0, flags=0x1) + after_settings)  # SETTINGS ACK
+                        after_settings = b""
                     except OSError:
                         pass  # the server has closed; what it sent is still read
                 received = received[9 + length:]
@@ -1224,6 +1226,17 @@ def main():
         check(code == 0 and closed_after is not None and 1.5 <= closed_after <= 6,
               "an h2 connection with no stream is sent GOAWAY NO_ERROR and closed after the idle timeout (--client-idle-timeout 2)",
               f"GOAWAY {code}, closed after {closed_after}")
+        # A send socket that names no token holds a stream for nothing: reset after the request
+        # timeout, once the gateway has accepted it (HEADERS 200 first).
+        connect = hpack_literal([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/v1/sends"),
+                                 (":authority", f"localhost:{port}"), ("sec-websocket-version", "13")])
+        opened = time.time()
+        frames, _ = h2_exchange(port, [], 6, after_settings=h2_frame(0x1, 1, connect, flags=0x4), until=lambda frame: frame[0] == 0x3 and frame[2] == 1)
+        waited = time.time() - opened
+        on_stream = [ftype for ftype, _, stream, _ in frames if stream == 1]
+        check(on_stream[:1] == [0x1] and on_stream[-1:] == [0x3] and 0.9 <= waited <= 5,
+              "a send socket (CONNECT /v1/sends) that sends no token is accepted, then reset after the request timeout (--client-request-timeout 1)",
+              f"frames on its stream {on_stream} after {waited:.1f}s")
         # Each address has a share (--client-connections-per-address 5): five TCP connections from
         # 127.0.0.2 that never start TLS take it, and a sixth from there is closed at once; one
         # from 127.0.0.3 takes the last slot (--client-connections-max 6), and a seventh, from

@@ -208,7 +208,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Gateway: how long a new client connection has to finish its TLS handshake. (env PARLEY_CLIENT_HANDSHAKE_TIMEOUT; default 10s)")
     var clientHandshakeTimeout: String?
 
-    @Option(help: "Gateway: how long a request has to arrive whole — from its first byte (HTTP/1.1) or its headers (HTTP/2) to the end of its body — else 408; an upload (either protocol) instead may go on while no such time passes without bytes. (env PARLEY_CLIENT_REQUEST_TIMEOUT; default 30s)")
+    @Option(help: "Gateway: how long a request has to arrive whole — from its first byte (HTTP/1.1) or its headers (HTTP/2) to the end of its body — else 408; an upload (either protocol) instead may go on while no such time passes without bytes; a send socket (CONNECT /v1/sends) must name its token within it, else it is reset. (env PARLEY_CLIENT_REQUEST_TIMEOUT; default 30s)")
     var clientRequestTimeout: String?
 
     func run() async throws {
