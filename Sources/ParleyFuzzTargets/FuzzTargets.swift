@@ -21,6 +21,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case cursor
     /// The query-string and path parsers: integers, ID lists, page cursors, IDs.
     case query
+    /// The send socket's WebSocket frames, as a browser writes them (RFC 6455, masked).
+    case webSocket = "websocket"
     /// The location's removal from an upload's metadata, one target per format: JPEG (EXIF,
     /// XMP, MPF), PNG, WebP, HEIF, and MP4/QuickTime.
     case jpegLocation = "jpeg-location"
@@ -42,6 +44,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .binary: try Self.binary(bytes)
         case .cursor: try Self.cursor(bytes)
         case .query: try Self.query(bytes)
+        case .webSocket: try Self.webSocket(bytes)
         case .jpegLocation, .pngLocation, .webpLocation, .heifLocation, .mp4Location: try Self.location(bytes, contentType: contentType)
         }
     }
@@ -110,6 +113,18 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
                 Array("50".utf8), Array("9223372036854775807".utf8), Array("u_a,u_b,u_c".utf8),
                 Array(ClientInput.pageCursorToken(ConversationPageCursor(lastActivityAt: at, id: "c_1")).utf8),
             ]
+        case .webSocket:
+            // What a page writes: its token, a message, a fragmented one, a ping, a close.
+            let mask: [UInt8] = [0x9A, 0x01, 0x5C, 0xE3]
+            let command = API.StreamedCommand(conversationId: "c_1", .message(API.NewMessage(clientMessageId: message.clientMessageId, text: "hé 👍🏽")))
+            let line = Array(command.jsonLine.dropLast())
+            return [
+                WebSocketMessages.frame(.text, Array(#"{"token":"pt1.abc"}"#.utf8), mask: mask) + WebSocketMessages.frame(.text, line, mask: mask),
+                [0x01, 0x85] + mask + zip(Array("hello".utf8), mask + mask).map { $0 ^ $1 } + WebSocketMessages.frame(.ping, Array("p".utf8), mask: mask)
+                    + WebSocketMessages.frame(.continuation, line, mask: mask),
+                WebSocketMessages.frame(.text, [UInt8](repeating: UInt8(ascii: "x"), count: 300), mask: mask)
+                    + WebSocketMessages.frame(.close, WebSocketMessages.closePayload(WebSocketMessages.CloseCode.normal), mask: mask),
+            ]
         }
     }
 
@@ -128,6 +143,42 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
             // What the gateway checks next must not trap either.
             _ = StoredText.problem(in: message.text, field: "text")
             _ = message.text.unicodeScalars.count
+        }
+    }
+
+    /// The limit the WebSocket target reads with: small enough for the fuzzer's inputs to pass it.
+    static let webSocketLimit = 1_000
+
+    static func webSocket(_ bytes: [UInt8]) throws(Finding) {
+        func read(inPiecesOf size: Int) -> [WebSocketMessages.Message] {
+            var messages = WebSocketMessages(limit: webSocketLimit, from: .client)
+            var read: [WebSocketMessages.Message] = []
+            var offset = 0
+            repeat {
+                let end = min(bytes.count, offset + size)
+                messages.append(bytes[offset..<end])
+                offset = end
+                while let message = messages.next() { read.append(message) }
+            } while offset < bytes.count
+            return read
+        }
+        let whole = read(inPiecesOf: max(bytes.count, 1))
+        // Where the pieces end changes nothing: a frame's header or payload cut anywhere.
+        for size in [1, 7, 512] where read(inPiecesOf: size) != whole {
+            throw Finding("read in pieces of \(size) the messages differ from read whole")
+        }
+        for (index, message) in whole.enumerated() {
+            switch message {
+            case .text(let text):
+                guard text.count <= webSocketLimit else { throw Finding("a text message of \(text.count) bytes passed the limit") }
+                guard String(validating: text, as: UTF8.self) != nil else { throw Finding("a text message that is not UTF-8 was read") }
+            case .ping(let payload):
+                guard payload.count <= 125 else { throw Finding("a ping of \(payload.count) bytes was read") }
+            case .close, .failed:
+                guard index == whole.count - 1 else { throw Finding("a message was read after a close or a failure") }
+            case .pong:
+                break
+            }
         }
     }
 
