@@ -25,6 +25,7 @@ public struct WebSocketMessages {
         public static let invalidPayload: UInt16 = 1007
         public static let policyViolation: UInt16 = 1008
         public static let tooBig: UInt16 = 1009
+        public static let tryAgainLater: UInt16 = 1013
     }
 
     public enum Opcode: UInt8, Sendable {

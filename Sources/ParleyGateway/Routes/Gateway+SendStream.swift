@@ -92,6 +92,7 @@ extension Gateway {
             var messages = WebSocketMessages(limit: messageLimit, from: .client)
             var token: String?
             var reservation: UserTally.Reservation?
+            var closed = false
             // A socket that has not named its user in time holds a stream of the connection for
             // nothing: it is reset.
             let unnamed = sink.loop.scheduleTask(in: helloTimeout) { sink.close() }
@@ -113,12 +114,15 @@ extension Gateway {
                             } else {
                                 let hello = await self.hello(bytes)
                                 reply = WebSocketMessages.frame(.text, hello.line.dropLast())
-                                if let caller = hello.caller {
+                                switch hello.outcome {
+                                case .success(let named):
                                     unnamed.cancel()
-                                    token = caller.token
-                                    reservation = caller.reservation
-                                } else {
-                                    close = WebSocketMessages.CloseCode.policyViolation
+                                    token = named.token
+                                    reservation = named.reservation
+                                case .failure(let error):
+                                    // A lookup that failed (the store failing over) or too many
+                                    // streams: the client may come back; a refused token: not so.
+                                    close = error.retryable ? WebSocketMessages.CloseCode.tryAgainLater : WebSocketMessages.CloseCode.policyViolation
                                 }
                             }
                         case .ping(let payload): reply = WebSocketMessages.frame(.pong, payload)
@@ -132,9 +136,15 @@ extension Gateway {
                         }
                         if let close { reply += WebSocketMessages.frame(.close, WebSocketMessages.closePayload(close)) }
                         try await writer.write(ByteBuffer(bytes: reply))
-                        if close != nil { break reading }
+                        if close != nil {
+                            closed = true
+                            break reading
+                        }
                     }
                 }
+                // The body ended without a close (the gateway shutting down ends it so): the
+                // client is told it may reconnect.
+                if !closed { try await writer.write(ByteBuffer(bytes: WebSocketMessages.frame(.close, WebSocketMessages.closePayload(WebSocketMessages.CloseCode.goingAway)))) }
                 try await writer.finish(nil)
             } catch {
                 // The client went (reset, closed), stopped reading, or never named itself in time.
@@ -148,7 +158,7 @@ extension Gateway {
 
     /// The WebSocket's first message: its caller's token, checked; the stream counted against
     /// the user's open send streams.
-    private func hello(_ bytes: ArraySlice<UInt8>) async -> (line: [UInt8], caller: (token: String, reservation: UserTally.Reservation)?) {
+    private func hello(_ bytes: ArraySlice<UInt8>) async -> (line: [UInt8], outcome: Result<(token: String, reservation: UserTally.Reservation), APIError>) {
         do {
             guard let hello = try? Self.decoder.decode(API.SendStreamHello.self, from: Data(bytes)) else {
                 throw APIError.unauthorized("the first message is {\"token\": \"<token>\"}")
@@ -156,9 +166,10 @@ extension Gateway {
             let caller = try await caller(token: hello.token)
             let reservation = try reserveSendStream(for: caller)
             Self.sendSocketsOpened.increment()
-            return (Self.encodedLine(API.StreamedAnswer(status: 200)), (hello.token, reservation))
+            return (Self.encodedLine(API.StreamedAnswer(status: 200)), .success((hello.token, reservation)))
         } catch {
-            return (Self.answerLine(APIError.from(error), to: nil), nil)
+            let apiError = APIError.from(error)
+            return (Self.answerLine(apiError, to: nil), .failure(apiError))
         }
     }
 
