@@ -750,6 +750,9 @@ def main():
           "after a logout the next line is answered 401 and the gateway ends the response (curl: h2, 200)", (refused, after, answers[-2:], proc.returncode))
     status, over_h1, _ = b1.call("POST", "/v1/sends", raw=b"")
     check(status == 400 and over_h1["error"]["code"] == "http2_required", "over HTTP/1.1 the send stream is refused: 400 http2_required", (status, over_h1))
+    status, upgrade, _ = b1.call("GET", "/v1/sends", headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                                                             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    check(status == 400 and upgrade["error"]["code"] == "http2_required", "and so is its WebSocket as an HTTP/1.1 upgrade: 400 http2_required", (status, upgrade))
 
     # Bad input: the documented errors, and everyone else keeps being served.
     def error_of(status, body):

@@ -27,6 +27,11 @@ extension Gateway {
         // a request body only half-duplex (no answer is read before the body ends). Its token is
         // its first message, so the route itself is not behind the authenticator.
         v1.on("sends", method: .connect) { request, context in try await self.webSocketSendStream(request, context) }
+        // A browser with no HTTP/2 connection to offer it tries a WebSocket over HTTP/1.1 (`GET`
+        // with `Upgrade`), which the gateway does not serve: said plainly, not as an unknown route.
+        v1.get("sends") { _, _ -> Response in
+            throw APIError(.badRequest, "http2_required", "the send socket is a WebSocket over HTTP/2 (RFC 8441: CONNECT /v1/sends with :protocol websocket); without it send with POST /v1/conversations/{id}/messages")
+        }
     }
 
     private func sendStream(_ request: Request, _ context: AuthenticatedContext) async throws -> Response {
