@@ -101,19 +101,19 @@ export class SendSocket {
     this.opening = null; // its promise: the socket once its token is accepted, or null
     this.counter = 0;
     this.refusedAt = -Infinity;
-    this.answered = 0;
   }
 
   // The command's answer as `Api.request` gives it; undefined when there is no socket to send it on.
   async send(command) {
     const socket = await this.open();
     if (!socket) return undefined;
+    // Closed since it opened, its waiters already failed: this one would wait for good.
+    if (socket.readyState !== WebSocket.OPEN) throw new ApiError(0, 'offline', 'the send stream closed', true);
     const id = `s${++this.counter}`;
     const answer = await new Promise((resolve, reject) => {
       socket.waiting.set(id, { resolve, reject });
       socket.send(JSON.stringify({ ...command, id }));
     });
-    this.answered += 1;
     if (answer.status === 204) return null;
     if (answer.status < 300) return { message: answer.message };
     const error = answer.error ?? {};
