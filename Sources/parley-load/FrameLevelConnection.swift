@@ -91,8 +91,9 @@ final class FrameLevelConnection: Sendable {
         return WebSocketMessages.frame(.text, payload, mask: [UInt8(key >> 24), UInt8(key >> 16 & 0xFF), UInt8(key >> 8 & 0xFF), UInt8(key & 0xFF)])
     }
 
-    /// Connects to `gateway` (`https://host:port`) and opens the user's event stream, and with
-    /// its send stream (a WebSocket once the event stream's head shows the server's SETTINGS came).
+    /// Connects to `gateway` (`https://host:port`) and opens the user's event stream, and unless it
+    /// sends by request its send stream (a WebSocket once the event stream's head shows the
+    /// server's SETTINGS came).
     static func open(
         gateway: URL, tls: NIOSSLContext, token: String, sends: Sends = .requests, onEvent: @escaping @Sendable (StreamEvent) -> Void
     ) async throws -> FrameLevelConnection {
