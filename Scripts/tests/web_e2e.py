@@ -5,7 +5,9 @@ through WebDriver (Selenium with Debian's chromium-driver), against real parley-
 
 Two people, each in a browser of their own on a different gateway, register, start a direct
 chat by handle, and talk: messages arrive live, in order, once; the sender's tick turns to read
-when the reader has the conversation on screen; typing shows. One goes offline (DevTools network
+when the reader has the conversation on screen; typing shows. The pages send on the send socket
+(a WebSocket on their HTTP/2 connection), none of it by request, and an independent client (h2)
+tries the socket frame by frame, broken frames too. One goes offline (DevTools network
 emulation), types three messages, which wait in the outbox (IndexedDB), and comes back: they
 arrive in order, once. A worker is SIGKILLed mid-conversation, then the gateway that served the
 reader's page: both pages go on without a reload, his on the other gateway (the gateways allow
