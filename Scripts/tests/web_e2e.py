@@ -137,23 +137,17 @@ def audit(driver, view):
     check(not serious, f"axe finds nothing serious or critical in {view}", serious)
 
 
-def metric(gateway, series):
-    """The sum of `series` on `gateway`'s /metrics (0 when absent)."""
+def metric(gateway, series, matches=lambda line: True):
+    """The sum of `series` on `gateway`'s /metrics over the label sets `matches` takes (0 when absent)."""
     conn = http.client.HTTPConnection("127.0.0.1", nodes.ops[gateway], timeout=5)
     conn.request("GET", "/metrics")
     lines = conn.getresponse().read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(series + " ") or line.startswith(series + "{"))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if (line.startswith(series + " ") or line.startswith(series + "{")) and matches(line))
 
 
 def requests_on(gateway, method, route_end):
-    """Requests `gateway` counted (its /metrics) with this method and a route ending in `route_end`."""
-    conn = http.client.HTTPConnection("127.0.0.1", nodes.ops[gateway], timeout=5)
-    conn.request("GET", "/metrics")
-    total = 0.0
-    for line in conn.getresponse().read().decode().splitlines():
-        if line.startswith("hb_requests{") and f'="{method}"' in line and f'{route_end}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    """Requests `gateway` counted with this method and a route ending in `route_end`."""
+    return metric(gateway, "hb_requests", lambda line: f'="{method}"' in line and f'{route_end}"' in line)
 
 
 def send_socket_protocol(context):

@@ -62,10 +62,10 @@ public struct WebSocketMessages {
     public mutating func next() -> Message? {
         guard !failed else { return nil }
         while true {
-            let available = pending.unread
-            let start = pending.start, bytes = pending.bytes
+            // Read in place: a copy of the buffer held here would make `compacted()` copy it all.
+            let available = pending.unread, start = pending.start
             guard available >= 2 else { return compacted() }
-            let first = bytes[start], second = bytes[start + 1]
+            let first = pending.bytes[start], second = pending.bytes[start + 1]
             guard first & 0x70 == 0 else { return fail(CloseCode.protocolError) }
             let final = first & 0x80 != 0
             guard let opcode = Opcode(rawValue: first & 0x0F) else { return fail(CloseCode.protocolError) }
@@ -75,11 +75,11 @@ public struct WebSocketMessages {
             var length = UInt64(second & 0x7F)
             if length == 126 {
                 guard available >= 4 else { return compacted() }
-                length = UInt64(bytes[start + 2]) << 8 | UInt64(bytes[start + 3])
+                length = UInt64(pending.bytes[start + 2]) << 8 | UInt64(pending.bytes[start + 3])
                 headerLength = 4
             } else if length == 127 {
                 guard available >= 10 else { return compacted() }
-                length = bytes[start + 2..<start + 10].reduce(0) { $0 << 8 | UInt64($1) }
+                length = pending.bytes[start + 2..<start + 10].reduce(0) { $0 << 8 | UInt64($1) }
                 guard length >> 63 == 0 else { return fail(CloseCode.protocolError) }
                 headerLength = 10
             }
@@ -96,9 +96,9 @@ public struct WebSocketMessages {
             let frameLength = headerLength + maskLength + Int(length)
             guard available >= frameLength else { return compacted() }
             let payloadStart = start + headerLength + maskLength
-            var payload = bytes[payloadStart..<payloadStart + Int(length)]
+            var payload = pending.bytes[payloadStart..<payloadStart + Int(length)]
             if masked {
-                let key = bytes[start + headerLength..<payloadStart]
+                let key = pending.bytes[start + headerLength..<payloadStart]
                 var unmasked = [UInt8](repeating: 0, count: payload.count)
                 for (offset, byte) in payload.enumerated() { unmasked[offset] = byte ^ key[key.startIndex + offset & 3] }
                 payload = unmasked[...]
