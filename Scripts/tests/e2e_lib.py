@@ -13,6 +13,38 @@ import time
 import zlib
 
 
+def websocket_frame(opcode, payload, masked=True, final=True):
+    """One WebSocket frame as a client writes it (masked, RFC 6455 section 5.3), or unmasked to
+    break the rule."""
+    head = bytes([(0x80 if final else 0) | opcode])
+    mask_bit = 0x80 if masked else 0
+    if len(payload) < 126:
+        head += bytes([mask_bit | len(payload)])
+    elif len(payload) < 65536:
+        head += bytes([mask_bit | 126]) + struct.pack("!H", len(payload))
+    else:
+        head += bytes([mask_bit | 127]) + struct.pack("!Q", len(payload))
+    if not masked:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def read_websocket_frame(buffer):
+    """The first whole frame a server wrote (unmasked) at the start of `buffer`, as (opcode,
+    payload, the bytes after it); None until it is whole."""
+    if len(buffer) < 2:
+        return None
+    length, start = buffer[1] & 0x7F, {126: 4, 127: 10}.get(buffer[1] & 0x7F, 2)
+    if len(buffer) < start:
+        return None
+    if start > 2:
+        length = int.from_bytes(buffer[2:start], "big")
+    if len(buffer) < start + length:
+        return None
+    return buffer[0] & 0x0F, buffer[start:start + length], buffer[start + length:]
+
+
 def issue_certificates(node, tls, names, client_port=lambda name: name.startswith("gateway")):
     """A test CA in `tls` (`parley-node certs`), a certificate for each node of `names`, and a
     client-port certificate for those `client_port` picks."""

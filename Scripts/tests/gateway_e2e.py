@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 
-from e2e_lib import free_ports, issue_certificates, wait_until
+from e2e_lib import free_ports, issue_certificates, read_websocket_frame, wait_until, websocket_frame
 
 NODE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/parley-node")
 WORK = tempfile.mkdtemp(prefix="parley-gateway.")
@@ -1357,14 +1357,36 @@ def main():
     kill("gateway-3", signal.SIGTERM)
     wait_until(8, lambda: PROCS["gateway-3"].poll() is not None)
 
-    # Graceful shutdown: SIGTERM ends open streams cleanly and the process exits.
+    # Graceful shutdown: SIGTERM ends open streams cleanly and the process exits. A send socket
+    # open then is closed with 1001 (going away): its client may connect again, elsewhere.
     stream = Stream("gateway-1", alice["token"])
     stream.wait_for(10, lambda ev: any(e == "ready" for e, _, _ in ev))
+    port = CLIENT["gateway-1"]
+    connect = hpack_literal([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":path", "/v1/sends"),
+                             (":authority", f"localhost:{port}"), ("sec-websocket-version", "13")])
+    hello = websocket_frame(0x1, json.dumps({"token": alice["token"]}).encode())
+    sockets_before = metric("gateway-1", "parley_gateway_send_sockets_opened")
+    socket_frames = {}
+    socket_reader = threading.Thread(target=lambda: socket_frames.update(frames=h2_exchange(
+        port, [], 20, after_settings=h2_frame(0x1, 1, connect, flags=0x4) + h2_frame(0x0, 1, hello),
+        until=lambda f: f[2] == 1 and (f[0] == 0x3 or (f[0] == 0x0 and f[1] & 0x1)))[0]))
+    socket_reader.start()
+    socket_named = wait_until(10, lambda: metric("gateway-1", "parley_gateway_send_sockets_opened") > sockets_before)
     started = time.time()
     kill("gateway-1", signal.SIGTERM)
     exited = wait_until(8, lambda: PROCS["gateway-1"].poll() is not None)
     check(exited and stream.ended.wait(1) and stream.clean_end, "SIGTERM ends the event streams cleanly and the gateway exits",
           f"exited={exited} after {time.time() - started:.1f}s, clean={stream.clean_end}")
+    socket_reader.join(10)
+    on_socket = [f for f in socket_frames.get("frames", []) if f[2] == 1]
+    received, messages = b"".join(payload for ftype, _, _, payload in on_socket if ftype == 0x0), []
+    while (read := read_websocket_frame(received)) is not None:
+        messages.append(read[:2])
+        received = read[2]
+    check(socket_named and len(messages) == 2 and messages[0] == (0x1, b'{"status":200}') and messages[1][0] == 0x8
+          and messages[1][1][:2] == (1001).to_bytes(2, "big") and on_socket[-1][0] == 0x0 and on_socket[-1][1] & 0x1,
+          "SIGTERM closes an open send socket with 1001 (going away), after its hello's answer, and ends its stream",
+          f"named={socket_named}, messages {messages}, frames on its stream {[(t, fl) for t, fl, _, _ in on_socket]}")
 
     # No worker at all: a send is retried for the gateway's window, then 503, retryable.
     started = time.time()

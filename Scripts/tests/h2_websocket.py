@@ -1,7 +1,6 @@
 """A WebSocket over HTTP/2 (RFC 8441) with the `h2` package: a client independent of Parley's own
 code and of the browser's, to try the gateway's send socket (`CONNECT /v1/sends`) frame by frame,
 broken frames included."""
-import os
 import socket
 import ssl
 import struct
@@ -11,23 +10,9 @@ import h2.connection
 import h2.events
 import h2.settings
 
+from e2e_lib import read_websocket_frame, websocket_frame as frame  # noqa: F401 (frame is used by the tests that import this)
+
 TEXT, BINARY, CLOSE, PING, PONG = 0x1, 0x2, 0x8, 0x9, 0xA
-
-
-def frame(opcode, payload, masked=True, final=True):
-    """One frame as a client writes it (masked, RFC 6455 section 5.3), or unmasked to break the rule."""
-    head = bytes([(0x80 if final else 0) | opcode])
-    mask_bit = 0x80 if masked else 0
-    if len(payload) < 126:
-        head += bytes([mask_bit | len(payload)])
-    elif len(payload) < 65536:
-        head += bytes([mask_bit | 126]) + struct.pack("!H", len(payload))
-    else:
-        head += bytes([mask_bit | 127]) + struct.pack("!Q", len(payload))
-    if not masked:
-        return head + payload
-    key = os.urandom(4)
-    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
 class H2WebSocket:
@@ -105,16 +90,10 @@ class H2WebSocket:
     def receive(self):
         """The next frame from the server, (opcode, payload); None once the stream is over."""
         while True:
-            if len(self.buffer) >= 2:
-                length, start = self.buffer[1] & 0x7F, 2
-                if length == 126:
-                    length, start = struct.unpack("!H", self.buffer[2:4])[0], 4
-                elif length == 127:
-                    length, start = struct.unpack("!Q", self.buffer[2:10])[0], 10
-                if len(self.buffer) >= start + length:
-                    opcode, payload = self.buffer[0] & 0x0F, self.buffer[start:start + length]
-                    self.buffer = self.buffer[start + length:]
-                    return opcode, payload
+            read = read_websocket_frame(self.buffer)
+            if read is not None:
+                opcode, payload, self.buffer = read
+                return opcode, payload
             if self.ended:
                 return None
             self.pump()
