@@ -197,6 +197,23 @@ def send_socket_protocol(context):
         code_seen = socket.close_code() if answered is not None else (struct.unpack("!H", first[1][:2])[0] if first and len(first[1]) >= 2 else None)
         check(answered == expected_answer and code_seen == code, f"{name}: answered {expected_answer or 'nothing'}, then close {code}", (answered, code_seen))
         socket.close()
+    # A user's send streams on a gateway are bounded (10, as event streams): the 11th socket's
+    # token is answered 429, retryable, and the socket closed 1013 (try again later), not 1008.
+    held = []
+    for _ in range(10):
+        held.append(H2WebSocket(port))
+        held[-1].send_text(json.dumps({"token": dave["token"]}))
+    named = [h.receive() for h in held]
+    extra = H2WebSocket(port)
+    extra.send_text(json.dumps({"token": dave["token"]}))
+    first = extra.receive()
+    refused = json.loads(first[1]) if first and first[0] == TEXT else first
+    check(all(n and n[0] == TEXT and json.loads(n[1])["status"] == 200 for n in named) and isinstance(refused, dict)
+          and refused["status"] == 429 and refused["error"]["code"] == "too_many_streams" and refused["error"]["retryable"] is True
+          and extra.close_code() == 1013,
+          "a user's 11th send socket on a gateway: its token answered 429 too_many_streams, retryable, then close 1013", (named, refused))
+    for h in held + [extra]:
+        h.close()
     _, history = call("GET", port, f"/v1/conversations/{direct}/messages?limit=50", token=token, context=context)
     check(sum(1 for m in history["messages"] if m["clientMessageId"] == key) == 1, "the history holds the socket's message once")
 
