@@ -105,6 +105,25 @@ print(f"  {'all':<10}" + "".join(f"{total[name]:>13.1f}" if name == "CPU µs" el
 with open(os.path.join(out, f"summary-{rate}.json"), "w") as summary:
     json.dump({"all": total, "nodes": {node: {name: (value(rows[node]) or 0) / messages for name, value in columns} for node in nodes}}, summary)
 
+def commit_batches(node):
+    """The messages per commit of `node`'s group committer over the run, and its commits; None
+    where its metrics were not read or it committed nothing (a gateway of its own)."""
+    path = os.path.join(out, f"metrics-{rate}-{node}.txt")
+    if not os.path.exists(path):
+        return None
+    found = {}
+    for line in open(path):
+        name, _, value = line.strip().partition(" ")
+        if name in ("parley_store_commit_batch_size_sum", "parley_store_commit_batch_size_count"):
+            found[name.rsplit("_", 1)[1]] = float(value)
+    return (found["sum"] / found["count"], found["count"]) if found.get("count") else None
+
+
+batches = {node: commit_batches(node) for node in nodes}
+if any(batches.values()):
+    print("  messages per commit over the run (registration and set-up included): "
+          + ", ".join(f"{node} {b[0]:.1f} ({b[1]:,.0f} commits)" for node, b in batches.items() if b))
+
 report_path = os.path.join(out, f"load-{rate}.json")
 if os.path.exists(report_path):
     report = json.load(open(report_path))
