@@ -105,6 +105,7 @@ print(f"  {'all':<10}" + "".join(f"{total[name]:>13.1f}" if name == "CPU µs" el
 with open(os.path.join(out, f"summary-{rate}.json"), "w") as summary:
     json.dump({"all": total, "nodes": {node: {name: (value(rows[node]) or 0) / messages for name, value in columns} for node in nodes}}, summary)
 
+
 def commit_batches(node):
     """The messages per commit of `node`'s group committer over the run, and its commits; None
     where its metrics were not read or it committed nothing (a gateway of its own)."""
