@@ -10,7 +10,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from e2e_lib import read_websocket_frame, websocket_frame as frame  # noqa: F401 (frame is used by the tests that import this)
+from e2e_lib import read_websocket_frame, websocket_frame as frame
 
 TEXT, BINARY, CLOSE, PING, PONG = 0x1, 0x2, 0x8, 0x9, 0xA
 
